@@ -1,0 +1,48 @@
+#include "autograd/function.h"
+
+#include "autograd/variable.h"
+#include "tensor/grad_mode.h"
+
+namespace loom::autograd {
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && requires_grad(*t)) return true;
+  return false;
+}
+
+template <class Range>
+static Tensor record_impl(const char* name, const Range& inputs, Tensor out, FunctionNode::BackwardFn backward) {
+  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+  node->next_edges.reserve(inputs.size());
+  for (const auto& in : inputs) {
+    const Tensor& t = *in;
+    // A raw op may hand back its input itself (to() with the same dtype,
+    // contiguous() of a contiguous tensor): give the output its own handle.
+    if (t.defined() && out.is_same(t)) out = out.alias();
+    node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
+  }
+  AutogradMeta& m = meta(out);
+  m.grad_fn = std::move(node);
+  m.output_nr = 0;
+  return out;
+}
+
+Tensor record(const char* name, std::initializer_list<const Tensor*> inputs, Tensor out,
+              FunctionNode::BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return out;
+  return record_impl(name, inputs, std::move(out), std::move(backward));
+}
+
+Tensor record(const char* name, const TensorList& inputs, Tensor out, FunctionNode::BackwardFn backward) {
+  if (!GradMode::is_enabled()) return out;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && requires_grad(t));
+  if (!any) return out;
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : inputs) ptrs.push_back(&t);
+  return record_impl(name, ptrs, std::move(out), std::move(backward));
+}
+
+}  // namespace loom::autograd

@@ -1,0 +1,50 @@
+// Backward formulas of the fused neural-net ops (kernels in tensor/kernels/).
+#include "autograd/function.h"
+#include "autograd/functions.h"
+
+namespace loom::autograd {
+
+Tensor softmax(const Tensor& x) {
+  Tensor y = ops::softmax(x);
+  return record("SoftmaxBackward", {&x}, y, [y = y.alias()](const TensorList& g) {
+    return TensorList{ops::softmax_backward(g[0], y)};
+  });
+}
+
+Tensor log_softmax(const Tensor& x) {
+  Tensor y = ops::log_softmax(x);
+  return record("LogSoftmaxBackward", {&x}, y, [y = y.alias()](const TensorList& g) {
+    return TensorList{ops::log_softmax_backward(g[0], y)};
+  });
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  ops::LayerNormResult r = ops::layer_norm(x, weight, bias, eps);
+  return record("LayerNormBackward", {&x, &weight, &bias}, r.y,
+                [x, weight, has_bias = bias.defined(), mean = r.mean, rstd = r.rstd](const TensorList& g) {
+                  ops::LayerNormGrads d = ops::layer_norm_backward(g[0], x, weight, mean, rstd);
+                  return TensorList{d.dx, weight.defined() ? d.dweight : Tensor(), has_bias ? d.dbias : Tensor()};
+                });
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& idx) {
+  return record("EmbeddingBackward", {&weight}, ops::embedding(weight, idx), [idx, v = weight.size(0)](const TensorList& g) {
+    return TensorList{ops::embedding_backward(g[0], idx, v)};
+  });
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  ops::CrossEntropyResult r = ops::cross_entropy(logits, targets, ignore_index);
+  return record("CrossEntropyBackward", {&logits}, r.loss,
+                [logits, targets, lse = r.lse, count = r.count, ignore_index](const TensorList& g) {
+                  return TensorList{ops::cross_entropy_backward(g[0], logits, targets, lse, count, ignore_index)};
+                });
+}
+
+Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
+  if (!training || p == 0.0) return x;
+  auto [y, mask] = ops::dropout(x, p, gen);
+  return record("DropoutBackward", {&x}, y, [mask](const TensorList& g) { return TensorList{ops::mul(g[0], mask)}; });
+}
+
+}  // namespace loom::autograd

@@ -1,0 +1,122 @@
+// Internal to tensor/: the strided loop every elementwise op runs on.
+// K operands (output first) share one iteration shape; each has its own element
+// strides (0 on broadcast dims). Adjacent dims that are contiguous for every
+// operand are merged first, so the common all-contiguous case is a single flat
+// loop the compiler vectorises.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace loom::cpu {
+
+// Strides of `t` seen as broadcast to `shape` (0 where t has size 1 or is missing).
+inline Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  Shape st(shape.size(), 0);
+  int64_t off = int64_t(shape.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i)
+    st[size_t(off + i)] = t.shape()[size_t(i)] == 1 ? 0 : t.strides()[size_t(i)];
+  return st;
+}
+
+// Calls row(n, ptrs, inner_strides) once per innermost run of n elements.
+template <size_t K, class Row>
+void strided_loop(Shape shape, std::array<Shape, K> strides, std::array<char*, K> base,
+                  std::array<int64_t, K> elem_size, Row&& row) {
+  // Merge dim i into dim i+1 when every operand is contiguous across them.
+  for (int64_t i = int64_t(shape.size()) - 2; i >= 0; --i) {
+    bool ok = true;
+    for (size_t k = 0; k < K; ++k)
+      if (strides[k][size_t(i)] != strides[k][size_t(i + 1)] * shape[size_t(i + 1)]) ok = false;
+    if (ok || shape[size_t(i)] == 1) {
+      shape[size_t(i + 1)] *= shape[size_t(i)];
+      shape.erase(shape.begin() + i);
+      for (size_t k = 0; k < K; ++k) strides[k].erase(strides[k].begin() + i);
+    }
+  }
+  if (shape.empty()) {  // 0-d
+    shape.push_back(1);
+    for (auto& s : strides) s.push_back(0);
+  }
+  for (int64_t s : shape) if (s == 0) return;
+  const size_t nd = shape.size();
+  const int64_t inner = shape[nd - 1];
+  std::array<int64_t, K> inner_stride;
+  for (size_t k = 0; k < K; ++k) inner_stride[k] = strides[k][nd - 1];
+  std::vector<int64_t> idx(nd, 0);
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) outer *= shape[d];
+  std::array<char*, K> p;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t k = 0; k < K; ++k) {
+      int64_t off = 0;
+      for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * strides[k][d];
+      p[k] = base[k] + off * elem_size[k];
+    }
+    row(inner, p, inner_stride);
+    for (int64_t d = int64_t(nd) - 2; d >= 0; --d) {  // odometer increment
+      if (++idx[size_t(d)] < shape[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+// out = f(a) elementwise, out and a of types O and A, f on compute values.
+template <class O, class A, class F>
+void unary_loop(const Tensor& out, const Tensor& a, F f) {
+  strided_loop<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())},
+                  {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data())},
+                  {int64_t(sizeof(O)), int64_t(sizeof(A))},
+                  [&](int64_t n, std::array<char*, 2> p, std::array<int64_t, 2> s) {
+                    O* o = reinterpret_cast<O*>(p[0]);
+                    const A* x = reinterpret_cast<const A*>(p[1]);
+                    if (s[0] == 1 && s[1] == 1) {
+                      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]]);
+                    }
+                  });
+}
+
+// out = f(a, b) elementwise with broadcasting.
+template <class O, class A, class B, class F>
+void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  strided_loop<3>(out.shape(),
+                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
+                  {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
+                   static_cast<char*>(b.raw_data())},
+                  {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B))},
+                  [&](int64_t n, std::array<char*, 3> p, std::array<int64_t, 3> s) {
+                    O* o = reinterpret_cast<O*>(p[0]);
+                    const A* x = reinterpret_cast<const A*>(p[1]);
+                    const B* y = reinterpret_cast<const B*>(p[2]);
+                    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+                      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
+                    }
+                  });
+}
+
+// out = f(a, b, c) elementwise with broadcasting (where).
+template <class O, class A, class B, class C, class F>
+void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
+  strided_loop<4>(out.shape(),
+                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape()),
+                   broadcast_strides(c, out.shape())},
+                  {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
+                   static_cast<char*>(b.raw_data()), static_cast<char*>(c.raw_data())},
+                  {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B)), int64_t(sizeof(C))},
+                  [&](int64_t n, std::array<char*, 4> p, std::array<int64_t, 4> s) {
+                    O* o = reinterpret_cast<O*>(p[0]);
+                    const A* x = reinterpret_cast<const A*>(p[1]);
+                    const B* y = reinterpret_cast<const B*>(p[2]);
+                    const C* z = reinterpret_cast<const C*>(p[3]);
+                    for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]], z[i * s[3]]);
+                  });
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,34 @@
+// Cross-entropy of one row of V logits against a target class, fused
+// log-softmax + NLL: loss = logsumexp(x) - x[target]. The row's logsumexp is
+// saved so backward is one pass: dx = (exp(x - lse) - onehot(target)) * scale.
+#pragma once
+
+#include <cmath>
+
+#include "tensor/macros.h"
+
+namespace loom::kernels {
+
+template <class T>
+LOOM_HOST_DEVICE T logsumexp_row(const T* x, long V) {
+  T m = x[0];
+  for (long i = 1; i < V; ++i) m = x[i] > m ? x[i] : m;
+  T s = 0;
+  for (long i = 0; i < V; ++i) s += std::exp(x[i] - m);
+  return m + std::log(s);
+}
+
+// Returns the row's loss; *lse receives logsumexp(x).
+template <class T>
+LOOM_HOST_DEVICE T cross_entropy_row(const T* x, long V, long target, T* lse) {
+  *lse = logsumexp_row(x, V);
+  return *lse - x[target];
+}
+
+// dx[i] = (softmax(x)[i] - [i == target]) * scale
+template <class T>
+LOOM_HOST_DEVICE void cross_entropy_backward_row(const T* x, long V, long target, T lse, T scale, T* dx) {
+  for (long i = 0; i < V; ++i) dx[i] = (std::exp(x[i] - lse) - (i == target ? T(1) : T(0))) * scale;
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,125 @@
+// Raw tensor ops: CPU math with no autograd. Differentiable versions that
+// record graph nodes live in autograd/functions.h and call these.
+//
+// Conventions: float ops compute in fp32 (float64 tensors in double); bf16 and
+// fp16 inputs are converted in and the result is rounded out to the input
+// dtype. Binary ops broadcast numpy-style and require equal dtypes. Errors name
+// the op and the shapes/dtypes involved.
+#pragma once
+
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "tensor/generator.h"
+#include "tensor/tensor.h"
+
+namespace loom::ops {
+
+// ---- copies and conversion ----------------------------------------------------
+Tensor to(const Tensor& x, DType dtype);     // returns x itself when dtype matches
+Tensor contiguous(const Tensor& x);          // returns x itself when already contiguous
+Tensor clone(const Tensor& x);               // always a fresh contiguous copy
+void copy_(const Tensor& dst, const Tensor& src);  // src broadcast into dst, dtype converted
+void fill_(const Tensor& t, double value);
+void zero_(const Tensor& t);
+
+// ---- views (share storage) ----------------------------------------------------
+Tensor view(const Tensor& x, Shape shape);      // one -1 allowed; error if strides forbid
+Tensor reshape(const Tensor& x, Shape shape);   // a view when possible, else a copy
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x);                // every size-1 dim
+Tensor expand(const Tensor& x, const Shape& shape);  // -1 keeps a size
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+
+// ---- elementwise ------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor rsub(double s, const Tensor& a);  // s - a
+Tensor rdiv(double s, const Tensor& a);  // s / a
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double p);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);                           // tanh approximation (GPT-2)
+Tensor gelu_backward(const Tensor& grad, const Tensor& x);
+Tensor gt_scalar(const Tensor& x, double s);            // 1 where x > s else 0, x's dtype
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond != 0 ? a : b
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);  // mask != 0 -> value
+// x: [..., T, S]; positions with column > row are set to value (causal attention).
+Tensor causal_mask_fill(const Tensor& x, double value);
+
+// In place (dst must not be a leaf that requires grad while grad mode is on).
+void add_(const Tensor& dst, const Tensor& src, double alpha = 1.0);  // dst += alpha * src
+void mul_(const Tensor& dst, double s);
+
+// ---- reductions ---------------------------------------------------------------
+Tensor sum(const Tensor& x);  // all elements -> shape []
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim = false);
+// Max over one dim: (values, int64 indices of the first max).
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);  // all elements -> shape []
+// Sums a broadcast result back down to `shape` (the gradient of expand).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra -----------------------------------------------------------
+// [M, K] @ [K, N] -> [M, N]; batch dims broadcast: [..., M, K] @ [..., K, N].
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- neural-net ops (fused, per-row kernels in tensor/kernels/) ---------------------
+Tensor softmax(const Tensor& x);                 // over the last dim
+Tensor log_softmax(const Tensor& x);
+Tensor softmax_backward(const Tensor& grad, const Tensor& y);       // y = softmax(x)
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y);   // y = log_softmax(x)
+
+struct LayerNormResult { Tensor y, mean, rstd; };  // mean, rstd: [rows] float32/float64
+// x: [..., C], weight/bias: [C] (either may be undefined).
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+struct LayerNormGrads { Tensor dx, dweight, dbias; };
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
+
+// weight: [V, C], idx: any shape of int32/int64 -> [..., C]
+Tensor embedding(const Tensor& weight, const Tensor& idx);
+// grad: [..., C] -> [V, C], rows summed for repeated indices
+Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_rows);
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx);  // idx: 1-D
+Tensor index_add(const Tensor& x_shape_like, int64_t dim, const Tensor& idx, const Tensor& src);  // zeros + scatter
+// out[..i.., j, ..k..] = x[..i.., idx[..i.., j, ..k..], ..k..]; idx same rank as x.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx);
+Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src);
+
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim);  // views
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
+
+// Fused log-softmax + NLL. logits: [N, V] float, targets: [N] int32/int64.
+// Returns (loss [] = mean over non-ignored rows, lse [N] saved for backward, count).
+struct CrossEntropyResult { Tensor loss, lse; int64_t count; };
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// d loss / d logits, times grad (a scalar): (softmax - onehot) * grad / count.
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t count, int64_t ignore_index = -100);
+
+// Inverted dropout: returns (y, scale mask) with mask = keep / (1 - p).
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
+
+// Threads for the math (BLAS GEMM). 0 = library default.
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace loom::ops

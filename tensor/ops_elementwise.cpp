@@ -1,0 +1,140 @@
+// Elementwise math: binary ops with numpy broadcasting, scalar variants and
+// unary functions. Each op is a lambda on compute values (acc_t) run by the
+// strided loop in cpu/loops.h; bf16/fp16 convert in and round out per element.
+#include <cmath>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/loops.h"
+#include "tensor/kernels/gelu.h"
+#include "tensor/ops.h"
+
+namespace loom::ops {
+
+namespace {
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  LOOM_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.describe(), " and ", b.describe());
+  check_device_supported(op, a.device());
+  LOOM_CHECK(a.device() == b.device(), op, ": devices differ: ", a.device().str(), " and ", b.device().str());
+}
+
+template <class F>
+Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f) {
+  check_same_dtype(op, a, b);
+  Tensor out = empty(broadcast_shapes(op, a.shape(), b.shape()), a.dtype(), a.device());
+  LOOM_DISPATCH_FLOAT(a.dtype(), op, {
+    cpu::binary_loop<scalar_t, scalar_t, scalar_t>(out, a, b, [&](scalar_t x, scalar_t y) {
+      return cpu::from_acc<scalar_t>(f(acc_t(cpu::to_acc(x)), acc_t(cpu::to_acc(y))));
+    });
+  });
+  return out;
+}
+
+template <class F>
+Tensor unary(const char* op, const Tensor& a, F f) {
+  check_device_supported(op, a.device());
+  Tensor out = empty(a.shape(), a.dtype(), a.device());
+  LOOM_DISPATCH_FLOAT(a.dtype(), op, {
+    cpu::unary_loop<scalar_t, scalar_t>(out, a, [&](scalar_t x) {
+      return cpu::from_acc<scalar_t>(f(acc_t(cpu::to_acc(x))));
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary("add", a, b, [](auto x, auto y) { return x + y; }); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", a, b, [](auto x, auto y) { return x - y; }); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", a, b, [](auto x, auto y) { return x * y; }); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary("div", a, b, [](auto x, auto y) { return x / y; }); }
+
+Tensor add(const Tensor& a, double s) {
+  return unary("add", a, [s](auto x) { return x + decltype(x)(s); });
+}
+Tensor mul(const Tensor& a, double s) {
+  return unary("mul", a, [s](auto x) { return x * decltype(x)(s); });
+}
+Tensor rsub(double s, const Tensor& a) {
+  return unary("rsub", a, [s](auto x) { return decltype(x)(s) - x; });
+}
+Tensor rdiv(double s, const Tensor& a) {
+  return unary("rdiv", a, [s](auto x) { return decltype(x)(s) / x; });
+}
+Tensor neg(const Tensor& x) { return unary("neg", x, [](auto v) { return -v; }); }
+Tensor exp(const Tensor& x) { return unary("exp", x, [](auto v) { return std::exp(v); }); }
+Tensor log(const Tensor& x) { return unary("log", x, [](auto v) { return std::log(v); }); }
+Tensor tanh(const Tensor& x) { return unary("tanh", x, [](auto v) { return std::tanh(v); }); }
+Tensor sqrt(const Tensor& x) { return unary("sqrt", x, [](auto v) { return std::sqrt(v); }); }
+Tensor pow(const Tensor& x, double p) {
+  if (p == 2.0) return unary("pow", x, [](auto v) { return v * v; });
+  return unary("pow", x, [p](auto v) { return std::pow(v, decltype(v)(p)); });
+}
+Tensor relu(const Tensor& x) {
+  return unary("relu", x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
+}
+Tensor gelu(const Tensor& x) { return unary("gelu", x, [](auto v) { return kernels::gelu(v); }); }
+Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
+  return binary("gelu_backward", grad, x, [](auto g, auto v) { return kernels::gelu_backward(g, v); });
+}
+Tensor gt_scalar(const Tensor& x, double s) {
+  return unary("gt", x, [s](auto v) { return v > decltype(v)(s) ? decltype(v)(1) : decltype(v)(0); });
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_dtype("where", a, b);
+  Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+  Tensor out = empty(shape, a.dtype(), a.device());
+  LOOM_DISPATCH_ALL(cond.dtype(), "where", {
+    using C = scalar_t;
+    LOOM_DISPATCH_ALL(a.dtype(), "where", {
+      cpu::ternary_loop<scalar_t, C, scalar_t, scalar_t>(
+          out, cond, a, b, [](C c, scalar_t x, scalar_t y) { return cpu::to_acc(c) != 0 ? x : y; });
+    });
+  });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  Tensor v = full({}, value, x.dtype(), x.device());
+  return where(mask, v, x);
+}
+
+Tensor causal_mask_fill(const Tensor& x, double value) {
+  LOOM_CHECK(x.dim() >= 2, "causal_mask_fill: needs [..., T, S], got ", x.shape());
+  Tensor out = clone(x);
+  int64_t T = x.size(-2), S = x.size(-1), batches = x.numel() / std::max<int64_t>(1, T * S);
+  LOOM_DISPATCH_FLOAT(x.dtype(), "causal_mask_fill", {
+    scalar_t v = cpu::from_acc<scalar_t>(value);
+    scalar_t* p = out.data<scalar_t>();
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = i + 1; j < S; ++j) p[(b * T + i) * S + j] = v;
+  });
+  return out;
+}
+
+void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  dst.check_inplace("add_");
+  check_same_dtype("add_", dst, src);
+  LOOM_CHECK(broadcast_shapes("add_", dst.shape(), src.shape()) == dst.shape(), "add_: ", src.shape(),
+             " does not broadcast to ", dst.shape());
+  LOOM_DISPATCH_FLOAT(dst.dtype(), "add_", {
+    acc_t al = acc_t(alpha);
+    cpu::binary_loop<scalar_t, scalar_t, scalar_t>(dst, dst, src, [al](scalar_t x, scalar_t y) {
+      return cpu::from_acc<scalar_t>(acc_t(cpu::to_acc(x)) + al * acc_t(cpu::to_acc(y)));
+    });
+  });
+}
+
+void mul_(const Tensor& dst, double s) {
+  dst.check_inplace("mul_");
+  LOOM_DISPATCH_FLOAT(dst.dtype(), "mul_", {
+    acc_t f = acc_t(s);
+    cpu::unary_loop<scalar_t, scalar_t>(dst, dst, [f](scalar_t x) {
+      return cpu::from_acc<scalar_t>(acc_t(cpu::to_acc(x)) * f);
+    });
+  });
+}
+
+}  // namespace loom::ops

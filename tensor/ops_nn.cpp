@@ -1,0 +1,238 @@
+// Fused neural-net ops: softmax, log_softmax, layer_norm, cross_entropy,
+// embedding, dropout. Each runs a per-row kernel from tensor/kernels/ on
+// contiguous rows in the compute type (float64 stays double; everything else
+// is computed in fp32 and rounded back to the input dtype).
+#include <cmath>
+#include <cstring>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/kernels/cross_entropy.h"
+#include "tensor/kernels/layernorm.h"
+#include "tensor/kernels/softmax.h"
+#include "tensor/ops.h"
+
+namespace loom::ops {
+
+namespace {
+
+DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
+// Contiguous copy of x in its compute dtype.
+Tensor rows_of(const char* op, const Tensor& x) {
+  check_device_supported(op, x.device());
+  LOOM_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got ", x.describe());
+  LOOM_CHECK(x.dim() >= 1, op, ": expected at least 1 dim, got a scalar");
+  return contiguous(to(x, compute_dtype(x.dtype())));
+}
+
+// Runs row_fn(in_row, out_row, n) over the last dim of x (compute types only).
+template <class RowFn>
+Tensor per_row(const char* op, const Tensor& x, RowFn row_fn) {
+  Tensor xc = rows_of(op, x);
+  Tensor out = empty(xc.shape(), xc.dtype());
+  int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
+  if (xc.dtype() == kFloat64) {
+    const double* p = xc.data<double>();
+    double* o = out.data<double>();
+    for (int64_t r = 0; r < rows; ++r) row_fn(p + r * n, o + r * n, n);
+  } else {
+    const float* p = xc.data<float>();
+    float* o = out.data<float>();
+    for (int64_t r = 0; r < rows; ++r) row_fn(p + r * n, o + r * n, n);
+  }
+  return to(out, x.dtype());
+}
+
+// Same for two inputs (grad, saved output) -> grad input.
+template <class RowFn>
+Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, RowFn row_fn) {
+  LOOM_CHECK(g.shape() == y.shape(), op, ": grad ", g.shape(), " and output ", y.shape(), " differ");
+  Tensor gc = rows_of(op, g), yc = rows_of(op, y);
+  Tensor out = empty(gc.shape(), gc.dtype());
+  int64_t n = y.size(-1), rows = n ? y.numel() / n : 0;
+  if (gc.dtype() == kFloat64) {
+    for (int64_t r = 0; r < rows; ++r)
+      row_fn(gc.data<double>() + r * n, yc.data<double>() + r * n, out.data<double>() + r * n, n);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      row_fn(gc.data<float>() + r * n, yc.data<float>() + r * n, out.data<float>() + r * n, n);
+  }
+  return to(out, g.dtype());
+}
+
+int64_t index_at(const Tensor& idx, int64_t i) {
+  return idx.dtype() == kInt64 ? idx.data<int64_t>()[i] : int64_t(idx.data<int32_t>()[i]);
+}
+
+void check_indices(const char* op, const Tensor& idx) {
+  LOOM_CHECK(idx.dtype() == kInt64 || idx.dtype() == kInt32, op, ": indices must be int32 or int64, got ",
+             idx.describe());
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) {
+  return per_row("softmax", x, [](const auto* in, auto* out, int64_t n) { kernels::softmax_row(in, out, long(n)); });
+}
+
+Tensor log_softmax(const Tensor& x) {
+  return per_row("log_softmax", x,
+                 [](const auto* in, auto* out, int64_t n) { kernels::log_softmax_row(in, out, long(n)); });
+}
+
+Tensor softmax_backward(const Tensor& grad, const Tensor& y) {
+  return per_row2("softmax_backward", grad, y, [](const auto* dy, const auto* yy, auto* dx, int64_t n) {
+    kernels::softmax_backward_row(dy, yy, dx, long(n));
+  });
+}
+
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
+  return per_row2("log_softmax_backward", grad, y, [](const auto* dy, const auto* yy, auto* dx, int64_t n) {
+    kernels::log_softmax_backward_row(dy, yy, dx, long(n));
+  });
+}
+
+LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor xc = rows_of("layer_norm", x);
+  int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      LOOM_CHECK(p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype(), "layer_norm: input ", x.describe(),
+                 " needs weight/bias of shape [", C, "] and the same dtype, got ", p->describe());
+  DType cd = xc.dtype();
+  Tensor w = weight.defined() ? contiguous(to(weight, cd)) : Tensor();
+  Tensor b = bias.defined() ? contiguous(to(bias, cd)) : Tensor();
+  Tensor y = empty(xc.shape(), cd), mean = empty({rows}, cd), rstd = empty({rows}, cd);
+  LOOM_DISPATCH_COMPUTE(cd, "layer_norm", {
+    {
+      const scalar_t* wp = w.defined() ? w.data<scalar_t>() : nullptr;
+      const scalar_t* bp = b.defined() ? b.data<scalar_t>() : nullptr;
+      for (int64_t r = 0; r < rows; ++r)
+        kernels::layernorm_row(xc.data<scalar_t>() + r * C, wp, bp, y.data<scalar_t>() + r * C, long(C),
+                               scalar_t(eps), mean.data<scalar_t>() + r, rstd.data<scalar_t>() + r);
+    }
+  });
+  return {to(y, x.dtype()), mean, rstd};
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd) {
+  Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
+  DType cd = xc.dtype();
+  int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  Tensor w = weight.defined() ? contiguous(to(weight, cd)) : Tensor();
+  Tensor dx = empty(xc.shape(), cd), dw = zeros({C}, cd), db = zeros({C}, cd);
+  LOOM_DISPATCH_COMPUTE(cd, "layer_norm_backward", {
+    {
+      const scalar_t* wp = w.defined() ? w.data<scalar_t>() : nullptr;
+      for (int64_t r = 0; r < rows; ++r)
+        kernels::layernorm_backward_row(gc.data<scalar_t>() + r * C, xc.data<scalar_t>() + r * C, wp,
+                                        mean.data<scalar_t>()[r], rstd.data<scalar_t>()[r],
+                                        dx.data<scalar_t>() + r * C, dw.data<scalar_t>(), db.data<scalar_t>(),
+                                        long(C));
+    }
+  });
+  DType wd = weight.defined() ? weight.dtype() : x.dtype();
+  return {to(dx, x.dtype()), to(dw, wd), to(db, wd)};
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& idx) {
+  check_indices("embedding", idx);
+  LOOM_CHECK(weight.dim() == 2, "embedding: weight must be [V, C], got ", weight.shape());
+  Tensor w = contiguous(weight), ic = contiguous(idx);
+  int64_t V = weight.size(0), C = weight.size(1);
+  Shape out_shape = idx.shape();
+  out_shape.push_back(C);
+  Tensor out = empty(out_shape, weight.dtype());
+  size_t row_bytes = size_t(C) * element_size(weight.dtype());
+  const char* src = static_cast<const char*>(w.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (int64_t i = 0; i < ic.numel(); ++i) {
+    int64_t t = index_at(ic, i);
+    LOOM_CHECK(t >= 0 && t < V, "embedding: index ", t, " out of range for ", V, " rows (weight ", weight.shape(),
+               ")");
+    std::memcpy(dst + size_t(i) * row_bytes, src + size_t(t) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_rows) {
+  check_indices("embedding_backward", idx);
+  int64_t C = grad.size(-1);
+  LOOM_CHECK(grad.numel() == idx.numel() * C, "embedding_backward: grad ", grad.shape(), " does not match indices ",
+             idx.shape());
+  DType cd = compute_dtype(grad.dtype());
+  Tensor g = contiguous(to(grad, cd)), ic = contiguous(idx);
+  Tensor out = zeros({num_rows, C}, cd);
+  LOOM_DISPATCH_COMPUTE(cd, "embedding_backward", {
+    const scalar_t* gp = g.data<scalar_t>();
+    scalar_t* op = out.data<scalar_t>();
+    for (int64_t i = 0; i < ic.numel(); ++i) {
+      int64_t t = index_at(ic, i);
+      LOOM_CHECK(t >= 0 && t < num_rows, "embedding_backward: index ", t, " out of range for ", num_rows, " rows");
+      for (int64_t c = 0; c < C; ++c) op[t * C + c] += gp[i * C + c];
+    }
+  });
+  return to(out, grad.dtype());
+}
+
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  LOOM_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ", logits.shape());
+  check_indices("cross_entropy", targets);
+  LOOM_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets ", targets.shape(),
+             " do not match logits ", logits.shape(), " (need [", logits.size(0), "])");
+  Tensor x = rows_of("cross_entropy", logits), t = contiguous(targets);
+  int64_t N = x.size(0), V = x.size(1);
+  Tensor lse = empty({N}, x.dtype());
+  int64_t count = 0;
+  double total = 0;
+  LOOM_DISPATCH_COMPUTE(x.dtype(), "cross_entropy", {
+    {
+      for (int64_t i = 0; i < N; ++i) {
+        int64_t y = index_at(t, i);
+        if (y == ignore_index) { lse.data<scalar_t>()[i] = 0; continue; }
+        LOOM_CHECK(y >= 0 && y < V, "cross_entropy: target ", y, " at row ", i, " out of range for ", V,
+                   " classes");
+        total += double(kernels::cross_entropy_row(x.data<scalar_t>() + i * V, long(V), long(y),
+                                                   lse.data<scalar_t>() + i));
+        ++count;
+      }
+    }
+  });
+  // Mean over non-ignored rows (NaN when every row is ignored, as PyTorch).
+  double loss = count ? total / double(count) : std::nan("");
+  return {full({}, loss, logits.dtype()), lse, count};
+}
+
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              int64_t count, int64_t ignore_index) {
+  Tensor x = rows_of("cross_entropy_backward", logits), t = contiguous(targets);
+  int64_t N = x.size(0), V = x.size(1);
+  Tensor dx = zeros({N, V}, x.dtype());
+  double g = grad.item<double>();
+  LOOM_DISPATCH_COMPUTE(x.dtype(), "cross_entropy_backward", {
+    {
+      scalar_t scale = count ? scalar_t(g / double(count)) : scalar_t(0);
+      for (int64_t i = 0; i < N; ++i) {
+        int64_t y = index_at(t, i);
+        if (y == ignore_index) continue;
+        kernels::cross_entropy_backward_row(x.data<scalar_t>() + i * V, long(V), long(y), lse.data<scalar_t>()[i],
+                                            scale, dx.data<scalar_t>() + i * V);
+      }
+    }
+  });
+  return to(dx, logits.dtype());
+}
+
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
+  LOOM_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
+  Tensor mask = empty(x.shape(), x.dtype());
+  double scale = 1.0 / (1.0 - p);
+  LOOM_DISPATCH_FLOAT(x.dtype(), "dropout", {
+    scalar_t* m = mask.data<scalar_t>();
+    for (int64_t i = 0; i < mask.numel(); ++i) m[i] = cpu::from_acc<scalar_t>(gen.uniform() >= p ? scale : 0.0);
+  });
+  return {mul(x, mask), mask};
+}
+
+}  // namespace loom::ops

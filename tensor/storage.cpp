@@ -1,0 +1,60 @@
+#include "tensor/storage.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+
+#include "tensor/error.h"
+
+namespace loom {
+namespace {
+
+constexpr int kMaxDevices = 17;  // cpu + up to 16 GPUs
+std::mutex g_mutex;
+MemoryStats g_stats[kMaxDevices];
+
+int slot(const Device& d) { return d.is_cpu() ? 0 : 1 + (d.index % (kMaxDevices - 1)); }
+
+void record_alloc(const Device& d, int64_t n) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  MemoryStats& s = g_stats[slot(d)];
+  s.live_bytes += n;
+  s.num_allocs += 1;
+  if (s.live_bytes > s.peak_bytes) s.peak_bytes = s.live_bytes;
+}
+
+void record_free(const Device& d, int64_t n) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_stats[slot(d)].live_bytes -= n;
+}
+
+}  // namespace
+
+MemoryStats memory_stats(const Device& d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_stats[slot(d)];
+}
+
+void reset_peak_memory_stats(const Device& d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  MemoryStats& s = g_stats[slot(d)];
+  s.peak_bytes = s.live_bytes;
+}
+
+Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_(device) {
+  check_device_supported("allocate", device);
+  // 64-byte alignment: AVX-512 loads and BLAS like it.
+  size_t padded = (nbytes + 63) / 64 * 64;
+  if (padded == 0) padded = 64;
+  data_ = std::aligned_alloc(64, padded);
+  if (!data_) throw Error(str("allocate: out of memory allocating ", nbytes, " bytes on ", device.str()));
+  record_alloc(device_, int64_t(nbytes_));
+}
+
+Storage::~Storage() {
+  std::free(data_);
+  record_free(device_, int64_t(nbytes_));
+}
+
+}  // namespace loom
