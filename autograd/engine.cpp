@@ -17,8 +17,19 @@ struct GraphTask {
 };
 thread_local GraphTask* t_current_task = nullptr;
 
-struct ByPriority {  // highest sequence_nr on top
-  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr < b->sequence_nr; }
+// A ready node and when it became ready. Highest sequence_nr runs first; ties
+// (every AccumulateGrad has the maximum sequence_nr) run in the order they
+// became ready, i.e. edge order within one node. Without the tie-break the
+// heap's layout decided: cat(c0..c4) fired its hooks as c0, c3, c4, c1, c2.
+struct ReadyNode {
+  Node* node;
+  uint64_t ready_nr;
+};
+struct ByPriority {  // true when a runs after b
+  bool operator()(const ReadyNode& a, const ReadyNode& b) const {
+    if (a.node->sequence_nr != b.node->sequence_nr) return a.node->sequence_nr < b.node->sequence_nr;
+    return a.ready_nr > b.ready_nr;
+  }
 };
 
 // Sums gradients arriving at one node's inputs (its outputs in forward).
@@ -59,6 +70,9 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
     }
     LOOM_CHECK(g.shape() == out.shape(), "backward: gradient ", g.shape(), " does not match output ", i, " of shape ",
                out.shape());
+    // Otherwise the first backward function would fail on mixed dtypes, far from the cause.
+    LOOM_CHECK(g.dtype() == out.dtype(), "backward: gradient ", i, " is ", g.describe(), " but output ", i, " is ",
+               out.describe());
     Edge e = gradient_edge(out);
     LOOM_CHECK(e.valid(), "backward: output ", i, " (", out.describe(),
                ") does not require grad and has no grad_fn");
@@ -87,7 +101,9 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
   struct Reset { ~Reset() { t_current_task = nullptr; } } reset;
 
   std::unordered_map<Node*, InputBuffer> buffers;
-  std::priority_queue<Node*, std::vector<Node*>, ByPriority> ready;
+  std::priority_queue<ReadyNode, std::vector<ReadyNode>, ByPriority> ready;
+  uint64_t next_ready_nr = 0;
+  auto make_ready = [&](Node* n) { ready.push({n, next_ready_nr++}); };
   // Keep every node alive while the pass runs (releasing saved tensors may drop
   // the last reference to an upstream node before we reach it).
   std::unordered_map<Node*, std::shared_ptr<Node>> alive;
@@ -97,10 +113,10 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
     buffers[e.fn.get()].add(e.input_nr, g);
   }
   for (Node* n : root_nodes)
-    if (dependencies[n] == 0) ready.push(n);
+    if (dependencies[n] == 0) make_ready(n);
 
   while (!ready.empty()) {
-    Node* node = ready.top();
+    Node* node = ready.top().node;
     ready.pop();
     TensorList inputs = std::move(buffers[node].grads);
     buffers.erase(node);
@@ -119,7 +135,7 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
       Node* next = e.fn.get();
       alive.emplace(next, e.fn);
       if (i < outs.size() && outs[i].defined()) buffers[next].add(e.input_nr, outs[i]);
-      if (--dependencies[next] == 0) ready.push(next);
+      if (--dependencies[next] == 0) make_ready(next);
     }
   }
 

@@ -1,6 +1,7 @@
 // The backward engine. Given output tensors and their gradients it runs the
 // graph's nodes in dependency order on the calling thread. Ready nodes run
-// highest sequence_nr first (latest-created first), so the order is the same on
+// highest sequence_nr first (latest-created first; AccumulateGrad as soon as it
+// is ready), ties in the order they became ready, so the order is the same on
 // every run and every rank - bucketed data parallelism relies on this.
 #pragma once
 

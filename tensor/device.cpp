@@ -11,9 +11,11 @@ Device::Device(const std::string& name) {
     index = 0;
     if (name.size() > 4) {
       LOOM_CHECK(name[4] == ':' && name.size() > 5, "device: cannot parse '", name, "' (expected cpu, cuda or cuda:N)");
-      try { index = std::stoi(name.substr(5)); } catch (...) {
+      size_t used = 0;
+      try { index = std::stoi(name.substr(5), &used); } catch (...) {
         throw Error(loom::str("device: cannot parse '", name, "' (expected cpu, cuda or cuda:N)"));
       }
+      LOOM_CHECK(used == name.size() - 5, "device: cannot parse '", name, "' (expected cpu, cuda or cuda:N)");
       LOOM_CHECK(index >= 0, "device: negative index in '", name, "'");
     }
     return;

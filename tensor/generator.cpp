@@ -47,22 +47,29 @@ int64_t Generator::randint(int64_t low, int64_t high) {
   return low + int64_t(next_u64() % span);  // modulo bias is < span / 2^64: negligible here
 }
 
+// from_vector reads an empty shape as "1-D"; a 0-d shape [] must stay 0-d here.
+template <class T>
+static Tensor shaped(const std::vector<T>& v, const Shape& shape) {
+  if (!shape.empty()) return from_vector(v, shape);
+  return ops::view(from_vector(v, {1}), {});
+}
+
 Tensor randn(const Shape& shape, Generator& gen, DType dtype, double mean, double std) {
   std::vector<double> v(size_t(numel_of(shape)));
   for (auto& x : v) x = mean + std * gen.normal();
-  return ops::to(from_vector(v, shape), dtype);
+  return ops::to(shaped(v, shape), dtype);
 }
 
 Tensor rand(const Shape& shape, Generator& gen, DType dtype, double low, double high) {
   std::vector<double> v(size_t(numel_of(shape)));
   for (auto& x : v) x = low + (high - low) * gen.uniform();
-  return ops::to(from_vector(v, shape), dtype);
+  return ops::to(shaped(v, shape), dtype);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype) {
   std::vector<int64_t> v(size_t(numel_of(shape)));
   for (auto& x : v) x = gen.randint(low, high);
-  return ops::to(from_vector(v, shape), dtype);
+  return ops::to(shaped(v, shape), dtype);
 }
 
 }  // namespace loom

@@ -1,49 +1,62 @@
 // matmul: [..., M, K] @ [..., K, N] -> [..., M, N], batch dims broadcast.
-// Each 2-D product goes to Eigen, which hands it to OpenBLAS's sgemm/dgemm
-// (EIGEN_USE_BLAS). Transposed operands are passed as transposed maps, not
-// copied; bf16/fp16 operands are converted to fp32 and the result rounded back.
-#include <Eigen/Core>
+// Each 2-D product is one call to OpenBLAS's cblas_sgemm/dgemm. Transposed
+// operands are passed as transposed (not copied); bf16/fp16 operands are
+// converted to fp32 and the result rounded back.
+//
+// Why not Eigen's `C.noalias() = A * B` (with EIGEN_USE_BLAS it reaches the
+// same sgemm)? Eigen first zeroes C and then calls sgemm with beta = 1, an
+// extra write and read of the whole output; bench/gemm measured that pass at
+// several percent for the large shapes. Calling sgemm with beta = 0 skips it.
+#include <algorithm>
+#include <climits>
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/ops.h"
 
-extern "C" void openblas_set_num_threads(int);
-extern "C" int openblas_get_num_threads(void);
+// The few OpenBLAS entry points used here (LP64: BLAS ints are 32-bit; the
+// CBLAS enums are ints: RowMajor = 101, NoTrans = 111, Trans = 112).
+extern "C" {
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc);
+void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, double alpha, const double* a, int lda,
+                 const double* b, int ldb, double beta, double* c, int ldc);
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+}
 
 namespace loom::ops {
 
 namespace {
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
-// One operand matrix [rows, cols] at p with strides (rs, cs): row-major if
-// cs == 1, a transposed (column-major) view if rs == 1.
-template <class T, class F>
-void with_matrix(const T* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs, F f) {
-  using Stride = Eigen::OuterStride<>;
-  if (cs == 1 || cols == 1) {
-    Eigen::Map<const RowMat<T>, 0, Stride> m(p, rows, cols, Stride(cols == 1 && cs != 1 ? std::max<int64_t>(rs, 1) : std::max<int64_t>(rs, cols)));
-    f(m);
-  } else {
-    Eigen::Map<const ColMat<T>, 0, Stride> m(p, rows, cols, Stride(std::max<int64_t>(cs, rows)));
-    f(m);
-  }
-}
+// One operand matrix [rows, cols] with element strides (rs, cs), as BLAS sees
+// it: row-major (cs == 1: NoTrans, leading dim rs) or a transposed view of a
+// row-major block (rs == 1: Trans, leading dim cs). A size-1 dim makes its
+// stride irrelevant, but BLAS still checks ld >= the row length.
+struct BlasOperand {
+  int trans;
+  int ld;
+};
 
 bool matrix_ok(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return (cs == 1 && (rs >= cols || rows == 1)) || (rs == 1 && (cs >= rows || cols == 1));
 }
 
-template <class T>
-void gemm_2d(const T* a, int64_t ars, int64_t acs, const T* b, int64_t brs, int64_t bcs, T* c, int64_t M, int64_t K,
+BlasOperand blas_operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 || cols == 1) return {kNoTrans, int(std::max<int64_t>({rs, cols, 1}))};
+  return {kTrans, int(std::max<int64_t>({cs, rows, 1}))};
+}
+
+void gemm_2d(const float* a, BlasOperand oa, const float* b, BlasOperand ob, float* c, int64_t M, int64_t K,
              int64_t N) {
-  Eigen::Map<RowMat<T>> C(c, M, N);
-  with_matrix(a, M, K, ars, acs, [&](const auto& A) {
-    with_matrix(b, K, N, brs, bcs, [&](const auto& B) { C.noalias() = A * B; });
-  });
+  cblas_sgemm(kRowMajor, oa.trans, ob.trans, int(M), int(N), int(K), 1.0f, a, oa.ld, b, ob.ld, 0.0f, c,
+              int(std::max<int64_t>(N, 1)));
+}
+void gemm_2d(const double* a, BlasOperand oa, const double* b, BlasOperand ob, double* c, int64_t M, int64_t K,
+             int64_t N) {
+  cblas_dgemm(kRowMajor, oa.trans, ob.trans, int(M), int(N), int(K), 1.0, a, oa.ld, b, ob.ld, 0.0, c,
+              int(std::max<int64_t>(N, 1)));
 }
 
 }  // namespace
@@ -84,20 +97,30 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!matrix_ok(K, N, be.stride(-2), be.stride(-1))) be = contiguous(be);
   int64_t nb = numel_of(batch);
   int64_t nd = int64_t(batch.size());
+  if (K == 0) {  // an empty sum: zeros (BLAS may leave C untouched)
+    zero_(out);
+    return to(out, out_dtype);
+  }
+  if (out.numel() == 0) return to(out, out_dtype);
+  LOOM_CHECK(M < INT_MAX && K < INT_MAX && N < INT_MAX && ae.stride(-2) < INT_MAX && ae.stride(-1) < INT_MAX &&
+                 be.stride(-2) < INT_MAX && be.stride(-1) < INT_MAX,
+             "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": dimensions exceed BLAS's 32-bit indices");
+  const BlasOperand oa = blas_operand(M, K, ae.stride(-2), ae.stride(-1));
+  const BlasOperand ob = blas_operand(K, N, be.stride(-2), be.stride(-1));
   LOOM_DISPATCH_COMPUTE(compute, "matmul", {
     {
       const scalar_t* pa = ae.data<scalar_t>();
       const scalar_t* pb = be.data<scalar_t>();
       scalar_t* pc = out.data<scalar_t>();
       for (int64_t i = 0; i < nb; ++i) {
-        int64_t oa = 0, ob = 0, rem = i;  // batch offsets of a and b for batch index i
+        int64_t off_a = 0, off_b = 0, rem = i;  // batch offsets of a and b for batch index i
         for (int64_t d = nd - 1; d >= 0; --d) {
           int64_t id = rem % batch[size_t(d)];
           rem /= batch[size_t(d)];
-          oa += id * ae.stride(d);
-          ob += id * be.stride(d);
+          off_a += id * ae.stride(d);
+          off_b += id * be.stride(d);
         }
-        gemm_2d(pa + oa, ae.stride(-2), ae.stride(-1), pb + ob, be.stride(-2), be.stride(-1), pc + i * M * N, M, K, N);
+        gemm_2d(pa + off_a, oa, pb + off_b, ob, pc + i * M * N, M, K, N);
       }
     }
   });

@@ -21,13 +21,12 @@ static std::vector<bool> reduced_mask(const char* op, const Tensor& x, std::vect
   return red;
 }
 
-Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
-  check_device_supported("sum", x.device());
-  std::vector<bool> red = reduced_mask("sum", x, dims);
+// Sums x over the dims marked in `red` into a float64 tensor of the kept shape
+// (reduced dims have size 1). x is walked in place and each element lands at
+// its kept index (stride 0 on reduced dims).
+static Tensor sum_in_double(const Tensor& x, const std::vector<bool>& red) {
   Shape keep_shape = x.shape();
   for (size_t d = 0; d < red.size(); ++d) if (red[d]) keep_shape[d] = 1;
-  // Accumulate into a double buffer of the kept shape; x is walked in place and
-  // each element lands at its kept index (stride 0 on reduced dims).
   Tensor acc = zeros(keep_shape, kFloat64);
   Tensor acc_view = expand(acc, x.shape());
   LOOM_DISPATCH_FLOAT(x.dtype(), "sum", {
@@ -46,30 +45,43 @@ Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
                            }
                          });
   });
-  Tensor out = to(acc, x.dtype());
-  if (!keepdim) {
-    Shape sh;
-    for (size_t d = 0; d < red.size(); ++d) if (!red[d]) sh.push_back(x.shape()[d]);
-    out = view(out, sh);
-  }
-  return out;
+  return acc;
 }
 
-Tensor sum(const Tensor& x) {
+// Rounds a float64 result to x's dtype once, and drops the reduced dims unless keepdim.
+static Tensor finish_reduction(const Tensor& acc, const Tensor& x, const std::vector<bool>& red, bool keepdim) {
+  Tensor out = to(acc, x.dtype());
+  if (keepdim) return out;
+  Shape sh;
+  for (size_t d = 0; d < red.size(); ++d) if (!red[d]) sh.push_back(x.shape()[d]);
+  return view(out, sh);
+}
+
+static std::vector<int64_t> all_dims(const Tensor& x) {
   std::vector<int64_t> all(size_t(x.dim()));
   for (int64_t d = 0; d < x.dim(); ++d) all[size_t(d)] = d;
-  return sum(x, all, false);
+  return all;
 }
 
+Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  check_device_supported("sum", x.device());
+  std::vector<bool> red = reduced_mask("sum", x, dims);
+  return finish_reduction(sum_in_double(x, red), x, red, keepdim);
+}
+
+Tensor sum(const Tensor& x) { return sum(x, all_dims(x), false); }
+
+// The division happens on the double sum, so a bf16/fp16 mean is rounded once
+// (rounding the sum to bf16 first can move the mean by an ulp).
 Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
-  std::vector<int64_t> d = dims;
-  std::vector<bool> red = reduced_mask("mean", x, d);
+  check_device_supported("mean", x.device());
+  std::vector<bool> red = reduced_mask("mean", x, dims);
   int64_t count = 1;
   for (size_t i = 0; i < red.size(); ++i) if (red[i]) count *= x.shape()[i];
-  return mul(sum(x, dims, keepdim), 1.0 / double(count));
+  return finish_reduction(mul(sum_in_double(x, red), 1.0 / double(count)), x, red, keepdim);
 }
 
-Tensor mean(const Tensor& x) { return mul(sum(x), 1.0 / double(x.numel())); }
+Tensor mean(const Tensor& x) { return mean(x, all_dims(x), false); }
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   check_device_supported("max", x.device());

@@ -109,6 +109,7 @@ static Shape infer_shape(const char* op, const Tensor& x, Shape shape) {
 static bool view_strides(const Tensor& x, const Shape& shape, Shape& out) {
   out.assign(shape.size(), 0);
   if (x.numel() == 0) { out = contiguous_strides(shape); return true; }
+  if (x.dim() == 0) { out.assign(shape.size(), 1); return true; }  // a scalar viewed as [1, 1, ...]
   const Shape& os = x.shape();
   const Shape& ost = x.strides();
   int64_t view_d = int64_t(shape.size()) - 1;

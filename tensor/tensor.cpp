@@ -65,7 +65,11 @@ std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(size_t(c.numel()));
   LOOM_DISPATCH_ALL(c.dtype(), "to_vector", {
     const scalar_t* p = c.data<scalar_t>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(cpu::to_acc(p[i]));
+    for (size_t i = 0; i < out.size(); ++i) {
+      // Integers convert directly: going through double would lose bits of large int64 values.
+      if constexpr (std::is_integral_v<scalar_t>) out[i] = static_cast<T>(p[i]);
+      else out[i] = static_cast<T>(cpu::to_acc(p[i]));
+    }
   });
   return out;
 }
@@ -165,7 +169,7 @@ Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device
 
 template <class T>
 Tensor from_vector(const std::vector<T>& values, Shape shape) {
-  if (shape.empty() && !values.empty()) shape = {int64_t(values.size())};
+  if (shape.empty()) shape = {int64_t(values.size())};  // also [0] for no values: arange(0)
   LOOM_CHECK(numel_of(shape) == int64_t(values.size()), "from_vector: ", values.size(),
              " values do not fill shape ", shape, " (", numel_of(shape), " elements)");
   Tensor t = empty(shape, dtype_of<T>());

@@ -2,7 +2,9 @@
 // K operands (output first) share one iteration shape; each has its own element
 // strides (0 on broadcast dims). Adjacent dims that are contiguous for every
 // operand are merged first, so the common all-contiguous case is a single flat
-// loop the compiler vectorises.
+// loop the compiler vectorises. When every operand is contiguous with the
+// output's shape (the usual case) the loops skip that setup entirely: for small
+// tensors the setup, not the math, is the cost of an op (bench/op_overhead).
 #pragma once
 
 #include <array>
@@ -20,6 +22,13 @@ inline Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   for (int64_t i = 0; i < t.dim(); ++i)
     st[size_t(off + i)] = t.shape()[size_t(i)] == 1 ? 0 : t.strides()[size_t(i)];
   return st;
+}
+
+// True when every operand is contiguous and has exactly out's shape: the op is
+// then one flat loop over numel elements, with no broadcasting or striding.
+template <class... Ts>
+bool same_contiguous_layout(const Tensor& out, const Ts&... in) {
+  return out.is_contiguous() && ((in.shape() == out.shape() && in.is_contiguous()) && ...);
 }
 
 // Calls row(n, ptrs, inner_strides) once per innermost run of n elements.
@@ -67,56 +76,68 @@ void strided_loop(Shape shape, std::array<Shape, K> strides, std::array<char*, K
 // out = f(a) elementwise, out and a of types O and A, f on compute values.
 template <class O, class A, class F>
 void unary_loop(const Tensor& out, const Tensor& a, F f) {
-  strided_loop<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())},
-                  {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data())},
-                  {int64_t(sizeof(O)), int64_t(sizeof(A))},
-                  [&](int64_t n, std::array<char*, 2> p, std::array<int64_t, 2> s) {
-                    O* o = reinterpret_cast<O*>(p[0]);
-                    const A* x = reinterpret_cast<const A*>(p[1]);
-                    if (s[0] == 1 && s[1] == 1) {
-                      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
-                    } else {
-                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]]);
-                    }
-                  });
+  auto row = [&](int64_t n, std::array<char*, 2> p, std::array<int64_t, 2> s) {
+    O* o = reinterpret_cast<O*>(p[0]);
+    const A* x = reinterpret_cast<const A*>(p[1]);
+    if (s[0] == 1 && s[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]]);
+    }
+  };
+  std::array<char*, 2> base{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data())};
+  if (same_contiguous_layout(out, a)) {
+    row(out.numel(), base, {1, 1});
+    return;
+  }
+  strided_loop<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())}, base,
+                  {int64_t(sizeof(O)), int64_t(sizeof(A))}, row);
 }
 
 // out = f(a, b) elementwise with broadcasting.
 template <class O, class A, class B, class F>
 void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  auto row = [&](int64_t n, std::array<char*, 3> p, std::array<int64_t, 3> s) {
+    O* o = reinterpret_cast<O*>(p[0]);
+    const A* x = reinterpret_cast<const A*>(p[1]);
+    const B* y = reinterpret_cast<const B*>(p[2]);
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
+    }
+  };
+  std::array<char*, 3> base{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
+                            static_cast<char*>(b.raw_data())};
+  if (same_contiguous_layout(out, a, b)) {
+    row(out.numel(), base, {1, 1, 1});
+    return;
+  }
   strided_loop<3>(out.shape(),
-                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())},
-                  {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
-                   static_cast<char*>(b.raw_data())},
-                  {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B))},
-                  [&](int64_t n, std::array<char*, 3> p, std::array<int64_t, 3> s) {
-                    O* o = reinterpret_cast<O*>(p[0]);
-                    const A* x = reinterpret_cast<const A*>(p[1]);
-                    const B* y = reinterpret_cast<const B*>(p[2]);
-                    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-                      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
-                    } else {
-                      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
-                    }
-                  });
+                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())}, base,
+                  {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B))}, row);
 }
 
 // out = f(a, b, c) elementwise with broadcasting (where).
 template <class O, class A, class B, class C, class F>
 void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c, F f) {
+  auto row = [&](int64_t n, std::array<char*, 4> p, std::array<int64_t, 4> s) {
+    O* o = reinterpret_cast<O*>(p[0]);
+    const A* x = reinterpret_cast<const A*>(p[1]);
+    const B* y = reinterpret_cast<const B*>(p[2]);
+    const C* z = reinterpret_cast<const C*>(p[3]);
+    for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]], z[i * s[3]]);
+  };
+  std::array<char*, 4> base{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
+                            static_cast<char*>(b.raw_data()), static_cast<char*>(c.raw_data())};
+  if (same_contiguous_layout(out, a, b, c)) {
+    row(out.numel(), base, {1, 1, 1, 1});
+    return;
+  }
   strided_loop<4>(out.shape(),
                   {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape()),
                    broadcast_strides(c, out.shape())},
-                  {static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
-                   static_cast<char*>(b.raw_data()), static_cast<char*>(c.raw_data())},
-                  {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B)), int64_t(sizeof(C))},
-                  [&](int64_t n, std::array<char*, 4> p, std::array<int64_t, 4> s) {
-                    O* o = reinterpret_cast<O*>(p[0]);
-                    const A* x = reinterpret_cast<const A*>(p[1]);
-                    const B* y = reinterpret_cast<const B*>(p[2]);
-                    const C* z = reinterpret_cast<const C*>(p[3]);
-                    for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]], z[i * s[3]]);
-                  });
+                  base, {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B)), int64_t(sizeof(C))}, row);
 }
 
 }  // namespace loom::cpu

@@ -18,11 +18,18 @@ LOOM_HOST_DEVICE T logsumexp_row(const T* x, long V) {
   return m + std::log(s);
 }
 
-// Returns the row's loss; *lse receives logsumexp(x).
+// Returns the row's loss; *lse receives logsumexp(x). The loss is formed as
+// (max - x[target]) + log s rather than lse - x[target], which would cancel
+// at the scale of the logits and lose log s's low bits.
 template <class T>
 LOOM_HOST_DEVICE T cross_entropy_row(const T* x, long V, long target, T* lse) {
-  *lse = logsumexp_row(x, V);
-  return *lse - x[target];
+  T m = x[0];
+  for (long i = 1; i < V; ++i) m = x[i] > m ? x[i] : m;
+  T s = 0;
+  for (long i = 0; i < V; ++i) s += std::exp(x[i] - m);
+  T log_s = std::log(s);
+  *lse = m + log_s;
+  return (m - x[target]) + log_s;
 }
 
 // dx[i] = (softmax(x)[i] - [i == target]) * scale

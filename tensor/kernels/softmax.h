@@ -20,15 +20,17 @@ LOOM_HOST_DEVICE void softmax_row(const T* x, T* y, long n) {
   for (long i = 0; i < n; ++i) y[i] *= inv;
 }
 
-// y = log_softmax(x) = x - max - log(sum exp(x - max)).
+// y = log_softmax(x) = (x - max) - log(sum exp(x - max)). Subtracting max
+// first matters: x - (max + log s) rounds max + log s at the scale of max and
+// loses log s's low bits (3e-5 off at logits of 1000 in fp32).
 template <class T>
 LOOM_HOST_DEVICE void log_softmax_row(const T* x, T* y, long n) {
   T m = x[0];
   for (long i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
   T s = 0;
   for (long i = 0; i < n; ++i) s += std::exp(x[i] - m);
-  T lse = m + std::log(s);
-  for (long i = 0; i < n; ++i) y[i] = x[i] - lse;
+  T log_s = std::log(s);
+  for (long i = 0; i < n; ++i) y[i] = (x[i] - m) - log_s;
 }
 
 // dx = y * (dy - sum(dy * y)) for y = softmax(x).

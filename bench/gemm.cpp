@@ -1,0 +1,141 @@
+// bench_gemm: fp32 GEMM throughput of loom::ops::matmul beside this machine's
+// FMA ceiling, measured by the same program.
+//
+// The ceiling is a hand-written loop of independent FMA chains (AVX-512 when
+// the build targets it, else AVX2): enough accumulators to cover the FMA
+// latency on every FMA port, so it runs at the core's peak FMA rate and clock
+// for that vector width. GEMM can approach it but not pass it; the ratio says
+// how much of the hardware the matmul path (loom::ops::matmul -> OpenBLAS
+// cblas_sgemm, see tensor/ops_matmul.cpp) uses. GEMM timings include
+// allocating the output, as every call of matmul does.
+//
+// Usage: bench_gemm [--quick]     (--quick: fewer repeats, for a smoke run)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "tensor/generator.h"
+#include "tensor/ops.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// ---- FMA ceiling ------------------------------------------------------------------
+// kChains independent accumulators: FMA latency is 4 cycles and a core issues
+// up to 2 FMAs a cycle, so >= 8 chains keep both ports busy; 12 leaves slack.
+constexpr int kChains = 12;
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+const char* kIsa = "AVX-512";
+using Vec = __m512;
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+#else
+constexpr int kLanes = 8;
+const char* kIsa = "AVX2";
+using Vec = __m256;
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+#endif
+
+// Runs `iters` rounds of kChains FMAs; returns a value so the work is not elided.
+float fma_loop(int64_t iters) {
+  Vec acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = vset(1.0f + 1e-3f * float(i));
+  const Vec m = vset(0.999999f), a = vset(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+    // Without -ffast-math the compiler may not fold repeated FMAs, so the
+    // accumulators stay in registers and every FMA is executed.
+    for (int i = 0; i < kChains; ++i) acc[i] = vfma(acc[i], m, a);
+  }
+  float s = 0, lanes[kLanes];
+  for (int i = 0; i < kChains; ++i) {
+    vstore(lanes, acc[i]);
+    for (float x : lanes) s += x;
+  }
+  return s;
+}
+
+// Peak GFLOP/s of `threads` threads each running the FMA loop (best of a few runs).
+double fma_ceiling(int threads, int repeats) {
+  const int64_t iters = 100'000'000 / kChains;  // ~0.1-0.2 s per run
+  const double flops_per_thread = double(iters) * kChains * kLanes * 2;
+  double best = 0;
+  volatile float sink = 0;
+  for (int r = 0; r < repeats + 1; ++r) {  // first run warms up the clock
+    std::vector<float> out(static_cast<size_t>(threads), 0.0f);
+    auto t0 = Clock::now();
+    if (threads == 1) {
+      out[0] = fma_loop(iters);
+    } else {
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { out[size_t(t)] = fma_loop(iters); });
+      for (auto& th : pool) th.join();
+    }
+    double s = seconds_since(t0);
+    for (float x : out) sink = sink + x;
+    if (r > 0) best = std::max(best, flops_per_thread * threads / s / 1e9);
+  }
+  return best;
+}
+
+// ---- GEMM through loom ------------------------------------------------------------------
+struct Stats { double best, median; };
+
+Stats time_matmul(int64_t M, int64_t K, int64_t N, int repeats) {
+  loom::Generator gen(0);
+  loom::Tensor a = loom::randn({M, K}, gen), b = loom::randn({K, N}, gen);
+  const double flops = 2.0 * double(M) * double(K) * double(N);
+  for (int w = 0; w < 2; ++w) loom::ops::matmul(a, b);  // warm up: BLAS threads, page faults
+  std::vector<double> gflops;
+  auto start = Clock::now();
+  // At least `repeats` runs, and keep going up to ~1 s for the small shape.
+  for (int r = 0; r < repeats || (seconds_since(start) < 1.0 && r < 200); ++r) {
+    auto t0 = Clock::now();
+    loom::Tensor c = loom::ops::matmul(a, b);
+    gflops.push_back(flops / seconds_since(t0) / 1e9);
+  }
+  std::sort(gflops.begin(), gflops.end());
+  return {gflops.back(), gflops[gflops.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int repeats = quick ? 3 : 10;
+  struct ShapeMNK { int64_t M, K, N; };
+  const ShapeMNK shapes[] = {{512, 512, 512}, {1024, 1024, 1024}, {2048, 768, 3072}};
+
+  std::printf("bench_gemm: fp32 loom::ops::matmul vs the %s FMA ceiling (%d chains x %d lanes)\n", kIsa, kChains,
+              kLanes);
+  double load = 0;
+  std::ifstream("/proc/loadavg") >> load;
+  std::printf("1-min load average %.2f (anything else running lowers both the GEMM and the ceiling)\n", load);
+  std::printf("%-8s %-16s %12s %12s %12s %10s %10s\n", "threads", "M x K x N", "best GF/s", "median GF/s",
+              "ceiling GF/s", "best %", "median %");
+  for (int threads : {1, 2}) {
+    loom::ops::set_num_threads(threads);
+    const double ceiling = fma_ceiling(threads, quick ? 2 : 5);
+    for (const ShapeMNK& s : shapes) {
+      Stats st = time_matmul(s.M, s.K, s.N, repeats);
+      char dims[32];
+      std::snprintf(dims, sizeof(dims), "%lldx%lldx%lld", (long long)s.M, (long long)s.K, (long long)s.N);
+      std::printf("%-8d %-16s %12.1f %12.1f %12.1f %9.1f%% %9.1f%%\n", threads, dims, st.best, st.median, ceiling,
+                  100 * st.best / ceiling, 100 * st.median / ceiling);
+    }
+  }
+  std::printf("target: >= 80%% of the ceiling for 1024^3 and 2048x768x3072\n");
+  return 0;
+}

@@ -1,0 +1,72 @@
+// The text data of train_gpt: a character-level tokenizer built from the
+// corpus, a train/val split, and random windows drawn from a seeded generator.
+//
+// A "global batch" is drawn the same way on every process; a data-parallel rank
+// then takes its own slice of it, so a run's numbers don't depend on how the
+// batch is split across ranks or micro-batches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/generator.h"
+
+namespace loom::data {
+
+// Characters are Unicode code points; the vocabulary is the sorted set of
+// code points in the corpus, so token ids are stable for a given text.
+class CharTokenizer {
+ public:
+  CharTokenizer() = default;
+  static CharTokenizer from_text(const std::u32string& text);
+  static CharTokenizer from_vocab_utf8(const std::string& vocab);  // as saved in a checkpoint
+
+  int64_t vocab_size() const { return int64_t(chars_.size()); }
+  std::vector<int32_t> encode(const std::u32string& text) const;  // error on an unknown character
+  std::string decode(const std::vector<int32_t>& ids) const;      // UTF-8
+  std::string vocab_utf8() const;                                  // every character, in id order
+
+ private:
+  std::u32string chars_;
+};
+
+// UTF-8 <-> code points. decode_utf8 errors name `where` and the byte offset.
+std::u32string decode_utf8(const std::string& bytes, const std::string& where);
+std::string encode_utf8(const std::u32string& text);
+
+// The default corpus: the plain-text files of Debian's `fortunes` package
+// (/usr/share/games/fortunes, no .dat indexes, no .u8 links), in name order.
+std::string default_corpus_path();
+// Reads a UTF-8 text file, or every fortunes file when path is a directory.
+// Control characters other than newline and tab are dropped (fortunes use
+// backspace "overstriking").
+std::u32string read_corpus(const std::string& path);
+
+struct Batch {
+  Tensor x;  // [B, T] int64 token ids
+  Tensor y;  // [B, T] int64, x shifted by one
+};
+
+class TextDataset {
+ public:
+  // Splits ids into train (first 90%) and val (last 10%). Both parts must be
+  // longer than block_size, with an error naming the sizes otherwise.
+  TextDataset(std::vector<int32_t> ids, int64_t block_size, double train_fraction = 0.9);
+
+  // B random windows of block_size + 1 tokens from one split ("train"/"val").
+  Batch sample(const std::string& split, int64_t batch, Generator& gen) const;
+  // Rows [begin, begin + count) of a batch: a data-parallel rank's or a
+  // micro-batch's slice of the global batch.
+  static Batch slice(const Batch& b, int64_t begin, int64_t count);
+
+  int64_t block_size() const { return block_; }
+  int64_t train_tokens() const { return int64_t(train_.size()); }
+  int64_t val_tokens() const { return int64_t(val_.size()); }
+
+ private:
+  std::vector<int32_t> train_, val_;
+  int64_t block_;
+};
+
+}  // namespace loom::data

@@ -1,0 +1,213 @@
+// train_gpt: the main job. A character-level GPT trained on a text corpus
+// (Debian's fortunes by default), with a progress line, JSON-lines logs,
+// checkpoints and a sample of generated text at the end.
+//
+// main() reads like picotron's train.py: data -> model -> optimizer -> loop.
+//   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/engine.h"
+#include "examples/checkpoint.h"
+#include "examples/data.h"
+#include "examples/generate.h"
+#include "examples/param_groups.h"
+#include "nn/gpt.h"
+#include "nn/loss.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+#include "optim/lr_schedule.h"
+#include "tensor/grad_mode.h"
+
+using namespace loom;
+
+namespace {
+
+struct Args {
+  std::string data = data::default_corpus_path();
+  int64_t steps = 200, batch = 16, block = 64, layers = 4, heads = 4, embd = 128;
+  double lr = 3e-3, min_lr_ratio = 0.1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0;
+  int64_t warmup = 20;
+  uint64_t seed = 1337;
+  int threads = 1;
+  int64_t eval_every = 100, eval_batches = 8, log_every = 10, save_every = 0, stop_at = 0;
+  std::string save, resume, log;
+  int64_t sample = 300, top_k = 0;
+  double temperature = 0.8;
+};
+
+double evaluate(nn::GPT& model, const data::TextDataset& ds, const Args& a, int64_t step) {
+  NoGradGuard no_grad;
+  model.eval();
+  Generator gen(a.seed + 7919 * uint64_t(step + 1));  // its own generator: eval never shifts training data
+  double total = 0;
+  for (int64_t i = 0; i < a.eval_batches; ++i) {
+    data::Batch b = ds.sample("val", a.batch, gen);
+    total += nn::cross_entropy_loss(model.forward(b.x), b.y).item<double>();
+  }
+  model.train();
+  return total / double(a.eval_batches);
+}
+
+std::string fmt_time(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+  return buf;
+}
+
+int run(const Args& a) {
+  ops::set_num_threads(a.threads);
+  const bool tty = isatty(fileno(stdout));
+
+  // ---- data -----------------------------------------------------------------
+  std::u32string text = data::read_corpus(a.data);
+  std::string vocab;
+  nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
+  if (!a.resume.empty()) {
+    cfg = train::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
+    std::printf("resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
+                a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
+                (long long)cfg.block_size);
+  }
+  data::CharTokenizer tok = vocab.empty() ? data::CharTokenizer::from_text(text)
+                                          : data::CharTokenizer::from_vocab_utf8(vocab);
+  cfg.vocab_size = tok.vocab_size();
+  data::TextDataset ds(tok.encode(text), cfg.block_size);
+  std::printf("data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(),
+              (long long)ds.train_tokens(), (long long)ds.val_tokens(), (long long)tok.vocab_size());
+
+  // ---- model and optimizer --------------------------------------------------------
+  auto model = std::make_shared<nn::GPT>(cfg);
+  int64_t n_params = 0;
+  for (auto& [name, p] : model->named_parameters()) n_params += p.numel();
+  std::printf("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters\n",
+              (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
+              (long long)n_params);
+  optim::AdamW opt(train::gpt_param_groups(*model, a.lr, a.weight_decay));
+  Generator data_gen(a.seed);
+  int64_t start = 0;
+  if (!a.resume.empty()) {
+    train::TrainState s = train::load_checkpoint(a.resume, *model, opt);
+    data_gen.set_state(s.data_rng);
+    start = s.step;
+  }
+  std::vector<Tensor> params = model->parameters();
+
+  std::ofstream log;
+  if (!a.log.empty()) {
+    log.open(a.log, start > 0 ? std::ios::app : std::ios::trunc);
+    LOOM_CHECK(log.good(), "--log: cannot open '", a.log, "' for writing");
+  }
+  auto save = [&](int64_t step_done) {
+    if (a.save.empty()) return;
+    std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    train::save_checkpoint(a.save, *model, tok.vocab_utf8(), opt, {step_done, data_gen.state()});
+    std::printf("%ssaved %s (step %lld)\n", tty ? "\n" : "", a.save.c_str(), (long long)step_done);
+  };
+
+  // ---- the training loop ------------------------------------------------------
+  const double min_lr = a.lr * a.min_lr_ratio;
+  const int64_t tokens_per_step = a.batch * cfg.block_size;
+  double total_ms = 0;
+  const int64_t end = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
+  for (int64_t step = start; step < end; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, min_lr);
+    opt.set_lr(lr);
+
+    data::Batch b = ds.sample("train", a.batch, data_gen);
+    Tensor loss = nn::cross_entropy_loss(model->forward(b.x), b.y);
+    autograd::backward(loss);
+    double norm = a.grad_clip > 0 ? optim::clip_grad_norm(params, a.grad_clip) : optim::total_norm({});
+    opt.step();
+    opt.zero_grad();
+
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    total_ms += ms;
+    double loss_v = loss.item<double>(), tok_s = double(tokens_per_step) / (ms / 1000.0);
+    bool eval_now = a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
+    double val = eval_now ? evaluate(*model, ds, a, step) : 0;
+    double eta = total_ms / double(step + 1 - start) * double(a.steps - step - 1) / 1000.0;
+
+    if (log.is_open()) {
+      char line[256];
+      std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, \"grad_norm\": %.9g",
+                    (long long)step, loss_v, lr, tok_s, ms, norm);
+      log << line;
+      if (eval_now) log << ", \"val_loss\": " << std::to_string(val);
+      log << "}\n";
+      log.flush();
+    }
+    if (tty) {
+      std::printf("\rstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s   ", (long long)step + 1,
+                  (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str());
+      if (eval_now) std::printf("\n  val loss %.4f\n", val);
+      std::fflush(stdout);
+    } else if (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == a.steps) {
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s\n", (long long)step + 1,
+                  (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str(),
+                  eval_now ? (" | val loss " + std::to_string(val)).c_str() : "");
+      std::fflush(stdout);
+    }
+    if (a.save_every > 0 && (step + 1) % a.save_every == 0 && step + 1 < end) save(step + 1);
+  }
+  if (tty) std::printf("\n");
+  save(end);
+
+  // ---- a sample of generated text -------------------------------------------------
+  if (a.sample > 0) {
+    std::vector<int32_t> prompt = tok.encode(U"\n");
+    std::vector<int32_t> out = train::generate(*model, prompt, {a.sample, a.temperature, a.top_k, a.seed});
+    std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a.sample,
+                a.temperature, tok.decode(std::vector<int32_t>(out.begin() + 1, out.end())).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"train_gpt: train a character-level GPT with loom"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
+  app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--batch", a.batch, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--block", a.block, "sequence length (block size)")->check(CLI::PositiveNumber);
+  app.add_option("--layers", a.layers, "transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--heads", a.heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--embd", a.embd, "embedding width (divisible by --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--dropout", a.dropout, "dropout probability");
+  app.add_option("--lr", a.lr, "peak learning rate");
+  app.add_option("--min-lr-ratio", a.min_lr_ratio, "final lr as a fraction of --lr (cosine decay)");
+  app.add_option("--warmup", a.warmup, "linear warmup steps");
+  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay on matmul weights");
+  app.add_option("--grad-clip", a.grad_clip, "clip the gradient norm to this (0: off)");
+  app.add_option("--seed", a.seed, "seed for weights, data order and sampling");
+  app.add_option("--threads", a.threads, "math threads (BLAS)")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", a.eval_every, "validation loss every N steps (0: never)");
+  app.add_option("--eval-batches", a.eval_batches, "batches per validation");
+  app.add_option("--log-every", a.log_every, "print a line every N steps when stdout is not a terminal");
+  app.add_option("--save", a.save, "checkpoint path (PATH and PATH.optim.safetensors), written at the end");
+  app.add_option("--save-every", a.save_every, "also checkpoint every N steps");
+  app.add_option("--stop-at", a.stop_at, "stop after this many steps; the LR schedule still spans --steps (0: run to --steps)");
+  app.add_option("--resume", a.resume, "resume from a checkpoint written by --save");
+  app.add_option("--log", a.log, "JSON-lines log: step, loss, lr, tokens_per_s, ms (+ val_loss)");
+  app.add_option("--sample", a.sample, "characters of generated text to print at the end");
+  app.add_option("--temperature", a.temperature, "sampling temperature");
+  app.add_option("--top-k", a.top_k, "sample from the k most likely characters (0: all)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,115 @@
+// GPT (GPT-2 architecture, nanoGPT's names): token + learned position
+// embeddings, n_layer pre-LN Blocks, a final LayerNorm, and an LM head tied to
+// the token embedding (logits = x @ wte.weightᵀ).
+//
+// The model is an ordered list of Layers, each Tensor -> Tensor, so a pipeline
+// stage is a slice of it with no special cases:
+//   layer 0            GPTEmbedding  idx [B, T] int64 -> x [B, T, C]
+//   layer 1 .. L       Block         x [B, T, C] -> x [B, T, C]
+//   layer L + 1        GPTHead       x [B, T, C] -> logits [B, T, V]
+//
+// Parameter names and order (the checkpoint and gradient-bucket layout):
+//   wte.weight [V, C], wpe.weight [block_size, C],
+//   for i in 0..L-1: blocks.i.{ln_1.weight, ln_1.bias, attn.c_attn.weight,
+//     attn.c_attn.bias, attn.c_proj.weight, attn.c_proj.bias, ln_2.weight,
+//     ln_2.bias, mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias},
+//   ln_f.weight, ln_f.bias.
+// The LM head's weight is wte.weight itself, so it appears once. Total:
+//   V C + block_size C + L (12 C² + 13 C) + 2 C.
+//
+// Initialisation (GPT-2): Linear and Embedding weights ~ N(0, 0.02), biases 0,
+// LayerNorm 1 and 0, residual projections (attn.c_proj.weight,
+// mlp.c_proj.weight) ~ N(0, 0.02 / sqrt(2 n_layer)) because each block adds
+// two of them to the residual stream. Layer i draws only from its own
+// Generator, layer_generator(seed, i), in registration order, so a stage that
+// builds layers [a, b) gets exactly the weights the full model has.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/block.h"
+#include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/layernorm.h"
+#include "nn/module.h"
+
+namespace loom::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 65;
+  int64_t block_size = 64;  // longest sequence (rows of wpe)
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  double dropout = 0.0;
+  uint64_t seed = 1337;
+
+  int64_t num_layers() const { return n_layer + 2; }  // embedding + blocks + head
+  void validate() const;                              // throws on a non-positive size, C % n_head != 0, ...
+};
+
+// The generator layer i draws its initial weights (and dropout seeds) from.
+Generator layer_generator(uint64_t seed, int64_t layer_index);
+
+// Layer 0: x = dropout(wte[idx] + wpe[0..T-1]).
+struct GPTEmbedding : Layer {
+  int64_t block_size;
+  std::shared_ptr<Embedding> wte;  // [V, C]; drawn first, so GPTHead can rebuild it
+  std::shared_ptr<Embedding> wpe;  // [block_size, C]
+  std::shared_ptr<Dropout> drop;
+
+  explicit GPTEmbedding(const GPTConfig& cfg);
+  // idx: [B, T] int64 (T <= block_size) -> [B, T, C]
+  Tensor forward(const Tensor& idx) override;
+};
+
+// Layer L + 1: logits = ln_f(x) @ wte.weightᵀ. Registration order: ln_f, wte,
+// so its parameters are ln_f.weight, ln_f.bias, wte.weight.
+struct GPTHead : Layer {
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Embedding> wte;  // the token embedding: shared, or an identical copy
+
+  // Tied: uses the embedding layer's wte module (same weight tensor).
+  GPTHead(const GPTConfig& cfg, std::shared_ptr<Embedding> tied_wte);
+  // Standalone (a last pipeline stage without layer 0): its own wte, drawn from
+  // layer_generator(seed, 0) exactly as GPTEmbedding draws it, so both start identical.
+  explicit GPTHead(const GPTConfig& cfg);
+  // x: [B, T, C] -> logits [B, T, V]
+  Tensor forward(const Tensor& x) override;
+};
+
+// Layers [begin, end) of the list above. When the slice holds both layer 0 and
+// layer L + 1, the head is tied to the embedding's wte.
+std::vector<std::shared_ptr<Layer>> build_gpt_layers(const GPTConfig& cfg, int64_t begin, int64_t end);
+
+// The prefix that turns layer i's own parameter names into the full model's:
+// "" for the embedding and the head, "blocks.<i-1>." for a block.
+std::string gpt_layer_prefix(const GPTConfig& cfg, int64_t layer_index);
+
+// The whole model: the layer list run in order. Its children are registered
+// under nanoGPT's names (wte, wpe, drop, blocks, ln_f), which are the same
+// module objects the layers hold.
+class GPT : public Layer {
+ public:
+  explicit GPT(const GPTConfig& cfg);
+
+  // idx: [B, T] int64 -> logits [B, T, V]
+  Tensor forward(const Tensor& idx) override;
+
+  // Also sets the mode of the layer objects themselves (GPTEmbedding and
+  // GPTHead are not children; their sub-modules are).
+  void train(bool on = true) override;
+
+  const GPTConfig& config() const { return cfg_; }
+  const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
+  std::shared_ptr<GPTEmbedding> embedding() const;
+  std::shared_ptr<Block> block(int64_t i) const;
+  std::shared_ptr<GPTHead> head() const;
+
+ private:
+  GPTConfig cfg_;
+  std::vector<std::shared_ptr<Layer>> layers_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,31 @@
+// Linear: y = x @ weightᵀ + bias, with PyTorch's layout (weight [out, in]) so
+// that checkpoints map one to one. Initialised as GPT-2: weight ~ N(0, std),
+// bias = 0 (not PyTorch's default Kaiming-uniform).
+#pragma once
+
+#include "autograd/functions.h"
+#include "nn/module.h"
+#include "tensor/generator.h"
+
+namespace loom::nn {
+
+struct Linear : Layer {
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out], undefined when built without bias
+
+  Linear(int64_t in_features, int64_t out_features, Generator& gen, double init_std = 0.02, bool use_bias = true) {
+    weight = register_parameter("weight", randn({out_features, in_features}, gen, kFloat32, 0.0, init_std));
+    if (use_bias) bias = register_parameter("bias", zeros({out_features}));
+  }
+
+  // x: [..., in] -> [..., out]
+  Tensor forward(const Tensor& x) override {
+    LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: input ", x.shape(), " does not end in ",
+               weight.size(1), " features (weight ", weight.shape(), ")");
+    // The transpose is a view; the GEMM reads weight column-major, no copy.
+    Tensor y = autograd::matmul(x, autograd::transpose(weight, 0, 1));
+    return bias.defined() ? autograd::add(y, bias) : y;
+  }
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,110 @@
+// ProcessGroupManager on real ranks (CTest runs it on 1 and 4): each group's
+// members, gathered over the group itself, are the ranks the documented
+// layout says (tp fastest, then dp, then pp); an invalid grid throws on every
+// rank before any collective.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "parallel/process_group_manager.h"
+
+using namespace loom;
+using namespace loom::parallel;
+
+namespace {
+
+using Ranks = std::vector<int>;
+
+// The global ranks of a group's members, in group-rank order, as the group itself reports them.
+Ranks members(ProcessGroup& group) {
+  Tensor mine = from_vector<int32_t>({parallel::world().rank()});
+  Tensor all = zeros({group.size()}, kInt32);
+  group.all_gather(all, mine);
+  std::vector<int32_t> v = all.to_vector<int32_t>();
+  return Ranks(v.begin(), v.end());
+}
+
+// Every group of pgm has the members the grid arithmetic promises.
+void expect_groups_match_grid(ProcessGroupManager& pgm) {
+  const ProcessGrid& g = pgm.grid();
+  int r = pgm.global_rank();
+  EXPECT_EQ(members(pgm.dp_group()), g.dp_group_ranks(r));
+  EXPECT_EQ(members(pgm.pp_group()), g.pp_group_ranks(r));
+  EXPECT_EQ(members(pgm.model_parallel_group()), g.model_parallel_group_ranks(r));
+  if (pgm.in_embedding_group()) {
+    EXPECT_EQ(members(pgm.embedding_group()), g.embedding_group_ranks(r));
+  } else {
+    EXPECT_EQ(g.embedding_group_ranks(r), Ranks{});
+  }
+  EXPECT_EQ(pgm.dp_group().rank(), pgm.dp_rank());
+  EXPECT_EQ(pgm.pp_group().rank(), pgm.pp_rank());
+}
+
+}  // namespace
+
+// dp 2 × pp 2 on 4 ranks: rank = dp_rank + 2 * pp_rank.
+TEST(ProcessGroupManager, Dp2Pp2OnFourRanks) {
+  if (parallel::world().size() != 4) return;  // CTest also runs this binary on 1 rank
+  ProcessGroupManager pgm(2, 2);
+  int r = pgm.global_rank();
+  EXPECT_EQ(pgm.dp_rank(), r % 2);
+  EXPECT_EQ(pgm.pp_rank(), r / 2);
+  EXPECT_EQ(pgm.is_first_stage(), r < 2);
+  EXPECT_EQ(pgm.is_last_stage(), r >= 2);
+  EXPECT_EQ(pgm.prev_pp_rank(), r < 2 ? -1 : r - 2);
+  EXPECT_EQ(pgm.next_pp_rank(), r < 2 ? r + 2 : -1);
+  EXPECT_EQ(members(pgm.dp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  EXPECT_EQ(members(pgm.pp_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  ASSERT_TRUE(pgm.in_embedding_group());
+  EXPECT_EQ(members(pgm.embedding_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  expect_groups_match_grid(pgm);
+}
+
+// pp = world size: only the two end stages share the embedding group.
+TEST(ProcessGroupManager, AllPipeline) {
+  int S = parallel::world().size();
+  ProcessGroupManager pgm(1, S);
+  int r = pgm.global_rank();
+  EXPECT_EQ(pgm.pp_rank(), r);
+  EXPECT_EQ(pgm.dp_size(), 1);
+  EXPECT_EQ(pgm.in_embedding_group(), r == 0 || r == S - 1);
+  if (!pgm.in_embedding_group()) {
+    try {
+      pgm.embedding_group();
+      ADD_FAILURE() << "a middle stage has no embedding group";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("only the first and last stage"), std::string::npos);
+    }
+  }
+  expect_groups_match_grid(pgm);
+}
+
+TEST(ProcessGroupManager, AllDataParallel) {
+  int S = parallel::world().size();
+  ProcessGroupManager pgm(S, 1);
+  EXPECT_EQ(pgm.dp_rank(), pgm.global_rank());
+  EXPECT_TRUE(pgm.is_first_stage() && pgm.is_last_stage());
+  EXPECT_EQ(pgm.prev_pp_rank(), -1);
+  EXPECT_EQ(pgm.next_pp_rank(), -1);
+  expect_groups_match_grid(pgm);
+  EXPECT_EQ(pgm.describe(), "rank " + std::to_string(pgm.global_rank()) + "/" + std::to_string(S) + ": dp " +
+                                std::to_string(pgm.global_rank()) + "/" + std::to_string(S) + ", pp 0/1");
+}
+
+// Every rank throws the same message, and since no collective was started the
+// world is still in step afterwards.
+TEST(ProcessGroupManager, InvalidGridFailsOnEveryRankBeforeAnyCollective) {
+  int S = parallel::world().size();
+  std::string msg = "(no error)";
+  try {
+    ProcessGroupManager pgm(S + 1, 1);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  std::string expected = "world size " + std::to_string(S) + " is not dp " + std::to_string(S + 1) + " × pp 1";
+  EXPECT_NE(msg.find(expected), std::string::npos) << msg;
+  Tensor t = ones({1});
+  parallel::world().all_reduce(t);
+  EXPECT_EQ(t.item<float>(), float(S));
+}

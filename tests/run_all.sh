@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 2: set up, build, and run the whole test suite (single-process
+# GoogleTest binaries and the multi-rank tests under mpirun, each with a TIMEOUT).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash examples/setup_debian.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir build --output-on-failure -j2 "$@"

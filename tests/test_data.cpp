@@ -1,0 +1,119 @@
+// The text data of train_gpt: tokenizer, corpus reading, splits, batches.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "examples/data.h"
+
+using namespace loom;
+using namespace loom::data;
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  auto dir = std::filesystem::temp_directory_path() / "loom_test_data";
+  std::filesystem::create_directories(dir);
+  auto p = dir / name;
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p.string();
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(CharTokenizer, VocabularyIsTheSortedSetOfCharacters) {
+  CharTokenizer tok = CharTokenizer::from_text(U"hello world");
+  EXPECT_EQ(tok.vocab_size(), 8);  // ' ', d, e, h, l, o, r, w
+  EXPECT_EQ(tok.vocab_utf8(), " dehlorw");
+  EXPECT_EQ(tok.encode(U"hold"), (std::vector<int32_t>{3, 5, 4, 1}));
+  EXPECT_EQ(tok.decode({3, 2, 4, 4, 5}), "hello");
+}
+
+TEST(CharTokenizer, HandlesMultiByteUtf8AndRoundTripsThroughTheSavedVocabulary) {
+  std::u32string text = decode_utf8("na\xC3\xAFve \xE2\x82\xAC", "test");  // "naïve €"
+  ASSERT_EQ(text.size(), 7u);
+  CharTokenizer tok = CharTokenizer::from_text(text);
+  CharTokenizer back = CharTokenizer::from_vocab_utf8(tok.vocab_utf8());
+  EXPECT_EQ(back.encode(text), tok.encode(text));
+  EXPECT_EQ(back.decode(back.encode(text)), "na\xC3\xAFve \xE2\x82\xAC");
+}
+
+TEST(CharTokenizer, UnknownCharacterAndBadIdAreErrors) {
+  CharTokenizer tok = CharTokenizer::from_text(U"abc");
+  EXPECT_NE(error_of([&] { tok.encode(U"abz"); }).find("U+7a at position 2 is not in the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of([&] { tok.decode({5}); }).find("id 5 out of range for vocabulary of 3"), std::string::npos);
+}
+
+TEST(Corpus, InvalidUtf8NamesFileAndByte) {
+  std::string p = write_temp("bad.txt", std::string("ok\xFF", 3));
+  std::string msg = error_of([&] { read_corpus(p); });
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("invalid UTF-8 at byte 2"), std::string::npos) << msg;
+}
+
+TEST(Corpus, MissingAndEmptyFilesAreClearErrors) {
+  EXPECT_NE(error_of([] { read_corpus("/nonexistent/corpus.txt"); }).find("'/nonexistent/corpus.txt' does not exist"),
+            std::string::npos);
+  std::string p = write_temp("empty.txt", "");
+  EXPECT_NE(error_of([&] { read_corpus(p); }).find("is empty"), std::string::npos);
+}
+
+TEST(Corpus, DropsControlCharactersButKeepsNewlineAndTab) {
+  std::string p = write_temp("ctl.txt", "a\bb\tc\nd\r");
+  EXPECT_EQ(read_corpus(p), U"ab\tc\nd");
+}
+
+TEST(Corpus, DefaultFortunesDirectoryReadsOnlyPlainTextFiles) {
+  if (!std::filesystem::exists(default_corpus_path())) GTEST_SKIP() << "fortunes not installed";
+  std::u32string text = read_corpus(default_corpus_path());
+  // Dozens of files, ~2.5 M characters; no .dat index bytes (they hold NULs / control bytes, dropped or absent).
+  EXPECT_GT(text.size(), 1000000u);
+  EXPECT_EQ(text.find(U'\0'), std::u32string::npos);
+}
+
+TEST(TextDataset, TooShortCorpusIsAnErrorNamingTheSizes) {
+  std::string msg = error_of([] { TextDataset(std::vector<int32_t>(8, 0), 8); });
+  EXPECT_NE(msg.find("corpus has 8 tokens, shorter than block_size + 1 = 9"), std::string::npos) << msg;
+}
+
+TEST(TextDataset, SplitsNinetyTenAndBatchesAreShiftedWindows) {
+  std::vector<int32_t> ids(1000);
+  for (int i = 0; i < 1000; ++i) ids[size_t(i)] = i % 97;
+  TextDataset ds(ids, 16);
+  EXPECT_EQ(ds.train_tokens(), 900);
+  EXPECT_EQ(ds.val_tokens(), 100);
+  Generator gen(3);
+  Batch b = ds.sample("train", 4, gen);
+  ASSERT_EQ(b.x.shape(), (Shape{4, 16}));
+  std::vector<int64_t> x = b.x.to_vector<int64_t>(), y = b.y.to_vector<int64_t>();
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < 16; ++t) {
+      EXPECT_EQ(y[size_t(r * 16 + t)], (x[size_t(r * 16 + t)] + 1) % 97);  // next token in the sequence
+      if (t > 0) {
+        EXPECT_EQ(x[size_t(r * 16 + t)], y[size_t(r * 16 + t - 1)]);
+      }
+    }
+}
+
+TEST(TextDataset, SameSeedSameBatchesAndSliceTakesRows) {
+  std::vector<int32_t> ids(500);
+  for (int i = 0; i < 500; ++i) ids[size_t(i)] = (i * 7) % 31;
+  TextDataset ds(ids, 8);
+  Generator g1(11), g2(11);
+  Batch a = ds.sample("train", 6, g1), b = ds.sample("train", 6, g2);
+  EXPECT_EQ(a.x.to_vector<int64_t>(), b.x.to_vector<int64_t>());
+  Batch s = TextDataset::slice(a, 2, 3);
+  std::vector<int64_t> ax = a.x.to_vector<int64_t>(), sx = s.x.to_vector<int64_t>();
+  ASSERT_EQ(sx.size(), 24u);
+  EXPECT_EQ(sx, std::vector<int64_t>(ax.begin() + 16, ax.begin() + 40));
+}

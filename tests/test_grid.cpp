@@ -1,0 +1,87 @@
+// The process-group grid's arithmetic (parallel/process_group_manager.h):
+// validation messages, the rank layout (tp fastest, then dp, then pp) and the
+// members of every group, all without communication. The same layout is
+// checked on 4 real ranks by tests/mpi/test_grid_mpi.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "parallel/process_group_manager.h"
+
+using namespace loom;
+using namespace loom::parallel;
+
+namespace {
+
+std::string error_of(int world, int dp, int pp, int tp = 1) {
+  try {
+    ProcessGrid g(world, dp, pp, tp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+using Ranks = std::vector<int>;
+
+}  // namespace
+
+TEST(ProcessGrid, RejectsAWorldThatIsNotTheProductOfTheSizes) {
+  EXPECT_NE(error_of(4, 3, 1).find("world size 4 is not dp 3 × pp 1"), std::string::npos) << error_of(4, 3, 1);
+  EXPECT_NE(error_of(4, 2, 3).find("world size 4 is not dp 2 × pp 3"), std::string::npos);
+  EXPECT_NE(error_of(8, 2, 2, 3).find("world size 8 is not dp 2 × pp 2 × tp 3"), std::string::npos);
+  EXPECT_NE(error_of(1, 2, 1).find("mpirun -np 2"), std::string::npos);
+  EXPECT_NE(error_of(4, 0, 4).find("sizes must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of(4, 4, -1).find("sizes must be >= 1"), std::string::npos);
+  EXPECT_EQ(error_of(4, 2, 2), "(no error)");
+  EXPECT_EQ(error_of(6, 3, 2), "(no error)");
+}
+
+// dp 2 × pp 2:   dp_rank 0  dp_rank 1
+//   pp_rank 0       0          1
+//   pp_rank 1       2          3
+TEST(ProcessGrid, Dp2Pp2Layout) {
+  ProcessGrid g(4, 2, 2);
+  int expected_dp[] = {0, 1, 0, 1}, expected_pp[] = {0, 0, 1, 1};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(g.coords(r).dp_rank, expected_dp[r]) << r;
+    EXPECT_EQ(g.coords(r).pp_rank, expected_pp[r]) << r;
+    EXPECT_EQ(g.coords(r).tp_rank, 0);
+    EXPECT_EQ(g.rank_of(expected_dp[r], expected_pp[r]), r);
+  }
+  EXPECT_EQ(g.dp_group_ranks(0), (Ranks{0, 1}));
+  EXPECT_EQ(g.dp_group_ranks(3), (Ranks{2, 3}));
+  EXPECT_EQ(g.pp_group_ranks(0), (Ranks{0, 2}));
+  EXPECT_EQ(g.pp_group_ranks(3), (Ranks{1, 3}));
+  EXPECT_EQ(g.model_parallel_group_ranks(1), (Ranks{1, 3}));
+  EXPECT_EQ(g.embedding_group_ranks(2), (Ranks{0, 2}));
+}
+
+// dp 2 × pp 3: stage 1 (ranks 2, 3) is a middle stage, outside the embedding group.
+TEST(ProcessGrid, Dp2Pp3MiddleStageHasNoEmbeddingGroup) {
+  ProcessGrid g(6, 2, 3);
+  EXPECT_EQ(g.pp_group_ranks(1), (Ranks{1, 3, 5}));
+  EXPECT_EQ(g.dp_group_ranks(4), (Ranks{4, 5}));
+  EXPECT_EQ(g.embedding_group_ranks(0), (Ranks{0, 4}));
+  EXPECT_EQ(g.embedding_group_ranks(5), (Ranks{1, 5}));
+  EXPECT_EQ(g.embedding_group_ranks(2), Ranks{});
+  EXPECT_EQ(g.embedding_group_ranks(3), Ranks{});
+}
+
+// tp varies fastest: dp 2 × pp 2 × tp 2 puts the two tp ranks of each (dp, pp) side by side.
+TEST(ProcessGrid, TensorParallelAxisVariesFastest) {
+  ProcessGrid g(8, 2, 2, 2);
+  EXPECT_EQ(g.rank_of(/*dp=*/1, /*pp=*/0, /*tp=*/1), 3);
+  EXPECT_EQ(g.rank_of(0, 1, 0), 4);
+  EXPECT_EQ(g.dp_group_ranks(5), (Ranks{5, 7}));
+  EXPECT_EQ(g.pp_group_ranks(5), (Ranks{1, 5}));
+  EXPECT_EQ(g.model_parallel_group_ranks(2), (Ranks{2, 3, 6, 7}));
+}
+
+TEST(ProcessGrid, PipelineOfOneStageIsItsOwnEmbeddingGroup) {
+  ProcessGrid g(3, 3, 1);
+  EXPECT_EQ(g.embedding_group_ranks(1), Ranks{1});
+  EXPECT_EQ(g.pp_group_ranks(2), Ranks{2});
+  EXPECT_EQ(g.dp_group_ranks(2), (Ranks{0, 1, 2}));
+}

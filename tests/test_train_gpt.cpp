@@ -1,0 +1,135 @@
+// The main job end to end: train_gpt runs, logs, checkpoints, resumes bit-exactly,
+// and fails cleanly on bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Exec {
+  int status;
+  std::string output;
+};
+
+Exec run(const std::string& args) {
+  std::string cmd = std::string(LOOM_TRAIN_GPT) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("loom_train_gpt_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The "loss" field of every JSON line, as the exact text printed (%.17g: round-trips a double).
+std::vector<std::string> losses(const fs::path& log) {
+  std::ifstream in(log);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto k = line.find("\"loss\": ");
+    if (k == std::string::npos) continue;
+    auto e = line.find(',', k);
+    out.push_back(line.substr(k + 8, e - k - 8));
+  }
+  return out;
+}
+
+// A small corpus so the test does not depend on the fortunes package.
+fs::path corpus(const fs::path& dir) {
+  fs::path p = dir / "corpus.txt";
+  std::ofstream f(p);
+  for (int i = 0; i < 200; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  return p;
+}
+
+const std::string kSmall = " --batch 4 --block 16 --layers 2 --heads 2 --embd 32 --eval-every 0 --sample 0 --warmup 3 ";
+
+}  // namespace
+
+TEST(TrainGpt, ResumeIsBitExact) {
+  fs::path d = temp_dir("resume");
+  std::string data = " --data " + corpus(d).string();
+  Exec straight = run("--steps 20" + kSmall + data + " --log " + (d / "straight.jsonl").string());
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  Exec first = run("--steps 20 --stop-at 10" + kSmall + data + " --save " + (d / "ck.safetensors").string() +
+                  " --log " + (d / "first.jsonl").string());
+  ASSERT_EQ(first.status, 0) << first.output;
+  // The first run stopped after 10 of 20 steps; resume runs the other 10.
+  Exec half = run("--steps 20" + kSmall + data + " --resume " + (d / "ck.safetensors").string() + " --log " +
+                 (d / "resumed.jsonl").string());
+  ASSERT_EQ(half.status, 0) << half.output;
+
+  std::vector<std::string> a = losses(d / "straight.jsonl"), r = losses(d / "resumed.jsonl");
+  ASSERT_EQ(a.size(), 20u);
+  std::vector<std::string> f = losses(d / "first.jsonl");
+  ASSERT_EQ(f.size(), 10u);
+  ASSERT_EQ(r.size(), 10u);  // steps 10..19 only
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(f[i], a[i]) << "step " << i;
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(r[i], a[10 + i]) << "step " << 10 + i;
+}
+
+TEST(TrainGpt, WritesOneJsonLinePerStepAndCheckpointFiles) {
+  fs::path d = temp_dir("log");
+  Exec r = run("--steps 5 --eval-every 5" + std::string(" --batch 2 --block 8 --layers 1 --heads 1 --embd 8 --sample 20 ") +
+              "--data " + corpus(d).string() + " --save " + (d / "m.safetensors").string() + " --log " +
+              (d / "log.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(d / "log.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    for (const char* key : {"\"step\": ", "\"loss\": ", "\"lr\": ", "\"tokens_per_s\": ", "\"ms\": "})
+      EXPECT_NE(line.find(key), std::string::npos) << key << " missing in " << line;
+    EXPECT_EQ(line.find("val_loss") != std::string::npos, n == 4) << line;
+    ++n;
+  }
+  EXPECT_EQ(n, 5);
+  EXPECT_TRUE(fs::exists(d / "m.safetensors"));
+  EXPECT_TRUE(fs::exists(d / "m.optim.safetensors"));
+  EXPECT_FALSE(fs::exists(d / "m.safetensors.tmp"));
+  EXPECT_NE(r.output.find("---- sample"), std::string::npos);
+}
+
+TEST(TrainGpt, LossDecreasesOnAFixedCorpus) {
+  fs::path d = temp_dir("learn");
+  Exec r = run("--steps 60 --lr 1e-2" + kSmall + "--data " + corpus(d).string() + " --log " + (d / "l.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<std::string> l = losses(d / "l.jsonl");
+  ASSERT_EQ(l.size(), 60u);
+  // Starts near ln(vocab) (uniform guess) and must fall well below it.
+  EXPECT_LT(std::stod(l.back()), 0.6 * std::stod(l.front()));
+}
+
+TEST(TrainGpt, BadInputFailsWithAClearMessage) {
+  fs::path d = temp_dir("bad");
+  Exec missing = run("--steps 1 --data /nonexistent/x.txt");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.output.find("'/nonexistent/x.txt' does not exist"), std::string::npos) << missing.output;
+
+  std::ofstream(d / "short.txt") << "tiny";
+  Exec short_corpus = run("--steps 1 --block 16 --data " + (d / "short.txt").string());
+  EXPECT_EQ(short_corpus.status, 1);
+  EXPECT_NE(short_corpus.output.find("shorter than block_size + 1 = 17"), std::string::npos) << short_corpus.output;
+
+  std::ofstream(d / "trunc.safetensors") << "12345";
+  Exec bad_ckpt = run("--steps 1" + kSmall + "--data " + corpus(d).string() + " --resume " + (d / "trunc.safetensors").string());
+  EXPECT_EQ(bad_ckpt.status, 1);
+  EXPECT_NE(bad_ckpt.output.find("trunc.safetensors"), std::string::npos) << bad_ckpt.output;
+
+  Exec bad_heads = run("--steps 1 --embd 30 --heads 4" + std::string(" --data ") + corpus(d).string());
+  EXPECT_EQ(bad_heads.status, 1);
+  EXPECT_NE(bad_heads.output.find("30"), std::string::npos) << bad_heads.output;
+}
