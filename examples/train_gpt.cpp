@@ -2,8 +2,16 @@
 // (Debian's fortunes by default), with a progress line, JSON-lines logs,
 // checkpoints and a sample of generated text at the end.
 //
-// main() reads like picotron's train.py: data -> model -> optimizer -> loop.
+// run() reads like picotron's train.py: process grid -> data -> model ->
+// data parallel -> optimizer -> loop. The wrapping order is the lesson.
 //   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
+//   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
+//
+// Batches: --batch is the micro-batch one rank runs at a time; the global batch
+// is dp x batch x grad-accum sequences, drawn identically on every rank, and
+// each data-parallel rank takes its own contiguous slice of it. So
+// `--dp 2 --batch 8`, `--batch 16` and `--batch 8 --grad-accum 2` see the same
+// data and give the same losses (up to float rounding of the sums).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +30,11 @@
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_schedule.h"
+#include "parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel_naive.h"
+#include "parallel/distributed.h"
+#include "parallel/process_group_manager.h"
+#include "parallel/trace.h"
 #include "tensor/grad_mode.h"
 
 using namespace loom;
@@ -39,6 +52,12 @@ struct Args {
   std::string save, resume, log;
   int64_t sample = 300, top_k = 0;
   double temperature = 0.8;
+  // parallelism
+  int dp = 1, pp = 1;
+  std::string dp_mode = "bucket";
+  double bucket_mb = 25.0;
+  int64_t grad_accum = 1;
+  std::string trace;
 };
 
 double evaluate(nn::GPT& model, const data::TextDataset& ds, const Args& a, int64_t step) {
@@ -62,37 +81,53 @@ std::string fmt_time(double s) {
 }
 
 int run(const Args& a) {
+  // ---- processes: the grid of ranks (world = dp x pp) ------------------------------
+  parallel::ProcessGroupManager pgm(a.dp, a.pp);
+  const bool rank0 = pgm.global_rank() == 0;
   ops::set_num_threads(a.threads);
-  const bool tty = isatty(fileno(stdout));
+  if (!a.trace.empty()) parallel::trace::start(pgm.world());
+  const bool tty = rank0 && isatty(fileno(stdout));
+  auto say = [&](const char* fmt, auto... args) {
+    if (rank0) std::printf(fmt, args...);
+  };
 
-  // ---- data -----------------------------------------------------------------
+  // ---- data (every rank reads it and draws the same global batches) -------------------
   std::u32string text = data::read_corpus(a.data);
   std::string vocab;
   nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
   if (!a.resume.empty()) {
     cfg = train::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
-    std::printf("resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
-                a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
-                (long long)cfg.block_size);
+    say("resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n", a.resume.c_str(),
+        (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size);
   }
   data::CharTokenizer tok = vocab.empty() ? data::CharTokenizer::from_text(text)
                                           : data::CharTokenizer::from_vocab_utf8(vocab);
   cfg.vocab_size = tok.vocab_size();
   data::TextDataset ds(tok.encode(text), cfg.block_size);
-  std::printf("data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(),
-              (long long)ds.train_tokens(), (long long)ds.val_tokens(), (long long)tok.vocab_size());
+  say("data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(), (long long)ds.train_tokens(),
+      (long long)ds.val_tokens(), (long long)tok.vocab_size());
 
-  // ---- model and optimizer --------------------------------------------------------
+  // ---- model -> data parallel -> optimizer ---------------------------------------------
   auto model = std::make_shared<nn::GPT>(cfg);
   int64_t n_params = 0;
   for (auto& [name, p] : model->named_parameters()) n_params += p.numel();
-  std::printf("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters\n",
-              (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
-              (long long)n_params);
+  say("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters\n", (long long)cfg.n_layer,
+      (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size, (long long)n_params);
+
+  std::unique_ptr<parallel::DataParallel> dp;  // none on a single process
+  if (pgm.dp_size() > 1) {
+    if (a.dp_mode == "naive")
+      dp = std::make_unique<parallel::DataParallelNaive>(model->named_parameters(), pgm.dp_group());
+    else
+      dp = std::make_unique<parallel::DataParallelBucket>(model->named_parameters(), pgm.dp_group(), a.bucket_mb);
+    say("data parallel: %d ranks, %s all-reduce%s\n", pgm.dp_size(), a.dp_mode.c_str(),
+        a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
+  }
+
   optim::AdamW opt(train::gpt_param_groups(*model, a.lr, a.weight_decay));
   Generator data_gen(a.seed);
   int64_t start = 0;
-  if (!a.resume.empty()) {
+  if (!a.resume.empty()) {  // every rank loads the same files
     train::TrainState s = train::load_checkpoint(a.resume, *model, opt);
     data_gen.set_state(s.data_rng);
     start = s.step;
@@ -100,21 +135,25 @@ int run(const Args& a) {
   std::vector<Tensor> params = model->parameters();
 
   std::ofstream log;
-  if (!a.log.empty()) {
+  if (rank0 && !a.log.empty()) {
     log.open(a.log, start > 0 ? std::ios::app : std::ios::trunc);
     LOOM_CHECK(log.good(), "--log: cannot open '", a.log, "' for writing");
   }
   auto save = [&](int64_t step_done) {
-    if (a.save.empty()) return;
+    if (a.save.empty() || !rank0) return;  // replicas are identical: rank 0 writes
     std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);
     train::save_checkpoint(a.save, *model, tok.vocab_utf8(), opt, {step_done, data_gen.state()});
-    std::printf("%ssaved %s (step %lld)\n", tty ? "\n" : "", a.save.c_str(), (long long)step_done);
+    say("%ssaved %s (step %lld)\n", tty ? "\n" : "", a.save.c_str(), (long long)step_done);
   };
 
   // ---- the training loop ------------------------------------------------------
   const double min_lr = a.lr * a.min_lr_ratio;
-  const int64_t tokens_per_step = a.batch * cfg.block_size;
+  const int64_t K = a.grad_accum;
+  const int64_t global_batch = int64_t(pgm.dp_size()) * a.batch * K;
+  const int64_t tokens_per_step = global_batch * cfg.block_size;
+  say("batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x grad-accum %lld)\n",
+      (long long)global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
   double total_ms = 0;
   const int64_t end = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
   for (int64_t step = start; step < end; ++step) {
@@ -122,23 +161,57 @@ int run(const Args& a) {
     double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, min_lr);
     opt.set_lr(lr);
 
-    data::Batch b = ds.sample("train", a.batch, data_gen);
-    Tensor loss = nn::cross_entropy_loss(model->forward(b.x), b.y);
-    autograd::backward(loss);
-    double norm = a.grad_clip > 0 ? optim::clip_grad_norm(params, a.grad_clip) : optim::total_norm({});
-    opt.step();
-    opt.zero_grad();
+    // This rank's rows of the global batch, as K micro-batches. Each micro-batch
+    // loss is scaled by 1/K so the accumulated gradient is the batch mean; data
+    // parallel averages over ranks. Only the last backward syncs gradients.
+    data::Batch global = ds.sample("train", global_batch, data_gen);
+    const int64_t first_row = int64_t(pgm.dp_rank()) * a.batch * K;
+    double local_loss = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      data::Batch mb = data::TextDataset::slice(global, first_row + k * a.batch, a.batch);
+      auto forward_backward = [&] {
+        Tensor loss;
+        {
+          parallel::trace::Span span("forward");
+          loss = nn::cross_entropy_loss(model->forward(mb.x), mb.y);
+        }
+        parallel::trace::Span span("backward");
+        autograd::backward(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K)));
+        local_loss += loss.item<double>() / double(K);
+      };
+      if (dp && k + 1 < K) {
+        auto no_sync = dp->no_sync();
+        forward_backward();
+      } else {
+        forward_backward();
+      }
+    }
+    // The logged loss is the global-batch mean.
+    Tensor loss_t = full({}, local_loss, kFloat64);
+    if (dp) pgm.dp_group().all_reduce(loss_t, parallel::ReduceOp::Avg);
+    const double loss_v = loss_t.item<double>();
+
+    double norm;
+    {
+      parallel::trace::Span span("optimizer step");
+      norm = a.grad_clip > 0 ? optim::clip_grad_norm(params, a.grad_clip) : 0.0;
+      opt.step();
+      if (dp) dp->zero_grad();
+      else opt.zero_grad();
+    }
 
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total_ms += ms;
-    double loss_v = loss.item<double>(), tok_s = double(tokens_per_step) / (ms / 1000.0);
-    bool eval_now = a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
+    double tok_s = double(tokens_per_step) / (ms / 1000.0);
+    bool eval_now = rank0 && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
     double val = eval_now ? evaluate(*model, ds, a, step) : 0;
-    double eta = total_ms / double(step + 1 - start) * double(a.steps - step - 1) / 1000.0;
+    double eta = total_ms / double(step + 1 - start) * double(end - step - 1) / 1000.0;
 
     if (log.is_open()) {
       char line[256];
-      std::snprintf(line, sizeof line, "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, \"grad_norm\": %.9g",
+      std::snprintf(line, sizeof line,
+                    "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, "
+                    "\"grad_norm\": %.9g",
                     (long long)step, loss_v, lr, tok_s, ms, norm);
       log << line;
       if (eval_now) log << ", \"val_loss\": " << std::to_string(val);
@@ -150,7 +223,7 @@ int run(const Args& a) {
                   (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str());
       if (eval_now) std::printf("\n  val loss %.4f\n", val);
       std::fflush(stdout);
-    } else if (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == a.steps) {
+    } else if (rank0 && (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end)) {
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s\n", (long long)step + 1,
                   (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str(),
                   eval_now ? (" | val loss " + std::to_string(val)).c_str() : "");
@@ -160,9 +233,13 @@ int run(const Args& a) {
   }
   if (tty) std::printf("\n");
   save(end);
+  if (!a.trace.empty()) {
+    parallel::trace::write(pgm.world(), a.trace);
+    say("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", a.trace.c_str());
+  }
 
   // ---- a sample of generated text -------------------------------------------------
-  if (a.sample > 0) {
+  if (rank0 && a.sample > 0) {
     std::vector<int32_t> prompt = tok.encode(U"\n");
     std::vector<int32_t> out = train::generate(*model, prompt, {a.sample, a.temperature, a.top_k, a.seed});
     std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a.sample,
@@ -203,11 +280,14 @@ int main(int argc, char** argv) {
   app.add_option("--sample", a.sample, "characters of generated text to print at the end");
   app.add_option("--temperature", a.temperature, "sampling temperature");
   app.add_option("--top-k", a.top_k, "sample from the k most likely characters (0: all)");
+  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
+  app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
+      ->check(CLI::IsMember({"naive", "bucket"}));
+  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
+  app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step")->check(CLI::PositiveNumber);
+  app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   CLI11_PARSE(app, argc, argv);
-  try {
-    return run(a);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\ntrain_gpt: error: %s\n", e.what());
-    return 1;
-  }
+  // parallel::run: on a plain launch a world of one; under mpirun an exception on
+  // any rank prints "[loom rank R] error: ..." and ends the whole job with exit 1.
+  return parallel::run(argc, argv, [&] { return run(a); });
 }

@@ -1,6 +1,10 @@
 #include "parallel/comm_queue.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "parallel/watchdog.h"
 #include "tensor/grad_mode.h"
@@ -39,6 +43,19 @@ class QueueWork final : public Work {
   bool done_ = false;
   std::exception_ptr error_;
 };
+
+// MPI waits by busy-polling. While this thread waits for a peer that has not
+// reached the collective yet, it would take a core from this rank's compute
+// thread whenever there is no idle core (2 ranks on 2 cores: every bucket
+// launched during backward would slow backward down). So the communication
+// thread runs at a low priority (nice LOOM_COMM_THREAD_NICE, default 19): it
+// gets a core when one is idle - the compute thread waiting, or a spare core -
+// and hardly any while compute needs them all. Linux nice values are per thread.
+void lower_thread_priority() {
+  const char* env = std::getenv("LOOM_COMM_THREAD_NICE");
+  int nice = env && *env ? std::atoi(env) : 19;
+  setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), nice);  // best effort: ignore failure
+}
 
 }  // namespace
 
@@ -96,6 +113,7 @@ void CommQueue::loop() {
   // Communication never records autograd graphs, and may write into leaf
   // tensors (a broadcast of parameters).
   NoGradGuard no_grad;
+  lower_thread_priority();
   for (;;) {
     std::shared_ptr<Task> task;
     {

@@ -35,7 +35,7 @@
 
 namespace loom::parallel {
 
-class DataParallelBucket {
+class DataParallelBucket : public DataParallel {
  public:
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
   // the buffer, hooks every param that requires grad (the others are skipped).
@@ -49,7 +49,8 @@ class DataParallelBucket {
   const Tensor& main_grad(const Tensor& param) const { return buckets_->main_grad(param); }
 
   // Gradient accumulation: inside the guard backward only adds into main_grad.
-  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(require_backward_grad_sync_); }
+  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
+  void zero_grad() override { reset(); }
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
 
   // Zeroes every main_grad and drops every .grad. Call once per optimizer step,

@@ -41,4 +41,15 @@ class NoSyncGuard {
   bool prev_;
 };
 
+// What a training loop (train_gpt, the pipeline schedules) needs from either
+// data-parallel wrapper, so it can be written once for both.
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  // Gradient accumulation: backward inside the guard does not sync.
+  [[nodiscard]] virtual NoSyncGuard no_sync() = 0;
+  // Clears this step's gradients before the next step's first backward.
+  virtual void zero_grad() = 0;
+};
+
 }  // namespace loom::parallel

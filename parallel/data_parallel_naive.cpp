@@ -26,4 +26,6 @@ DataParallelNaive::DataParallelNaive(const std::vector<Tensor>& params, ProcessG
 
 DataParallelNaive::~DataParallelNaive() { state_->alive = false; }
 
+void DataParallelNaive::zero_grad() { autograd::zero_grad(params_); }
+
 }  // namespace loom::parallel

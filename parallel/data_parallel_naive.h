@@ -22,7 +22,7 @@
 
 namespace loom::parallel {
 
-class DataParallelNaive {
+class DataParallelNaive : public DataParallel {
  public:
   // Broadcasts the params from dp rank 0 and registers the hooks (collective
   // over dp_group). Params that do not require grad are broadcast but not hooked.
@@ -33,7 +33,9 @@ class DataParallelNaive {
   DataParallelNaive& operator=(const DataParallelNaive&) = delete;
 
   // Gradient accumulation: backward inside the guard only accumulates .grad locally.
-  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(state_->require_backward_grad_sync); }
+  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(state_->require_backward_grad_sync); }
+  // Drops every param's .grad (the optimizer has consumed it).
+  void zero_grad() override;
   bool require_backward_grad_sync() const { return state_->require_backward_grad_sync; }
 
   ProcessGroup& dp_group() { return *state_->group; }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "parallel/distributed.h"
 #include "tensor/ops.h"
@@ -18,15 +19,19 @@ namespace {
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  // (UnitTest::current_test_info() would deadlock inside OnTestPartResult.)
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] %s.%s: %s:%d: Failure\n%s\n", rank_, info ? info->test_suite_name() : "?",
-                 info ? info->name() : "?", r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: Failure\n%s\n", rank_, test_.c_str(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
   }
 
  private:
   int rank_;
+  std::string test_;
 };
 
 }  // namespace
@@ -44,6 +49,8 @@ int main(int argc, char** argv) {
   int rc = RUN_ALL_TESTS();
   loom::Tensor worst = loom::from_vector<int32_t>({rc});
   loom::parallel::world().all_reduce(worst, loom::parallel::ReduceOp::Max);
+  if (rank == 0 && rc == 0 && worst.item<int32_t>() != 0)
+    std::fprintf(stderr, "[rank 0] passed here, but another rank failed: see its [rank N] lines\n");
   loom::parallel::finalize();
   return worst.item<int32_t>();
 }

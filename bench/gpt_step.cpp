@@ -1,0 +1,82 @@
+// bench_gpt_step: one GPT training step on CPU, timed; the loom side of
+// bench/gpt_step.sh, which runs this and bench/gpt_step.py (PyTorch) back to
+// back with the same thread count and prints the ratio.
+//
+// One step = forward + cross-entropy + backward + AdamW step + zero_grad, the
+// train_gpt setup: nn::GPT (fp32, dropout 0, plain-matmul attention),
+// optim::AdamW with nanoGPT's param groups (examples/param_groups.h). Random
+// tokens; only the time matters.
+//
+// Configs (issue 3, "Speed"):
+//   small:  4 layers, 4 heads, 128 embd, block 64, batch 16, vocab 65
+//   medium: 6 layers, 6 heads, 384 embd, block 256, batch 8, vocab 65
+//
+// Usage: bench_gpt_step [--config small|medium] [--threads N] [--warmup W] [--steps S]
+// Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "examples/param_groups.h"
+#include "nn/gpt.h"
+#include "nn/loss.h"
+#include "optim/adamw.h"
+
+using namespace loom;
+
+int main(int argc, char** argv) {
+  std::string config = "small";
+  int threads = 1, warmup = 3, steps = 15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--config")) config = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--config small|medium] [--threads N] [--warmup W] [--steps S]\n", argv[0]);
+      return 2;
+    }
+  }
+  nn::GPTConfig cfg;  // vocab 65, dropout 0
+  int64_t batch;
+  if (config == "small") {
+    cfg.n_layer = 4; cfg.n_head = 4; cfg.n_embd = 128; cfg.block_size = 64; batch = 16;
+  } else if (config == "medium") {
+    cfg.n_layer = 6; cfg.n_head = 6; cfg.n_embd = 384; cfg.block_size = 256; batch = 8;
+  } else {
+    std::fprintf(stderr, "unknown --config %s (small, medium)\n", config.c_str());
+    return 2;
+  }
+  ops::set_num_threads(threads);
+
+  nn::GPT model(cfg);
+  optim::AdamW opt(train::gpt_param_groups(model, 1e-3, 0.1));
+  Generator gen(0);
+  Tensor idx = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
+  Tensor targets = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
+
+  auto step = [&] {
+    Tensor loss = nn::cross_entropy_loss(model.forward(idx), targets);
+    autograd::backward(loss);
+    opt.step();
+    opt.zero_grad();
+    return loss.item<double>();
+  };
+
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f\n", config.c_str(), threads, median,
+              double(batch * cfg.block_size) / (median / 1000.0));
+  return 0;
+}

@@ -1,0 +1,164 @@
+// Every parallel mode of train_gpt against the single-process run on the same
+// global batch: per-step losses and final parameters within 1e-5 relative.
+//
+// Why not bit-exact: the single process sums a batch's gradient inside one
+// GEMM, while data parallel sums per-rank partial gradients with an
+// all-reduce, and gradient accumulation adds micro-batch gradients one after
+// another. Float addition is not associative, so the last bits differ; the
+// differences stay at the 1e-7 level over 10 AdamW steps.
+//
+// Final parameters are compared as one vector: max |a - b| over the whole
+// model divided by max |b| over the whole model. Not per tensor, because of
+// the attention key bias: softmax is invariant to adding the same number to
+// every score of a query, so d loss / d b_k is exactly 0 in exact arithmetic
+// and only rounding noise (~1e-10) reaches it. AdamW divides by sqrt(v), so
+// that noise still moves b_k by up to lr per step, in a direction set by the
+// rounding: b_k differs between runs by ~1e-6 absolute while its own scale is
+// ~1e-2. Against the model's scale that is ~1e-6; every other tensor agrees
+// to ~1e-7 of its own scale.
+//
+// Each run is `timeout 120 mpirun -np N train_gpt ...`: a deadlock fails the
+// test instead of hanging CI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "nn/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace loom;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;
+  std::vector<double> losses;
+  nn::SafetensorsFile weights;
+};
+
+fs::path work_dir() {
+  static fs::path d = [] {
+    fs::path p = fs::temp_directory_path() / "loom_train_gpt_parallel";
+    fs::remove_all(p);
+    fs::create_directories(p);
+    std::ofstream f(p / "corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+    return p;
+  }();
+  return d;
+}
+
+// Runs train_gpt on `ranks` processes (plain launch for 1) with the common small config.
+Result train(const std::string& name, int ranks, const std::string& args) {
+  fs::path d = work_dir();
+  std::string common = " --steps 10 --block 16 --layers 2 --heads 2 --embd 32 --eval-every 0 --sample 0 --warmup 3"
+                       " --data " + (d / "corpus.txt").string() + " --log " + (d / (name + ".jsonl")).string() +
+                       " --save " + (d / (name + ".safetensors")).string() + " ";
+  std::string launch = ranks == 1 ? std::string()
+                                  : "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
+  std::string cmd = "timeout -k 5 120 " + launch + LOOM_TRAIN_GPT + common + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+  int status = pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (r.status != 0) return r;
+  std::ifstream log(d / (name + ".jsonl"));
+  std::string line;
+  while (std::getline(log, line)) {
+    auto k = line.find("\"loss\": ");
+    r.losses.push_back(std::stod(line.substr(k + 8)));
+  }
+  r.weights = nn::load_safetensors((d / (name + ".safetensors")).string());
+  return r;
+}
+
+// max |a - b| and max |b| over a tensor.
+std::pair<double, double> max_diff_and_scale(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return {diff, scale};
+}
+
+void expect_same_run(const Result& got, const Result& ref, const char* what) {
+  ASSERT_EQ(got.status, 0) << what << "\n" << got.output;
+  ASSERT_EQ(ref.status, 0) << "reference\n" << ref.output;
+  ASSERT_EQ(got.losses.size(), 10u) << what;
+  double worst = 0;
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    double rel = std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]);
+    EXPECT_LE(rel, 1e-5) << what << ": step " << i << " loss " << got.losses[i] << " vs " << ref.losses[i];
+    worst = std::max(worst, rel);
+  }
+  ASSERT_EQ(got.weights.tensors.size(), ref.weights.tensors.size());
+  double diff = 0, scale = 0;
+  std::string worst_name;
+  for (const auto& [name, t] : ref.weights.tensors) {
+    auto [d, s] = max_diff_and_scale(got.weights.at(name), t);
+    if (d > diff) diff = d, worst_name = name;
+    scale = std::max(scale, s);
+  }
+  EXPECT_LE(diff / scale, 1e-5) << what << ": final parameters, worst in " << worst_name;
+  std::printf("[ measured ] %s: worst loss rel. error %.2e, params max diff / model scale %.2e (worst: %s)\n", what,
+              worst, diff / scale, worst_name.c_str());
+}
+
+const Result& single_process_batch16() {
+  static Result r = train("single_b16", 1, "--batch 16");
+  return r;
+}
+
+}  // namespace
+
+TEST(TrainGptParallel, GradientAccumulationEqualsTheLargerBatch) {
+  expect_same_run(train("accum", 1, "--batch 8 --grad-accum 2"), single_process_batch16(), "--batch 8 --grad-accum 2");
+}
+
+TEST(TrainGptParallel, BucketDataParallelTwoRanksMatchesOneProcess) {
+  expect_same_run(train("bucket_dp2", 2, "--dp 2 --batch 8"), single_process_batch16(), "--dp 2 bucket");
+}
+
+TEST(TrainGptParallel, NaiveDataParallelTwoRanksMatchesOneProcess) {
+  expect_same_run(train("naive_dp2", 2, "--dp 2 --dp-mode naive --batch 8"), single_process_batch16(), "--dp 2 naive");
+}
+
+TEST(TrainGptParallel, BucketDataParallelFourRanksMatchesOneProcess) {
+  expect_same_run(train("bucket_dp4", 4, "--dp 4 --batch 4 --bucket-mb 0.01"), single_process_batch16(),
+                  "--dp 4 bucket (tiny buckets)");
+}
+
+TEST(TrainGptParallel, NaiveDataParallelFourRanksMatchesOneProcess) {
+  expect_same_run(train("naive_dp4", 4, "--dp 4 --dp-mode naive --batch 4"), single_process_batch16(), "--dp 4 naive");
+}
+
+TEST(TrainGptParallel, DataParallelWithGradientAccumulationMatchesOneProcess) {
+  expect_same_run(train("bucket_dp2_accum", 2, "--dp 2 --batch 4 --grad-accum 2"), single_process_batch16(),
+                  "--dp 2 --batch 4 --grad-accum 2");
+}
+
+TEST(TrainGptParallel, InvalidGridFailsOnEveryRankWithTheSizes) {
+  Result r = train("bad_grid", 4, "--dp 3 --batch 4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("world size 4 is not dp 3"), std::string::npos) << r.output;
+}
+
+TEST(TrainGptParallel, TraceHasARowPerRankWithComputeAndCommunication) {
+  fs::path trace = work_dir() / "trace.json";
+  Result r = train("traced", 2, "--dp 2 --batch 8 --trace " + trace.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(trace);
+  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const char* needle : {"\"name\": \"rank 0\"", "\"name\": \"rank 1\"", "\"name\": \"forward\"",
+                             "\"name\": \"backward\"", "\"name\": \"optimizer step\"", "\"tid\": 1"})
+    EXPECT_NE(json.find(needle), std::string::npos) << needle;
+}
