@@ -18,12 +18,19 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     AutogradMeta& m = meta(variable);
     LOOM_CHECK(g.shape() == variable.shape(), "AccumulateGrad: gradient ", g.shape(), " does not match parameter ",
                variable.shape());
-    Tensor gc = ops::to(g, variable.dtype());
     if (!m.grad.defined()) {
-      // A fresh buffer: the incoming gradient may be shared with other nodes.
-      m.grad = gc.is_same(g) ? ops::clone(g) : ops::contiguous(gc);
+      // .grad needs a buffer of its own: the incoming gradient may be shared
+      // with other nodes. A temporary that nothing else refers to (the usual
+      // case: the output of the op's backward) is taken as it is, not copied.
+      if (g.dtype() == variable.dtype() && g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+          g.is_contiguous() && g.nbytes() == g.storage()->nbytes() && !g.impl()->autograd_meta) {
+        m.grad = std::move(g);
+      } else {
+        Tensor gc = ops::to(g, variable.dtype());
+        m.grad = gc.is_same(g) ? ops::clone(g) : ops::contiguous(gc);
+      }
     } else {
-      ops::add_(m.grad, gc);
+      ops::add_(m.grad, ops::to(g, variable.dtype()));
     }
   }
   for (auto& h : hooks_) h(variable);

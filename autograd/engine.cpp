@@ -32,14 +32,33 @@ struct ByPriority {  // true when a runs after b
   }
 };
 
+// True when nothing but this handle refers to t's memory (no other handle, no
+// view, no saved tensor), so t may be overwritten. Contiguous, so no element
+// is stored twice (an expand()ed gradient has stride-0 dims).
+bool exclusively_owned(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && !t.impl()->autograd_meta &&
+         t.is_contiguous();
+}
+
 // Sums gradients arriving at one node's inputs (its outputs in forward).
+// When one of the two summands is a temporary that nobody else holds, the sum
+// is written into it instead of a new tensor (PyTorch's InputBuffer does the
+// same); a + b and b + a are the same float, so which one does not matter.
 struct InputBuffer {
   TensorList grads;
-  void add(int nr, const Tensor& g) {
+  void add(int nr, Tensor g) {
     if (int(grads.size()) <= nr) grads.resize(size_t(nr) + 1);
     Tensor& slot = grads[size_t(nr)];
-    if (!slot.defined()) slot = g;
-    else slot = ops::add(slot, g);
+    if (!slot.defined()) {
+      slot = std::move(g);
+    } else if (slot.shape() == g.shape() && slot.dtype() == g.dtype() && exclusively_owned(slot)) {
+      ops::add_(slot, g);
+    } else if (slot.shape() == g.shape() && slot.dtype() == g.dtype() && exclusively_owned(g)) {
+      ops::add_(g, slot);
+      slot = std::move(g);
+    } else {
+      slot = ops::add(slot, g);
+    }
   }
 };
 
@@ -134,7 +153,7 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
       if (!e.valid()) continue;
       Node* next = e.fn.get();
       alive.emplace(next, e.fn);
-      if (i < outs.size() && outs[i].defined()) buffers[next].add(e.input_nr, outs[i]);
+      if (i < outs.size() && outs[i].defined()) buffers[next].add(e.input_nr, std::move(outs[i]));
       if (--dependencies[next] == 0) make_ready(next);
     }
   }

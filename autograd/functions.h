@@ -52,6 +52,8 @@ Tensor max(const Tensor& x);
 
 // ---- linear algebra --------------------------------------------------------------
 Tensor matmul(const Tensor& a, const Tensor& b);  // [..., M, K] @ [..., K, N]
+// x @ weightᵀ + bias (bias may be undefined), one fused op: x [..., in], weight [out, in] -> [..., out]
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- views and copies ------------------------------------------------------------
 Tensor view(const Tensor& x, const Shape& shape);
@@ -78,6 +80,9 @@ Tensor causal_mask_fill(const Tensor& x, double value);
 
 // ---- neural-net ops ----------------------------------------------------------------
 Tensor softmax(const Tensor& x);      // last dim
+// Causal attention's softmax, fused: softmax(causal_mask_fill(x * scale, -inf)) in one
+// pass over the [..., T, S] scores (row t sees columns 0..t). Same numbers as the three ops.
+Tensor causal_softmax(const Tensor& x, double scale);
 Tensor log_softmax(const Tensor& x);  // last dim
 // x: [..., C], weight/bias: [C] (may be undefined). Fused; saves mean/rstd.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);

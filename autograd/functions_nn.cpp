@@ -4,10 +4,27 @@
 
 namespace loom::autograd {
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const bool need_x = requires_grad(x), need_w = requires_grad(weight);
+  const bool need_b = bias.defined() && requires_grad(bias);
+  return record("LinearBackward", {&x, &weight, &bias}, ops::linear(x, weight, bias),
+                [x, weight, need_x, need_w, need_b](const TensorList& g) {
+                  ops::LinearGrads d = ops::linear_backward(g[0], x, weight, need_x, need_w, need_b);
+                  return TensorList{d.dx, d.dw, d.db};
+                });
+}
+
 Tensor softmax(const Tensor& x) {
   Tensor y = ops::softmax(x);
   return record("SoftmaxBackward", {&x}, y, [y = y.alias()](const TensorList& g) {
     return TensorList{ops::softmax_backward(g[0], y)};
+  });
+}
+
+Tensor causal_softmax(const Tensor& x, double scale) {
+  Tensor y = ops::causal_softmax(x, scale);
+  return record("CausalSoftmaxBackward", {&x}, y, [y = y.alias(), scale](const TensorList& g) {
+    return TensorList{ops::causal_softmax_backward(g[0], y, scale)};
   });
 }
 

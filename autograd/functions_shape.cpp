@@ -89,11 +89,33 @@ Tensor cat(const TensorList& xs, int64_t dim) {
 }
 
 TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
-  // Each part is a narrow: its own node, so a part that gets no gradient costs nothing.
-  TensorList parts;
-  int64_t n = x.size(dim);
-  LOOM_CHECK(split_size > 0, "split: split_size must be positive, got ", split_size);
-  for (int64_t s = 0; s < n; s += split_size) parts.push_back(narrow(x, dim, s, std::min(split_size, n - s)));
+  TensorList parts = ops::split(x, split_size, dim);  // views
+  if (!any_requires_grad({&x})) return parts;
+  // One node with an output per part (attention splits qkv into q, k, v):
+  // backward writes each part's gradient into its slice of one buffer, zeros
+  // where a part got none. A narrow node per part would build a zero-padded
+  // full-size gradient for each and leave the engine to add them up.
+  std::vector<int64_t> sizes;
+  for (const Tensor& p : parts) sizes.push_back(p.size(dim));
+  auto node = std::make_shared<FunctionNode>(
+      "SplitBackward", [shape = x.shape(), dtype = x.dtype(), sizes, dim](const TensorList& g) {
+        Tensor gx = empty(shape, dtype);
+        int64_t at = 0;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          Tensor slice = ops::narrow(gx, dim, at, sizes[i]);
+          if (i < g.size() && g[i].defined()) ops::copy_(slice, g[i]);
+          else ops::zero_(slice);
+          at += sizes[i];
+        }
+        return TensorList{gx};
+      });
+  node->num_outputs = int(parts.size());
+  node->next_edges.push_back(gradient_edge(x));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    AutogradMeta& m = meta(parts[i]);
+    m.grad_fn = node;
+    m.output_nr = int(i);
+  }
   return parts;
 }
 

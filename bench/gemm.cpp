@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   std::printf("1-min load average %.2f (anything else running lowers both the GEMM and the ceiling)\n", load);
   std::printf("%-8s %-16s %12s %12s %12s %10s %10s\n", "threads", "M x K x N", "best GF/s", "median GF/s",
               "ceiling GF/s", "best %", "median %");
+  double ceiling_1 = 0;  // the 1-thread ceiling, to check that 2 threads get 2 cores
   for (int threads : {1, 2}) {
     loom::ops::set_num_threads(threads);
     // The ceiling is the sustained FMA rate: the median of runs before and after
@@ -141,6 +142,14 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     for (double r : fma_rates(threads, quick ? 3 : 8)) rates.push_back(r);
     const double ceiling = median(rates);
+    const auto [lo, hi] = std::minmax_element(rates.begin(), rates.end());
+    if (*hi - *lo > 0.15 * ceiling)
+      std::printf("warning: the FMA ceiling varied from %.0f to %.0f GF/s: the machine is busy, numbers are noisy\n",
+                  *lo, *hi);
+    if (threads == 2 && ceiling < 1.7 * ceiling_1)
+      std::printf("warning: 2 threads reach only %.2fx the 1-thread FMA ceiling: another process holds a core\n",
+                  ceiling / ceiling_1);
+    if (threads == 1) ceiling_1 = ceiling;
     for (size_t i = 0; i < stats.size(); ++i) {
       const ShapeMNK& s = shapes[i];
       char dims[48];

@@ -12,7 +12,7 @@
 //   medium: 6 layers, 6 heads, 384 embd, block 256, batch 8, vocab 65
 //
 // Usage: bench_gpt_step [--config small|medium] [--threads N] [--warmup W] [--steps S]
-// Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t>
+// Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f\n", config.c_str(), threads, median,
-              double(batch * cfg.block_size) / (median / 1000.0));
+  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f\n", config.c_str(), threads, median,
+              double(batch * cfg.block_size) / (median / 1000.0), ms.front());
   return 0;
 }

@@ -11,7 +11,7 @@ matter, only the time.
 
 Usage (Debian's python3-torch):
     /usr/bin/python3 bench/gpt_step.py --config small --threads 1 [--warmup 3] [--steps 15]
-Prints one line:  pytorch <config> threads=<n> ms_per_step=<median> tokens_per_s=<t>
+Prints one line:  pytorch <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
 """
 import argparse
 import math
@@ -120,7 +120,8 @@ def main():
         step()
         times.append((time.perf_counter() - t0) * 1000.0)
     ms = statistics.median(times)
-    print(f"pytorch {a.config} threads={a.threads} ms_per_step={ms:.2f} tokens_per_s={B * T / (ms / 1000.0):.0f}")
+    print(f"pytorch {a.config} threads={a.threads} ms_per_step={ms:.2f} tokens_per_s={B * T / (ms / 1000.0):.0f} "
+          f"min_ms={min(times):.2f}")
 
 
 if __name__ == "__main__":

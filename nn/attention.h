@@ -1,12 +1,12 @@
-// Causal self-attention, written out so a reader sees every step (no fused
-// kernel): project to q, k, v; split C into n_head heads of hd = C / n_head;
-// scores = q kᵀ / sqrt(hd); hide the future (column > row) with -inf; softmax;
-// weight the values; merge the heads; project back. (Vaswani et al. 2017;
-// the layout and names follow GPT-2 / nanoGPT.)
+// Causal self-attention, written out so a reader sees every step: project to
+// q, k, v; split C into n_head heads of hd = C / n_head; scores = q kᵀ /
+// sqrt(hd); hide the future (column > row) with -inf; softmax (the scale, the
+// mask and the softmax are one fused op, causal_softmax); weight the values;
+// merge the heads; project back. (Vaswani et al. 2017; the layout and names
+// follow GPT-2 / nanoGPT.)
 #pragma once
 
 #include <cmath>
-#include <limits>
 
 #include "nn/dropout.h"
 #include "nn/linear.h"
@@ -44,9 +44,12 @@ struct CausalSelfAttention : Layer {
     Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
 
     // Every query against every key: [B, H, T, hd] @ [B, H, hd, T] -> [B, H, T, T].
-    Tensor att = matmul(q, transpose(k, -2, -1)) * (1.0 / std::sqrt(double(hd)));
-    att = causal_mask_fill(att, -std::numeric_limits<double>::infinity());  // token t sees 0..t only
-    att = softmax(att);                       // each row sums to 1 over the visible keys
+    Tensor att = matmul(q, transpose(k, -2, -1));
+    // Scale by 1/sqrt(hd), hide the future (token t sees keys 0..t only: the
+    // others become -inf), softmax each row (it sums to 1 over the visible
+    // keys). causal_softmax does the three in one pass; written out it is
+    //   softmax(causal_mask_fill(att * scale, -inf)).
+    att = causal_softmax(att, 1.0 / std::sqrt(double(hd)));
     att = attn_dropout->forward(att);
 
     Tensor y = matmul(att, v);                // [B, H, T, T] @ [B, H, T, hd] -> [B, H, T, hd]

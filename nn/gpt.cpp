@@ -54,7 +54,7 @@ GPTHead::GPTHead(const GPTConfig& cfg) {
 
 Tensor GPTHead::forward(const Tensor& x) {
   Tensor h = ln_f->forward(x);                                             // [B, T, C]
-  return autograd::matmul(h, autograd::transpose(wte->weight, 0, 1));      // [B, T, C] @ [C, V] -> [B, T, V]
+  return autograd::linear(h, wte->weight, Tensor());  // h @ wteᵀ: [B, T, C] @ [C, V] -> [B, T, V]
 }
 
 // ---- the layer list ---------------------------------------------------------------

@@ -22,9 +22,9 @@ struct Linear : Layer {
   Tensor forward(const Tensor& x) override {
     LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: input ", x.shape(), " does not end in ",
                weight.size(1), " features (weight ", weight.shape(), ")");
-    // The transpose is a view; the GEMM reads weight column-major, no copy.
-    Tensor y = autograd::matmul(x, autograd::transpose(weight, 0, 1));
-    return bias.defined() ? autograd::add(y, bias) : y;
+    // One fused op, x @ weightᵀ + bias (tensor/ops_linear.cpp): the GEMM reads
+    // the weight transposed in place and accumulates onto the bias.
+    return autograd::linear(x, weight, bias);
   }
 };
 

@@ -35,8 +35,10 @@ int g_rank = 0;
 void init_impl(int* argc, char*** argv) {
   if (g_world) return;
   double timeout = watchdog::timeout_from_env();  // a bad value fails before MPI starts
-  int initialized = 0, provided = 0;
+  int initialized = 0, finalized = 0, provided = 0;
   mpiCheck(MPI_Initialized(&initialized));
+  mpiCheck(MPI_Finalized(&finalized));
+  LOOM_CHECK(!finalized, "loom::parallel::init: MPI was already finalized; MPI cannot be started twice in a process");
   if (!initialized) mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   else mpiCheck(MPI_Query_thread(&provided));
   // Errors come back as codes, so mpiCheck can turn them into exceptions.

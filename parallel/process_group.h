@@ -28,7 +28,9 @@ namespace loom::parallel {
 enum class ReduceOp { Sum, Avg, Max };  // Avg: floating dtypes only
 const char* reduce_op_name(ReduceOp op);
 
-// A handle on a queued operation (torch.distributed's Work).
+// A handle on a queued operation (torch.distributed's Work). On the CPU
+// backend wait() blocks the calling thread; a CUDA backend's wait() will make
+// the caller's stream wait for the group's stream instead, as NCCL's does.
 class Work {
  public:
   virtual ~Work() = default;

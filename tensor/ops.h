@@ -79,11 +79,23 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // [M, K] @ [K, N] -> [M, N]; batch dims broadcast: [..., M, K] @ [..., K, N].
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// The Linear layer in one op (PyTorch's F.linear): y = x @ wᵀ + b.
+// x: [..., K], w: [N, K], b: [N] or undefined -> [..., N]. The bias is the GEMM's
+// starting value (BLAS beta = 1), not a second pass.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+struct LinearGrads { Tensor dx, dw, db; };  // dw: [N, K] like w; db: [N]; undefined unless asked for
+LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
+                            bool need_b);
+
 // ---- neural-net ops (fused, per-row kernels in tensor/kernels/) ---------------------
 Tensor softmax(const Tensor& x);                 // over the last dim
 Tensor log_softmax(const Tensor& x);
 Tensor softmax_backward(const Tensor& grad, const Tensor& y);       // y = softmax(x)
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& y);   // y = log_softmax(x)
+// Causal attention's softmax in one pass: softmax(causal_mask_fill(x * scale, -inf)).
+// x: [..., T, S] scores; row t sees columns 0..t; hidden entries of y are 0.
+Tensor causal_softmax(const Tensor& x, double scale);
+Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale);  // y = causal_softmax(x, scale)
 
 struct LayerNormResult { Tensor y, mean, rstd; };  // mean, rstd: [rows] float32/float64
 // x: [..., C], weight/bias: [C] (either may be undefined).
@@ -118,7 +130,8 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
 // Inverted dropout: returns (y, scale mask) with mask = keep / (1 - p).
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
 
-// Threads for the math (BLAS GEMM). 0 = library default.
+// Threads for the math: GEMMs, elementwise and per-row loops (OpenMP; see
+// tensor/cpu/gemm.h). n <= 0 leaves the setting as it is.
 void set_num_threads(int n);
 int get_num_threads();
 

@@ -1,7 +1,8 @@
 // matmul: [..., M, K] @ [..., K, N] -> [..., M, N], batch dims broadcast.
-// Each 2-D product is one call to OpenBLAS's cblas_sgemm/dgemm. Transposed
-// operands are passed as transposed (not copied); bf16/fp16 operands are
-// converted to fp32 and the result rounded back.
+// Each 2-D product is one call to OpenBLAS's cblas_sgemm/dgemm (cpu/gemm.h,
+// which also says how the math threads share the work). Transposed operands
+// are passed as transposed (not copied); bf16/fp16 operands are converted to
+// fp32 and the result rounded back.
 //
 // Why not Eigen's `C.noalias() = A * B` (with EIGEN_USE_BLAS it reaches the
 // same sgemm)? Eigen first zeroes C and then calls sgemm with beta = 1, an
@@ -11,24 +12,16 @@
 #include <climits>
 
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/ops.h"
 
-// The few OpenBLAS entry points used here (LP64: BLAS ints are 32-bit; the
-// CBLAS enums are ints: RowMajor = 101, NoTrans = 111, Trans = 112).
-extern "C" {
-void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-                 const float* b, int ldb, float beta, float* c, int ldc);
-void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, double alpha, const double* a, int lda,
-                 const double* b, int ldb, double beta, double* c, int ldc);
-void openblas_set_num_threads(int);
-int openblas_get_num_threads(void);
-}
+// LP64 BLAS: ints are 32-bit. The CBLAS enums are ints: NoTrans = 111, Trans = 112.
 
 namespace loom::ops {
 
 namespace {
 
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+constexpr int kNoTrans = 111, kTrans = 112;
 
 // One operand matrix [rows, cols] with element strides (rs, cs), as BLAS sees
 // it: row-major (cs == 1: NoTrans, leading dim rs) or a transposed view of a
@@ -48,15 +41,14 @@ BlasOperand blas_operand(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
   return {kTrans, int(std::max<int64_t>({cs, rows, 1}))};
 }
 
-void gemm_2d(const float* a, BlasOperand oa, const float* b, BlasOperand ob, float* c, int64_t M, int64_t K,
-             int64_t N) {
-  cblas_sgemm(kRowMajor, oa.trans, ob.trans, int(M), int(N), int(K), 1.0f, a, oa.ld, b, ob.ld, 0.0f, c,
-              int(std::max<int64_t>(N, 1)));
-}
-void gemm_2d(const double* a, BlasOperand oa, const double* b, BlasOperand ob, double* c, int64_t M, int64_t K,
-             int64_t N) {
-  cblas_dgemm(kRowMajor, oa.trans, ob.trans, int(M), int(N), int(K), 1.0, a, oa.ld, b, ob.ld, 0.0, c,
-              int(std::max<int64_t>(N, 1)));
+// c = a @ b; split over the math threads when `split` (one large product),
+// on the calling thread otherwise (one of a batch that is split by products).
+template <class T>
+void gemm_2d(const T* a, BlasOperand oa, const T* b, BlasOperand ob, T* c, int64_t M, int64_t K, int64_t N,
+             bool split) {
+  const int64_t ldc = std::max<int64_t>(N, 1);
+  if (split) cpu::gemm(oa.trans == kTrans, ob.trans == kTrans, M, N, K, a, oa.ld, b, ob.ld, T(0), c, ldc);
+  else cpu::gemm_serial(oa.trans == kTrans, ob.trans == kTrans, M, N, K, a, oa.ld, b, ob.ld, T(0), c, ldc);
 }
 
 }  // namespace
@@ -112,24 +104,43 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
       const scalar_t* pa = ae.data<scalar_t>();
       const scalar_t* pb = be.data<scalar_t>();
       scalar_t* pc = out.data<scalar_t>();
-      for (int64_t i = 0; i < nb; ++i) {
-        int64_t off_a = 0, off_b = 0, rem = i;  // batch offsets of a and b for batch index i
-        for (int64_t d = nd - 1; d >= 0; --d) {
-          int64_t id = rem % batch[size_t(d)];
-          rem /= batch[size_t(d)];
-          off_a += id * ae.stride(d);
-          off_b += id * be.stride(d);
+      auto products = [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+          int64_t off_a = 0, off_b = 0, rem = i;  // batch offsets of a and b for batch index i
+          for (int64_t d = nd - 1; d >= 0; --d) {
+            int64_t id = rem % batch[size_t(d)];
+            rem /= batch[size_t(d)];
+            off_a += id * ae.stride(d);
+            off_b += id * be.stride(d);
+          }
+          gemm_2d(pa + off_a, oa, pb + off_b, ob, pc + i * M * N, M, K, N, /*split=*/nb == 1);
         }
-        gemm_2d(pa + off_a, oa, pb + off_b, ob, pc + i * M * N, M, K, N);
-      }
+      };
+      // Many small products (attention's q kᵀ for every batch and head): each
+      // thread takes whole products rather than every product being split.
+      cpu::blas_single_threaded();
+      if (nb > 1) cpu::parallel_for(nb, 1, products);
+      else products(0, nb);
     }
   });
   return to(out, out_dtype);
 }
 
+// The math threads are OpenMP's (cpu/parallel.h): GEMMs, elementwise and
+// per-row loops all split over them; OpenBLAS itself stays single-threaded.
 void set_num_threads(int n) {
-  if (n > 0) openblas_set_num_threads(n);
+  if (n <= 0) return;
+  cpu::blas_single_threaded();
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#endif
 }
-int get_num_threads() { return openblas_get_num_threads(); }
+int get_num_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 }  // namespace loom::ops

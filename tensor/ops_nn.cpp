@@ -2,10 +2,13 @@
 // embedding, dropout. Each runs a per-row kernel from tensor/kernels/ on
 // contiguous rows in the compute type (float64 stays double; everything else
 // is computed in fp32 and rounded back to the input dtype).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/parallel.h"
 #include "tensor/kernels/cross_entropy.h"
 #include "tensor/kernels/layernorm.h"
 #include "tensor/kernels/softmax.h"
@@ -17,6 +20,11 @@ namespace {
 
 DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
+// Rows (of n values) per thread below which splitting a per-row loop does not pay.
+int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
+// Columns per thread for a loop over `rows` rows of each column.
+int64_t column_grain(int64_t rows) { return std::max<int64_t>(16, 16384 / std::max<int64_t>(rows, 1)); }
+
 // Contiguous copy of x in its compute dtype.
 Tensor rows_of(const char* op, const Tensor& x) {
   check_device_supported(op, x.device());
@@ -25,39 +33,51 @@ Tensor rows_of(const char* op, const Tensor& x) {
   return contiguous(to(x, compute_dtype(x.dtype())));
 }
 
-// Runs row_fn(in_row, out_row, n) over the last dim of x (compute types only).
+// Runs row_fn(in_row, out_row, n, r) for every row r over the last dim of x
+// (compute types only; x is not copied when it already is contiguous in its compute type).
 template <class RowFn>
-Tensor per_row(const char* op, const Tensor& x, RowFn row_fn) {
+Tensor per_row_indexed(const char* op, const Tensor& x, RowFn row_fn) {
   Tensor xc = rows_of(op, x);
   Tensor out = empty(xc.shape(), xc.dtype());
   int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
-  if (xc.dtype() == kFloat64) {
-    const double* p = xc.data<double>();
-    double* o = out.data<double>();
-    for (int64_t r = 0; r < rows; ++r) row_fn(p + r * n, o + r * n, n);
-  } else {
-    const float* p = xc.data<float>();
-    float* o = out.data<float>();
-    for (int64_t r = 0; r < rows; ++r) row_fn(p + r * n, o + r * n, n);
-  }
+  auto run = [&](const auto* p, auto* o) {
+    cpu::parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row_fn(p + r * n, o + r * n, n, r);
+    });
+  };
+  if (xc.dtype() == kFloat64) run(xc.data<double>(), out.data<double>());
+  else run(xc.data<float>(), out.data<float>());
   return to(out, x.dtype());
+}
+
+template <class RowFn>
+Tensor per_row(const char* op, const Tensor& x, RowFn row_fn) {
+  return per_row_indexed(op, x, [&](const auto* in, auto* out, int64_t n, int64_t) { row_fn(in, out, n); });
 }
 
 // Same for two inputs (grad, saved output) -> grad input.
 template <class RowFn>
-Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, RowFn row_fn) {
+Tensor per_row2_indexed(const char* op, const Tensor& g, const Tensor& y, RowFn row_fn) {
   LOOM_CHECK(g.shape() == y.shape(), op, ": grad ", g.shape(), " and output ", y.shape(), " differ");
   Tensor gc = rows_of(op, g), yc = rows_of(op, y);
+  LOOM_CHECK(gc.dtype() == yc.dtype(), op, ": grad ", g.describe(), " and output ", y.describe(), " differ in dtype");
   Tensor out = empty(gc.shape(), gc.dtype());
   int64_t n = y.size(-1), rows = n ? y.numel() / n : 0;
-  if (gc.dtype() == kFloat64) {
-    for (int64_t r = 0; r < rows; ++r)
-      row_fn(gc.data<double>() + r * n, yc.data<double>() + r * n, out.data<double>() + r * n, n);
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      row_fn(gc.data<float>() + r * n, yc.data<float>() + r * n, out.data<float>() + r * n, n);
-  }
+  auto run = [&](const auto* gp, const auto* yp, auto* o) {
+    cpu::parallel_for(rows, row_grain(n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) row_fn(gp + r * n, yp + r * n, o + r * n, n, r);
+    });
+  };
+  if (gc.dtype() == kFloat64) run(gc.data<double>(), yc.data<double>(), out.data<double>());
+  else run(gc.data<float>(), yc.data<float>(), out.data<float>());
   return to(out, g.dtype());
+}
+
+template <class RowFn>
+Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, RowFn row_fn) {
+  return per_row2_indexed(op, g, y, [&](const auto* dy, const auto* yy, auto* dx, int64_t n, int64_t) {
+    row_fn(dy, yy, dx, n);
+  });
 }
 
 int64_t index_at(const Tensor& idx, int64_t i) {
@@ -92,6 +112,27 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
   });
 }
 
+// Row r of x viewed as [rows, S] is query t = r % T of its [T, S] block: it sees min(t + 1, S) keys.
+Tensor causal_softmax(const Tensor& x, double scale) {
+  LOOM_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S] scores, got ", x.shape());
+  const int64_t T = x.size(-2);
+  return per_row_indexed("causal_softmax", x, [T, scale](const auto* in, auto* out, int64_t n, int64_t r) {
+    using S = std::remove_cvref_t<decltype(*in)>;
+    kernels::causal_softmax_row(in, out, long(n), long(std::min(r % T + 1, n)), S(scale));
+  });
+}
+
+Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale) {
+  LOOM_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.shape());
+  const int64_t T = y.size(-2);
+  return per_row2_indexed("causal_softmax_backward", grad, y,
+                          [T, scale](const auto* dy, const auto* yy, auto* dx, int64_t n, int64_t r) {
+                            using S = std::remove_cvref_t<decltype(*dy)>;
+                            kernels::causal_softmax_backward_row(dy, yy, dx, long(n), long(std::min(r % T + 1, n)),
+                                                                 S(scale));
+                          });
+}
+
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   Tensor xc = rows_of("layer_norm", x);
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
@@ -107,9 +148,12 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
     {
       const scalar_t* wp = w.defined() ? w.data<scalar_t>() : nullptr;
       const scalar_t* bp = b.defined() ? b.data<scalar_t>() : nullptr;
-      for (int64_t r = 0; r < rows; ++r)
-        kernels::layernorm_row(xc.data<scalar_t>() + r * C, wp, bp, y.data<scalar_t>() + r * C, long(C),
-                               scalar_t(eps), mean.data<scalar_t>() + r, rstd.data<scalar_t>() + r);
+      const scalar_t* xp = xc.data<scalar_t>();
+      scalar_t *yp = y.data<scalar_t>(), *mp = mean.data<scalar_t>(), *rp = rstd.data<scalar_t>();
+      cpu::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          kernels::layernorm_row(xp + r * C, wp, bp, yp + r * C, long(C), scalar_t(eps), mp + r, rp + r);
+      });
     }
   });
   return {to(y, x.dtype()), mean, rstd};
@@ -125,11 +169,21 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
   LOOM_DISPATCH_COMPUTE(cd, "layer_norm_backward", {
     {
       const scalar_t* wp = w.defined() ? w.data<scalar_t>() : nullptr;
-      for (int64_t r = 0; r < rows; ++r)
-        kernels::layernorm_backward_row(gc.data<scalar_t>() + r * C, xc.data<scalar_t>() + r * C, wp,
-                                        mean.data<scalar_t>()[r], rstd.data<scalar_t>()[r],
-                                        dx.data<scalar_t>() + r * C, dw.data<scalar_t>(), db.data<scalar_t>(),
-                                        long(C));
+      const scalar_t *gp = gc.data<scalar_t>(), *xp = xc.data<scalar_t>();
+      const scalar_t *mp = mean.data<scalar_t>(), *rp = rstd.data<scalar_t>();
+      scalar_t *dxp = dx.data<scalar_t>(), *dwp = dw.data<scalar_t>(), *dbp = db.data<scalar_t>();
+      // dx row by row; dw and db column by column, each column summed over the rows in order
+      // (so threads own disjoint rows, then disjoint columns: no shared sums).
+      cpu::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          kernels::layernorm_backward_row(gp + r * C, xp + r * C, wp, mp[r], rp[r], dxp + r * C,
+                                          static_cast<scalar_t*>(nullptr), static_cast<scalar_t*>(nullptr),
+                                          long(C));
+      });
+      cpu::parallel_for(C, column_grain(rows), [&](int64_t c0, int64_t c1) {
+        for (int64_t r = 0; r < rows; ++r)
+          kernels::layernorm_param_grads_row(gp + r * C, xp + r * C, mp[r], rp[r], dwp, dbp, long(c0), long(c1));
+      });
     }
   });
   DType wd = weight.defined() ? weight.dtype() : x.dtype();

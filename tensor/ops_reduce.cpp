@@ -40,6 +40,8 @@ static Tensor sum_in_double(const Tensor& x, const std::vector<bool>& red) {
                              double t = 0;
                              for (int64_t i = 0; i < n; ++i) t += double(cpu::to_acc(v[i * s[1]]));
                              *o += t;
+                           } else if (s[0] == 1 && s[1] == 1) {  // e.g. a bias gradient: rows summed column-wise
+                             for (int64_t i = 0; i < n; ++i) o[i] += double(cpu::to_acc(v[i]));
                            } else {
                              for (int64_t i = 0; i < n; ++i) o[i * s[0]] += double(cpu::to_acc(v[i * s[1]]));
                            }

@@ -1,5 +1,7 @@
 #include "tensor/storage.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -15,6 +17,19 @@ std::mutex g_mutex;
 MemoryStats g_stats[kMaxDevices];
 
 int slot(const Device& d) { return d.is_cpu() ? 0 : 1 + (d.index % (kMaxDevices - 1)); }
+
+// A training step frees and reallocates the same activation-sized blocks
+// (hundreds of KB to MB) every step. glibc's defaults serve such blocks with
+// fresh mmaps, or give freed heap tops back to the kernel, so every step would
+// page-fault its activations in again (~6k faults per small-GPT step, a few
+// ms). Keeping them in the heap (up to the largest mmap threshold glibc
+// allows, 32 MB) and never trimming makes a step reuse the previous step's
+// pages. Set once, before the first allocation through this file.
+const bool g_malloc_tuned = [] {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  return true;
+}();
 
 void record_alloc(const Device& d, int64_t n) {
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -5,12 +5,14 @@
 // loop the compiler vectorises. When every operand is contiguous with the
 // output's shape (the usual case) the loops skip that setup entirely: for small
 // tensors the setup, not the math, is the cost of an op (bench/op_overhead).
+// Large contiguous loops are split over the math threads (cpu/parallel.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
+#include "tensor/cpu/parallel.h"
 #include "tensor/tensor.h"
 
 namespace loom::cpu {
@@ -87,7 +89,9 @@ void unary_loop(const Tensor& out, const Tensor& a, F f) {
   };
   std::array<char*, 2> base{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data())};
   if (same_contiguous_layout(out, a)) {
-    row(out.numel(), base, {1, 1});
+    parallel_for(out.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+      row(e - b, {base[0] + b * int64_t(sizeof(O)), base[1] + b * int64_t(sizeof(A))}, {1, 1});
+    });
     return;
   }
   strided_loop<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())}, base,
@@ -110,7 +114,10 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   std::array<char*, 3> base{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
                             static_cast<char*>(b.raw_data())};
   if (same_contiguous_layout(out, a, b)) {
-    row(out.numel(), base, {1, 1, 1});
+    parallel_for(out.numel(), kElementwiseGrain, [&](int64_t i, int64_t e) {
+      row(e - i, {base[0] + i * int64_t(sizeof(O)), base[1] + i * int64_t(sizeof(A)), base[2] + i * int64_t(sizeof(B))},
+          {1, 1, 1});
+    });
     return;
   }
   strided_loop<3>(out.shape(),
@@ -131,7 +138,12 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   std::array<char*, 4> base{static_cast<char*>(out.raw_data()), static_cast<char*>(a.raw_data()),
                             static_cast<char*>(b.raw_data()), static_cast<char*>(c.raw_data())};
   if (same_contiguous_layout(out, a, b, c)) {
-    row(out.numel(), base, {1, 1, 1, 1});
+    parallel_for(out.numel(), kElementwiseGrain, [&](int64_t i, int64_t e) {
+      row(e - i,
+          {base[0] + i * int64_t(sizeof(O)), base[1] + i * int64_t(sizeof(A)), base[2] + i * int64_t(sizeof(B)),
+           base[3] + i * int64_t(sizeof(C))},
+          {1, 1, 1, 1});
+    });
     return;
   }
   strided_loop<4>(out.shape(),

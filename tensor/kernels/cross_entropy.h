@@ -5,16 +5,16 @@
 
 #include <cmath>
 
+#include "tensor/kernels/exp.h"
+#include "tensor/kernels/row_sum.h"
 #include "tensor/macros.h"
 
 namespace loom::kernels {
 
 template <class T>
 LOOM_HOST_DEVICE T logsumexp_row(const T* x, long V) {
-  T m = x[0];
-  for (long i = 1; i < V; ++i) m = x[i] > m ? x[i] : m;
-  T s = 0;
-  for (long i = 0; i < V; ++i) s += std::exp(x[i] - m);
+  T m = row_max(x, V);
+  T s = row_sum<T>(V, [&](long i) { return exp_approx(x[i] - m); });
   return m + std::log(s);
 }
 
@@ -23,10 +23,8 @@ LOOM_HOST_DEVICE T logsumexp_row(const T* x, long V) {
 // at the scale of the logits and lose log s's low bits.
 template <class T>
 LOOM_HOST_DEVICE T cross_entropy_row(const T* x, long V, long target, T* lse) {
-  T m = x[0];
-  for (long i = 1; i < V; ++i) m = x[i] > m ? x[i] : m;
-  T s = 0;
-  for (long i = 0; i < V; ++i) s += std::exp(x[i] - m);
+  T m = row_max(x, V);
+  T s = row_sum<T>(V, [&](long i) { return exp_approx(x[i] - m); });
   T log_s = std::log(s);
   *lse = m + log_s;
   return (m - x[target]) + log_s;
@@ -35,7 +33,7 @@ LOOM_HOST_DEVICE T cross_entropy_row(const T* x, long V, long target, T* lse) {
 // dx[i] = (softmax(x)[i] - [i == target]) * scale
 template <class T>
 LOOM_HOST_DEVICE void cross_entropy_backward_row(const T* x, long V, long target, T lse, T scale, T* dx) {
-  for (long i = 0; i < V; ++i) dx[i] = (std::exp(x[i] - lse) - (i == target ? T(1) : T(0))) * scale;
+  for (long i = 0; i < V; ++i) dx[i] = (exp_approx(x[i] - lse) - (i == target ? T(1) : T(0))) * scale;
 }
 
 }  // namespace loom::kernels

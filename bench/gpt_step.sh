@@ -1,0 +1,67 @@
+#!/bin/bash
+# bench/gpt_step.sh: one GPT training step, loom vs PyTorch, side by side.
+#
+# Runs bench_gpt_step (loom) and bench/gpt_step.py (PyTorch 1.13 from Debian's
+# python3-torch) back to back on the same config and thread count, `rounds`
+# times alternating, so that whatever else the machine is doing slows both
+# alike. Each run warms up, times `steps` steps and reports its median; the
+# table shows the median over rounds of those medians, tokens/s and the ratio
+# loom / PyTorch in tokens/s (> 1: loom is faster).
+#
+# Configs (issue 3, "Speed"):
+#   small:  4 layers, 4 heads, 128 embd, block 64, batch 16, vocab 65 -- 1 thread
+#   medium: 6 layers, 6 heads, 384 embd, block 256, batch 8, vocab 65 -- 2 threads
+# Both sides get OMP_WAIT_POLICY=passive (idle OpenMP threads sleep instead of
+# spinning: with 2 cores shared, a spinning thread takes the core the other
+# side's work needs).
+#
+# Usage: bench/gpt_step.sh [build-dir] [small|medium|all] [rounds] [steps]
+#   defaults: build, all, 3 rounds, 15 steps (medium: 8 steps)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${1:-$here/../build}"
+which="${2:-all}"
+rounds="${3:-3}"
+steps="${4:-}"
+loom="$build/bench/bench_gpt_step"
+py=/usr/bin/python3
+[ -x "$loom" ] || { echo "gpt_step.sh: $loom not found (cmake --build $build --target bench_gpt_step)" >&2; exit 1; }
+"$py" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: $py has no torch (apt-get install python3-torch)" >&2; exit 1; }
+
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+declare -A threads=([small]=1 [medium]=2)
+declare -A default_steps=([small]=15 [medium]=8)
+configs=(small medium)
+[ "$which" = all ] || configs=("$which")
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
+rows=()
+for c in "${configs[@]}"; do
+  t=${threads[$c]}
+  n=${steps:-${default_steps[$c]}}
+  loom_ms=() torch_ms=()
+  for ((r = 1; r <= rounds; ++r)); do
+    l=$(OMP_WAIT_POLICY=passive "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n")
+    p=$(OMP_WAIT_POLICY=passive "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n")
+    echo "  round $r: $l | $p" >&2
+    loom_ms+=("$(echo "$l" | field ms_per_step)")
+    torch_ms+=("$(echo "$p" | field ms_per_step)")
+  done
+  lm=$(printf '%s\n' "${loom_ms[@]}" | median)
+  pm=$(printf '%s\n' "${torch_ms[@]}" | median)
+  rows+=("$c $t $lm $pm")
+done
+echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo
+printf '%-7s %-7s %12s %12s %12s %12s %8s\n' config threads "loom ms" "torch ms" "loom tok/s" "torch tok/s" ratio
+for row in "${rows[@]}"; do
+  read -r c t lm pm <<<"$row"
+  case $c in small) tokens=$((16 * 64)) ;; medium) tokens=$((8 * 256)) ;; esac
+  awk -v c="$c" -v t="$t" -v lm="$lm" -v pm="$pm" -v n="$tokens" 'BEGIN {
+    printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx\n", c, t, lm, pm, n / (lm / 1000), n / (pm / 1000), pm / lm }'
+done
+echo "targets (issue 3): small >= 2x, medium >= 1.3x PyTorch's tokens/s"

@@ -1,0 +1,142 @@
+// bench_pipeline_memory: what 1F1B buys over all-forward-all-backward (GPipe),
+// measured, and how big the pipeline bubble really is.
+//
+// pp = the number of ranks; each rank is one stage of a GPT (balanced
+// partition by parameter count). Each schedule runs the same steps of m
+// micro-batches:
+//   peak activation memory: the allocator's peak during a step minus what was
+//     live before it (parameters, their .grad kept from a warm-up step so no
+//     gradient is allocated inside the measured step, optimizer-free). That is
+//     the saved activations, the backward's temporaries and the p2p buffers.
+//     AFAB keeps all m micro-batches' activations alive on every stage; 1F1B at
+//     most p - s on stage s. Target: 1F1B's peak <= (p / m) x AFAB's + 10%.
+//   bubble: 1 - (time in F and B) / (step time), per stage, averaged (the
+//     ScheduleEvent timestamps; schedule_diagram.h), beside the theory
+//     (p - 1)/(m + p - 1). Target: within 0.05. Ranks share the machine's
+//     cores: with more stages than cores, stages that run at the same time
+//     slow each other down, which the theory does not know about.
+//
+// Usage: mpirun -np 2 build/bench/bench_pipeline_memory [--m 8] [--layers 8] [--embd 128]
+//        [--heads 4] [--block 64] [--batch 4] [--steps 3] [--trace pipeline.json]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "nn/gpt.h"
+#include "nn/loss.h"
+#include "parallel/distributed.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/trace.h"
+#include "tensor/ops.h"
+
+using namespace loom;
+using namespace loom::parallel;
+
+namespace {
+
+struct Measured {
+  double peak_mb = 0;  // this stage's largest peak over the measured steps
+  double bubble = 0;   // mean over the measured steps (the same on every rank)
+  std::string diagram;  // the last step's --print-schedule text (pp rank 0)
+};
+
+Measured measure(const char* name, PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
+                 int steps) {
+  auto schedule = std::string(name) == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
+  LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  std::vector<Tensor> params = stage.parameters();
+  Measured out;
+  for (int step = -1; step < steps; ++step) {  // step -1: warm-up, allocates every .grad
+    autograd::zero_grad(params, /*set_to_none=*/false);
+    p2p.pp_group().barrier();  // every stage starts together, as in a training loop after the optimizer step
+    reset_peak_memory_stats();
+    const int64_t live_before = memory_stats().live_bytes;
+    PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, nullptr);
+    const double peak = double(memory_stats().peak_bytes - live_before) / (1 << 20);
+    std::vector<StageEvents> all = gather_schedule(p2p.pp_group(), r.events);
+    if (step < 0) continue;
+    out.peak_mb = std::max(out.peak_mb, peak);
+    Tensor bubble = full({}, p2p.pp_rank() == 0 ? measured_bubble_fraction(all) : 0.0, kFloat64);
+    p2p.pp_group().broadcast(bubble, 0);
+    out.bubble += bubble.item<double>() / steps;
+    if (step + 1 == steps) out.diagram = schedule_report(p2p.pp_group(), r.events, name);
+  }
+  return out;
+}
+
+// This rank's value on every rank, in rank order.
+std::vector<double> gather(ProcessGroup& g, double v) {
+  Tensor all = zeros({g.size()}, kFloat64);
+  g.all_gather(all, full({1}, v, kFloat64));
+  return all.to_vector<double>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return parallel::run(argc, argv, [&] {
+    int m = 8, steps = 3;
+    nn::GPTConfig cfg{64, 64, 8, 4, 128, 0.0, 1};
+    int64_t batch = 4;
+    std::string trace_path;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      std::string k = argv[i];
+      int64_t v = std::atoll(argv[i + 1]);
+      if (k == "--trace") trace_path = argv[i + 1];
+      else if (k == "--m") m = int(v);
+      else if (k == "--layers") cfg.n_layer = v;
+      else if (k == "--embd") cfg.n_embd = v;
+      else if (k == "--heads") cfg.n_head = v;
+      else if (k == "--block") cfg.block_size = v;
+      else if (k == "--batch") batch = v;
+      else if (k == "--steps") steps = int(v);
+      else LOOM_CHECK(false, "bench_pipeline_memory: unknown option ", k);
+    }
+    ops::set_num_threads(1);
+    ProcessGroup& world = parallel::world();
+    const int p = world.size();
+    LayerRange range = partition_balanced(gpt_layer_param_counts(cfg), p)[size_t(world.rank())][0];
+    PipelineStage stage(cfg, range);
+    PipelineP2P p2p(world);
+
+    Generator g(7);
+    std::vector<MicroBatch> mbs;
+    for (int i = 0; i < m; ++i)
+      mbs.push_back({randint(0, cfg.vocab_size, {batch, cfg.block_size}, g),
+                     randint(0, cfg.vocab_size, {batch, cfg.block_size}, g)});
+
+    if (!trace_path.empty()) trace::start(world);
+    Measured afab = measure("afab", stage, p2p, mbs, steps);
+    Measured ofob = measure("1f1b", stage, p2p, mbs, steps);
+    if (!trace_path.empty()) trace::write(world, trace_path);
+    std::vector<double> afab_mb = gather(world, afab.peak_mb), ofob_mb = gather(world, ofob.peak_mb);
+    std::vector<double> first = gather(world, double(range.start)), last = gather(world, double(range.end));
+    if (world.rank() != 0) return 0;
+
+    std::printf("GPT %lld layers, %lld embd, %lld heads, block %lld, vocab %lld; micro-batch %lld; pp %d, m %d\n\n",
+                (long long)cfg.n_layer, (long long)cfg.n_embd, (long long)cfg.n_head, (long long)cfg.block_size,
+                (long long)cfg.vocab_size, (long long)batch, p, m);
+    std::printf("%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str());
+    const double target = double(p) / double(m);
+    std::printf("peak activation memory per stage (MB; 1f1b/afab, target <= p/m = %.3f, + 10%% = %.3f)\n", target,
+                target * 1.1);
+    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok\n");
+    for (int s = 0; s < p; ++s) {
+      double ratio = ofob_mb[size_t(s)] / afab_mb[size_t(s)];
+      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s\n", s, int(first[size_t(s)]),
+                  int(last[size_t(s)]), afab_mb[size_t(s)], ofob_mb[size_t(s)], ratio, std::min(p - s, m), m,
+                  ratio <= target * 1.1 ? "yes" : "NO");
+    }
+    const double theory = theoretical_bubble_fraction(p, m);
+    std::printf("\nbubble fraction (mean over %d steps; theory (p - 1)/(m + p - 1) = %.3f, target within 0.05)\n",
+                steps, theory);
+    std::printf("  afab  %.3f  (%+.3f)  %s\n", afab.bubble, afab.bubble - theory,
+                std::abs(afab.bubble - theory) <= 0.05 ? "ok" : "OUT");
+    std::printf("  1f1b  %.3f  (%+.3f)  %s\n", ofob.bubble, ofob.bubble - theory,
+                std::abs(ofob.bubble - theory) <= 0.05 ? "ok" : "OUT");
+    return 0;
+  });
+}

@@ -1,0 +1,45 @@
+// Cutting a model's ordered list of layers into pipeline stages. The GPT is
+// [embedding, block_0 .. block_{L-1}, head] (nn/gpt.h); a stage owns one or
+// more contiguous [start, end) ranges of that list.
+//
+// Chunks (virtual stages, Megatron's interleaved schedule): with num_chunks = v
+// the list is cut into pp_size × v consecutive parts, and part k goes to stage
+// k % pp_size as its chunk k / pp_size, i.e. chunk c of stage s is virtual stage
+// c × pp_size + s. With 8 layers, pp 2, v 2:
+//   parts  [0,2) [2,4) [4,6) [6,8)
+//   stage 0: {[0,2), [4,6)}     stage 1: {[2,4), [6,8)}
+// so a micro-batch visits stage 0, 1, 0, 1. With v = 1 (the default) each stage
+// gets one range, the plain GPipe / 1F1B layout.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom::parallel {
+
+struct LayerRange {
+  int64_t start = 0, end = 0;  // [start, end)
+  int64_t size() const { return end - start; }
+  bool operator==(const LayerRange&) const = default;
+};
+
+// ranges[s][c]: the layers of stage s's chunk c.
+using StagePartition = std::vector<std::vector<LayerRange>>;
+
+// Equal parts: every virtual stage gets num_items / (pp_size × num_chunks) layers.
+// Errors: fewer items than virtual stages, or a count that does not divide
+// (use partition_balanced for uneven models).
+StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks = 1);
+
+// Parts of nearly equal weight (weights[i] = parameter count of layer i): the
+// smallest possible maximum part weight, found by binary search (the approach
+// of DeepSpeed's partition_balanced), every part non-empty. Errors: fewer items
+// than virtual stages, or a negative weight.
+StagePartition partition_balanced(const std::vector<int64_t>& weights, int pp_size, int num_chunks = 1);
+
+// The contiguous cut of `weights` into exactly num_parts non-empty parts that
+// minimises the largest part's weight: part boundaries [b_0 = 0, b_1, ..., b_k = n].
+// Exposed for tests; partition_balanced deals its parts out to the stages.
+std::vector<int64_t> balanced_boundaries(const std::vector<int64_t>& weights, int num_parts);
+
+}  // namespace loom::parallel

@@ -1,0 +1,49 @@
+// Internal to tensor/: splitting a CPU loop over the math threads (OpenMP).
+//
+// parallel_for(n, grain, fn) calls fn(begin, end) on contiguous chunks that
+// cover [0, n), one chunk per thread, or fn(0, n) on the calling thread when
+// n < 2 * grain (too little work to pay for waking a thread) or when only one
+// thread is allowed (ops::set_num_threads(1)). Chunks start at multiples of
+// 16 so vector loops see the same alignment whatever the split.
+//
+// Determinism: only loops whose iterations write disjoint outputs use this
+// (elementwise ops, rows of a softmax, columns of a bias gradient). Each output
+// is then computed by the same code in the same order whatever the thread
+// count, so results are bit-identical at 1 and 2 threads. Reductions across
+// chunks are never split.
+//
+// fn must not throw: an exception cannot leave an OpenMP region.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace loom::cpu {
+
+// Below this many elements of simple elementwise math, one thread is faster.
+constexpr int64_t kElementwiseGrain = 32768;
+
+template <class F>
+void parallel_for(int64_t n, int64_t grain, const F& fn) {
+#ifdef _OPENMP
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads > 1 && n >= 2 * std::max<int64_t>(grain, 1)) {
+    const int64_t chunks = std::min<int64_t>(threads, n / std::max<int64_t>(grain, 1));
+#pragma omp parallel num_threads(int(chunks))
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      auto edge = [&](int64_t k) { return k == nt ? n : std::min(n, (n * k / nt) / 16 * 16); };
+      const int64_t begin = edge(t), end = edge(t + 1);
+      if (begin < end) fn(begin, end);
+    }
+    return;
+  }
+#endif
+  if (n > 0) fn(int64_t(0), n);
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,118 @@
+// linear: y = x @ wᵀ + b, the Linear layer as one op (PyTorch's F.linear).
+//
+// Why not matmul + add: the bias is written into the output first and the GEMM
+// accumulates onto it (BLAS beta = 1, as PyTorch's addmm does), which saves a
+// pass over the output and its allocation. Backward produces every gradient
+// in its parameter's own layout: dW = gᵀ @ x is [out, in] like the weight (the
+// matmul route computes xᵀ @ g and leaves a transposed view that
+// AccumulateGrad must copy), and db is a column sum in double, rounded once
+// (what sum_to would give).
+//
+//   x: [..., K]   w: [N, K]   b: [N]   ->   y: [..., N]
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/gemm.h"
+#include "tensor/cpu/parallel.h"
+#include "tensor/ops.h"
+
+namespace loom::ops {
+
+namespace {
+
+// C [m, n] = beta C + op(A) op(B), all row-major and contiguous (ld = row length).
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T beta, T* c) {
+  cpu::gemm(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+}
+
+DType compute_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
+void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_device_supported(op, x.device());
+  LOOM_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1), op, ": input ", x.describe(),
+             " does not match weight ", w.describe(), " (need [..., in] and [out, in])");
+  LOOM_CHECK(is_floating(x.dtype()) && w.dtype() == x.dtype(), op, ": input ", x.describe(), " and weight ",
+             w.describe(), " need the same floating dtype");
+  if (b.defined())
+    LOOM_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == x.dtype(), op, ": bias ", b.describe(),
+               " must be [", w.size(0), "] ", dtype_name(x.dtype()));
+}
+
+// x as a contiguous [M, K] matrix in the compute dtype (a view when it already is one).
+Tensor rows(const Tensor& x, DType cd) { return reshape(contiguous(to(x, cd)), {-1, x.size(-1)}); }
+
+Shape with_last(Shape s, int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_linear("linear", x, w, b);
+  const DType cd = compute_of(x.dtype());
+  Tensor x2 = rows(x, cd), wc = contiguous(to(w, cd));
+  const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
+  Tensor out = empty({M, N}, cd);
+  LOOM_DISPATCH_COMPUTE(cd, "linear", {
+    scalar_t* o = out.data<scalar_t>();
+    scalar_t beta = 0;
+    if (b.defined()) {  // every row starts as the bias; the GEMM adds x @ wᵀ onto it
+      Tensor bc = contiguous(to(b, cd));
+      const scalar_t* bp = bc.data<scalar_t>();
+      cpu::parallel_for(M, std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(N, 1)),
+                        [&](int64_t i0, int64_t i1) {
+                          for (int64_t i = i0; i < i1; ++i) std::memcpy(o + i * N, bp, size_t(N) * sizeof(scalar_t));
+                        });
+      beta = 1;
+    }
+    if (K == 0) {
+      if (!b.defined()) zero_(out);
+    } else if (M > 0 && N > 0) {
+      gemm(false, true, M, N, K, x2.data<scalar_t>(), wc.data<scalar_t>(), beta, o);
+    }
+  });
+  return reshape(to(out, x.dtype()), with_last(x.shape(), N));
+}
+
+LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
+                            bool need_b) {
+  check_linear("linear_backward", x, w, Tensor());
+  LOOM_CHECK(grad.shape() == with_last(x.shape(), w.size(0)), "linear_backward: grad ", grad.shape(),
+             " does not match input ", x.shape(), " and weight ", w.shape());
+  const DType cd = compute_of(x.dtype());
+  Tensor g2 = rows(grad, cd);
+  const int64_t M = g2.size(0), N = g2.size(1), K = w.size(1);
+  LinearGrads r;
+  LOOM_DISPATCH_COMPUTE(cd, "linear_backward", {
+    const scalar_t* g = g2.data<scalar_t>();
+    if (need_x) {  // dx [M, K] = g [M, N] @ w [N, K]
+      Tensor wc = contiguous(to(w, cd));
+      r.dx = empty({M, K}, cd);
+      if (N == 0) zero_(r.dx);
+      else if (M > 0 && K > 0) gemm(false, false, M, K, N, g, wc.data<scalar_t>(), scalar_t(0), r.dx.data<scalar_t>());
+      r.dx = reshape(to(r.dx, x.dtype()), x.shape());
+    }
+    if (need_w) {  // dW [N, K] = gᵀ [N, M] @ x [M, K]
+      Tensor x2 = rows(x, cd);
+      r.dw = empty({N, K}, cd);
+      if (M == 0) zero_(r.dw);
+      else if (N > 0 && K > 0) gemm(true, false, N, K, M, g, x2.data<scalar_t>(), scalar_t(0), r.dw.data<scalar_t>());
+      r.dw = to(r.dw, w.dtype());
+    }
+    if (need_b) {  // db [N] = column sums of g, accumulated in double row by row, rounded once
+      Tensor acc = zeros({N}, kFloat64);
+      double* a = acc.data<double>();
+      cpu::parallel_for(N, std::max<int64_t>(16, 16384 / std::max<int64_t>(M, 1)), [&](int64_t j0, int64_t j1) {
+        for (int64_t i = 0; i < M; ++i)  // threads own columns; each column sums its rows in order
+          for (int64_t j = j0; j < j1; ++j) a[j] += double(g[i * N + j]);
+      });
+      r.db = to(acc, x.dtype());
+    }
+  });
+  return r;
+}
+
+}  // namespace loom::ops

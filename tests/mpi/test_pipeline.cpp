@@ -1,0 +1,329 @@
+// Pipeline parallelism on real ranks (CTest runs it on 2 and 4): every run is
+// compared with the single-process GPT on the same global batch. Every rank
+// also builds the full model and trains it alone (the reference: cheap at this
+// size), then checks its own stage against it: per-step losses and gradient
+// norms, and final parameters, within 1e-5 relative; the two copies of the
+// tied embedding (first and last stage) stay bit-identical after every step.
+//
+// Not bit-exact, and why: the reference sums the gradient of the whole batch
+// inside one GEMM; the pipeline sums m micro-batch gradients one after
+// another, adds the tied embedding's two halves with an all-reduce, and (with
+// dp) averages replicas. Float addition is not associative. Parameters are
+// compared as max |a - b| over the stage divided by max |b| over the whole
+// model, as in test_train_gpt_parallel.cpp. Measured worst cases: losses
+// ~5e-8, gradient norms ~1e-6, parameters ~5e-7 relative.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "autograd/engine.h"
+#include "autograd/variable.h"
+#include "examples/param_groups.h"
+#include "nn/gpt.h"
+#include "nn/loss.h"
+#include "optim/adamw.h"
+#include "optim/clip_grad.h"
+#include "parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel_naive.h"
+#include "parallel/grad_norm.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_group_manager.h"
+#include "parallel/shared_weights.h"
+#include "tensor/ops.h"
+
+using namespace loom;
+using namespace loom::parallel;
+
+namespace {
+
+constexpr int kSteps = 10;
+constexpr double kLr = 3e-3, kWeightDecay = 0.1, kMaxNorm = 1.0;
+constexpr double kTolerance = 1e-5;
+// AdamW's eps is 1e-5 rather than 1e-8 because of the attention key bias: its
+// true gradient is exactly 0 (softmax ignores a shift shared by a query's
+// scores), so what it gets is rounding noise, ~1e-10, different in every run.
+// With eps 1e-8 Adam turns that noise into steps of ~lr/100 in a random
+// direction; with 1e-5 into ~lr/1e5, and the comparison sees the real differences.
+const optim::AdamWOptions kAdam{0.9, 0.999, 1e-5};
+constexpr int64_t kRowsPerMicroBatch = 2, kT = 16;
+
+// V 32, block 16, 2 heads, C 32. 6 blocks = 8 layers (splits evenly over 2 and
+// 4 stages); 5 blocks = 7 layers (balanced: uneven stages).
+nn::GPTConfig config(int64_t n_layer) { return {32, kT, n_layer, 2, 32, 0.0, 42}; }
+
+struct Setup {
+  int dp = 1, pp = 1;
+  std::string schedule = "1f1b", partition = "uniform", dp_mode = "bucket";
+  int m = 4;  // micro-batches per dp rank
+};
+
+struct Batch {
+  Tensor x, y;
+};
+// Step s's global batch, the same on every rank.
+Batch global_batch(int step, int64_t rows) {
+  Generator g(100 + uint64_t(step));
+  return {randint(0, 32, {rows, kT}, g), randint(0, 32, {rows, kT}, g)};
+}
+Tensor rows(const Tensor& t, int64_t start, int64_t n) { return ops::contiguous(ops::narrow(t, 0, start, n)); }
+
+struct Run {
+  std::vector<double> losses, norms;
+  std::map<std::string, std::vector<float>> params;
+};
+
+// The single-process reference: the whole model on the whole global batch.
+Run reference(const nn::GPTConfig& cfg, int64_t global_rows) {
+  nn::GPT model(cfg);
+  optim::AdamW opt(train::gpt_param_groups(model, kLr, kWeightDecay), kAdam);
+  Run run;
+  for (int step = 0; step < kSteps; ++step) {
+    Batch b = global_batch(step, global_rows);
+    Tensor loss = nn::cross_entropy_loss(model.forward(b.x), b.y);
+    autograd::backward(loss);
+    run.norms.push_back(optim::clip_grad_norm(model.parameters(), kMaxNorm));
+    opt.step();
+    opt.zero_grad();
+    run.losses.push_back(loss.item<double>());
+  }
+  for (auto& [name, p] : model.named_parameters()) run.params[name] = p.to_vector<float>();
+  return run;
+}
+
+// The two copies of wte (first and last stage) hold the same bits.
+bool tied_copies_identical(PipelineStage& stage, ProcessGroupManager& pgm) {
+  Tensor w = ops::contiguous(stage.embedding_weight());
+  Tensor both = zeros({2 * w.numel()}, kFloat32);
+  pgm.embedding_group().all_gather(both, ops::reshape(w, {-1}));
+  const float* p = both.data<float>();
+  return std::memcmp(p, p + w.numel(), size_t(w.numel()) * sizeof(float)) == 0;
+}
+
+// The pipeline run, wrapped as train_gpt wraps it: stage -> p2p -> shared
+// weights -> data parallel -> optimizer.
+Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
+  ProcessGroupManager pgm(s.dp, s.pp);
+  StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp)
+                                                 : partition_balanced(gpt_layer_param_counts(cfg), s.pp);
+  PipelineStage stage(cfg, part[size_t(pgm.pp_rank())][0]);
+  PipelineP2P p2p(pgm.pp_group());
+  SharedWeightGradHandler shared = tied_embedding_handler(stage, pgm);
+  std::unique_ptr<DataParallel> dp;
+  DataParallelBucket* bucket = nullptr;
+  if (s.dp > 1 && s.dp_mode == "bucket") {
+    auto b = std::make_unique<DataParallelBucket>(stage.named_parameters(), pgm.dp_group(), /*bucket_cap_mb=*/0.02);
+    bucket = b.get();
+    dp = std::move(b);
+  } else if (s.dp > 1) {
+    dp = std::make_unique<DataParallelNaive>(stage.named_parameters(), pgm.dp_group());
+  }
+  optim::AdamW opt(train::gpt_param_groups(stage, kLr, kWeightDecay), kAdam);
+  // The last stage's wte is a copy: its gradient is already counted on the first stage.
+  std::vector<Tensor> not_counted;
+  if (s.pp > 1 && stage.is_last_stage()) not_counted.push_back(stage.embedding_weight());
+
+  Run run;
+  for (int step = 0; step < kSteps; ++step) {
+    Batch b = global_batch(step, global_rows);
+    std::vector<MicroBatch> mbs;
+    const int64_t first_row = int64_t(pgm.dp_rank()) * s.m * kRowsPerMicroBatch;
+    for (int i = 0; i < s.m; ++i) {
+      int64_t r = first_row + i * kRowsPerMicroBatch;
+      mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
+    }
+    auto schedule = s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
+    LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+    PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
+    shared.all_reduce_grads(bucket);
+    run.norms.push_back(clip_grad_norm_model_parallel(stage.parameters(), kMaxNorm, pgm.model_parallel_group(),
+                                                      not_counted));
+    opt.step();
+    if (dp) dp->zero_grad();
+    else opt.zero_grad();
+
+    Tensor loss = full({}, r.loss, kFloat64);
+    pgm.dp_group().all_reduce(loss, ReduceOp::Avg);  // the global-batch mean
+    run.losses.push_back(loss.item<double>());
+    if (s.pp > 1 && pgm.in_embedding_group()) {
+      EXPECT_TRUE(tied_copies_identical(stage, pgm)) << "step " << step << ": the two wte copies differ";
+    }
+  }
+  for (auto& [name, p] : stage.named_parameters()) run.params[name] = p.to_vector<float>();
+  return run;
+}
+
+void expect_matches_single_process(const Setup& s) {
+  SCOPED_TRACE(str("dp ", s.dp, " x pp ", s.pp, ", ", s.schedule, ", ", s.partition, " partition, m ", s.m));
+  nn::GPTConfig cfg = config(s.partition == "uniform" ? 6 : 5);
+  const int64_t global_rows = int64_t(s.dp) * s.m * kRowsPerMicroBatch;
+  Run want = reference(cfg, global_rows);
+  Run got = pipeline(s, cfg, global_rows);
+
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], kTolerance * std::abs(want.losses[i])) << "loss, step " << i;
+    EXPECT_NEAR(got.norms[i], want.norms[i], kTolerance * std::abs(want.norms[i])) << "grad norm, step " << i;
+  }
+  double scale = 0, diff = 0;
+  for (auto& [name, v] : want.params)
+    for (float x : v) scale = std::max(scale, double(std::abs(x)));
+  for (auto& [name, v] : got.params) {
+    const std::vector<float>& w = want.params.at(name);
+    ASSERT_EQ(v.size(), w.size()) << name;
+    for (size_t i = 0; i < v.size(); ++i) diff = std::max(diff, double(std::abs(v[i] - w[i])));
+  }
+  EXPECT_LE(diff / scale, kTolerance) << "final parameters";
+}
+
+int world_size() { return parallel::world().size(); }
+
+}  // namespace
+
+// ---- parity with one process --------------------------------------------------------
+
+TEST(Pipeline, AfabMatchesSingleProcess) {
+  expect_matches_single_process({1, world_size(), "afab", "uniform", "bucket", 4});
+}
+
+TEST(Pipeline, OneFOneBMatchesSingleProcessWithFewerMicroBatchesThanStages) {
+  expect_matches_single_process({1, world_size(), "1f1b", "uniform", "bucket", world_size() - 1});
+}
+
+TEST(Pipeline, OneFOneBMatchesSingleProcessWithAsManyMicroBatchesAsStages) {
+  expect_matches_single_process({1, world_size(), "1f1b", "uniform", "bucket", world_size()});
+}
+
+TEST(Pipeline, OneFOneBMatchesSingleProcessWithMoreMicroBatchesThanStages) {
+  expect_matches_single_process({1, world_size(), "1f1b", "uniform", "bucket", 2 * world_size()});
+}
+
+TEST(Pipeline, BalancedPartitionMatchesSingleProcess) {
+  expect_matches_single_process({1, world_size(), "afab", "balanced", "bucket", 3});
+  expect_matches_single_process({1, world_size(), "1f1b", "balanced", "bucket", 5});
+}
+
+// world = dp 2 × pp (world / 2): dp 2 × pp 2 on 4 ranks; on 2 ranks pp is 1,
+// where the schedule runs on one stage and the tied-weight handler does nothing.
+TEST(Pipeline, DataParallelTimesPipelineMatchesSingleProcess) {
+  for (const char* schedule : {"afab", "1f1b"}) {
+    expect_matches_single_process({2, world_size() / 2, schedule, "uniform", "bucket", 3});
+    expect_matches_single_process({2, world_size() / 2, schedule, "uniform", "naive", 3});
+  }
+}
+
+// ---- shared weights and the model-parallel gradient norm --------------------------------
+
+TEST(Pipeline, SharedWeightGradientsAreSummedOverTheirGroupPerDtypeBucket) {
+  ProcessGroup& world = parallel::world();
+  const double r = world.rank(), n = world.size();
+  // Two fp32 params (one coalesced bucket) and one fp64 param (its own bucket);
+  // rank r's gradient element i is (r + 1) * (i + 1), so the sum over ranks is
+  // (i + 1) * n (n + 1) / 2.
+  std::vector<Tensor> params{zeros({3, 2}), zeros({4}), zeros({5}, kFloat64)};
+  SharedWeightGradHandler handler;
+  for (const Tensor& p : params) {
+    autograd::set_requires_grad(p);
+    Tensor g = ops::mul(arange(1.0, double(p.numel()) + 1.0, 1.0, p.dtype()), r + 1);
+    autograd::set_grad(p, ops::reshape(g, p.shape()));
+    handler.add(p, world);
+  }
+  handler.all_reduce_grads();
+  for (const Tensor& p : params) {
+    std::vector<double> got = autograd::grad(p).to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_DOUBLE_EQ(got[i], double(i + 1) * n * (n + 1) / 2) << p.describe();
+  }
+}
+
+TEST(Pipeline, ModelParallelGradNormCountsATiedCopyOnce) {
+  ProcessGroup& world = parallel::world();
+  const int r = world.rank(), n = world.size();
+  // Rank r's own param: 4 elements of r + 1. The first and the last rank also
+  // hold a copy of a tied weight with gradient 10 (4 elements); the last rank's is not counted.
+  Tensor own = zeros({4}), tied = zeros({4});
+  autograd::set_requires_grad(own);
+  autograd::set_requires_grad(tied);
+  autograd::set_grad(own, full({4}, r + 1.0));
+  autograd::set_grad(tied, full({4}, 10.0));
+  std::vector<Tensor> params{own}, not_counted;
+  if (r == 0 || r == n - 1) params.push_back(tied);
+  if (r == n - 1) not_counted.push_back(tied);
+  double sq = 4 * 100.0;
+  for (int k = 1; k <= n; ++k) sq += 4.0 * k * k;
+  const double want = std::sqrt(sq);
+  // max_norm half the norm: every gradient, the uncounted copy too, is scaled by max_norm / (norm + 1e-6).
+  const double norm = clip_grad_norm_model_parallel(params, want / 2, world, not_counted);
+  EXPECT_NEAR(norm, want, 1e-12 * want);
+  const double coef = (want / 2) / (want + 1e-6);
+  EXPECT_NEAR(autograd::grad(own).to_vector<double>()[0], (r + 1) * coef, 1e-6);
+  if (r == 0 || r == n - 1) {
+    EXPECT_NEAR(autograd::grad(tied).to_vector<double>()[3], 10 * coef, 1e-6);
+  }
+}
+
+// ---- stages and transfers -------------------------------------------------------------
+
+TEST(Pipeline, EachRankHoldsOnlyItsStagesParameters) {
+  const int pp = world_size();
+  nn::GPTConfig cfg = config(6);
+  const int64_t V = 32, C = 32, block = 12 * C * C + 13 * C;
+  LayerRange range = partition_uniform(cfg.num_layers(), pp)[size_t(parallel::world().rank())][0];
+  // By hand: the embedding V C + 16 C, each block 12 C² + 13 C, the head 2 C + V C.
+  int64_t want = 0;
+  for (int64_t i = range.start; i < range.end; ++i)
+    want += i == 0 ? V * C + kT * C : i == cfg.num_layers() - 1 ? 2 * C + V * C : block;
+
+  const int64_t before = memory_stats().live_bytes;
+  auto stage = std::make_shared<PipelineStage>(cfg, range);
+  const int64_t grown = memory_stats().live_bytes - before;
+  EXPECT_EQ(grown, 4 * want);
+  // Over the stages: the full model (V C + 16 C + 6 blocks + 2 C) plus the head's copy of wte.
+  Tensor total = from_vector<int64_t>({grown});
+  parallel::world().all_reduce(total);
+  EXPECT_EQ(total.item<int64_t>(), 4 * (V * C + kT * C + 6 * block + 2 * C + V * C));
+}
+
+TEST(Pipeline, TransfersCarryTheirShapeAndDtype) {
+  PipelineP2P p2p(parallel::world());
+  const int r = p2p.pp_rank();
+  // Each stage sends three different tensors downstream; the receiver learns
+  // shape and dtype from the header alone.
+  std::vector<Tensor> sent{full({2, 3}, double(r), kFloat32), from_vector<int64_t>({r, 7, -1}),
+                           full({}, 0.5 + r, kFloat64)};
+  for (int i = 0; i < 3; ++i) {
+    Tensor got = p2p.recv_forward(i);
+    if (!p2p.is_first_stage()) {
+      Tensor want = i == 0 ? full({2, 3}, double(r - 1), kFloat32)
+                           : i == 1 ? from_vector<int64_t>({r - 1, 7, -1}) : full({}, 0.5 + (r - 1), kFloat64);
+      EXPECT_EQ(got.shape(), want.shape()) << "tensor " << i;
+      EXPECT_EQ(got.dtype(), want.dtype()) << "tensor " << i;
+      EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>()) << "tensor " << i;
+    } else {
+      EXPECT_FALSE(got.defined());
+    }
+    p2p.send_forward(sent[size_t(i)], i);
+  }
+}
+
+TEST(Pipeline, CombinedTransfersOfLargeTensorsDoNotDeadlock) {
+  // 8 MB each way, far above MPI's eager limit: a blocking send waits for its
+  // receive. Stage s sends forward and waits for a gradient while stage s + 1
+  // sends that gradient and waits for the activation - on one FIFO group both
+  // sends would wait for each other forever.
+  PipelineP2P p2p(parallel::world());
+  const int r = p2p.pp_rank();
+  const int64_t n = 2 << 20;
+  if (!p2p.is_last_stage()) {
+    Tensor grad = p2p.send_fwd_recv_bwd(full({n}, 1.0 + r, kFloat32), 0, 0);
+    ASSERT_TRUE(grad.defined());
+    EXPECT_EQ(grad.numel(), n);
+    EXPECT_EQ(grad.to_vector<float>()[size_t(n - 1)], -(r + 1.0f));  // the next stage's value
+  }
+  if (!p2p.is_first_stage()) {
+    Tensor act = p2p.send_bwd_recv_fwd(full({n}, -double(r), kFloat32), 0, 0);
+    ASSERT_TRUE(act.defined());
+    EXPECT_EQ(act.to_vector<float>()[0], float(r));  // 1 + (r - 1)
+  }
+}
