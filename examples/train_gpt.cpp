@@ -6,6 +6,7 @@
 // data parallel -> optimizer -> loop. The wrapping order is the lesson.
 //   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
+//   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
 //
 // Batches: --batch is the micro-batch one rank runs at a time; the global batch
 // is dp x batch x grad-accum sequences, drawn identically on every rank, and
@@ -33,6 +34,9 @@
 #include "parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel_naive.h"
 #include "parallel/distributed.h"
+#include "parallel/grad_norm.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/shared_weights.h"
 #include "parallel/process_group_manager.h"
 #include "parallel/trace.h"
 #include "tensor/grad_mode.h"
@@ -56,7 +60,9 @@ struct Args {
   int dp = 1, pp = 1;
   std::string dp_mode = "bucket";
   double bucket_mb = 25.0;
-  int64_t grad_accum = 1;
+  int64_t grad_accum = 1, microbatches = 0;
+  std::string schedule = "1f1b", partition = "uniform";
+  bool print_schedule = false;
   std::string trace;
 };
 
@@ -108,23 +114,47 @@ int run(const Args& a) {
       (long long)ds.val_tokens(), (long long)tok.vocab_size());
 
   // ---- model -> data parallel -> optimizer ---------------------------------------------
-  auto model = std::make_shared<nn::GPT>(cfg);
+  // One process holds the whole GPT; a pipeline stage builds only its layers
+  // [embedding, block_0 .. block_{L-1}, head] slice (parallel/partition.h).
+  const bool pipelined = pgm.pp_size() > 1;
+  std::shared_ptr<nn::GPT> model;
+  std::shared_ptr<parallel::PipelineStage> stage;
+  if (pipelined) {
+    LOOM_CHECK(a.save.empty() && a.resume.empty(), "--save/--resume are not supported with --pp > 1 yet");
+    parallel::StagePartition parts =
+        a.partition == "balanced"
+            ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size())
+            : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size());
+    stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())][0]);
+  } else {
+    model = std::make_shared<nn::GPT>(cfg);
+  }
+  nn::Module& net = pipelined ? static_cast<nn::Module&>(*stage) : *model;
   int64_t n_params = 0;
-  for (auto& [name, p] : model->named_parameters()) n_params += p.numel();
-  say("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters\n", (long long)cfg.n_layer,
-      (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size, (long long)n_params);
+  for (auto& [name, p] : net.named_parameters()) n_params += p.numel();
+  say("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s\n", (long long)cfg.n_layer,
+      (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size, (long long)n_params,
+      pipelined ? " on pipeline stage 0" : "");
+  // The tied embedding across the first and last stage (Megatron's embedding group).
+  parallel::SharedWeightGradHandler shared;
+  std::unique_ptr<parallel::PipelineP2P> p2p;
+  if (pipelined) {
+    shared = parallel::tied_embedding_handler(*stage, pgm);
+    p2p = std::make_unique<parallel::PipelineP2P>(pgm.pp_group());
+    say("pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(), a.schedule.c_str(), a.partition.c_str());
+  }
 
   std::unique_ptr<parallel::DataParallel> dp;  // none on a single process
   if (pgm.dp_size() > 1) {
     if (a.dp_mode == "naive")
-      dp = std::make_unique<parallel::DataParallelNaive>(model->named_parameters(), pgm.dp_group());
+      dp = std::make_unique<parallel::DataParallelNaive>(net.named_parameters(), pgm.dp_group());
     else
-      dp = std::make_unique<parallel::DataParallelBucket>(model->named_parameters(), pgm.dp_group(), a.bucket_mb);
+      dp = std::make_unique<parallel::DataParallelBucket>(net.named_parameters(), pgm.dp_group(), a.bucket_mb);
     say("data parallel: %d ranks, %s all-reduce%s\n", pgm.dp_size(), a.dp_mode.c_str(),
         a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
   }
 
-  optim::AdamW opt(train::gpt_param_groups(*model, a.lr, a.weight_decay));
+  optim::AdamW opt(train::gpt_param_groups(net, a.lr, a.weight_decay));
   Generator data_gen(a.seed);
   int64_t start = 0;
   if (!a.resume.empty()) {  // every rank loads the same files
@@ -132,7 +162,10 @@ int run(const Args& a) {
     data_gen.set_state(s.data_rng);
     start = s.step;
   }
-  std::vector<Tensor> params = model->parameters();
+  std::vector<Tensor> params = net.parameters();
+  // Clipping counts the tied weight once: the last stage's copy is left out.
+  std::vector<Tensor> not_counted;
+  if (pipelined && stage->is_last_stage() && !stage->is_first_stage()) not_counted.push_back(stage->embedding_weight());
 
   std::ofstream log;
   if (rank0 && !a.log.empty()) {
@@ -149,10 +182,12 @@ int run(const Args& a) {
 
   // ---- the training loop ------------------------------------------------------
   const double min_lr = a.lr * a.min_lr_ratio;
-  const int64_t K = a.grad_accum;
+  // Micro-batches per step: --grad-accum on one stage, --microbatches in a pipeline.
+  LOOM_CHECK(!pipelined || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
+  const int64_t K = pipelined ? (a.microbatches > 0 ? a.microbatches : pgm.pp_size()) : a.grad_accum;
   const int64_t global_batch = int64_t(pgm.dp_size()) * a.batch * K;
   const int64_t tokens_per_step = global_batch * cfg.block_size;
-  say("batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x grad-accum %lld)\n",
+  say("batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
       (long long)global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
   double total_ms = 0;
   const int64_t end = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
@@ -167,7 +202,25 @@ int run(const Args& a) {
     data::Batch global = ds.sample("train", global_batch, data_gen);
     const int64_t first_row = int64_t(pgm.dp_rank()) * a.batch * K;
     double local_loss = 0;
-    for (int64_t k = 0; k < K; ++k) {
+    if (pipelined) {
+      std::vector<parallel::MicroBatch> mbs;
+      for (int64_t k = 0; k < K; ++k) {
+        data::Batch mb = data::TextDataset::slice(global, first_row + k * a.batch, a.batch);
+        mbs.push_back({mb.x, mb.y});
+      }
+      auto loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+      parallel::PipelineStepResult r =
+          a.schedule == "afab" ? parallel::train_step_pipeline_afab(*stage, *p2p, mbs, loss_fn, dp.get())
+                               : parallel::train_step_pipeline_1f1b(*stage, *p2p, mbs, loss_fn, dp.get());
+      local_loss = r.loss;
+      // After backward and the data-parallel sync: sum the tied embedding's gradients.
+      shared.all_reduce_grads(dynamic_cast<parallel::DataParallelBucket*>(dp.get()));
+      if (a.print_schedule && step == start) {
+        std::string report = parallel::schedule_report(pgm.pp_group(), r.events, a.schedule);
+        if (rank0) std::printf("%s\n", report.c_str());
+      }
+    }
+    for (int64_t k = 0; k < K && !pipelined; ++k) {
       data::Batch mb = data::TextDataset::slice(global, first_row + k * a.batch, a.batch);
       auto forward_backward = [&] {
         Tensor loss;
@@ -194,7 +247,12 @@ int run(const Args& a) {
     double norm;
     {
       parallel::trace::Span span("optimizer step");
-      norm = a.grad_clip > 0 ? optim::clip_grad_norm(params, a.grad_clip) : 0.0;
+      if (pipelined)  // the norm over the whole model: all stages (model-parallel group)
+        norm = a.grad_clip > 0 ? parallel::clip_grad_norm_model_parallel(params, a.grad_clip,
+                                                                        pgm.model_parallel_group(), not_counted)
+                               : 0.0;
+      else
+        norm = a.grad_clip > 0 ? optim::clip_grad_norm(params, a.grad_clip) : 0.0;
       opt.step();
       if (dp) dp->zero_grad();
       else opt.zero_grad();
@@ -203,7 +261,7 @@ int run(const Args& a) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total_ms += ms;
     double tok_s = double(tokens_per_step) / (ms / 1000.0);
-    bool eval_now = rank0 && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
+    bool eval_now = rank0 && !pipelined && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
     double val = eval_now ? evaluate(*model, ds, a, step) : 0;
     double eta = total_ms / double(step + 1 - start) * double(end - step - 1) / 1000.0;
 
@@ -239,7 +297,8 @@ int run(const Args& a) {
   }
 
   // ---- a sample of generated text -------------------------------------------------
-  if (rank0 && a.sample > 0) {
+  if (rank0 && a.sample > 0 && pipelined) std::printf("(no sample: generation needs the whole model, --pp 1)\n");
+  if (rank0 && a.sample > 0 && !pipelined) {
     std::vector<int32_t> prompt = tok.encode(U"\n");
     std::vector<int32_t> out = train::generate(*model, prompt, {a.sample, a.temperature, a.top_k, a.seed});
     std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a.sample,
@@ -285,6 +344,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"naive", "bucket"}));
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step")->check(CLI::PositiveNumber);
+  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
+  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (default: pp)");
+  app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
+  app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
+      ->check(CLI::IsMember({"uniform", "balanced"}));
+  app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   CLI11_PARSE(app, argc, argv);
   // parallel::run: on a plain launch a world of one; under mpirun an exception on

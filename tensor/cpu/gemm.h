@@ -3,16 +3,16 @@
 //   C [M, N] = beta * C + op(A) @ op(B),  row-major, op = transpose or not
 //
 // Each call runs OpenBLAS's single-threaded sgemm/dgemm; threads are ours: a
-// large product is split by rows of C over the math threads (cpu/parallel.h),
-// a batch of small products (matmul) gives each thread whole products. Why
+// large product is split by rows or columns of C over the math threads
+// (cpu/parallel.h), a batch of small products (matmul) gives each thread
+// whole products. Why
 // not OpenBLAS's own threads: they would be a second thread pool next to the
 // one the elementwise loops use, and an idle OpenBLAS worker spins (yielding)
-// for a long time after each call, taking the core the other pool needs. With
-// one pool, the 2-thread GPT step is ~1.3x faster (bench/gpt_step).
+// for a long time after each call, taking the core the other pool needs.
 //
-// Splitting by rows of C does not change any number: every element of C is
-// the same k-ordered sum whichever thread computes it, so 1 and 2 threads give
-// bit-identical results.
+// Splitting C does not change any number: every element of C is the same
+// k-ordered sum whichever thread computes it (checked bit for bit on the GPT's
+// shapes), so 1 and 2 threads give identical results.
 #pragma once
 
 #include <algorithm>
@@ -51,17 +51,27 @@ inline void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
               int(ldc));
 }
 
-// The product split by rows of C: thread t computes C[m0:m1, :] from A's rows
-// (columns, when A is stored transposed) m0..m1 and all of B.
+// The product split over the math threads, by rows or by columns of C. Each
+// thread packs its part of one operand and all of the other, so the split
+// goes along the dimension whose operand is larger: rows when A [M, K] is the
+// larger (thread t: C[m0:m1, :] from A's rows m0..m1 and all of B), columns
+// otherwise (a weight gradient gᵀ @ x with many tokens: B is the big one).
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
           T beta, T* C, int64_t ldc) {
   blas_single_threaded();
-  // About 4 MFLOP per thread at least: below that the split costs more than it saves.
-  const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(N * K, 1));
-  parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
-    gemm_serial(ta, tb, m1 - m0, N, K, ta ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc, ldc);
-  });
+  if (M >= N) {
+    // About 4 MFLOP per thread at least: below that the split costs more than it saves.
+    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(N * K, 1));
+    parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
+      gemm_serial(ta, tb, m1 - m0, N, K, ta ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc, ldc);
+    });
+  } else {
+    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(M * K, 1));
+    parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+      gemm_serial(ta, tb, M, n1 - n0, K, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
+    });
+  }
 }
 
 }  // namespace loom::cpu
