@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "parallel/trace.h"
 #include "parallel/watchdog.h"
 #include "tensor/grad_mode.h"
 
@@ -130,11 +131,18 @@ void CommQueue::loop() {
       current_ = task;
     }
     std::exception_ptr error;
+    const double t0 = trace::enabled() ? trace::now_us() : 0;
     try {
       task->fn();
     } catch (...) {
       error = std::current_exception();
     }
+    // The timeline's communication track: each collective from the moment this
+    // thread starts it to its end (p2p transfers record their own spans).
+    if (trace::enabled() && task->op.rfind("send", 0) != 0 && task->op.rfind("recv", 0) != 0)
+      trace::record(task->op + " " + label_ + " #" + std::to_string(task->seq) + " (" +
+                        std::to_string(task->bytes / 1024) + " KiB)",
+                    t0, trace::now_us(), trace::kComm);
     task->fn = nullptr;  // drop the tensors it captured before signalling
     {
       std::lock_guard<std::mutex> lock(mutex_);

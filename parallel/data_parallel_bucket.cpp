@@ -1,5 +1,7 @@
 #include "parallel/data_parallel_bucket.h"
 
+#include "parallel/trace.h"
+
 #include "autograd/engine.h"
 #include "autograd/variable.h"
 #include "tensor/ops.h"
@@ -57,7 +59,10 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
 
 void DataParallelBucket::finish_grad_sync() {
   callback_queued_ = false;
-  buckets_->wait();
+  {
+    trace::Span span("wait for gradient all-reduce");  // the exposed communication
+    buckets_->wait();
+  }
   // Hand the averaged gradient to the optimizer as .grad.
   for (const Tensor& p : params_) {
     const Tensor& main_grad = buckets_->main_grad(p);
