@@ -1,10 +1,6 @@
 #include "parallel/comm_queue.h"
 
 #include <chrono>
-#include <cstdlib>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "parallel/trace.h"
 #include "parallel/watchdog.h"
@@ -13,16 +9,22 @@
 namespace loom::parallel {
 
 namespace {
-
 using Clock = std::chrono::steady_clock;
+}  // namespace
 
 // Completion of one queued operation: a flag, the error if it failed, and a
-// condition variable for wait().
-class QueueWork final : public Work {
+// condition variable for wait(). A thread blocked in wait() is counted in the
+// queue's Waiters, so the operation knows it may poll flat out.
+class CommQueue::QueueWork final : public Work {
  public:
+  explicit QueueWork(std::shared_ptr<Waiters> waiters) : waiters_(std::move(waiters)) {}
   void wait() override {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return done_; });
+    if (!done_) {
+      add_waiter(+1);
+      cv_.wait(lock, [&] { return done_; });
+      add_waiter(-1);
+    }
     if (error_) std::rethrow_exception(error_);
   }
   bool is_completed() override {
@@ -39,37 +41,27 @@ class QueueWork final : public Work {
   }
 
  private:
+  void add_waiter(int n) {
+    {
+      std::lock_guard<std::mutex> lock(waiters_->mutex);
+      waiters_->count += n;
+    }
+    waiters_->cv.notify_all();  // ends the queue thread's nap()
+  }
+
+  std::shared_ptr<Waiters> waiters_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
 };
 
-// MPI waits by busy-polling. While this thread waits for a peer that has not
-// reached the collective yet, it would take a core from this rank's compute
-// thread whenever there is no idle core (2 ranks on 2 cores: every bucket
-// launched during backward would slow backward down). So the communication
-// thread runs at a low priority (nice LOOM_COMM_THREAD_NICE, default 19): it
-// gets a core when one is idle - the compute thread waiting, or a spare core -
-// and hardly any while compute needs them all. Linux nice values are per thread.
-// (On 2 cores, dp 2, a 4-layer GPT: the exposed communication of the bucketed
-// wrapper fell from ~9-12 ms at nice 0 to ~4-5 ms at nice 19.) The price: on a
-// machine busy with other programs the thread gets little CPU; set
-// LOOM_COMM_THREAD_NICE=0 there.
-void lower_thread_priority() {
-  const char* env = std::getenv("LOOM_COMM_THREAD_NICE");
-  int nice = env && *env ? std::atoi(env) : 19;
-  setpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)), nice);  // best effort: ignore failure
-}
-
-}  // namespace
-
 struct CommQueue::Task {
   std::string op;
   uint64_t seq;
   size_t bytes;
   std::function<void()> fn;
-  std::shared_ptr<QueueWork> work = std::make_shared<QueueWork>();
+  std::shared_ptr<QueueWork> work;
   Clock::time_point start;
 };
 
@@ -88,6 +80,7 @@ std::shared_ptr<Work> CommQueue::submit(std::string op, size_t bytes, std::funct
   task->op = std::move(op);
   task->bytes = bytes;
   task->fn = std::move(fn);
+  task->work = std::make_shared<QueueWork>(waiters_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     LOOM_CHECK(!stopping_, task->op, ": process group ", label_, " has been shut down (loom::parallel::finalize)");
@@ -107,6 +100,16 @@ void CommQueue::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool CommQueue::awaited() const {
+  std::lock_guard<std::mutex> lock(waiters_->mutex);
+  return waiters_->count > 0;
+}
+
+void CommQueue::nap(std::chrono::microseconds d) const {
+  std::unique_lock<std::mutex> lock(waiters_->mutex);
+  waiters_->cv.wait_for(lock, d, [&] { return waiters_->count > 0; });
+}
+
 std::optional<CommQueue::Running> CommQueue::running() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!current_) return std::nullopt;
@@ -118,7 +121,6 @@ void CommQueue::loop() {
   // Communication never records autograd graphs, and may write into leaf
   // tensors (a broadcast of parameters).
   NoGradGuard no_grad;
-  lower_thread_priority();
   for (;;) {
     std::shared_ptr<Task> task;
     {

@@ -6,6 +6,7 @@
 // (watchdog.h) looks at what each queue is running.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -46,11 +47,27 @@ class CommQueue {
   std::optional<Running> running() const;
   const std::string& label() const { return label_; }
 
+  // For an operation's body, on the queue's thread: true while some thread is
+  // blocked in wait() on one of this queue's operations. That thread's core is
+  // idle then, so communication may poll flat out (process_group_mpi.cpp).
+  bool awaited() const;
+  // Sleeps for up to d, waking as soon as some thread starts waiting.
+  void nap(std::chrono::microseconds d) const;
+
  private:
   struct Task;
+  class QueueWork;
   void loop();
 
+  // Threads blocked in wait() on this queue's Works (shared: a Work may outlive the queue).
+  struct Waiters {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int count = 0;
+  };
+
   std::string label_;
+  std::shared_ptr<Waiters> waiters_ = std::make_shared<Waiters>();
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> tasks_;

@@ -1,5 +1,7 @@
 #include "parallel/process_group_mpi.h"
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <mutex>
 #include <set>
@@ -108,6 +110,37 @@ void shutdown_all_mpi_groups() {
   for (MpiProcessGroup* g : groups) g->shutdown();
 }
 
+// ---- waiting without hogging a core -----------------------------------------------
+// MPI waits by busy-polling. A collective launched early - a gradient bucket
+// during backward - would spin while its peers are still computing, taking a
+// core from this rank's compute thread whenever the machine has no idle one
+// (2 ranks on 2 cores). So every collective first waits politely for all ranks
+// to arrive: an MPI_Ibarrier, tested with naps in between. Only then does it
+// run the blocking collective (MPI's fastest algorithms), which spins just
+// while data moves. Once some thread waits on the group (a synchronous call,
+// or the end of backward) its core is idle anyway, and we poll flat out.
+
+void MpiProcessGroup::progress(MPI_Request& request, MPI_Status* status) {
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    int done = 0;
+    mpiCheck(MPI_Test(&request, &done, status));
+    if (done) return;
+    if (queue_->awaited()) continue;
+    queue_->nap(nap);
+    nap = std::min(2 * nap, std::chrono::microseconds(200));
+  }
+}
+
+// Every rank calls it before every collective (whether or not anyone waits
+// here: the sequence of collectives must be the same on all ranks).
+void MpiProcessGroup::arrive() {
+  if (size_ == 1) return;
+  MPI_Request request;
+  mpiCheck(MPI_Ibarrier(comm_, &request));
+  progress(request);
+}
+
 // ---- collectives: checked here, on the caller's thread; run on the queue -------
 
 std::shared_ptr<Work> MpiProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
@@ -116,6 +149,7 @@ std::shared_ptr<Work> MpiProcessGroup::all_reduce_async(const Tensor& t, ReduceO
   return queue_->submit(str("all_reduce(", reduce_op_name(op), ", ", dtype_name(t.dtype()), ")"), t.nbytes(),
                         [this, t, op] {
     Tensor buf = reduction_buffer(t);
+    arrive();
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), mpi_op(op), comm_));
     if (op == ReduceOp::Avg) divide_(buf, size_);
     if (!buf.is_same(t)) ops::copy_(t, buf);
@@ -138,6 +172,7 @@ std::shared_ptr<Work> MpiProcessGroup::reduce_scatter_async(const Tensor& output
     // reduce-scatters a bucket into this rank's shard of it): MPI forbids aliasing.
     bool direct = in.dtype() == output.dtype() && !overlap(output, input);
     Tensor out = direct ? output : empty(output.shape(), in.dtype());
+    arrive();
     mpiCheck(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), int(out.numel()), mpi_type(in.dtype()),
                                       mpi_op(op), comm_));
     if (op == ReduceOp::Avg) divide_(out, size_);
@@ -156,6 +191,7 @@ std::shared_ptr<Work> MpiProcessGroup::all_gather_async(const Tensor& output, co
     int n = int(input.numel());
     MPI_Datatype type = mpi_type(input.dtype());
     auto* own_block = static_cast<char*>(output.raw_data()) + size_t(rank_) * input.nbytes();
+    arrive();
     if (input.raw_data() == own_block) {
       // In place: the input already sits at this rank's block of the output
       // (ZeRO all-gathers updated shards straight into the parameter buffer).
@@ -172,6 +208,7 @@ std::shared_ptr<Work> MpiProcessGroup::broadcast_async(const Tensor& t, int root
   LOOM_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of group ", name_, " (size ", size_,
              ")");
   return queue_->submit(str("broadcast(root ", root, ", ", dtype_name(t.dtype()), ")"), t.nbytes(), [this, t, root] {
+    arrive();
     mpiCheck(MPI_Bcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, comm_));
   });
 }
@@ -188,7 +225,9 @@ std::shared_ptr<Work> MpiProcessGroup::send_async(const Tensor& t, int dst, int 
   check_tensor("send", t, "tensor");
   check_peer("send", dst, rank_, size_, tag, name_);
   return queue_->submit(str("send(to ", dst, ", tag ", tag, ")"), t.nbytes(), [this, t, dst, tag] {
-    mpiCheck(MPI_Send(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, comm_));
+    MPI_Request request;
+    mpiCheck(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, comm_, &request));
+    progress(request);
   });
 }
 
@@ -198,7 +237,9 @@ std::shared_ptr<Work> MpiProcessGroup::recv_async(const Tensor& t, int src, int 
   return queue_->submit(str("recv(from ", src, ", tag ", tag, ")"), t.nbytes(), [this, t, src, tag] {
     MPI_Status status;
     MPI_Datatype type = mpi_type(t.dtype());
-    mpiCheck(MPI_Recv(t.raw_data(), int(t.numel()), type, src, tag, comm_, &status));
+    MPI_Request request;
+    mpiCheck(MPI_Irecv(t.raw_data(), int(t.numel()), type, src, tag, comm_, &request));
+    progress(request, &status);
     int count = 0;
     mpiCheck(MPI_Get_count(&status, type, &count));
     LOOM_CHECK(count == t.numel(), "recv: expected ", t.numel(), " elements (", t.describe(), ") from rank ", src,
@@ -207,7 +248,7 @@ std::shared_ptr<Work> MpiProcessGroup::recv_async(const Tensor& t, int src, int 
 }
 
 std::shared_ptr<Work> MpiProcessGroup::barrier_async() {
-  return queue_->submit("barrier", 0, [this] { mpiCheck(MPI_Barrier(comm_)); });
+  return queue_->submit("barrier", 0, [this] { arrive(); });
 }
 
 std::unique_ptr<ProcessGroup> MpiProcessGroup::split(int color, int key, const std::string& name) {

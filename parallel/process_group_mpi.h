@@ -49,6 +49,9 @@ class MpiProcessGroup final : public ProcessGroup {
   void shutdown();
 
  private:
+  void arrive();
+  void progress(MPI_Request& request, MPI_Status* status = MPI_STATUS_IGNORE);
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::string name_;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "error_of.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/functions.h"
@@ -34,14 +35,7 @@ Tensor away_from_zero(const Shape& shape, uint64_t seed, double lo = 0.2, double
   return ops::mul(mag, sign);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using loom::test::error_of;
 
 void expect_values(const Tensor& t, const std::vector<double>& want, double tol = 1e-12) {
   std::vector<double> got = t.to_vector<double>();

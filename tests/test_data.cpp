@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "error_of.h"
 #include "examples/data.h"
 
 using namespace loom;
@@ -19,15 +20,7 @@ std::string write_temp(const std::string& name, const std::string& bytes) {
   return p.string();
 }
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using loom::test::error_of;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
@@ -26,14 +27,7 @@ Tensor param(std::initializer_list<double> v, Shape shape = {}) {
   return t;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using loom::test::error_of;
 
 }  // namespace
 

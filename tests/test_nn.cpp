@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "error_of.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "nn/gpt.h"
@@ -58,14 +59,7 @@ double std_of(const std::vector<double>& v) {
   return std::sqrt(s / double(v.size()));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using loom::test::error_of;
 
 }  // namespace
 

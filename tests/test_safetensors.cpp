@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include "error_of.h"
 #include "nn/safetensors.h"
 #include "tensor/ops.h"
 
@@ -52,14 +53,7 @@ std::string file_bytes(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using loom::test::error_of;
 
 #define EXPECT_HAS(haystack, needle) EXPECT_NE((haystack).find(needle), std::string::npos) << (haystack)
 
