@@ -20,6 +20,7 @@
 // Each run is `timeout 120 mpirun -np N train_gpt ...`: a deadlock fails the
 // test instead of hanging CI.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -42,7 +43,8 @@ struct Result {
 
 fs::path work_dir() {
   static fs::path d = [] {
-    fs::path p = fs::temp_directory_path() / "loom_train_gpt_parallel";
+    // One directory per test process: CTest runs these tests in parallel.
+    fs::path p = fs::temp_directory_path() / ("loom_train_gpt_parallel_" + std::to_string(getpid()));
     fs::remove_all(p);
     fs::create_directories(p);
     std::ofstream f(p / "corpus.txt");
