@@ -2,6 +2,9 @@
 // communication thread (CommQueue) per group, so a group's operations run in
 // FIFO order beside the compute thread - the CPU analogue of an NCCL stream.
 // Needs MPI_THREAD_MULTIPLE: several groups' threads are inside MPI at once.
+// MPI busy-polls while it waits; so that a collective launched early does not
+// spin on a core the compute thread needs, each one first waits politely for
+// all ranks to arrive (see "waiting without hogging a core" in the .cpp).
 //
 // dtypes: float64, float32, int32 and int64 travel and reduce natively.
 // bfloat16 and float16 travel as raw 16-bit words; to reduce them we convert

@@ -131,16 +131,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 void set_num_threads(int n) {
   if (n <= 0) return;
   cpu::blas_single_threaded();
-#ifdef _OPENMP
-  omp_set_num_threads(n);
-#endif
+  cpu::thread_setting() = n;
 }
-int get_num_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
+int get_num_threads() { return cpu::max_threads(); }
 
 }  // namespace loom::ops

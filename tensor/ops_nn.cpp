@@ -172,18 +172,24 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
       const scalar_t *gp = gc.data<scalar_t>(), *xp = xc.data<scalar_t>();
       const scalar_t *mp = mean.data<scalar_t>(), *rp = rstd.data<scalar_t>();
       scalar_t *dxp = dx.data<scalar_t>(), *dwp = dw.data<scalar_t>(), *dbp = db.data<scalar_t>();
-      // dx row by row; dw and db column by column, each column summed over the rows in order
-      // (so threads own disjoint rows, then disjoint columns: no shared sums).
-      cpu::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-          kernels::layernorm_backward_row(gp + r * C, xp + r * C, wp, mp[r], rp[r], dxp + r * C,
-                                          static_cast<scalar_t*>(nullptr), static_cast<scalar_t*>(nullptr),
-                                          long(C));
-      });
-      cpu::parallel_for(C, column_grain(rows), [&](int64_t c0, int64_t c1) {
+      // dw and db sum every row into each column, in row order. One thread does
+      // it in the same pass as dx; several threads take dx row by row, then dw
+      // and db column by column (no shared sums, the same order, the same bits).
+      if (cpu::max_threads() == 1) {
         for (int64_t r = 0; r < rows; ++r)
-          kernels::layernorm_param_grads_row(gp + r * C, xp + r * C, mp[r], rp[r], dwp, dbp, long(c0), long(c1));
-      });
+          kernels::layernorm_backward_row(gp + r * C, xp + r * C, wp, mp[r], rp[r], dxp + r * C, dwp, dbp, long(C));
+      } else {
+        cpu::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r)
+            kernels::layernorm_backward_row(gp + r * C, xp + r * C, wp, mp[r], rp[r], dxp + r * C,
+                                            static_cast<scalar_t*>(nullptr), static_cast<scalar_t*>(nullptr),
+                                            long(C));
+        });
+        cpu::parallel_for(C, column_grain(rows), [&](int64_t c0, int64_t c1) {
+          for (int64_t r = 0; r < rows; ++r)
+            kernels::layernorm_param_grads_row(gp + r * C, xp + r * C, mp[r], rp[r], dwp, dbp, long(c0), long(c1));
+        });
+      }
     }
   });
   DType wd = weight.defined() ? weight.dtype() : x.dtype();

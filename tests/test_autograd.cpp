@@ -388,6 +388,31 @@ TEST(AutogradTest, SoftmaxAndLogSoftmax) {
   EXPECT_TRUE(gradcheck([](X x) { return log_softmax(x[0]); }, {t}));
 }
 
+TEST(AutogradTest, CausalSoftmaxIsScaleMaskThenSoftmax) {
+  // Scores [2, 2]: row 0 sees key 0 only; row 1 sees both, softmax of scale * [a, b].
+  const double a = 0.3, b = -1.1, scale = 0.5;
+  const double e0 = std::exp(scale * a), e1 = std::exp(scale * b);
+  expect_values(causal_softmax(tensor({0.7, 2.0, a, b}, {2, 2}, kFloat64), scale),
+                {1, 0, e0 / (e0 + e1), e1 / (e0 + e1)}, 1e-15);
+  EXPECT_TRUE(gradcheck([](X x) { return causal_softmax(x[0], 0.7); }, {leaf(randn64({2, 3, 4}, 93))}));
+  // More keys than queries, and rows longer than one 16-wide vector.
+  EXPECT_TRUE(gradcheck([](X x) { return causal_softmax(x[0], 0.3); }, {leaf(randn64({20, 37}, 94))}));
+}
+
+TEST(AutogradTest, LinearIsInputTimesTransposedWeightPlusBias) {
+  // [1, 2] @ [[1, 0], [0, 1], [1, 1]]ᵀ + [0.5, -1, 2] = [1.5, 1, 5]
+  expect_values(linear(tensor({1, 2}, {1, 2}, kFloat64), tensor({1, 0, 0, 1, 1, 1}, {3, 2}, kFloat64),
+                       tensor({0.5, -1, 2}, {3}, kFloat64)),
+                {1.5, 1, 5});
+  Tensor x = leaf(randn64({2, 3, 4}, 95)), w = leaf(randn64({5, 4}, 96)), bias = leaf(randn64({5}, 97));
+  EXPECT_TRUE(gradcheck([](X x) { return linear(x[0], x[1], x[2]); }, {x, w, bias}));
+  EXPECT_TRUE(gradcheck([](X x) { return linear(x[0], x[1], Tensor()); }, {x, w}));
+  // The input is data (no grad), and a transposed (non-contiguous) input.
+  EXPECT_TRUE(gradcheck([](X x) { return linear(x[0], x[1], x[2]); }, {randn64({3, 4}, 98), w, bias}));
+  Tensor xt = leaf(ops::transpose(randn64({4, 3}, 99), 0, 1));
+  EXPECT_TRUE(gradcheck([](X x) { return linear(x[0], x[1], x[2]); }, {xt, w, bias}));
+}
+
 TEST(AutogradTest, ReductionsAndIndexingOfNonContiguousInputs) {
   Tensor t = leaf(ops::permute(randn64({4, 2, 3}, 87), {1, 2, 0}));  // [2, 3, 4], not contiguous
   ASSERT_FALSE(t.is_contiguous());

@@ -693,6 +693,29 @@ TEST(Threads, SetNumThreadsToOneIsHonoured) {
   ops::set_num_threads(before);
 }
 
+// The math threads split GEMMs by rows or columns and elementwise / per-row
+// loops by chunks, never a sum: 1 and 2 threads must give the same bits.
+TEST(Threads, OneAndTwoThreadsGiveBitIdenticalResults) {
+  const int before = ops::get_num_threads();
+  Generator g(7);
+  Tensor x = randn({8, 128, 96}, g), w = randn({288, 96}, g), b = randn({288}, g), gy = randn({8, 128, 288}, g);
+  Tensor lw = randn({96}, g), lb = randn({96}, g), att = randn({4, 3, 64, 64}, g), big = randn({256, 300}, g);
+  auto run = [&](int threads) {
+    ops::set_num_threads(threads);
+    auto ln = ops::layer_norm(x, lw, lb);
+    auto lg = ops::layer_norm_backward(ln.y, x, lw, ln.mean, ln.rstd);
+    auto d = ops::linear_backward(gy, x, w, true, true, true);
+    Tensor y = ops::causal_softmax(att, 0.125);
+    return std::vector<Tensor>{ops::linear(x, w, b), d.dx, d.dw, d.db, ln.y, lg.dx, lg.dweight, lg.dbias,
+                               ops::gelu(gy), ops::add(gy, b), y, ops::causal_softmax_backward(att, y, 0.125),
+                               ops::matmul(att, att), ops::matmul(ops::transpose(big, 0, 1), big)};
+  };
+  std::vector<Tensor> one = run(1), two = run(2);
+  ops::set_num_threads(before);
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_EQ(one[i].to_vector<float>(), two[i].to_vector<float>()) << "result " << i;
+}
+
 // ---- errors -------------------------------------------------------------------------
 
 TEST(Errors, MatmulInnerDimensionMismatchNamesBothShapes) {

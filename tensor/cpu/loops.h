@@ -8,6 +8,7 @@
 // Large contiguous loops are split over the math threads (cpu/parallel.h).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -34,7 +35,9 @@ bool same_contiguous_layout(const Tensor& out, const Ts&... in) {
 }
 
 // Calls row(n, ptrs, inner_strides) once per innermost run of n elements.
-template <size_t K, class Row>
+// kDisjointRows: no two rows write the same output element, so rows may run on
+// different threads (elementwise ops; not reductions).
+template <size_t K, bool kDisjointRows = false, class Row>
 void strided_loop(Shape shape, std::array<Shape, K> strides, std::array<char*, K> base,
                   std::array<int64_t, K> elem_size, Row&& row) {
   // Merge dim i into dim i+1 when every operand is contiguous across them.
@@ -57,22 +60,42 @@ void strided_loop(Shape shape, std::array<Shape, K> strides, std::array<char*, K
   const int64_t inner = shape[nd - 1];
   std::array<int64_t, K> inner_stride;
   for (size_t k = 0; k < K; ++k) inner_stride[k] = strides[k][nd - 1];
-  std::vector<int64_t> idx(nd, 0);
   int64_t outer = 1;
   for (size_t d = 0; d + 1 < nd; ++d) outer *= shape[d];
-  std::array<char*, K> p;
-  for (int64_t o = 0; o < outer; ++o) {
-    for (size_t k = 0; k < K; ++k) {
-      int64_t off = 0;
-      for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * strides[k][d];
-      p[k] = base[k] + off * elem_size[k];
-    }
-    row(inner, p, inner_stride);
-    for (int64_t d = int64_t(nd) - 2; d >= 0; --d) {  // odometer increment
-      if (++idx[size_t(d)] < shape[size_t(d)]) break;
-      idx[size_t(d)] = 0;
-    }
+  // Byte steps of each operand along each outer dim.
+  std::array<Shape, K> step;
+  for (size_t k = 0; k < K; ++k) {
+    step[k].resize(nd);
+    for (size_t d = 0; d < nd; ++d) step[k][d] = strides[k][d] * elem_size[k];
   }
+  auto rows = [&](int64_t o0, int64_t o1) {  // outer rows o0..o1
+    std::vector<int64_t> idx(nd, 0);
+    for (int64_t d = int64_t(nd) - 2, rem = o0; d >= 0; --d) {
+      idx[size_t(d)] = rem % shape[size_t(d)];
+      rem /= shape[size_t(d)];
+    }
+    std::array<char*, K> p = base;
+    for (size_t k = 0; k < K; ++k)
+      for (size_t d = 0; d + 1 < nd; ++d) p[k] += idx[d] * step[k][d];
+    for (int64_t o = o0; o < o1; ++o) {
+      row(inner, p, inner_stride);
+      for (int64_t d = int64_t(nd) - 2; d >= 0; --d) {  // odometer increment, pointers follow
+        if (++idx[size_t(d)] < shape[size_t(d)]) {
+          for (size_t k = 0; k < K; ++k) p[k] += step[k][size_t(d)];
+          break;
+        }
+        idx[size_t(d)] = 0;
+        for (size_t k = 0; k < K; ++k) p[k] -= (shape[size_t(d)] - 1) * step[k][size_t(d)];
+      }
+    }
+  };
+  // Rows go to different threads only when each writes its own outputs:
+  // elementwise ops whose output (operand 0) has no broadcast (stride-0) dim;
+  // never a reduction (several rows add into one output).
+  bool disjoint = kDisjointRows;
+  for (size_t d = 0; d + 1 < nd; ++d) disjoint = disjoint && strides[0][d] != 0;
+  if (disjoint) parallel_for(outer, std::max<int64_t>(1, kElementwiseGrain / inner), rows);
+  else rows(0, outer);
 }
 
 // out = f(a) elementwise, out and a of types O and A, f on compute values.
@@ -94,8 +117,8 @@ void unary_loop(const Tensor& out, const Tensor& a, F f) {
     });
     return;
   }
-  strided_loop<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())}, base,
-                  {int64_t(sizeof(O)), int64_t(sizeof(A))}, row);
+  strided_loop<2, true>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())}, base,
+                        {int64_t(sizeof(O)), int64_t(sizeof(A))}, row);
 }
 
 // out = f(a, b) elementwise with broadcasting.
@@ -120,9 +143,9 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
     });
     return;
   }
-  strided_loop<3>(out.shape(),
-                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())}, base,
-                  {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B))}, row);
+  strided_loop<3, true>(out.shape(),
+                        {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape())}, base,
+                        {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B))}, row);
 }
 
 // out = f(a, b, c) elementwise with broadcasting (where).
@@ -146,10 +169,11 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
     });
     return;
   }
-  strided_loop<4>(out.shape(),
-                  {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape()),
-                   broadcast_strides(c, out.shape())},
-                  base, {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B)), int64_t(sizeof(C))}, row);
+  strided_loop<4, true>(out.shape(),
+                        {out.strides(), broadcast_strides(a, out.shape()), broadcast_strides(b, out.shape()),
+                         broadcast_strides(c, out.shape())},
+                        base, {int64_t(sizeof(O)), int64_t(sizeof(A)), int64_t(sizeof(B)), int64_t(sizeof(C))},
+                        row);
 }
 
 }  // namespace loom::cpu

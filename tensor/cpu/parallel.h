@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #ifdef _OPENMP
@@ -27,10 +28,29 @@ namespace loom::cpu {
 // Below this many elements of simple elementwise math, one thread is faster.
 constexpr int64_t kElementwiseGrain = 32768;
 
+// The thread count set by ops::set_num_threads, for every thread of the
+// process (OpenMP's own setting is per thread: a communication thread would
+// not see the main thread's). 0: OpenMP's default (OMP_NUM_THREADS or the cores).
+inline std::atomic<int>& thread_setting() {
+  static std::atomic<int> n{0};
+  return n;
+}
+
+// How many threads parallel_for may use here (1 inside a parallel region).
+inline int max_threads() {
+#ifdef _OPENMP
+  if (omp_in_parallel()) return 1;
+  const int n = thread_setting().load(std::memory_order_relaxed);
+  return n > 0 ? n : omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
 template <class F>
 void parallel_for(int64_t n, int64_t grain, const F& fn) {
 #ifdef _OPENMP
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = max_threads();
   if (threads > 1 && n >= 2 * std::max<int64_t>(grain, 1)) {
     const int64_t chunks = std::min<int64_t>(threads, n / std::max<int64_t>(grain, 1));
 #pragma omp parallel num_threads(int(chunks))

@@ -16,7 +16,7 @@ template <class T>
 LOOM_HOST_DEVICE void layernorm_row(const T* x, const T* w, const T* b, T* y, long C, T eps,
                                     T* mean_out, T* rstd_out) {
   const T m = row_sum<T>(C, [&](long i) { return x[i]; }) / T(C);
-  const T v = row_sum<T>(C, [&](long i) { T d = x[i] - m; return d * d; }) / T(C);
+  const T v = row_sum<T>(C, [x, m](long i) { T d = x[i] - m; return d * d; }) / T(C);
   const T rstd = T(1) / std::sqrt(v + eps);
   if (w && b) {  // the usual case, a loop without branches
     for (long i = 0; i < C; ++i) y[i] = ((x[i] - m) * rstd) * w[i] + b[i];
@@ -49,10 +49,13 @@ template <class T>
 LOOM_HOST_DEVICE void layernorm_backward_row(const T* dy, const T* x, const T* w, T mean, T rstd,
                                              T* dx, T* dw, T* db, long C) {
   auto n = [&](long i) { return (x[i] - mean) * rstd; };
-  auto g = [&](long i) { return dy[i] * (w ? w[i] : T(1)); };
-  const T g_mean = row_sum<T>(C, [&](long i) { return g(i); }) / T(C);
-  const T gn_mean = row_sum<T>(C, [&](long i) { return g(i) * n(i); }) / T(C);
-  for (long i = 0; i < C; ++i) dx[i] = rstd * (g(i) - g_mean - n(i) * gn_mean);
+  auto row = [&](auto g) {  // g(i) = dy[i] * w[i]; a loop per case, so each vectorises
+    const T g_mean = row_sum<T>(C, [&](long i) { return g(i); }) / T(C);
+    const T gn_mean = row_sum<T>(C, [&](long i) { return g(i) * n(i); }) / T(C);
+    for (long i = 0; i < C; ++i) dx[i] = rstd * (g(i) - g_mean - n(i) * gn_mean);
+  };
+  if (w) row([&](long i) { return dy[i] * w[i]; });
+  else row([&](long i) { return dy[i]; });
   layernorm_param_grads_row(dy, x, mean, rstd, dw, db, 0, C);
 }
 
