@@ -67,7 +67,8 @@ TEST(Corpus, DropsControlCharactersButKeepsNewlineAndTab) {
 }
 
 TEST(Corpus, DefaultFortunesDirectoryReadsOnlyPlainTextFiles) {
-  if (!std::filesystem::exists(default_corpus_path())) GTEST_SKIP() << "fortunes not installed";
+  // The setup script installs Debian's fortunes package: its absence is a failure, not a skip.
+  ASSERT_TRUE(std::filesystem::exists(default_corpus_path())) << "fortunes not installed (apt-get install fortunes)";
   std::u32string text = read_corpus(default_corpus_path());
   // Dozens of files, ~2.5 M characters; no .dat index bytes (they hold NULs / control bytes, dropped or absent).
   EXPECT_GT(text.size(), 1000000u);
