@@ -2,11 +2,13 @@
 // (Debian's fortunes by default), with a progress line, JSON-lines logs,
 // checkpoints and a sample of generated text at the end.
 //
-// run() reads like picotron's train.py: process grid -> data -> model ->
-// data parallel -> optimizer -> loop. The wrapping order is the lesson.
+// run() reads like picotron's train.py: process grid -> data -> model (cast to
+// --dtype) -> data parallel -> optimizer (fp32 main params, sharded with
+// --zero) -> loop. The wrapping order is the lesson.
 //   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
+//   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero --memory-report
 //
 // Batches: --batch is the micro-batch one rank runs at a time; the global batch
 // is dp x batch x grad-accum sequences, drawn identically on every rank, and
@@ -20,21 +22,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "autograd/engine.h"
 #include "examples/checkpoint.h"
 #include "examples/data.h"
 #include "examples/generate.h"
+#include "examples/memory_report.h"
 #include "examples/param_groups.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
-#include "optim/adamw.h"
-#include "optim/clip_grad.h"
+#include "optim/distributed_optimizer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel_naive.h"
 #include "parallel/distributed.h"
-#include "parallel/grad_norm.h"
+#include "parallel/gather_model.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/shared_weights.h"
 #include "parallel/process_group_manager.h"
@@ -64,7 +67,14 @@ struct Args {
   std::string schedule = "1f1b", partition = "uniform";
   bool print_schedule = false;
   std::string trace;
+  // precision and the optimizer
+  std::string dtype = "fp32";
+  bool zero = false, memory_report = false;
+  double loss_scale = 65536.0;
+  int64_t loss_scale_window = 2000, inject_overflow = -1;
 };
+
+DType parse_dtype(const std::string& s) { return s == "bf16" ? kBFloat16 : s == "fp16" ? kFloat16 : kFloat32; }
 
 double evaluate(nn::GPT& model, const data::TextDataset& ds, const Args& a, int64_t step) {
   NoGradGuard no_grad;
@@ -77,6 +87,24 @@ double evaluate(nn::GPT& model, const data::TextDataset& ds, const Args& a, int6
   }
   model.train();
   return total / double(a.eval_batches);
+}
+
+// The same through the pipeline: the stages run the forwards of the same
+// batches (eval_step_pipeline) and every stage gets the mean loss.
+double evaluate_pipeline(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p, const data::TextDataset& ds,
+                         const Args& a, int64_t step) {
+  NoGradGuard no_grad;
+  stage.eval();
+  Generator gen(a.seed + 7919 * uint64_t(step + 1));
+  std::vector<parallel::MicroBatch> mbs;
+  for (int64_t i = 0; i < a.eval_batches; ++i) {
+    data::Batch b = ds.sample("val", a.batch, gen);
+    mbs.push_back({b.x, b.y});
+  }
+  auto loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  double loss = parallel::eval_step_pipeline(stage, p2p, mbs, loss_fn);
+  stage.train();
+  return loss;
 }
 
 std::string fmt_time(double s) {
@@ -120,7 +148,6 @@ int run(const Args& a) {
   std::shared_ptr<nn::GPT> model;
   std::shared_ptr<parallel::PipelineStage> stage;
   if (pipelined) {
-    LOOM_CHECK(a.save.empty() && a.resume.empty(), "--save/--resume are not supported with --pp > 1 yet");
     parallel::StagePartition parts =
         a.partition == "balanced"
             ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size())
@@ -130,11 +157,14 @@ int run(const Args& a) {
     model = std::make_shared<nn::GPT>(cfg);
   }
   nn::Module& net = pipelined ? static_cast<nn::Module&>(*stage) : *model;
-  int64_t n_params = 0;
-  for (auto& [name, p] : net.named_parameters()) n_params += p.numel();
-  say("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s\n", (long long)cfg.n_layer,
+  // Mixed precision: the model's params (and so its activations) in bf16/fp16;
+  // the optimizer keeps fp32 main params (optim/mixed_precision_optimizer.h).
+  const DType dtype = parse_dtype(a.dtype);
+  if (dtype != kFloat32) net.to(dtype);
+  const int64_t n_params = net.num_parameters();
+  say("model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n", (long long)cfg.n_layer,
       (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size, (long long)n_params,
-      pipelined ? " on pipeline stage 0" : "");
+      pipelined ? " on pipeline stage 0" : "", dtype_name(dtype));
   // The tied embedding across the first and last stage (Megatron's embedding group).
   parallel::SharedWeightGradHandler shared;
   std::unique_ptr<parallel::PipelineP2P> p2p;
@@ -144,28 +174,71 @@ int run(const Args& a) {
     say("pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(), a.schedule.c_str(), a.partition.c_str());
   }
 
-  std::unique_ptr<parallel::DataParallel> dp;  // none on a single process
-  if (pgm.dp_size() > 1) {
-    if (a.dp_mode == "naive")
-      dp = std::make_unique<parallel::DataParallelNaive>(net.named_parameters(), pgm.dp_group());
-    else
-      dp = std::make_unique<parallel::DataParallelBucket>(net.named_parameters(), pgm.dp_group(), a.bucket_mb);
-    say("data parallel: %d ranks, %s all-reduce%s\n", pgm.dp_size(), a.dp_mode.c_str(),
-        a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
+  // Gradients accumulate in DataParallelBucket's fp32 main_grad buffer whenever
+  // there is more than one replica, the model is not fp32 (bf16 sums lose
+  // bits), or the optimizer is sharded (ZeRO-1 shards that buffer) - on a
+  // single process too, as a dp group of one (Megatron always wraps in DDP).
+  const bool use_buffer = pgm.dp_size() > 1 || dtype != kFloat32 || a.zero;
+  LOOM_CHECK(!use_buffer || a.dp_mode == "bucket" || (pgm.dp_size() > 1 && dtype == kFloat32 && !a.zero),
+             "--dp-mode naive has no fp32 main_grad buffer; --dtype ", a.dtype, a.zero ? " --zero" : "",
+             " needs --dp-mode bucket");
+  std::unique_ptr<parallel::DataParallel> dp;
+  parallel::DataParallelBucket* bucket_dp = nullptr;
+  if (use_buffer && a.dp_mode == "naive") {
+    dp = std::make_unique<parallel::DataParallelNaive>(net.named_parameters(), pgm.dp_group());
+  } else if (use_buffer) {
+    parallel::BucketOptions bo{a.bucket_mb,
+                               a.zero ? parallel::GradReduce::ReduceScatter : parallel::GradReduce::AllReduce,
+                               /*grads_to_params=*/false};  // the optimizer reads main_grad
+    auto bucketed = std::make_unique<parallel::DataParallelBucket>(net.named_parameters(), pgm.dp_group(), bo);
+    // Under ZeRO the tied embedding's bucket is still all-reduced: the
+    // shared-weight handler needs its whole gradient (shared_weights.h).
+    if (a.zero && !shared.empty()) bucketed->bucket_manager().all_reduce_bucket_of(stage->embedding_weight());
+    bucket_dp = bucketed.get();
+    dp = std::move(bucketed);
   }
+  if (pgm.dp_size() > 1)
+    say("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
+        a.zero ? "reduce-scatter" : "all-reduce",
+        a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
 
-  optim::AdamW opt(train::gpt_param_groups(net, a.lr, a.weight_decay));
+  // Clipping counts the tied weight once: the last stage's copy is left out.
+  optim::MixedPrecisionOptions mp;
+  mp.max_grad_norm = a.grad_clip;
+  mp.loss_scaling = dtype == kFloat16;
+  mp.scaler = {a.loss_scale, 2.0, 0.5, a.loss_scale_window};
+  // The norm and found_inf are reduced over the ranks that together hold each
+  // gradient once: the pipeline stages, and under ZeRO every dp shard too.
+  mp.grad_stats_group = a.zero ? &pgm.world() : pipelined ? &pgm.model_parallel_group() : nullptr;
+  if (pipelined && stage->is_last_stage() && !stage->is_first_stage()) mp.not_counted.push_back(stage->embedding_weight());
+  std::vector<optim::ParamGroup> groups = train::gpt_param_groups(net, a.lr, a.weight_decay);
+  std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
+  optim::DistributedOptimizer* zero_opt = nullptr;
+  if (a.zero) {
+    auto d = std::make_unique<optim::DistributedOptimizer>(groups, *bucket_dp, mp);
+    zero_opt = d.get();
+    opt = std::move(d);
+  } else {
+    optim::Optimizer::GradSource main_grad;
+    if (bucket_dp) main_grad = [bucket_dp](const Tensor& p) { return bucket_dp->main_grad(p); };
+    opt = std::make_unique<optim::MixedPrecisionOptimizer>(groups, mp, main_grad);
+  }
+  say("optimizer: AdamW on fp32 main params%s%s\n", a.zero ? ", sharded over dp (ZeRO-1)" : "",
+      mp.loss_scaling ? ", dynamic loss scaling" : "");
+  // The params are views into the all-gathered param buffer under ZeRO: wait
+  // for the all-gathers before anything reads them.
+  auto finish_param_sync = [&] {
+    if (zero_opt) zero_opt->finish_param_sync();
+  };
+
   Generator data_gen(a.seed);
   int64_t start = 0;
-  if (!a.resume.empty()) {  // every rank loads the same files
-    train::TrainState s = train::load_checkpoint(a.resume, *model, opt);
+  const nn::NamedTensors named = net.named_parameters();
+  if (!a.resume.empty()) {  // every rank reads the index and the shards it needs
+    train::TrainState s = train::load_checkpoint(a.resume, *opt, named);
     data_gen.set_state(s.data_rng);
     start = s.step;
   }
-  std::vector<Tensor> params = net.parameters();
-  // Clipping counts the tied weight once: the last stage's copy is left out.
-  std::vector<Tensor> not_counted;
-  if (pipelined && stage->is_last_stage() && !stage->is_first_stage()) not_counted.push_back(stage->embedding_weight());
 
   std::ofstream log;
   if (rank0 && !a.log.empty()) {
@@ -173,10 +246,18 @@ int run(const Args& a) {
     LOOM_CHECK(log.good(), "--log: cannot open '", a.log, "' for writing");
   }
   auto save = [&](int64_t step_done) {
-    if (a.save.empty() || !rank0) return;  // replicas are identical: rank 0 writes
-    std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
-    if (!dir.empty()) std::filesystem::create_directories(dir);
-    train::save_checkpoint(a.save, *model, tok.vocab_utf8(), opt, {step_done, data_gen.state()});
+    if (a.save.empty()) return;
+    finish_param_sync();
+    // The whole model's params on rank 0 (a pipeline's stages gathered).
+    nn::NamedTensors full = pipelined ? parallel::gather_stage_states(*stage, pgm.pp_group()) : net.state_dict();
+    if (rank0) {
+      std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
+      if (!dir.empty()) std::filesystem::create_directories(dir);
+    }
+    pgm.world().barrier();  // the directory exists before any rank writes its shard
+    // Replicas hold identical optimizer state: dp rank 0 writes it, or every rank its own ZeRO shard.
+    train::save_checkpoint(a.save, full, cfg, tok.vocab_utf8(), *opt, named, {step_done, data_gen.state()},
+                           pgm.world(), a.zero || pgm.dp_rank() == 0);
     say("%ssaved %s (step %lld)\n", tty ? "\n" : "", a.save.c_str(), (long long)step_done);
   };
 
@@ -194,13 +275,26 @@ int run(const Args& a) {
   for (int64_t step = start; step < end; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, min_lr);
-    opt.set_lr(lr);
+    opt->set_lr(lr);
+    finish_param_sync();  // last step's updated params are in place before this forward
+    const int64_t live_before = memory_stats().live_bytes;
+    if (a.memory_report && step == start) reset_peak_memory_stats();
+    if (step == a.inject_overflow && pgm.global_rank() == 0) {
+      // A test aid: an inf in one element of rank 0's gradient buffer, before
+      // backward adds into it. Only this rank (or, under ZeRO, only the owner
+      // of that element) sees it; found_inf's all-reduce makes every rank skip.
+      LOOM_CHECK(bucket_dp, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
+      const Tensor& p = bucket_dp->params().front();
+      ops::fill_(optim::flat_range(bucket_dp->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());
+    }
 
     // This rank's rows of the global batch, as K micro-batches. Each micro-batch
     // loss is scaled by 1/K so the accumulated gradient is the batch mean; data
     // parallel averages over ranks. Only the last backward syncs gradients.
+    // Under fp16 the loss is also multiplied by the loss scale before backward.
     data::Batch global = ds.sample("train", global_batch, data_gen);
     const int64_t first_row = int64_t(pgm.dp_rank()) * a.batch * K;
+    const double loss_scale = opt->scaler() ? opt->scaler()->scale() : 1.0;
     double local_loss = 0;
     if (pipelined) {
       std::vector<parallel::MicroBatch> mbs;
@@ -208,13 +302,15 @@ int run(const Args& a) {
         data::Batch mb = data::TextDataset::slice(global, first_row + k * a.batch, a.batch);
         mbs.push_back({mb.x, mb.y});
       }
-      auto loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+      auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
+        return opt->scale_loss(nn::cross_entropy_loss(logits, y));
+      };
       parallel::PipelineStepResult r =
           a.schedule == "afab" ? parallel::train_step_pipeline_afab(*stage, *p2p, mbs, loss_fn, dp.get())
                                : parallel::train_step_pipeline_1f1b(*stage, *p2p, mbs, loss_fn, dp.get());
-      local_loss = r.loss;
+      local_loss = r.loss / loss_scale;  // a power of two: exact
       // After backward and the data-parallel sync: sum the tied embedding's gradients.
-      shared.all_reduce_grads(dynamic_cast<parallel::DataParallelBucket*>(dp.get()));
+      shared.all_reduce_grads(bucket_dp);
       if (a.print_schedule && step == start) {
         std::string report = parallel::schedule_report(pgm.pp_group(), r.events, a.schedule);
         if (rank0) std::printf("%s\n", report.c_str());
@@ -229,7 +325,7 @@ int run(const Args& a) {
           loss = nn::cross_entropy_loss(model->forward(mb.x), mb.y);
         }
         parallel::trace::Span span("backward");
-        autograd::backward(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K)));
+        autograd::backward(opt->scale_loss(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K))));
         local_loss += loss.item<double>() / double(K);
       };
       if (dp && k + 1 < K) {
@@ -241,55 +337,67 @@ int run(const Args& a) {
     }
     // The logged loss is the global-batch mean.
     Tensor loss_t = full({}, local_loss, kFloat64);
-    if (dp) pgm.dp_group().all_reduce(loss_t, parallel::ReduceOp::Avg);
+    if (pgm.dp_size() > 1) pgm.dp_group().all_reduce(loss_t, parallel::ReduceOp::Avg);
     const double loss_v = loss_t.item<double>();
+    const int64_t peak = memory_stats().peak_bytes;
 
-    double norm;
+    optim::StepResult stepped;
     {
       parallel::trace::Span span("optimizer step");
-      if (pipelined)  // the norm over the whole model: all stages (model-parallel group)
-        norm = a.grad_clip > 0 ? parallel::clip_grad_norm_model_parallel(params, a.grad_clip,
-                                                                        pgm.model_parallel_group(), not_counted)
-                               : 0.0;
-      else
-        norm = a.grad_clip > 0 ? optim::clip_grad_norm(params, a.grad_clip) : 0.0;
-      opt.step();
-      if (dp) dp->zero_grad();
-      else opt.zero_grad();
+      stepped = opt->step();  // unscale, found_inf, clip, AdamW, main -> model params
     }
+    if (a.memory_report && step == start) {
+      finish_param_sync();
+      train::MemoryBreakdown m = train::measure_memory(net.parameters(), bucket_dp, *opt, peak, live_before);
+      std::string table = train::memory_report(m, train::predict_memory(n_params, dtype, pgm.dp_size(), a.zero),
+                                               pgm.world());
+      if (rank0) std::printf("%s%s", tty ? "\n" : "", table.c_str());
+    }
+    if (dp) dp->zero_grad();
+    else autograd::zero_grad(net.parameters(), /*set_to_none=*/true);
 
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     total_ms += ms;
     double tok_s = double(tokens_per_step) / (ms / 1000.0);
-    bool eval_now = rank0 && !pipelined && a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
-    double val = eval_now ? evaluate(*model, ds, a, step) : 0;
+    bool eval_now = a.eval_every > 0 && ((step + 1) % a.eval_every == 0 || step + 1 == a.steps);
+    double val = 0;
+    if (eval_now) {
+      finish_param_sync();
+      val = pipelined ? evaluate_pipeline(*stage, *p2p, ds, a, step) : rank0 ? evaluate(*model, ds, a, step) : 0;
+    }
     double eta = total_ms / double(step + 1 - start) * double(end - step - 1) / 1000.0;
+    const std::string skipped =
+        stepped.skipped ? str(" | overflow: step skipped, loss scale -> ", opt->scaler()->scale()) : "";
 
     if (log.is_open()) {
-      char line[256];
+      char line[320];
       std::snprintf(line, sizeof line,
                     "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, "
-                    "\"grad_norm\": %.9g",
-                    (long long)step, loss_v, lr, tok_s, ms, norm);
+                    "\"grad_norm\": %.9g, \"loss_scale\": %.17g, \"skipped\": %s",
+                    (long long)step, loss_v, lr, tok_s, ms, stepped.grad_norm, stepped.loss_scale,
+                    stepped.skipped ? "true" : "false");
       log << line;
       if (eval_now) log << ", \"val_loss\": " << std::to_string(val);
       log << "}\n";
       log.flush();
     }
     if (tty) {
-      std::printf("\rstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s   ", (long long)step + 1,
-                  (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str());
-      if (eval_now) std::printf("\n  val loss %.4f\n", val);
+      std::printf("\rstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s   ", (long long)step + 1,
+                  (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str(), skipped.c_str());
+      if (eval_now || stepped.skipped) std::printf("\n");
+      if (eval_now) std::printf("  val loss %.4f\n", val);
       std::fflush(stdout);
-    } else if (rank0 && (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end)) {
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s\n", (long long)step + 1,
+    } else if (rank0 && (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end ||
+                         stepped.skipped)) {
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s%s\n", (long long)step + 1,
                   (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str(),
-                  eval_now ? (" | val loss " + std::to_string(val)).c_str() : "");
+                  eval_now ? (" | val loss " + std::to_string(val)).c_str() : "", skipped.c_str());
       std::fflush(stdout);
     }
     if (a.save_every > 0 && (step + 1) % a.save_every == 0 && step + 1 < end) save(step + 1);
   }
   if (tty) std::printf("\n");
+  finish_param_sync();
   save(end);
   if (!a.trace.empty()) {
     parallel::trace::write(pgm.world(), a.trace);
@@ -297,8 +405,16 @@ int run(const Args& a) {
   }
 
   // ---- a sample of generated text -------------------------------------------------
-  if (rank0 && a.sample > 0 && pipelined) std::printf("(no sample: generation needs the whole model, --pp 1)\n");
-  if (rank0 && a.sample > 0 && !pipelined) {
+  // A pipeline's stages are gathered into one GPT on rank 0 first.
+  if (a.sample > 0 && pipelined) {
+    nn::NamedTensors full = parallel::gather_stage_states(*stage, pgm.pp_group());
+    if (rank0) {
+      model = std::make_shared<nn::GPT>(cfg);
+      if (dtype != kFloat32) model->to(dtype);
+      model->load_state_dict(full);
+    }
+  }
+  if (rank0 && a.sample > 0) {
     std::vector<int32_t> prompt = tok.encode(U"\n");
     std::vector<int32_t> out = train::generate(*model, prompt, {a.sample, a.temperature, a.top_k, a.seed});
     std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a.sample,
@@ -351,6 +467,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"uniform", "balanced"}));
   app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
+  app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_flag("--zero", a.zero, "shard the optimizer state over the dp ranks (ZeRO-1, distributed optimizer)");
+  app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
+  app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
+  app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean steps before the loss scale doubles")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--inject-overflow", a.inject_overflow, "testing: put an inf into rank 0's gradient at this step (-1: never)");
   CLI11_PARSE(app, argc, argv);
   // parallel::run: on a plain launch a world of one; under mpirun an exception on
   // any rank prints "[loom rank R] error: ..." and ends the whole job with exit 1.

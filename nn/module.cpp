@@ -66,6 +66,12 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+void Module::to(DType dtype) {
+  LOOM_CHECK(is_floating(dtype), "Module::to: ", dtype_name(dtype), " is not a floating dtype");
+  for (auto& [name, p] : named_parameters())
+    if (is_floating(p.dtype()) && p.dtype() != dtype) ops::set_data(p, ops::to(autograd::detach(p), dtype));
+}
+
 NamedTensors Module::state_dict() const {
   NamedTensors out;
   for (auto& [name, t] : named_parameters()) out.emplace_back(name, autograd::detach(t));

@@ -56,6 +56,12 @@ class Module : public std::enable_shared_from_this<Module> {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
+  // Casts every floating parameter to dtype in place (PyTorch's
+  // module.to(torch.bfloat16)): the tensors keep their identity - a tied weight
+  // stays one tensor, hooks and optimizers holding them see the new dtype - and
+  // values are rounded to nearest even. Call before training starts.
+  void to(DType dtype);
+
   // The parameters as (name, tensor) outside the autograd graph; the tensors
   // share storage with the parameters (clone them for a snapshot).
   NamedTensors state_dict() const;

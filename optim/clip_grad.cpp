@@ -10,43 +10,48 @@
 namespace loom::optim {
 
 template <class T>
-static double sum_of_squares(const T* x, int64_t n) {
+static double squares(const T* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
   return s;
 }
 
-double total_norm(const std::vector<Tensor>& tensors) {
+double total_norm(const std::vector<Tensor>& tensors) { return std::sqrt(sum_of_squares(tensors)); }
+
+double sum_of_squares(const std::vector<Tensor>& tensors) {
   double sq = 0;
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
     check_device_supported("total_norm", t.device());
     if (t.dtype() == kFloat64) {
       Tensor c = ops::contiguous(t);
-      sq += sum_of_squares(c.data<double>(), c.numel());
+      sq += squares(c.data<double>(), c.numel());
     } else {
       // fp32 as is (no copy when contiguous); bf16/fp16 widened to fp32 exactly.
       Tensor c = ops::contiguous(ops::to(t, kFloat32));
-      sq += sum_of_squares(c.data<float>(), c.numel());
+      sq += squares(c.data<float>(), c.numel());
     }
   }
-  // Model parallel (issues 5/6): each rank holds only some of the params, so
-  // `sq` is a partial sum here. It must be all-reduced (SUM) over the
-  // model-parallel group before the sqrt, with the tied embedding's gradient
-  // counted on one rank only, so every rank clips by the same global norm.
-  return std::sqrt(sq);
+  // Model parallel: each rank holds only some of the params, so `sq` is a
+  // partial sum there; it is all-reduced (SUM) over the model-parallel group
+  // before the sqrt (optim/mixed_precision_optimizer.cpp, parallel/grad_norm.cpp).
+  return sq;
 }
 
 double clip_grads(const std::vector<Tensor>& grads, double max_norm) {
   LOOM_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   double norm = total_norm(grads);
+  scale_grads_to_norm(grads, max_norm, norm);
+  return norm;
+}
+
+void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double norm) {
   double clip_coef = max_norm / (norm + 1e-6);
   if (clip_coef < 1.0) {  // PyTorch's clamp(clip_coef, max=1): only ever scale down
     NoGradGuard no_grad;
     for (const Tensor& g : grads)
       if (g.defined()) ops::mul_(g, clip_coef);
   }
-  return norm;
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {

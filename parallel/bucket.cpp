@@ -6,8 +6,9 @@
 
 namespace loom::parallel {
 
-BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
-    : group_(dp_group) {
+BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
+                             GradReduce reduce)
+    : group_(dp_group), reduce_(reduce) {
   LOOM_CHECK(bucket_cap_mb > 0, "BucketManager: bucket_cap_mb must be > 0, got ", bucket_cap_mb);
   const int64_t cap = std::max<int64_t>(1, int64_t(bucket_cap_mb * 1024 * 1024 / sizeof(float)));
   const int64_t pad_to = int64_t(dp_group.size()) * kBucketPadElements;
@@ -45,10 +46,11 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
   for (Bucket& b : buckets_) {
     b.grad_data = ops::narrow(buffer_, 0, b.offset, b.numel);
     b.ready.assign(b.params.size(), false);
+    b.all_reduce = reduce == GradReduce::AllReduce;
   }
   for (const Place& pl : places) {
     Tensor view = ops::view(ops::narrow(buffer_, 0, pl.offset, pl.p.numel()), pl.p.shape());
-    bool fresh = slots_.emplace(pl.p.impl(), Slot{pl.bucket, pl.index, view}).second;
+    bool fresh = slots_.emplace(pl.p.impl(), Slot{pl.bucket, pl.index, pl.offset, view}).second;
     LOOM_CHECK(fresh, "BucketManager: parameter ", pl.p.describe(), " is listed twice");
   }
 }
@@ -64,6 +66,16 @@ const Tensor& BucketManager::main_grad(const Tensor& p) const { return slot(p).m
 
 int BucketManager::bucket_of(const Tensor& p) const { return slot(p).bucket; }
 
+int64_t BucketManager::offset_of(const Tensor& p) const { return slot(p).offset; }
+
+void BucketManager::all_reduce_bucket_of(const Tensor& p) { buckets_[size_t(bucket_of(p))].all_reduce = true; }
+
+BucketManager::Shard BucketManager::shard(int b) const {
+  const Bucket& bucket = buckets_.at(size_t(b));
+  const int64_t n = bucket.numel / group_.size();  // exact: buckets are padded to dp x 64
+  return {bucket.offset + int64_t(group_.rank()) * n, n};
+}
+
 void BucketManager::mark_param_ready(const Tensor& p) {
   const Slot& s = slot(p);
   Bucket& b = buckets_[size_t(s.bucket)];
@@ -76,13 +88,23 @@ void BucketManager::mark_param_ready(const Tensor& p) {
 void BucketManager::launch(Bucket& b) {
   // picotron's Bucket.sync_gradient: the mean over dp ranks of the summed
   // gradients. The buffer is not touched again until wait() returns.
-  b.work = group_.all_reduce_async(b.grad_data, ReduceOp::Avg);
+  if (b.all_reduce) {
+    b.work = group_.all_reduce_async(b.grad_data, ReduceOp::Avg);
+  } else {
+    // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
+    // reduced into this rank's [n] shard of itself, in place.
+    Shard s = shard(int(&b - buckets_.data()));
+    b.work = group_.reduce_scatter_async(ops::narrow(buffer_, 0, s.offset, s.numel), b.grad_data, ReduceOp::Avg);
+  }
 }
 
-void BucketManager::wait() {
+void BucketManager::wait(const std::function<void(int bucket)>& on_reduced) {
   for (Bucket& b : buckets_)
     if (!b.work) launch(b);
-  for (Bucket& b : buckets_) b.work->wait();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    buckets_[i].work->wait();
+    if (on_reduced) on_reduced(int(i));
+  }
 }
 
 void BucketManager::reset() {

@@ -9,16 +9,25 @@
 namespace loom::parallel {
 
 DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, double bucket_cap_mb)
-    : DataParallelBucket(unique_params(params), dp_group, bucket_cap_mb) {}
+    : DataParallelBucket(unique_params(params), dp_group, BucketOptions{bucket_cap_mb}) {}
 
 DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group,
                                        double bucket_cap_mb)
-    : dp_group_(dp_group) {
+    : DataParallelBucket(params, dp_group, BucketOptions{bucket_cap_mb}) {}
+
+DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group,
+                                       const BucketOptions& options)
+    : DataParallelBucket(unique_params(params), dp_group, options) {}
+
+DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group,
+                                       const BucketOptions& options)
+    : dp_group_(dp_group), options_(options) {
+  if (options_.reduce == GradReduce::ReduceScatter) options_.grads_to_params = false;
   std::vector<Tensor> all = unique_params(params);
   broadcast_params(all, dp_group_);  // every replica starts from dp rank 0's weights
   for (const Tensor& p : all)
     if (autograd::requires_grad(p)) params_.push_back(p);
-  buckets_ = std::make_unique<BucketManager>(params_, dp_group_, bucket_cap_mb);
+  buckets_ = std::make_unique<BucketManager>(params_, dp_group_, options_.bucket_cap_mb, options_.reduce);
 
   for (const Tensor& p : params_) {
     auto acc = autograd::grad_accumulator(p);
@@ -61,10 +70,11 @@ void DataParallelBucket::finish_grad_sync() {
   callback_queued_ = false;
   {
     trace::Span span("wait for gradient all-reduce");  // the exposed communication
-    buckets_->wait();
+    buckets_->wait(on_bucket_reduced_);
   }
   // Hand the averaged gradient to the optimizer as .grad.
   for (const Tensor& p : params_) {
+    if (!options_.grads_to_params) break;
     const Tensor& main_grad = buckets_->main_grad(p);
     autograd::set_grad(p, p.dtype() == kFloat32 ? main_grad : ops::to(main_grad, p.dtype()));
   }

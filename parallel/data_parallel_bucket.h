@@ -16,7 +16,9 @@
 //      fp32 param .grad *is* its main_grad view (no copy; picotron does
 //      `param.grad = param.main_grad`), for a bf16/fp16 param .grad is a copy
 //      rounded to the param's dtype (a mixed-precision optimizer reads the fp32
-//      main_grad(param) instead).
+//      main_grad(param) instead, and turns grads_to_params off). In
+//      ReduceScatter mode (ZeRO-1) each rank gets only its shard's average and
+//      no .grad is written.
 //
 //   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), /*bucket_cap_mb=*/25);
 //   for (step...) {
@@ -27,6 +29,7 @@
 //   }
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "autograd/accumulate_grad.h"
@@ -35,12 +38,25 @@
 
 namespace loom::parallel {
 
+struct BucketOptions {
+  double bucket_cap_mb = 25.0;
+  // ReduceScatter: ZeRO-1, each dp rank keeps the average of its own shard of
+  // every bucket (optim/distributed_optimizer.h); no .grad is handed back.
+  GradReduce reduce = GradReduce::AllReduce;
+  // After the sync, hand the averaged gradient to the params as .grad. Off when
+  // the optimizer reads main_grad itself (optim/mixed_precision_optimizer.h), so
+  // that bf16/fp16 params get no rounded .grad copies.
+  bool grads_to_params = true;
+};
+
 class DataParallelBucket : public DataParallel {
  public:
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
   // the buffer, hooks every param that requires grad (the others are skipped).
   DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, double bucket_cap_mb = 25.0);
   DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb = 25.0);
+  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, const BucketOptions& options);
+  DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group, const BucketOptions& options);
   ~DataParallelBucket();  // the hooks die with the AccumulateGrad nodes we keep
   DataParallelBucket(const DataParallelBucket&) = delete;
   DataParallelBucket& operator=(const DataParallelBucket&) = delete;
@@ -57,7 +73,14 @@ class DataParallelBucket : public DataParallel {
   // before the next step's first backward (Megatron's zero_grad_buffer).
   void reset();
 
+  // Runs inside the after-backward callback as soon as bucket i's reduction is
+  // done, while later buckets may still be in flight: where a distributed
+  // optimizer can step that bucket's shard early (PyTorch's ZeRO + DDP hook).
+  void set_on_bucket_reduced(std::function<void(int bucket)> fn) { on_bucket_reduced_ = std::move(fn); }
+
   BucketManager& bucket_manager() { return *buckets_; }
+  const BucketManager& bucket_manager() const { return *buckets_; }
+  const BucketOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   const std::vector<Tensor>& params() const { return params_; }  // those that require grad
 
@@ -66,6 +89,8 @@ class DataParallelBucket : public DataParallel {
   void finish_grad_sync();                         // the engine callback
 
   ProcessGroup& dp_group_;
+  BucketOptions options_;
+  std::function<void(int)> on_bucket_reduced_;
   std::vector<Tensor> params_;
   std::unique_ptr<BucketManager> buckets_;
   // The hooks live on these nodes; keeping them keeps the hooks (picotron's grad_accs).

@@ -5,10 +5,25 @@
 
 #include "autograd/functions.h"
 #include "parallel/trace.h"
+#include "tensor/grad_mode.h"
 
 namespace loom::parallel {
 
 namespace {
+
+void check_stage_matches_rank(const PipelineStage& stage, const PipelineP2P& p2p) {
+  LOOM_CHECK(stage.is_first_stage() == p2p.is_first_stage() && stage.is_last_stage() == p2p.is_last_stage(),
+             "pipeline schedule: stage layers [", stage.range().start, ", ", stage.range().end,
+             ") do not match pipeline rank ", p2p.pp_rank(), " of ", p2p.pp_size());
+}
+
+// The loss exists on the last stage only; rank 0, which prints, is the first.
+// Every stage returns the last stage's mean over the m micro-batches.
+double broadcast_mean_loss(PipelineP2P& p2p, double loss_sum, int m) {
+  Tensor loss = full({}, loss_sum / double(m), kFloat64);
+  p2p.pp_group().broadcast(loss, p2p.pp_size() - 1);
+  return loss.item<double>();
+}
 
 // What both schedules do with one micro-batch; they differ only in the order
 // they call forward() and backward() and in how they pair the transfers.
@@ -18,9 +33,7 @@ class MicroBatchRunner {
                    DataParallel* dp)
       : stage_(stage), p2p_(p2p), mbs_(mbs), loss_fn_(loss_fn), dp_(dp) {
     LOOM_CHECK(!mbs.empty(), "pipeline schedule: no micro-batches");
-    LOOM_CHECK(stage.is_first_stage() == p2p.is_first_stage() && stage.is_last_stage() == p2p.is_last_stage(),
-               "pipeline schedule: stage layers [", stage.range().start, ", ", stage.range().end,
-               ") do not match pipeline rank ", p2p.pp_rank(), " of ", p2p.pp_size());
+    check_stage_matches_rank(stage, p2p);
   }
   int num_microbatches() const { return int(mbs_.size()); }
 
@@ -65,13 +78,10 @@ class MicroBatchRunner {
     return input_grad;
   }
 
-  // After the last transfer: give every stage the mean loss (it exists on the
-  // last stage; rank 0, which prints, is the first).
+  // After the last transfer: give every stage the mean loss.
   PipelineStepResult finish() {
     LOOM_CHECK(in_flight_.empty(), "pipeline schedule: ", in_flight_.size(), " micro-batches never ran backward");
-    Tensor loss = full({}, loss_sum_ / double(num_microbatches()), kFloat64);
-    p2p_.pp_group().broadcast(loss, p2p_.pp_size() - 1);
-    return {loss.item<double>(), std::move(events_)};
+    return {broadcast_mean_loss(p2p_, loss_sum_, num_microbatches()), std::move(events_)};
   }
 
  private:
@@ -140,6 +150,30 @@ PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p
     p2p.send_backward(run.backward(b, output_grad), b);
   }
   return run.finish();
+}
+
+// Validation: AFAB's forward loop without its backward loop. Under
+// NoGradGuard no op records a graph node, so each activation is freed as soon
+// as it has been sent (the stage still marks a received input requires_grad,
+// but nothing reads that flag here), and no parameter gets a .grad.
+double eval_step_pipeline(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
+                          const LossFn& loss_fn) {
+  LOOM_CHECK(!micro_batches.empty(), "eval_step_pipeline: no micro-batches");
+  check_stage_matches_rank(stage, p2p);
+  NoGradGuard no_grad;
+  const int m = int(micro_batches.size());
+  double loss_sum = 0;
+  for (int mb = 0; mb < m; ++mb) {
+    Tensor input = p2p.recv_forward(mb);  // undefined on the first stage: it reads the token ids
+    Tensor output;
+    {
+      trace::Span span(str("F", mb));
+      output = stage.forward(stage.is_first_stage() ? micro_batches[size_t(mb)].x : input);
+    }
+    if (stage.is_last_stage()) loss_sum += loss_fn(output, micro_batches[size_t(mb)].y).item<double>();
+    p2p.send_forward(output, mb);  // no-op on the last stage
+  }
+  return broadcast_mean_loss(p2p, loss_sum, m);
 }
 
 }  // namespace loom::parallel

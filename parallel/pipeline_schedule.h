@@ -27,6 +27,10 @@
 // (trace.h) and as a ScheduleEvent, for --print-schedule (schedule_diagram.h).
 // After the schedule: the shared-weight gradient all-reduce (shared_weights.h),
 // clipping (grad_norm.h), the optimizer step.
+//
+// Evaluation (eval_step_pipeline) is AFAB's forward half alone: with no
+// backward to come, no activation is kept past its send; the same loss
+// broadcast ends it.
 #pragma once
 
 #include <functional>
@@ -60,5 +64,14 @@ PipelineStepResult train_step_pipeline_afab(PipelineStage& stage, PipelineP2P& p
 PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p2p,
                                             const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
                                             DataParallel* dp = nullptr);
+
+// The validation loss of a pipeline: every micro-batch's forward in order
+// (AFAB without the backward), under NoGradGuard, so it records no graph,
+// holds no activation past its send and leaves no .grad. Returns the mean loss
+// over the micro-batches, computed on the last stage and broadcast over the pp
+// group: the same number on every stage. Putting the stage in eval mode
+// (stage.eval(): dropout off) is the caller's job, as with model.eval() in PyTorch.
+double eval_step_pipeline(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
+                          const LossFn& loss_fn);
 
 }  // namespace loom::parallel

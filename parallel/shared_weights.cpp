@@ -26,6 +26,11 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
   // (zeros if backward never reached it: the collective must still happen).
   std::vector<Tensor> grads;
   for (auto& [p, group] : shared_) {
+    // Under ZeRO-1 the two stages' shards of the weight differ: its bucket
+    // must be all-reduced, so that main_grad holds the whole averaged gradient.
+    LOOM_CHECK(!dp || dp->bucket_manager().buckets()[size_t(dp->bucket_manager().bucket_of(p))].all_reduce,
+               "SharedWeightGradHandler: shared weight ", p.describe(), " sits in a reduce-scattered bucket; "
+               "call dp.bucket_manager().all_reduce_bucket_of(weight) before training");
     Tensor g = dp ? dp->main_grad(p) : autograd::grad(p);
     if (!g.defined()) {
       g = zeros(p.shape(), p.dtype());
@@ -71,7 +76,7 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
       // The optimizer reads .grad: for a half-precision param under bucketed
       // dp it is a rounded copy of main_grad, so round the new sum again.
       const Tensor& p = shared_[i].first;
-      if (dp && p.dtype() != kFloat32) autograd::set_grad(p, ops::to(grads[i], p.dtype()));
+      if (dp && dp->options().grads_to_params && p.dtype() != kFloat32) autograd::set_grad(p, ops::to(grads[i], p.dtype()));
     }
   }
 }

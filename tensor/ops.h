@@ -23,6 +23,12 @@ Tensor clone(const Tensor& x);               // always a fresh contiguous copy
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast into dst, dtype converted
 void fill_(const Tensor& t, double value);
 void zero_(const Tensor& t);
+// t's TensorImpl takes over src's storage, shape, strides, offset and dtype
+// (PyTorch's `param.data = src`): every handle on t - the module's, the
+// optimizer's, autograd's - sees the new data. How a model's params are cast to
+// bf16 in place (Module::to) and become views into the distributed optimizer's
+// param buffer. Not while t is part of a recorded graph.
+void set_data(const Tensor& t, const Tensor& src);
 
 // ---- views (share storage) ----------------------------------------------------
 Tensor view(const Tensor& x, Shape shape);      // one -1 allowed; error if strides forbid

@@ -60,6 +60,17 @@ Tensor contiguous(const Tensor& x) {
   return clone(x);
 }
 
+void set_data(const Tensor& t, const Tensor& src) {
+  LOOM_CHECK(t.defined() && src.defined(), "set_data: both tensors must be defined");
+  TensorImpl& dst = *t.impl();
+  const TensorImpl& from = *src.impl();
+  dst.storage = from.storage;
+  dst.shape = from.shape;
+  dst.strides = from.strides;
+  dst.offset = from.offset;
+  dst.dtype = from.dtype;
+}
+
 Tensor clone(const Tensor& x) {
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   copy_(out, x);

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <cstring>
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>  // x86 F16C: one instruction per conversion (-march=native)
+#endif
 
 #include "tensor/macros.h"
 
@@ -29,6 +32,10 @@ LOOM_HOST_DEVICE float bf16_to_float(bfloat16 h) { return bits_float(uint32_t(h.
 
 // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
 LOOM_HOST_DEVICE float16 float_to_fp16(float f) {
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  // The same rounding in hardware; a NaN keeps its sign and payload, quieted.
+  if (f == f) return {uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))};
+#endif
   uint32_t u = float_bits(f);
   uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7fffffffu;
@@ -55,6 +62,9 @@ LOOM_HOST_DEVICE float16 float_to_fp16(float f) {
 }
 
 LOOM_HOST_DEVICE float fp16_to_float(float16 h) {
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  return _cvtsh_ss(h.bits);
+#endif
   uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
   uint32_t exp = (h.bits >> 10) & 0x1fu;
   uint32_t mant = h.bits & 0x3ffu;

@@ -1,0 +1,102 @@
+// DistributedOptimizer: ZeRO stage 1 (Rajbhandari et al. 2020) in the shape of
+// Megatron-LM's DistributedOptimizer. Each data-parallel rank keeps the
+// optimizer state - fp32 main params, exp_avg, exp_avg_sq - of only 1/dp of the
+// model, so optimizer memory per rank drops from 12 to 12/dp bytes per param
+// (bf16 model; 8/dp for fp32, whose main params are the params themselves).
+//
+// The layout is DataParallelBucket's gradient buffer (parallel/bucket.h): each
+// bucket, padded to a multiple of dp x 64, is cut into dp equal contiguous
+// shards and rank r owns shard r of every bucket (one bucket: exactly the r-th
+// 1/dp of the buffer). A shard may cut through a param. Ranges map a param to
+// its owned part (Megatron's names):
+//
+//   buffer      | bucket 0 ........................| bucket 1 ....
+//   shards      |  rank 0       |  rank 1          |
+//   params      | c      | b            | pad      |
+//   param b, on rank 0:  gbuf_world = [start of b, end of shard 0)   in the buffer
+//                        gbuf_local = gbuf_world - start of shard 0  in this rank's shard
+//                        param      = gbuf_world - start of b        within b (flattened)
+//
+// One step, and what overlaps what:
+//   backward   each bucket is reduce-scattered (not all-reduced) as soon as its
+//              last gradient arrives: rank r receives the average of its shard
+//   step       AdamW on the fp32 main params of the owned ranges only; each
+//              bucket's updated shard is rounded into the param buffer and
+//              all-gathered (async) while the next bucket is stepped
+//   forward    the params are views into the param buffer: finish_param_sync()
+//              waits for the all-gathers and must run before the next forward
+// Without clipping and loss scaling nothing global is needed before the
+// update, so a bucket's shard is stepped the moment its reduce-scatter
+// completes, inside the after-backward callback, while later buckets are still
+// being reduced (PyTorch's ZeroRedundancyOptimizer + DDP comm hook).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "optim/mixed_precision_optimizer.h"
+#include "parallel/data_parallel_bucket.h"
+
+namespace loom::optim {
+
+// [start, end) in some index space.
+struct Range {
+  int64_t start = 0, end = 0;
+  int64_t size() const { return end - start; }
+};
+
+// Where one param's owned part sits (all empty when this rank owns none of it).
+struct ParamRange {
+  Range gbuf_world;  // in the whole gradient buffer
+  Range gbuf_local;  // in this rank's shard of the param's bucket
+  Range param;       // within the param, flattened
+};
+
+// The part of a param at [param_start, param_start + numel) of the buffer that
+// falls in the shard [shard.start, shard.end); empty ranges if none.
+ParamRange param_range_in_shard(int64_t param_start, int64_t numel, Range shard);
+
+class DistributedOptimizer : public MixedPrecisionOptimizer {
+ public:
+  // groups: the model's params; dp: their DataParallelBucket in ReduceScatter
+  // mode. Moves every param into a param buffer laid out like the gradient
+  // buffer (the params become views into it; values unchanged).
+  DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
+                       MixedPrecisionOptions options = {});
+  ~DistributedOptimizer() override;
+
+  // Unscale/clip over the whole world's shards, AdamW on this rank's shards,
+  // launch the param all-gathers. Collective over the dp group and
+  // grad_stats_group.
+  StepResult step() override;
+  // Waits for the param all-gathers of the last step (no-op when none are in
+  // flight). Call before the params are read again: the next forward, an
+  // evaluation, a checkpoint.
+  void finish_param_sync();
+  // Main params -> param buffer shard -> all-gather. Collective over dp.
+  void refresh_model_params() override;
+
+  const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
+  const Tensor& param_buffer() const { return param_buffer_; }
+  // True when buckets are stepped inside the backward callback (no clipping, no loss scaling).
+  bool steps_early() const { return steps_early_; }
+
+ private:
+  struct Layout;  // the param buffer, main params and ranges, built before the base class
+  DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
+                       MixedPrecisionOptions options, Layout layout);
+  static Layout build_layout(const std::vector<ParamGroup>& groups, parallel::DataParallelBucket& dp);
+  void step_bucket(int b, const std::vector<Tensor>& grads);  // AdamW + launch the all-gather
+  void launch_all_gather(int b);
+
+  parallel::DataParallelBucket& dp_;
+  Tensor param_buffer_;                         // model dtype, the gradient buffer's layout
+  std::vector<ParamRange> ranges_;              // [main param]
+  std::vector<std::vector<size_t>> bucket_mains_;  // [bucket] -> main params in it
+  std::vector<std::shared_ptr<parallel::Work>> gathers_;  // in-flight param all-gathers
+  bool steps_early_ = false;
+  int buckets_stepped_early_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace loom::optim

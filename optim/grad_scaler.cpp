@@ -1,0 +1,65 @@
+#include "optim/grad_scaler.h"
+
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "tensor/kernels/unscale.h"
+
+namespace loom::optim {
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  LOOM_CHECK(options_.init_scale > 0 && std::isfinite(options_.init_scale),
+             "GradScaler: init_scale must be finite and > 0, got ", options_.init_scale);
+  LOOM_CHECK(options_.growth_factor > 1, "GradScaler: growth_factor must be > 1, got ", options_.growth_factor);
+  LOOM_CHECK(options_.backoff_factor > 0 && options_.backoff_factor < 1,
+             "GradScaler: backoff_factor must be in (0, 1), got ", options_.backoff_factor);
+  LOOM_CHECK(options_.growth_interval > 0, "GradScaler: growth_interval must be > 0, got ",
+             options_.growth_interval);
+}
+
+Tensor GradScaler::scale_loss(const Tensor& loss) const { return autograd::mul(loss, scale_); }
+
+void GradScaler::update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+    return;
+  }
+  if (++growth_tracker_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+}
+
+NamedTensors GradScaler::state_dict() const {
+  return {{"scale", full({}, scale_, kFloat64)}, {"growth_tracker", full({}, double(growth_tracker_), kInt64)}};
+}
+
+void GradScaler::load_state_dict(const NamedTensors& state) {
+  Tensor scale, tracker;
+  for (const auto& [name, t] : state) {
+    if (name == "scale") scale = t;
+    if (name == "growth_tracker") tracker = t;
+  }
+  LOOM_CHECK(scale.defined() && scale.numel() == 1, "GradScaler::load_state_dict: entry 'scale' is missing");
+  LOOM_CHECK(tracker.defined() && tracker.numel() == 1,
+             "GradScaler::load_state_dict: entry 'growth_tracker' is missing");
+  scale_ = scale.item<double>();
+  growth_tracker_ = tracker.item<int64_t>();
+}
+
+bool unscale_(const std::vector<Tensor>& grads, double inv_scale) {
+  const float inv = float(inv_scale);
+  bool found_inf = false;
+  for (const Tensor& g : grads) {
+    LOOM_CHECK(g.dtype() == kFloat32 && g.is_contiguous(), "unscale_: gradients must be contiguous fp32 (main "
+               "grads), got ", g.describe());
+    float* x = g.data<float>();
+    bool bad = false;
+    for (int64_t i = 0, n = g.numel(); i < n; ++i) bad |= kernels::unscale_and_check(x[i], inv);
+    found_inf |= bad;
+  }
+  return found_inf;
+}
+
+}  // namespace loom::optim
