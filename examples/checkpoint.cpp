@@ -1,5 +1,6 @@
 #include "examples/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -175,20 +176,23 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
     const std::string name = name_of(m, names);
     const Tensor dst[] = {m.main, st.exp_avg, st.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
-      int64_t covered = 0;
+      // Fragments may overlap: a tied weight's two pipeline copies are both
+      // saved (bit-identical). Count each element once.
+      std::vector<char> seen(size_t(m.end - m.start), 0);
       for (const Fragment& f : fragments[{kKinds[k], name}]) {
         const int64_t lo = std::max(m.start, f.start), hi = std::min(m.end, f.start + f.t.numel());
         if (lo >= hi) continue;
         LOOM_CHECK(f.t.dtype() == kFloat32, "checkpoint '", f.file, "': ", kKinds[k], "/", name, " is ",
                    f.t.describe(), ", expected float32");
         ops::copy_(ops::narrow(dst[k], 0, lo - m.start, hi - lo), ops::narrow(f.t, 0, lo - f.start, hi - lo));
-        covered += hi - lo;
+        std::fill(seen.begin() + (lo - m.start), seen.begin() + (hi - m.start), 1);
         if (k == 0) {  // the AdamW step travels with the main param
           const auto& steps = fragments[{"step", name}];
           for (const Fragment& sf : steps)
             if (sf.start == f.start) ops::copy_(st.step, sf.t);
         }
       }
+      const int64_t covered = std::count(seen.begin(), seen.end(), 1);
       LOOM_CHECK(covered == m.end - m.start, "checkpoint '", index_path, "': ", kKinds[k], " of ", name,
                  " elements [", m.start, ", ", m.end, ") is covered by ", covered, " elements of the listed shards (",
                  index.metadata.at("shards"), "); is a shard file missing, or is this another model?");

@@ -59,9 +59,17 @@ const std::string kSmall = " --batch 4 --block 16 --layers 2 --heads 2 --embd 32
 
 }  // namespace
 
-TEST(TrainGpt, ResumeIsBitExact) {
-  fs::path d = temp_dir("resume");
-  std::string data = " --data " + corpus(d).string();
+// For every --dtype: the fp32 main params, the AdamW state and (fp16) the loss
+// scaler are in the checkpoint. fp16 runs with a short growth window and an
+// overflow at step 4, so the scale changes before and after the save: a
+// resume that lost the scaler's state would diverge.
+class TrainGptResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainGptResume, IsBitExact) {
+  const std::string dtype = GetParam();
+  fs::path d = temp_dir("resume_" + dtype);
+  std::string data = " --data " + corpus(d).string() + " --dtype " + dtype;
+  if (dtype == "fp16") data += " --loss-scale-window 3 --inject-overflow 4";
   Exec straight = run("--steps 20" + kSmall + data + " --log " + (d / "straight.jsonl").string());
   ASSERT_EQ(straight.status, 0) << straight.output;
   Exec first = run("--steps 20 --stop-at 10" + kSmall + data + " --save " + (d / "ck.safetensors").string() +
@@ -79,7 +87,19 @@ TEST(TrainGpt, ResumeIsBitExact) {
   ASSERT_EQ(r.size(), 10u);  // steps 10..19 only
   for (size_t i = 0; i < 10; ++i) EXPECT_EQ(f[i], a[i]) << "step " << i;
   for (size_t i = 0; i < 10; ++i) EXPECT_EQ(r[i], a[10 + i]) << "step " << 10 + i;
+  if (dtype == "fp16") {  // the scale did move: 2^16, x2 after 3 clean steps, halved by the overflow at step 4
+    std::ifstream in(d / "straight.jsonl");
+    std::string line;
+    std::vector<std::string> lines;
+    while (std::getline(in, line)) lines.push_back(line);
+    EXPECT_NE(lines[2].find("\"loss_scale\": 65536"), std::string::npos) << lines[2];
+    EXPECT_NE(lines[3].find("\"loss_scale\": 131072"), std::string::npos) << lines[3];
+    EXPECT_NE(lines[4].find("\"skipped\": true"), std::string::npos) << lines[4];
+    EXPECT_NE(lines[5].find("\"loss_scale\": 65536"), std::string::npos) << lines[5];
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, TrainGptResume, ::testing::Values("fp32", "bf16", "fp16"));
 
 TEST(TrainGpt, WritesOneJsonLinePerStepAndCheckpointFiles) {
   fs::path d = temp_dir("log");
@@ -128,6 +148,20 @@ TEST(TrainGpt, BadInputFailsWithAClearMessage) {
   Exec bad_ckpt = run("--steps 1" + kSmall + "--data " + corpus(d).string() + " --resume " + (d / "trunc.safetensors").string());
   EXPECT_EQ(bad_ckpt.status, 1);
   EXPECT_NE(bad_ckpt.output.find("trunc.safetensors"), std::string::npos) << bad_ckpt.output;
+
+  // A sharded checkpoint whose shard file is gone: the error names the index and the param.
+  Exec saved = run("--steps 2" + kSmall + "--dtype bf16 --data " + corpus(d).string() + " --save " +
+                   (d / "ck.safetensors").string());
+  ASSERT_EQ(saved.status, 0) << saved.output;
+  fs::remove(d / "ck.optim.0.safetensors");
+  Exec no_shard = run("--steps 3" + kSmall + "--dtype bf16 --data " + corpus(d).string() + " --resume " +
+                      (d / "ck.safetensors").string());
+  EXPECT_EQ(no_shard.status, 1);
+  EXPECT_NE(no_shard.output.find("ck.optim.0.safetensors"), std::string::npos) << no_shard.output;
+
+  Exec naive_zero = run("--steps 1 --zero --dp-mode naive" + kSmall + "--data " + corpus(d).string());
+  EXPECT_EQ(naive_zero.status, 1);
+  EXPECT_NE(naive_zero.output.find("needs --dp-mode bucket"), std::string::npos) << naive_zero.output;
 
   Exec bad_heads = run("--steps 1 --embd 30 --heads 4" + std::string(" --data ") + corpus(d).string());
   EXPECT_EQ(bad_heads.status, 1);

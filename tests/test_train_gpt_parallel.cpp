@@ -28,6 +28,7 @@
 #include <fstream>
 
 #include "nn/safetensors.h"
+#include "tensor/ops.h"
 
 namespace fs = std::filesystem;
 using namespace loom;
@@ -38,6 +39,7 @@ struct Result {
   int status;
   std::string output;
   std::vector<double> losses;
+  std::vector<std::string> log;  // the JSON lines
   nn::SafetensorsFile weights;
 };
 
@@ -54,13 +56,14 @@ fs::path work_dir() {
   return d;
 }
 
+std::string checkpoint(const std::string& name) { return (work_dir() / (name + ".safetensors")).string(); }
+
 // Runs train_gpt on `ranks` processes (plain launch for 1) with the common small config.
 Result train(const std::string& name, int ranks, const std::string& args) {
   fs::path d = work_dir();
-  const bool pipelined = args.find("--pp") != std::string::npos;  // stages cannot --save yet
   std::string common = " --steps 10 --block 16 --layers 2 --heads 2 --embd 32 --eval-every 0 --sample 0 --warmup 3"
                        " --data " + (d / "corpus.txt").string() + " --log " + (d / (name + ".jsonl")).string() +
-                       (pipelined ? "" : " --save " + (d / (name + ".safetensors")).string()) + " ";
+                       " --save " + checkpoint(name) + " ";
   std::string launch = ranks == 1 ? std::string()
                                   : "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
   std::string cmd = "timeout -k 5 120 " + launch + LOOM_TRAIN_GPT + common + args + " 2>&1";
@@ -76,8 +79,9 @@ Result train(const std::string& name, int ranks, const std::string& args) {
   while (std::getline(log, line)) {
     auto k = line.find("\"loss\": ");
     r.losses.push_back(std::stod(line.substr(k + 8)));
+    r.log.push_back(line);
   }
-  if (!pipelined) r.weights = nn::load_safetensors((d / (name + ".safetensors")).string());
+  r.weights = nn::load_safetensors(checkpoint(name));
   return r;
 }
 
@@ -93,30 +97,26 @@ std::pair<double, double> max_diff_and_scale(const Tensor& a, const Tensor& b) {
   return {diff, scale};
 }
 
-void expect_same_run(const Result& got, const Result& ref, const char* what) {
+void expect_same_run(const Result& got, const Result& ref, const char* what, double tol = 1e-5,
+                     double param_tol = 1e-5) {
   ASSERT_EQ(got.status, 0) << what << "\n" << got.output;
   ASSERT_EQ(ref.status, 0) << "reference\n" << ref.output;
   ASSERT_EQ(got.losses.size(), 10u) << what;
   double worst = 0;
   for (size_t i = 0; i < ref.losses.size(); ++i) {
     double rel = std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]);
-    EXPECT_LE(rel, 1e-5) << what << ": step " << i << " loss " << got.losses[i] << " vs " << ref.losses[i];
+    EXPECT_LE(rel, tol) << what << ": step " << i << " loss " << got.losses[i] << " vs " << ref.losses[i];
     worst = std::max(worst, rel);
-  }
-  // Pipeline runs cannot save yet; their final parameters are compared by tests/mpi/test_pipeline.cpp.
-  if (got.weights.tensors.empty()) {
-    std::printf("[ measured ] %s: worst loss rel. error %.2e\n", what, worst);
-    return;
   }
   ASSERT_EQ(got.weights.tensors.size(), ref.weights.tensors.size());
   double diff = 0, scale = 0;
   std::string worst_name;
   for (const auto& [name, t] : ref.weights.tensors) {
-    auto [d, s] = max_diff_and_scale(got.weights.at(name), t);
+    auto [d, s] = max_diff_and_scale(ops::to(got.weights.at(name), kFloat32), ops::to(t, kFloat32));
     if (d > diff) diff = d, worst_name = name;
     scale = std::max(scale, s);
   }
-  EXPECT_LE(diff / scale, 1e-5) << what << ": final parameters, worst in " << worst_name;
+  EXPECT_LE(diff / scale, param_tol) << what << ": final parameters, worst in " << worst_name;
   std::printf("[ measured ] %s: worst loss rel. error %.2e, params max diff / model scale %.2e (worst: %s)\n", what,
               worst, diff / scale, worst_name.c_str());
 }
@@ -200,4 +200,126 @@ TEST(TrainGptParallel, PrintScheduleDrawsOneRowPerStageWithTheBubble) {
   EXPECT_NE(r.output.find("stage 0 | F0 F1"), std::string::npos) << r.output;  // 1F1B warm-up: pp - rank - 1 = 1 extra forward
   EXPECT_NE(r.output.find("stage 1 | .  F0 B0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("theory (p - 1)/(m + p - 1) = 1/5 = 0.200"), std::string::npos) << r.output;
+}
+
+// ---- issue 6: the distributed optimizer (ZeRO-1) and mixed precision ----------
+//
+// --zero reduce-scatters each gradient bucket and steps only this rank's shard
+// of the fp32 state; the update per element is the same AdamW on the same
+// averaged gradient, so the run matches the unsharded one (and one process)
+// to the same 1e-7-level rounding as plain data parallel. dp = 3 does not
+// divide the 16-sequence batch: it is compared with --batch 12 on one process.
+// Shards cut through params at every dp size here (the GPT's buffer is cut
+// into dp equal parts per bucket; tests/mpi/test_distributed_optimizer.cpp
+// checks the ranges themselves).
+TEST(TrainGptParallel, ZeroTwoRanksMatchesOneProcess) {
+  expect_same_run(train("zero_dp2", 2, "--dp 2 --batch 8 --zero"), single_process_batch16(), "--dp 2 --zero");
+}
+
+TEST(TrainGptParallel, ZeroThreeRanksManyBucketsMatchesOneProcess) {
+  static Result ref = train("single_b12", 1, "--batch 12");
+  expect_same_run(train("zero_dp3", 3, "--dp 3 --batch 4 --zero --bucket-mb 0.01"), ref,
+                  "--dp 3 --zero (tiny buckets)");
+}
+
+TEST(TrainGptParallel, ZeroFourRanksMatchesOneProcess) {
+  expect_same_run(train("zero_dp4", 4, "--dp 4 --batch 4 --zero"), single_process_batch16(), "--dp 4 --zero");
+}
+
+// Without clipping nothing global stands between a bucket's reduce-scatter and
+// its update: buckets are stepped inside the backward callback. Same numbers.
+TEST(TrainGptParallel, ZeroEarlyBucketStepsMatchOneProcess) {
+  static Result ref = train("single_b16_noclip", 1, "--batch 16 --grad-clip 0");
+  expect_same_run(train("zero_dp2_noclip", 2, "--dp 2 --batch 8 --zero --grad-clip 0 --bucket-mb 0.01"), ref,
+                  "--dp 2 --zero --grad-clip 0 (early steps)");
+}
+
+TEST(TrainGptParallel, ZeroWithPipelineMatchesOneProcess) {
+  expect_same_run(train("zero_dp2_pp2", 4, "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero"),
+                  single_process_batch16(), "--dp 2 --pp 2 --zero");
+}
+
+// Sharded checkpoints: 5 steps, save, resume on a different dp size (the
+// shards are gathered from the files and re-split), 5 more steps. The resumed
+// run appends to the same log, so its 10 losses are compared with the
+// straight single-process run.
+TEST(TrainGptParallel, ZeroCheckpointReshardsFromTwoToFourRanks) {
+  Result first = train("reshard_2_4", 2, "--dp 2 --batch 8 --zero --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_TRUE(fs::exists(work_dir() / "reshard_2_4.optim.1.safetensors"));  // one shard per rank
+  expect_same_run(train("reshard_2_4", 4, "--dp 4 --batch 4 --zero --resume " + checkpoint("reshard_2_4")),
+                  single_process_batch16(), "--zero dp 2 -> save -> dp 4");
+}
+
+TEST(TrainGptParallel, ZeroCheckpointReshardsFromFourRanksToOne) {
+  Result first = train("reshard_4_1", 4, "--dp 4 --batch 4 --zero --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  expect_same_run(train("reshard_4_1", 1, "--batch 16 --resume " + checkpoint("reshard_4_1")),
+                  single_process_batch16(), "--zero dp 4 -> save -> one process");
+}
+
+// Same layout: bit-exact. A pipeline run saves too (stages gathered into one model file).
+TEST(TrainGptParallel, ZeroPipelineResumeIsBitExact) {
+  const std::string cfg = "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero --dtype bf16";
+  Result straight = train("zero_pp_straight", 4, cfg);
+  Result first = train("zero_pp_resumed", 4, cfg + " --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  Result resumed = train("zero_pp_resumed", 4, cfg + " --resume " + checkpoint("zero_pp_resumed"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  ASSERT_EQ(resumed.losses.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[i]) << "step " << i;
+  for (const auto& [name, t] : straight.weights.tensors)
+    EXPECT_EQ(ops::to(resumed.weights.at(name), kFloat32).to_vector<float>(), ops::to(t, kFloat32).to_vector<float>())
+        << name;
+}
+
+// bf16 tracks fp32. Measured: worst per-step loss difference 1.5e-4 relative
+// over these 10 steps. Why it stays small: bf16 rounds each param and
+// activation to 8 significant bits (relative error <= 2^-9 = 2e-3), but the
+// optimizer steps fp32 main params (no update is lost to rounding), the loss
+// is computed in fp32, and a loss is a mean over 256 tokens whose rounding
+// errors are independent, so they largely cancel. 1e-3 leaves 6x margin.
+TEST(TrainGptParallel, Bf16TracksFp32) {
+  Result bf16 = train("bf16_zero_dp2", 2, "--dp 2 --batch 8 --zero --dtype bf16");
+  ASSERT_EQ(bf16.status, 0) << bf16.output;
+  const Result& fp32 = single_process_batch16();
+  double worst = 0;
+  for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(bf16.losses[i] - fp32.losses[i]) / fp32.losses[i]);
+  EXPECT_LE(worst, 1e-3);
+  std::printf("[ measured ] bf16 (--dp 2 --zero) vs fp32: worst loss rel. difference %.2e\n", worst);
+}
+
+// fp16 with an inf forced into rank 0's gradient buffer at step 3 (only the
+// rank owning that element sees it under ZeRO, only the first pipeline stage
+// holds it): found_inf's all-reduce (MAX) makes every rank skip exactly that
+// step, the scale halves, and training continues. A skipped step on only some
+// ranks would split the replicas; the losses afterwards match the same run on
+// one process, which skips the same step.
+TEST(TrainGptParallel, Fp16OverflowSkipsTheStepOnEveryRank) {
+  const std::string inject = " --dtype fp16 --inject-overflow 3";
+  Result par = train("fp16_overflow", 4, "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero" + inject);
+  Result one = train("fp16_overflow_1", 1, "--batch 16" + inject);
+  ASSERT_EQ(par.status, 0) << par.output;
+  ASSERT_EQ(par.log.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    const bool skipped = par.log[i].find("\"skipped\": true") != std::string::npos;
+    EXPECT_EQ(skipped, i == 3) << par.log[i];
+    const std::string scale = i <= 3 ? "\"loss_scale\": 65536" : "\"loss_scale\": 32768";
+    EXPECT_NE(par.log[i].find(scale), std::string::npos) << par.log[i];
+  }
+  EXPECT_NE(par.output.find("overflow: step skipped, loss scale -> 32768"), std::string::npos) << par.output;
+  // fp16 params round the dp/pp sums' last bits differently: losses measured
+  // 5.8e-6 apart. Params: the attention key bias (zero true gradient, see the
+  // top of this file) is moved by Adam-amplified rounding noise, which fp16's
+  // coarser rounding makes ~1e3 larger than fp32's: measured 4.5e-3 of the
+  // model's scale there, every other tensor far closer.
+  expect_same_run(par, one, "fp16 overflow, dp 2 x pp 2 --zero vs one process", 1e-4, 1e-2);
+}
+
+TEST(TrainGptParallel, MemoryReportShowsTheShardedOptimizerState) {
+  Result r = train("memory", 2, "--dp 2 --batch 8 --zero --dtype bf16 --memory-report");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("memory after step 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optimizer state"), std::string::npos) << r.output;
 }
