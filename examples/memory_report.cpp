@@ -1,5 +1,6 @@
 #include "examples/memory_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_set>
 
@@ -55,13 +56,17 @@ std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& p
   std::vector<int64_t> v = all.to_vector<int64_t>();
   auto mib = [](int64_t b) { return double(b) / (1024.0 * 1024.0); };
   std::string out = "memory after step 1 (MiB, measured / predicted):\n"
-                    " rank     params   |  params         | grads (main_grad) | optimizer state   | activ. peak | live\n";
+                    " rank     params   |  params         | grads (main_grad) | optimizer state   | bytes/param   |"
+                    " activ. peak | live\n";
   char line[256];
   for (int r = 0; r < world.size(); ++r) {
     const int64_t* f = v.data() + size_t(r) * kFields;
-    std::snprintf(line, sizeof line, " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f |  %9.2f  | %7.2f\n", r,
-                  (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]), mib(f[7]),
-                  mib(f[8]));
+    // params + grads + optimizer state per parameter: Megatron's 6 + 12/dp for bf16 + ZeRO
+    const double n = double(std::max<int64_t>(f[0], 1));
+    std::snprintf(line, sizeof line,
+                  " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f | %5.2f / %5.2f |  %9.2f  | %7.2f\n", r,
+                  (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]),
+                  double(f[1] + f[3] + f[5]) / n, double(f[2] + f[4] + f[6]) / n, mib(f[7]), mib(f[8]));
     out += line;
   }
   return out;

@@ -4,38 +4,17 @@
 #include <set>
 
 #include "autograd/variable.h"
+#include "parallel/grad_norm.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
 
-template <class T>
-static double squares(const T* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return s;
-}
-
-double total_norm(const std::vector<Tensor>& tensors) { return std::sqrt(sum_of_squares(tensors)); }
-
-double sum_of_squares(const std::vector<Tensor>& tensors) {
-  double sq = 0;
-  for (const Tensor& t : tensors) {
-    if (!t.defined()) continue;
-    check_device_supported("total_norm", t.device());
-    if (t.dtype() == kFloat64) {
-      Tensor c = ops::contiguous(t);
-      sq += squares(c.data<double>(), c.numel());
-    } else {
-      // fp32 as is (no copy when contiguous); bf16/fp16 widened to fp32 exactly.
-      Tensor c = ops::contiguous(ops::to(t, kFloat32));
-      sq += squares(c.data<float>(), c.numel());
-    }
-  }
-  // Model parallel: each rank holds only some of the params, so `sq` is a
-  // partial sum there; it is all-reduced (SUM) over the model-parallel group
-  // before the sqrt (optim/mixed_precision_optimizer.cpp, parallel/grad_norm.cpp).
-  return sq;
+// One implementation of the sum of squares: the multi-rank one, on this rank alone.
+double total_norm(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors)
+    if (t.defined()) check_device_supported("total_norm", t.device());
+  return parallel::global_grad_norm(tensors, nullptr);
 }
 
 double clip_grads(const std::vector<Tensor>& grads, double max_norm) {

@@ -12,8 +12,6 @@ namespace loom::optim {
 // L2 norm of all the tensors taken together, sqrt(sum_t sum_i t_i^2),
 // accumulated in double. Undefined tensors are skipped.
 double total_norm(const std::vector<Tensor>& tensors);
-// The square of it, sum_t sum_i t_i^2: what ranks add up for a global norm.
-double sum_of_squares(const std::vector<Tensor>& tensors);
 
 // Clips the autograd gradients of params (params without one are skipped) and
 // returns the norm before clipping. A non-finite norm is returned as is (and

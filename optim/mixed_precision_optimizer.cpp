@@ -6,6 +6,7 @@
 
 #include "autograd/variable.h"
 #include "optim/clip_grad.h"
+#include "parallel/grad_norm.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -135,9 +136,7 @@ bool MixedPrecisionOptimizer::unscale_and_clip(const std::vector<Tensor>& grads,
   std::vector<Tensor> counted;
   for (size_t i = 0; i < grads.size(); ++i)
     if (grads[i].defined() && mains_[i].counted_in_norm) counted.push_back(grads[i]);
-  Tensor sq = full({}, sum_of_squares(counted), kFloat64);
-  if (group) group->all_reduce(sq, parallel::ReduceOp::Sum);
-  result.grad_norm = std::sqrt(sq.item<double>());
+  result.grad_norm = parallel::global_grad_norm(counted, group);
   if (options_.max_grad_norm > 0) scale_grads_to_norm(defined, options_.max_grad_norm, result.grad_norm);
   return true;
 }

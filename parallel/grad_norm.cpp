@@ -36,19 +36,25 @@ std::vector<Tensor> unique(const std::vector<Tensor>& params) {
 
 }  // namespace
 
+double global_grad_norm(const std::vector<Tensor>& grads, ProcessGroup* group) {
+  double local = 0;
+  for (const Tensor& g : grads)
+    if (g.defined()) local += sum_of_squares(g);
+  if (!group) return std::sqrt(local);
+  // The partial sums of squares add up to the whole model's (not the norms: |a|+|b| != |(a, b)|).
+  Tensor total = full({}, local, kFloat64);
+  group->all_reduce(total, ReduceOp::Sum);
+  return std::sqrt(total.item<double>());
+}
+
 double grad_norm_model_parallel(const std::vector<Tensor>& params, ProcessGroup& model_parallel_group,
                                 const std::vector<Tensor>& not_counted) {
   std::unordered_set<const TensorImpl*> skip;
   for (const Tensor& p : not_counted) skip.insert(p.impl());
-  double local = 0;
-  for (const Tensor& p : unique(params)) {
-    Tensor g = autograd::grad(p);
-    if (g.defined() && !skip.count(p.impl())) local += sum_of_squares(g);
-  }
-  // The partial sums of squares add up to the whole model's (not the norms: |a|+|b| != |(a, b)|).
-  Tensor total = full({}, local, kFloat64);
-  model_parallel_group.all_reduce(total, ReduceOp::Sum);
-  return std::sqrt(total.item<double>());
+  std::vector<Tensor> grads;
+  for (const Tensor& p : unique(params))
+    if (!skip.count(p.impl())) grads.push_back(autograd::grad(p));
+  return global_grad_norm(grads, &model_parallel_group);
 }
 
 double clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,

@@ -24,6 +24,12 @@ namespace loom::parallel {
 double clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
                                      ProcessGroup& model_parallel_group, const std::vector<Tensor>& not_counted = {});
 
+// The norm of gradients spread over ranks: sqrt of the sum over `group` of
+// every rank's sum of squares of its `grads` (undefined ones skipped), in
+// double. group may be null: this rank alone. Collective over group. Also what
+// optim's clipping and mixed-precision optimizer call.
+double global_grad_norm(const std::vector<Tensor>& grads, ProcessGroup* group);
+
 // The global norm alone, sqrt of the all-reduced sum of squares. Collective.
 double grad_norm_model_parallel(const std::vector<Tensor>& params, ProcessGroup& model_parallel_group,
                                 const std::vector<Tensor>& not_counted = {});
