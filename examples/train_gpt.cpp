@@ -70,7 +70,7 @@ struct Args {
   // precision and the optimizer
   std::string dtype = "fp32";
   bool zero = false, memory_report = false;
-  double loss_scale = 65536.0;
+  double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
 };
 
@@ -206,7 +206,7 @@ int run(const Args& a) {
   optim::MixedPrecisionOptions mp;
   mp.max_grad_norm = a.grad_clip;
   mp.loss_scaling = dtype == kFloat16;
-  mp.scaler = {a.loss_scale, 2.0, 0.5, a.loss_scale_window};
+  mp.scaler = {a.loss_scale, a.loss_scale_growth, a.loss_scale_backoff, a.loss_scale_window};
   // The norm and found_inf are reduced over the ranks that together hold each
   // gradient once: the pipeline stages, and under ZeRO every dp shard too.
   mp.grad_stats_group = a.zero ? &pgm.world() : pipelined ? &pgm.model_parallel_group() : nullptr;
@@ -474,6 +474,8 @@ int main(int argc, char** argv) {
   app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
   app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean steps before the loss scale doubles")
       ->check(CLI::PositiveNumber);
+  app.add_option("--loss-scale-growth", a.loss_scale_growth, "fp16: factor the scale grows by after the window");
+  app.add_option("--loss-scale-backoff", a.loss_scale_backoff, "fp16: factor the scale shrinks by on an overflow");
   app.add_option("--inject-overflow", a.inject_overflow, "testing: put an inf into rank 0's gradient at this step (-1: never)");
   CLI11_PARSE(app, argc, argv);
   // parallel::run: on a plain launch a world of one; under mpirun an exception on
