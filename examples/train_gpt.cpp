@@ -27,9 +27,12 @@
 #include "autograd/engine.h"
 #include "examples/checkpoint.h"
 #include "examples/data.h"
+#include "examples/evaluate.h"
 #include "examples/generate.h"
 #include "examples/memory_report.h"
 #include "examples/param_groups.h"
+#include "examples/progress.h"
+#include "examples/train_args.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "optim/distributed_optimizer.h"
@@ -48,73 +51,9 @@ using namespace loom;
 
 namespace {
 
-struct Args {
-  std::string data = data::default_corpus_path();
-  int64_t steps = 200, batch = 16, block = 64, layers = 4, heads = 4, embd = 128;
-  double lr = 3e-3, min_lr_ratio = 0.1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0;
-  int64_t warmup = 20;
-  uint64_t seed = 1337;
-  int threads = 1;
-  int64_t eval_every = 100, eval_batches = 8, log_every = 10, save_every = 0, stop_at = 0;
-  std::string save, resume, log;
-  int64_t sample = 300, top_k = 0;
-  double temperature = 0.8;
-  // parallelism
-  int dp = 1, pp = 1;
-  std::string dp_mode = "bucket";
-  double bucket_mb = 25.0;
-  int64_t grad_accum = 1, microbatches = 0;
-  std::string schedule = "1f1b", partition = "uniform";
-  bool print_schedule = false;
-  std::string trace;
-  // precision and the optimizer
-  std::string dtype = "fp32";
-  bool zero = false, memory_report = false;
-  double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
-  int64_t loss_scale_window = 2000, inject_overflow = -1;
-};
-
 DType parse_dtype(const std::string& s) { return s == "bf16" ? kBFloat16 : s == "fp16" ? kFloat16 : kFloat32; }
 
-double evaluate(nn::GPT& model, const data::TextDataset& ds, const Args& a, int64_t step) {
-  NoGradGuard no_grad;
-  model.eval();
-  Generator gen(a.seed + 7919 * uint64_t(step + 1));  // its own generator: eval never shifts training data
-  double total = 0;
-  for (int64_t i = 0; i < a.eval_batches; ++i) {
-    data::Batch b = ds.sample("val", a.batch, gen);
-    total += nn::cross_entropy_loss(model.forward(b.x), b.y).item<double>();
-  }
-  model.train();
-  return total / double(a.eval_batches);
-}
-
-// The same through the pipeline: the stages run the forwards of the same
-// batches (eval_step_pipeline) and every stage gets the mean loss.
-double evaluate_pipeline(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p, const data::TextDataset& ds,
-                         const Args& a, int64_t step) {
-  NoGradGuard no_grad;
-  stage.eval();
-  Generator gen(a.seed + 7919 * uint64_t(step + 1));
-  std::vector<parallel::MicroBatch> mbs;
-  for (int64_t i = 0; i < a.eval_batches; ++i) {
-    data::Batch b = ds.sample("val", a.batch, gen);
-    mbs.push_back({b.x, b.y});
-  }
-  auto loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
-  double loss = parallel::eval_step_pipeline(stage, p2p, mbs, loss_fn);
-  stage.train();
-  return loss;
-}
-
-std::string fmt_time(double s) {
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
-  else std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
-  return buf;
-}
-
-int run(const Args& a) {
+int run(const train::Args& a) {
   // ---- processes: the grid of ranks (world = dp x pp) ------------------------------
   parallel::ProcessGroupManager pgm(a.dp, a.pp);
   const bool rank0 = pgm.global_rank() == 0;
@@ -202,7 +141,6 @@ int run(const Args& a) {
         a.zero ? "reduce-scatter" : "all-reduce",
         a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
 
-  // Clipping counts the tied weight once: the last stage's copy is left out.
   optim::MixedPrecisionOptions mp;
   mp.max_grad_norm = a.grad_clip;
   mp.loss_scaling = dtype == kFloat16;
@@ -210,6 +148,7 @@ int run(const Args& a) {
   // The norm and found_inf are reduced over the ranks that together hold each
   // gradient once: the pipeline stages, and under ZeRO every dp shard too.
   mp.grad_stats_group = a.zero ? &pgm.world() : pipelined ? &pgm.model_parallel_group() : nullptr;
+  // The norm counts the tied weight once: the last stage's copy is left out.
   if (pipelined && stage->is_last_stage() && !stage->is_first_stage()) mp.not_counted.push_back(stage->embedding_weight());
   std::vector<optim::ParamGroup> groups = train::gpt_param_groups(net, a.lr, a.weight_decay);
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
@@ -363,37 +302,16 @@ int run(const Args& a) {
     double val = 0;
     if (eval_now) {
       finish_param_sync();
-      val = pipelined ? evaluate_pipeline(*stage, *p2p, ds, a, step) : rank0 ? evaluate(*model, ds, a, step) : 0;
+      const train::EvalBatches eb{a.batch, a.eval_batches, a.seed + 7919 * uint64_t(step + 1)};
+      val = pipelined ? train::evaluate_pipeline(*stage, *p2p, ds, eb) : rank0 ? train::evaluate(*model, ds, eb) : 0;
     }
-    double eta = total_ms / double(step + 1 - start) * double(end - step - 1) / 1000.0;
-    const std::string skipped =
-        stepped.skipped ? str(" | overflow: step skipped, loss scale -> ", opt->scaler()->scale()) : "";
-
-    if (log.is_open()) {
-      char line[320];
-      std::snprintf(line, sizeof line,
-                    "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, "
-                    "\"grad_norm\": %.9g, \"loss_scale\": %.17g, \"skipped\": %s",
-                    (long long)step, loss_v, lr, tok_s, ms, stepped.grad_norm, stepped.loss_scale,
-                    stepped.skipped ? "true" : "false");
-      log << line;
-      if (eval_now) log << ", \"val_loss\": " << std::to_string(val);
-      log << "}\n";
-      log.flush();
-    }
-    if (tty) {
-      std::printf("\rstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s   ", (long long)step + 1,
-                  (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str(), skipped.c_str());
-      if (eval_now || stepped.skipped) std::printf("\n");
-      if (eval_now) std::printf("  val loss %.4f\n", val);
-      std::fflush(stdout);
-    } else if (rank0 && (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end ||
-                         stepped.skipped)) {
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s%s\n", (long long)step + 1,
-                  (long long)a.steps, loss_v, lr, tok_s, fmt_time(eta).c_str(),
-                  eval_now ? (" | val loss " + std::to_string(val)).c_str() : "", skipped.c_str());
-      std::fflush(stdout);
-    }
+    train::StepReport rep{step, a.steps, loss_v, lr, tok_s, ms, stepped.grad_norm, stepped.loss_scale, stepped.skipped,
+                          opt->scaler() ? opt->scaler()->scale() : 1.0, eval_now, val,
+                          total_ms / double(step + 1 - start) * double(end - step - 1) / 1000.0};
+    if (log.is_open()) log << train::json_line(rep) << std::flush;
+    if (tty) train::print_progress(rep, /*tty=*/true);
+    else if (rank0 && (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end || stepped.skipped))
+      train::print_progress(rep, /*tty=*/false);
     if (a.save_every > 0 && (step + 1) % a.save_every == 0 && step + 1 < end) save(step + 1);
   }
   if (tty) std::printf("\n");
@@ -426,57 +344,9 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a;
+  train::Args a;
   CLI::App app{"train_gpt: train a character-level GPT with loom"};
-  app.option_defaults()->always_capture_default();
-  app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
-  app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", a.batch, "sequences per step")->check(CLI::PositiveNumber);
-  app.add_option("--block", a.block, "sequence length (block size)")->check(CLI::PositiveNumber);
-  app.add_option("--layers", a.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--heads", a.heads, "attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--embd", a.embd, "embedding width (divisible by --heads)")->check(CLI::PositiveNumber);
-  app.add_option("--dropout", a.dropout, "dropout probability");
-  app.add_option("--lr", a.lr, "peak learning rate");
-  app.add_option("--min-lr-ratio", a.min_lr_ratio, "final lr as a fraction of --lr (cosine decay)");
-  app.add_option("--warmup", a.warmup, "linear warmup steps");
-  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay on matmul weights");
-  app.add_option("--grad-clip", a.grad_clip, "clip the gradient norm to this (0: off)");
-  app.add_option("--seed", a.seed, "seed for weights, data order and sampling");
-  app.add_option("--threads", a.threads, "math threads (BLAS)")->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", a.eval_every, "validation loss every N steps (0: never)");
-  app.add_option("--eval-batches", a.eval_batches, "batches per validation");
-  app.add_option("--log-every", a.log_every, "print a line every N steps when stdout is not a terminal");
-  app.add_option("--save", a.save, "checkpoint path (PATH and PATH.optim.safetensors), written at the end");
-  app.add_option("--save-every", a.save_every, "also checkpoint every N steps");
-  app.add_option("--stop-at", a.stop_at, "stop after this many steps; the LR schedule still spans --steps (0: run to --steps)");
-  app.add_option("--resume", a.resume, "resume from a checkpoint written by --save");
-  app.add_option("--log", a.log, "JSON-lines log: step, loss, lr, tokens_per_s, ms (+ val_loss)");
-  app.add_option("--sample", a.sample, "characters of generated text to print at the end");
-  app.add_option("--temperature", a.temperature, "sampling temperature");
-  app.add_option("--top-k", a.top_k, "sample from the k most likely characters (0: all)");
-  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
-  app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
-      ->check(CLI::IsMember({"naive", "bucket"}));
-  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
-  app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step")->check(CLI::PositiveNumber);
-  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
-  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (default: pp)");
-  app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
-  app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
-      ->check(CLI::IsMember({"uniform", "balanced"}));
-  app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
-  app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
-  app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_flag("--zero", a.zero, "shard the optimizer state over the dp ranks (ZeRO-1, distributed optimizer)");
-  app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
-  app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
-  app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean steps before the loss scale doubles")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--loss-scale-growth", a.loss_scale_growth, "fp16: factor the scale grows by after the window");
-  app.add_option("--loss-scale-backoff", a.loss_scale_backoff, "fp16: factor the scale shrinks by on an overflow");
-  app.add_option("--inject-overflow", a.inject_overflow, "testing: put an inf into rank 0's gradient at this step (-1: never)");
+  train::add_options(app, a);
   CLI11_PARSE(app, argc, argv);
   // parallel::run: on a plain launch a world of one; under mpirun an exception on
   // any rank prints "[loom rank R] error: ..." and ends the whole job with exit 1.

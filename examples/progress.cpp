@@ -1,0 +1,44 @@
+#include "examples/progress.h"
+
+#include <cstdio>
+
+namespace loom::train {
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+  return buf;
+}
+
+std::string json_line(const StepReport& r) {
+  char line[384];
+  std::snprintf(line, sizeof line,
+                "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, "
+                "\"grad_norm\": %.9g, \"loss_scale\": %.17g, \"skipped\": %s",
+                (long long)r.step, r.loss, r.lr, r.tokens_per_s, r.ms, r.grad_norm, r.loss_scale,
+                r.skipped ? "true" : "false");
+  std::string out = line;
+  if (r.evaluated) out += ", \"val_loss\": " + std::to_string(r.val_loss);
+  return out + "}\n";
+}
+
+void print_progress(const StepReport& r, bool tty) {
+  char skipped[96] = "";
+  if (r.skipped) std::snprintf(skipped, sizeof skipped, " | overflow: step skipped, loss scale -> %.17g", r.next_loss_scale);
+  // A terminal gets one line rewritten in place (\r); logs get whole lines.
+  std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s", tty ? "\r" : "",
+              (long long)r.step + 1, (long long)r.steps, r.loss, r.lr, r.tokens_per_s,
+              format_duration(r.eta_s).c_str(), skipped);
+  if (tty) {
+    std::printf("   ");
+    if (r.evaluated || r.skipped) std::printf("\n");
+    if (r.evaluated) std::printf("  val loss %.4f\n", r.val_loss);
+  } else {
+    if (r.evaluated) std::printf(" | val loss %s", std::to_string(r.val_loss).c_str());
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,45 @@
+// train_gpt's command line: every flag, its default, and the CLI11 options
+// that fill it (`train_gpt --help` prints them all).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "examples/data.h"
+
+namespace CLI {
+class App;
+}
+
+namespace loom::train {
+
+struct Args {
+  std::string data = data::default_corpus_path();
+  int64_t steps = 200, batch = 16, block = 64, layers = 4, heads = 4, embd = 128;
+  double lr = 3e-3, min_lr_ratio = 0.1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0;
+  int64_t warmup = 20;
+  uint64_t seed = 1337;
+  int threads = 1;
+  int64_t eval_every = 100, eval_batches = 8, log_every = 10, save_every = 0, stop_at = 0;
+  std::string save, resume, log;
+  int64_t sample = 300, top_k = 0;
+  double temperature = 0.8;
+  // parallelism
+  int dp = 1, pp = 1;
+  std::string dp_mode = "bucket";
+  double bucket_mb = 25.0;
+  int64_t grad_accum = 1, microbatches = 0;
+  std::string schedule = "1f1b", partition = "uniform";
+  bool print_schedule = false;
+  std::string trace;
+  // precision and the optimizer
+  std::string dtype = "fp32";
+  bool zero = false, memory_report = false;
+  double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
+  int64_t loss_scale_window = 2000, inject_overflow = -1;
+};
+
+
+void add_options(CLI::App& app, Args& a);
+
+}  // namespace loom::train
