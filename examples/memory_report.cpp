@@ -64,7 +64,9 @@ std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& p
     // params + grads + optimizer state per parameter: Megatron's 6 + 12/dp for bf16 + ZeRO
     const double n = double(std::max<int64_t>(f[0], 1));
     std::snprintf(line, sizeof line,
-                  " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f | %5.2f / %5.2f |  %9.2f  | %7.2f\n", r,
+                  " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f | %5.2f / %5.2f |  %9.2f  "
+                  "| %7.2f\n",
+                  r,
                   (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]),
                   double(f[1] + f[3] + f[5]) / n, double(f[2] + f[4] + f[6]) / n, mib(f[7]), mib(f[8]));
     out += line;

@@ -25,7 +25,8 @@ std::string json_line(const StepReport& r) {
 
 void print_progress(const StepReport& r, bool tty) {
   char skipped[96] = "";
-  if (r.skipped) std::snprintf(skipped, sizeof skipped, " | overflow: step skipped, loss scale -> %.17g", r.next_loss_scale);
+  if (r.skipped)
+    std::snprintf(skipped, sizeof skipped, " | overflow: step skipped, loss scale -> %.17g", r.next_loss_scale);
   // A terminal gets one line rewritten in place (\r); logs get whole lines.
   std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s", tty ? "\r" : "",
               (long long)r.step + 1, (long long)r.steps, r.loss, r.lr, r.tokens_per_s,

@@ -149,7 +149,8 @@ int run(const train::Args& a) {
   // gradient once: the pipeline stages, and under ZeRO every dp shard too.
   mp.grad_stats_group = a.zero ? &pgm.world() : pipelined ? &pgm.model_parallel_group() : nullptr;
   // The norm counts the tied weight once: the last stage's copy is left out.
-  if (pipelined && stage->is_last_stage() && !stage->is_first_stage()) mp.not_counted.push_back(stage->embedding_weight());
+  if (pipelined && stage->is_last_stage() && !stage->is_first_stage())
+    mp.not_counted.push_back(stage->embedding_weight());
   std::vector<optim::ParamGroup> groups = train::gpt_param_groups(net, a.lr, a.weight_decay);
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   optim::DistributedOptimizer* zero_opt = nullptr;
@@ -310,7 +311,8 @@ int run(const train::Args& a) {
                           total_ms / double(step + 1 - start) * double(end - step - 1) / 1000.0};
     if (log.is_open()) log << train::json_line(rep) << std::flush;
     if (tty) train::print_progress(rep, /*tty=*/true);
-    else if (rank0 && (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end || stepped.skipped))
+    else if (rank0 &&
+             (step == start || (step + 1) % a.log_every == 0 || eval_now || step + 1 == end || stepped.skipped))
       train::print_progress(rep, /*tty=*/false);
     if (a.save_every > 0 && (step + 1) % a.save_every == 0 && step + 1 < end) save(step + 1);
   }

@@ -64,7 +64,8 @@ DistributedOptimizer::~DistributedOptimizer() {
     if (w) w->wait();  // the comm thread must not write into a freed buffer
 }
 
-DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vector<ParamGroup>& groups, parallel::DataParallelBucket& dp) {
+DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vector<ParamGroup>& groups,
+                                                               parallel::DataParallelBucket& dp) {
   parallel::BucketManager& bm = dp.bucket_manager();
   LOOM_CHECK(bm.reduce() == parallel::GradReduce::ReduceScatter, "DistributedOptimizer: the DataParallelBucket must "
              "reduce-scatter (BucketOptions::reduce = GradReduce::ReduceScatter); it all-reduces");
@@ -119,6 +120,7 @@ void DistributedOptimizer::launch_all_gather(int b) {
 }
 
 void DistributedOptimizer::step_bucket(int b, const std::vector<Tensor>& grads) {
+  parallel::trace::Span span(str("step bucket ", b));
   const std::vector<size_t>& mains = bucket_mains_[size_t(b)];
   if (gathers_[size_t(b)]) gathers_[size_t(b)]->wait();
   adam_step(mains, grads);

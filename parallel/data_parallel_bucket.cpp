@@ -72,11 +72,12 @@ void DataParallelBucket::finish_grad_sync() {
     trace::Span span("wait for gradient all-reduce");  // the exposed communication
     buckets_->wait(on_bucket_reduced_);
   }
-  // Hand the averaged gradient to the optimizer as .grad.
-  for (const Tensor& p : params_) {
-    if (!options_.grads_to_params) break;
-    const Tensor& main_grad = buckets_->main_grad(p);
-    autograd::set_grad(p, p.dtype() == kFloat32 ? main_grad : ops::to(main_grad, p.dtype()));
+  // Hand the averaged gradient to the optimizer as .grad (unless it reads main_grad itself).
+  if (options_.grads_to_params) {
+    for (const Tensor& p : params_) {
+      const Tensor& main_grad = buckets_->main_grad(p);
+      autograd::set_grad(p, p.dtype() == kFloat32 ? main_grad : ops::to(main_grad, p.dtype()));
+    }
   }
   synced_ = true;
 }

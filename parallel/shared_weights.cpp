@@ -76,7 +76,8 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
       // The optimizer reads .grad: for a half-precision param under bucketed
       // dp it is a rounded copy of main_grad, so round the new sum again.
       const Tensor& p = shared_[i].first;
-      if (dp && dp->options().grads_to_params && p.dtype() != kFloat32) autograd::set_grad(p, ops::to(grads[i], p.dtype()));
+      if (dp && dp->options().grads_to_params && p.dtype() != kFloat32)
+        autograd::set_grad(p, ops::to(grads[i], p.dtype()));
     }
   }
 }
