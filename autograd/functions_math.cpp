@@ -143,18 +143,39 @@ Tensor max(const Tensor& x) {
 
 // ---- matmul ------------------------------------------------------------------------
 
+// True when t's matrices are stored column by column: a transposed view such as
+// attention's kᵀ (stride 1 down a column, not along a row).
+static bool column_major(const Tensor& t) {
+  return t.dim() >= 2 && t.size(-2) > 1 && t.size(-1) > 1 && t.stride(-2) == 1 && t.stride(-1) != 1;
+}
+
+// ga = g @ bᵀ and gb = aᵀ @ g. The gradient of an operand stored transposed
+// is computed transposed (gb as (gᵀ @ a)ᵀ, ga as (b @ gᵀ)ᵀ) so that it comes
+// out in the operand's own layout, as PyTorch's mm_mat2_backward does. In
+// attention's q @ kᵀ, b = kᵀ: as aᵀ @ g, dk would sit in memory as [B, H, hd, T],
+// and the reshape that merges the heads back into [B, T, C] would gather it
+// one element at a time, T apart; as (gᵀ @ a)ᵀ it is [B, H, T, hd] rows and
+// that copy moves whole rows. Each element is the same sum either way (with
+// OpenBLAS the small GPT's losses and weights come out bit for bit the same).
 Tensor matmul(const Tensor& a, const Tensor& b) {
   return record("MatmulBackward", {&a, &b}, ops::matmul(a, b), [a, b](const TensorList& g) {
+    using ops::transpose;
     Tensor ga, gb;
-    if (requires_grad(a)) ga = sum_to(ops::matmul(g[0], ops::transpose(b, -1, -2)), a.shape());
+    if (requires_grad(a)) {
+      ga = column_major(a) ? transpose(ops::matmul(b, transpose(g[0], -1, -2)), -1, -2)
+                           : ops::matmul(g[0], transpose(b, -1, -2));
+      ga = sum_to(ga, a.shape());
+    }
     if (requires_grad(b)) {
       if (b.dim() == 2 && a.dim() > 2) {
         // [..., M, K] @ [K, N]: fold batch dims so dW is one GEMM: [K, B*M] @ [B*M, N].
         Tensor a2 = ops::reshape(a, {-1, a.size(-1)});
         Tensor g2 = ops::reshape(g[0], {-1, g[0].size(-1)});
-        gb = ops::matmul(ops::transpose(a2, 0, 1), g2);
+        gb = ops::matmul(transpose(a2, 0, 1), g2);
       } else {
-        gb = sum_to(ops::matmul(ops::transpose(a, -1, -2), g[0]), b.shape());
+        gb = column_major(b) ? transpose(ops::matmul(transpose(g[0], -1, -2), a), -1, -2)
+                             : ops::matmul(transpose(a, -1, -2), g[0]);
+        gb = sum_to(gb, b.shape());
       }
     }
     return TensorList{ga, gb};

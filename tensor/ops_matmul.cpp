@@ -104,14 +104,16 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
       const scalar_t* pa = ae.data<scalar_t>();
       const scalar_t* pb = be.data<scalar_t>();
       scalar_t* pc = out.data<scalar_t>();
+      const Shape& sa = ae.strides();  // element strides; the batch dims come first
+      const Shape& sb = be.strides();
       auto products = [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
           int64_t off_a = 0, off_b = 0, rem = i;  // batch offsets of a and b for batch index i
           for (int64_t d = nd - 1; d >= 0; --d) {
             int64_t id = rem % batch[size_t(d)];
             rem /= batch[size_t(d)];
-            off_a += id * ae.stride(d);
-            off_b += id * be.stride(d);
+            off_a += id * sa[size_t(d)];
+            off_b += id * sb[size_t(d)];
           }
           gemm_2d(pa + off_a, oa, pb + off_b, ob, pc + i * M * N, M, K, N, /*split=*/nb == 1);
         }

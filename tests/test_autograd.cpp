@@ -255,6 +255,40 @@ TEST(AutogradTest, MatmulNonContiguousInputs) {
                         {leaf(randn64({2, 3, 4}, 42)), leaf(randn64({2, 5, 4}, 43))}));
 }
 
+TEST(AutogradTest, MatmulBothOperandsStoredTransposed) {
+  // Both gradients take the transposed path (computed as (b gᵀ)ᵀ and (gᵀ a)ᵀ):
+  // batched, 4-D with the heads of attention, and with broadcast batch dims.
+  EXPECT_TRUE(gradcheck([](X x) { return matmul(transpose(x[0], -2, -1), transpose(x[1], -2, -1)); },
+                        {leaf(randn64({2, 4, 3}, 87)), leaf(randn64({2, 5, 4}, 88))}));
+  EXPECT_TRUE(gradcheck([](X x) { return matmul(transpose(x[0], -2, -1), transpose(x[1], -2, -1)); },
+                        {leaf(randn64({2, 2, 4, 3}, 89)), leaf(randn64({2, 2, 5, 4}, 90))}));
+  EXPECT_TRUE(gradcheck([](X x) { return matmul(transpose(x[0], -2, -1), transpose(x[1], -2, -1)); },
+                        {leaf(randn64({2, 1, 4, 3}, 91)), leaf(randn64({1, 2, 5, 4}, 92))}));
+  // Stored transposed as leaves (the input's own strides, not a transpose in f).
+  Tensor at = leaf(ops::transpose(randn64({2, 4, 3}, 93), -2, -1));
+  Tensor bt = leaf(ops::transpose(randn64({2, 5, 4}, 94), -2, -1));
+  EXPECT_TRUE(gradcheck([](X x) { return matmul(x[0], x[1]); }, {at, bt}));
+}
+
+TEST(AutogradTest, MatmulGradientOfTransposedOperandKeepsItsLayout) {
+  // q @ kᵀ in float32, k [B, H, T, hd]: dk comes out as [B, H, T, hd] rows (so
+  // merging the heads copies whole rows) and equals the gradient computed
+  // from a contiguous copy of kᵀ, transposed back.
+  Tensor q = leaf(ops::to(randn64({2, 3, 6, 8}, 95), kFloat32));
+  Tensor k = leaf(ops::to(randn64({2, 3, 6, 8}, 96), kFloat32));
+  Tensor kt_copy = leaf(ops::contiguous(ops::transpose(detach(k), -2, -1)));
+  Tensor g = ops::to(randn64({2, 3, 6, 6}, 97), kFloat32);
+  backward(sum(matmul(q, transpose(k, -2, -1)) * g));
+  backward(sum(matmul(detach(q), kt_copy) * g));
+  Tensor dk = grad(k);
+  EXPECT_TRUE(dk.is_contiguous());
+  Tensor expected = ops::contiguous(ops::transpose(grad(kt_copy), -2, -1));
+  ASSERT_EQ(dk.shape(), expected.shape());
+  const float* a = dk.data<float>();
+  const float* e = expected.data<float>();
+  for (int64_t i = 0; i < dk.numel(); ++i) EXPECT_NEAR(a[i], e[i], 1e-6f * (1 + std::fabs(e[i]))) << "element " << i;
+}
+
 // ---- views and copies --------------------------------------------------------------
 
 TEST(AutogradTest, ViewAndReshape) {

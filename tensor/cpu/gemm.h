@@ -10,9 +10,14 @@
 // one the elementwise loops use, and an idle OpenBLAS worker spins (yielding)
 // for a long time after each call, taking the core the other pool needs.
 //
-// Splitting C does not change any number: every element of C is the same
-// k-ordered sum whichever thread computes it (checked bit for bit on the GPT's
-// shapes), so 1 and 2 threads give identical results.
+// Splitting C changes no number by more than rounding: each element of C is
+// the same dot product whichever thread computes it. Whether it is the same
+// bits is OpenBLAS's choice: on some CPUs its kernels sum in an order that
+// depends on the block of C one call computes (an AMD EPYC with OpenBLAS
+// 0.3.21's Haswell kernels: row blocks not a multiple of 24, any column
+// split), so a split GEMM agrees with the unsplit one to rounding only
+// (tests/test_tensor_ops.cpp, Threads.*). Runs with the same --threads are
+// bit-identical.
 #pragma once
 
 #include <algorithm>

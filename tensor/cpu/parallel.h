@@ -10,7 +10,8 @@
 // (elementwise ops, rows of a softmax, columns of a bias gradient). Each output
 // is then computed by the same code in the same order whatever the thread
 // count, so results are bit-identical at 1 and 2 threads. Reductions across
-// chunks are never split.
+// chunks are never split. (GEMMs split C the same way, but their bits are
+// OpenBLAS's: see gemm.h.)
 //
 // fn must not throw: an exception cannot leave an OpenMP region.
 #pragma once

@@ -16,6 +16,29 @@ namespace loom::kernels {
 
 constexpr int kRowLanes = 16;
 
+#if !defined(__CUDACC__)
+// The pairwise steps (lane k with lane k+8, then +4, +2, +1) on GCC vector
+// types, so the 16 lanes stay in one register and each step is one shuffle and
+// one op. Written as a loop over the lane array, GCC spills the lanes and does
+// 15 scalar steps through the stack; for a 64-value softmax or a 128-value
+// layernorm row that was about a quarter of its time. Same steps, same order,
+// so the same bits.
+template <class T, class Op>
+inline T lane_tree(const T* lane, Op op) {
+  typedef T V16 __attribute__((vector_size(16 * sizeof(T))));
+  typedef T V8 __attribute__((vector_size(8 * sizeof(T))));
+  typedef T V4 __attribute__((vector_size(4 * sizeof(T))));
+  typedef T V2 __attribute__((vector_size(2 * sizeof(T))));
+  V16 v;
+  __builtin_memcpy(&v, lane, sizeof v);
+  V8 v8 = op(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
+             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
+  V4 v4 = op(__builtin_shufflevector(v8, v8, 0, 1, 2, 3), __builtin_shufflevector(v8, v8, 4, 5, 6, 7));
+  V2 v2 = op(__builtin_shufflevector(v4, v4, 0, 1), __builtin_shufflevector(v4, v4, 2, 3));
+  return op(v2[0], v2[1]);
+}
+#endif
+
 // sum_{i < n} f(i), f(i) of type T.
 template <class T, class F>
 LOOM_HOST_DEVICE T row_sum(long n, F f) {
@@ -23,14 +46,20 @@ LOOM_HOST_DEVICE T row_sum(long n, F f) {
   long i = 0;
   for (; i + kRowLanes <= n; i += kRowLanes)
     for (int k = 0; k < kRowLanes; ++k) lane[k] += f(i + k);
+#if !defined(__CUDACC__)
+  lane[0] = lane_tree(lane, [](auto a, auto b) { return a + b; });
+#else
   for (int w = kRowLanes / 2; w > 0; w /= 2)
     for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
+#endif
   T tail = 0;
   for (; i < n; ++i) tail += f(i);
   return lane[0] + tail;
 }
 
-// max_{i < n} x[i] (n >= 1). Max is exact in any order; the lanes only let it vectorise.
+// max_{i < n} x[i] (n >= 1). Max is exact in any order; the lanes only let it
+// vectorise, and the lanes are combined pairwise as in row_sum (a chain of 16
+// dependent maxima would take ~60 cycles).
 template <class T>
 LOOM_HOST_DEVICE T row_max(const T* x, long n) {
   T m = x[0];
@@ -40,7 +69,13 @@ LOOM_HOST_DEVICE T row_max(const T* x, long n) {
     for (int k = 0; k < kRowLanes; ++k) lane[k] = x[k];
     for (i = kRowLanes; i + kRowLanes <= n; i += kRowLanes)
       for (int k = 0; k < kRowLanes; ++k) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
-    for (int k = 0; k < kRowLanes; ++k) m = lane[k] > m ? lane[k] : m;
+#if !defined(__CUDACC__)
+    m = lane_tree(lane, [](auto a, auto b) { return b > a ? b : a; });
+#else
+    for (int w = kRowLanes / 2; w > 0; w /= 2)
+      for (int k = 0; k < w; ++k) lane[k] = lane[k + w] > lane[k] ? lane[k + w] : lane[k];
+    m = lane[0];
+#endif
   }
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
