@@ -37,6 +37,10 @@ declare -A default_steps=([small]=15 [medium]=8)
 configs=(small medium)
 [ "$which" = all ] || configs=("$which")
 
+# The ratio follows the GEMM kernels OpenBLAS runs (both sides call the same
+# libopenblas): name them. OPENBLAS_CORETYPE, when set, overrides its detection.
+core=$(OPENBLAS_VERBOSE=2 "$loom" --config small --warmup 0 --steps 1 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -n 1)
+echo "OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
 rows=()
 for c in "${configs[@]}"; do
