@@ -60,12 +60,26 @@ for c in "${configs[@]}"; do
 done
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# The work of one step, as nanoGPT's estimate_mfu counts it (PaLM, appendix B):
+# 6 N FLOPs per token for the matmuls' forward and backward (N = parameters
+# without the position table; the tied head counts once, as the head's
+# matmul), plus 12 L T C for attention's two matmuls. GF/s = that / step time:
+# set beside bench_gemm's FMA ceiling, it says how far either side can go.
 echo
-printf '%-7s %-7s %12s %12s %12s %12s %8s\n' config threads "loom ms" "torch ms" "loom tok/s" "torch tok/s" ratio
+printf '%-7s %-7s %12s %12s %12s %12s %8s %10s %10s %10s\n' config threads "loom ms" "torch ms" "loom tok/s" \
+  "torch tok/s" ratio "GFLOP" "loom GF/s" "torch GF/s"
 for row in "${rows[@]}"; do
   read -r c t lm pm <<<"$row"
-  case $c in small) tokens=$((16 * 64)) ;; medium) tokens=$((8 * 256)) ;; esac
-  awk -v c="$c" -v t="$t" -v lm="$lm" -v pm="$pm" -v n="$tokens" 'BEGIN {
-    printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx\n", c, t, lm, pm, n / (lm / 1000), n / (pm / 1000), pm / lm }'
+  case $c in
+    small) B=16 T=64 L=4 C=128 ;;
+    medium) B=8 T=256 L=6 C=384 ;;
+  esac
+  awk -v c="$c" -v t="$t" -v lm="$lm" -v pm="$pm" -v B="$B" -v T="$T" -v L="$L" -v C="$C" -v V=65 'BEGIN {
+    n = B * T
+    N = V * C + L * (12 * C * C + 13 * C) + 2 * C
+    gflop = n * (6 * N + 12 * L * T * C) / 1e9
+    printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx %10.2f %10.1f %10.1f\n", c, t, lm, pm, n / (lm / 1000),
+      n / (pm / 1000), pm / lm, gflop, gflop / (lm / 1000), gflop / (pm / 1000) }'
 done
 echo "targets (issue 3): small >= 2x, medium >= 1.3x PyTorch's tokens/s"
+echo "FMA ceiling to set the GF/s beside: build/bench/bench_gemm (per thread; x threads for the step)"

@@ -15,15 +15,24 @@
 //     (p - 1)/(m + p - 1). Target: within 0.05. Ranks share the machine's
 //     cores: with more stages than cores, stages that run at the same time
 //     slow each other down, which the theory does not know about.
+//   --simulate-ms F: every stage's forward also sleeps F ms and its backward
+//     2F ms (SimulatedStage below). Give it a tiny model (--embd 16) and the
+//     stages take equal, fixed times without competing for cores - the
+//     theory's premise, one device per stage - so the bubble measured is the
+//     schedule's and the transfers' own, even with 4 stages on 2 cores.
 //
 // Usage: mpirun -np 2 build/bench/bench_pipeline_memory [--m 8] [--layers 8] [--embd 128]
-//        [--heads 4] [--block 64] [--batch 4] [--steps 3] [--trace pipeline.json]
+//        [--heads 4] [--block 64] [--batch 4] [--steps 3] [--simulate-ms F] [--trace pipeline.json]
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "autograd/function.h"
 #include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
@@ -36,6 +45,27 @@ using namespace loom;
 using namespace loom::parallel;
 
 namespace {
+
+// The identity, but its forward sleeps f and its backward 2f (a backward costs
+// about two forwards): compute of a fixed duration that leaves the core free.
+Tensor simulated_compute(const Tensor& x, std::chrono::microseconds f) {
+  std::this_thread::sleep_for(f);
+  return autograd::record("SimulatedCompute", {&x}, ops::view(x, x.shape()), [f](const autograd::TensorList& g) {
+    std::this_thread::sleep_for(2 * f);
+    return autograd::TensorList{g[0]};
+  });
+}
+
+// A stage whose every micro-batch also "computes" for f forward and 2f backward.
+class SimulatedStage : public PipelineStage {
+ public:
+  SimulatedStage(const nn::GPTConfig& cfg, LayerRange range, std::chrono::microseconds f)
+      : PipelineStage(cfg, range), f_(f) {}
+  Tensor forward(const Tensor& input) override { return simulated_compute(PipelineStage::forward(input), f_); }
+
+ private:
+  std::chrono::microseconds f_;
+};
 
 struct Measured {
   double peak_mb = 0;  // this stage's largest peak over the measured steps
@@ -81,6 +111,7 @@ int main(int argc, char** argv) {
     int m = 8, steps = 3;
     nn::GPTConfig cfg{64, 64, 8, 4, 128, 0.0, 1};
     int64_t batch = 4;
+    double simulate_ms = 0;
     std::string trace_path;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string k = argv[i];
@@ -93,13 +124,17 @@ int main(int argc, char** argv) {
       else if (k == "--block") cfg.block_size = v;
       else if (k == "--batch") batch = v;
       else if (k == "--steps") steps = int(v);
+      else if (k == "--simulate-ms") simulate_ms = std::atof(argv[i + 1]);
       else LOOM_CHECK(false, "bench_pipeline_memory: unknown option ", k);
     }
     ops::set_num_threads(1);
     ProcessGroup& world = parallel::world();
     const int p = world.size();
     LayerRange range = partition_balanced(gpt_layer_param_counts(cfg), p)[size_t(world.rank())][0];
-    PipelineStage stage(cfg, range);
+    const auto simulated = std::chrono::microseconds(int64_t(simulate_ms * 1000));
+    std::unique_ptr<PipelineStage> owned = simulate_ms > 0 ? std::make_unique<SimulatedStage>(cfg, range, simulated)
+                                                           : std::make_unique<PipelineStage>(cfg, range);
+    PipelineStage& stage = *owned;
     PipelineP2P p2p(world);
 
     Generator g(7);
@@ -116,9 +151,13 @@ int main(int argc, char** argv) {
     std::vector<double> first = gather(world, double(range.start)), last = gather(world, double(range.end));
     if (world.rank() != 0) return 0;
 
-    std::printf("GPT %lld layers, %lld embd, %lld heads, block %lld, vocab %lld; micro-batch %lld; pp %d, m %d\n\n",
+    std::printf("GPT %lld layers, %lld embd, %lld heads, block %lld, vocab %lld; micro-batch %lld; pp %d, m %d\n",
                 (long long)cfg.n_layer, (long long)cfg.n_embd, (long long)cfg.n_head, (long long)cfg.block_size,
                 (long long)cfg.vocab_size, (long long)batch, p, m);
+    if (simulate_ms > 0)
+      std::printf("simulated compute: every stage's F also sleeps %.2f ms, its B %.2f ms\n", simulate_ms,
+                  2 * simulate_ms);
+    std::printf("\n");
     std::printf("%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str());
     const double target = double(p) / double(m);
     std::printf("peak activation memory per stage (MB; 1f1b/afab, target <= p/m = %.3f, + 10%% = %.3f)\n", target,

@@ -42,8 +42,10 @@ class PipelineStage : public nn::Module {
 
   // Runs the layers in order. On every stage but the first, input is a tensor
   // received from the previous stage: a leaf, which this marks requires_grad so
-  // that backward leaves d loss / d input in its .grad.
-  Tensor forward(const Tensor& input);
+  // that backward leaves d loss / d input in its .grad. Virtual so that a
+  // subclass can add work to every micro-batch (bench_pipeline_memory's
+  // simulated compute, which times the schedule alone).
+  virtual Tensor forward(const Tensor& input);
 
   // picotron's PipelineParallel.backward: backward(output, output_grad), or on
   // the last stage (output = the scalar loss, output_grad undefined) plain
