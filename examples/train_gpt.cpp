@@ -33,6 +33,7 @@
 #include "examples/param_groups.h"
 #include "examples/progress.h"
 #include "examples/train_args.h"
+#include "examples/train_step.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "optim/distributed_optimizer.h"
@@ -228,52 +229,24 @@ int run(const train::Args& a) {
       ops::fill_(optim::flat_range(bucket_dp->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());
     }
 
-    // This rank's rows of the global batch, as K micro-batches. Each micro-batch
-    // loss is scaled by 1/K so the accumulated gradient is the batch mean; data
-    // parallel averages over ranks. Only the last backward syncs gradients.
-    // Under fp16 the loss is also multiplied by the loss scale before backward.
+    // This rank's rows of the global batch, as K micro-batches; only the last
+    // backward syncs gradients (examples/train_step.h). Under fp16 each loss is
+    // also multiplied by the loss scale before backward.
     data::Batch global = ds.sample("train", global_batch, data_gen);
-    const int64_t first_row = int64_t(pgm.dp_rank()) * a.batch * K;
-    const double loss_scale = opt->scaler() ? opt->scaler()->scale() : 1.0;
+    std::vector<data::Batch> mbs = train::micro_batches(global, int64_t(pgm.dp_rank()) * a.batch * K, a.batch, K);
+    auto scale_loss = [&](const Tensor& loss) { return opt->scale_loss(loss); };
     double local_loss = 0;
     if (pipelined) {
-      std::vector<parallel::MicroBatch> mbs;
-      for (int64_t k = 0; k < K; ++k) {
-        data::Batch mb = data::TextDataset::slice(global, first_row + k * a.batch, a.batch);
-        mbs.push_back({mb.x, mb.y});
-      }
-      auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
-        return opt->scale_loss(nn::cross_entropy_loss(logits, y));
-      };
-      parallel::PipelineStepResult r =
-          a.schedule == "afab" ? parallel::train_step_pipeline_afab(*stage, *p2p, mbs, loss_fn, dp.get())
-                               : parallel::train_step_pipeline_1f1b(*stage, *p2p, mbs, loss_fn, dp.get());
-      local_loss = r.loss / loss_scale;  // a power of two: exact
+      parallel::PipelineStepResult r = train::pipeline_gradients(*stage, *p2p, mbs, a.schedule, scale_loss, dp.get());
+      local_loss = r.loss / (opt->scaler() ? opt->scaler()->scale() : 1.0);  // a power of two: exact
       // After backward and the data-parallel sync: sum the tied embedding's gradients.
       shared.all_reduce_grads(bucket_dp);
       if (a.print_schedule && step == start) {
         std::string report = parallel::schedule_report(pgm.pp_group(), r.events, a.schedule);
         if (rank0) std::printf("%s\n", report.c_str());
       }
-    }
-    for (int64_t k = 0; k < K && !pipelined; ++k) {
-      data::Batch mb = data::TextDataset::slice(global, first_row + k * a.batch, a.batch);
-      auto forward_backward = [&] {
-        Tensor loss;
-        {
-          parallel::trace::Span span("forward");
-          loss = nn::cross_entropy_loss(model->forward(mb.x), mb.y);
-        }
-        parallel::trace::Span span("backward");
-        autograd::backward(opt->scale_loss(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K))));
-        local_loss += loss.item<double>() / double(K);
-      };
-      if (dp && k + 1 < K) {
-        auto no_sync = dp->no_sync();
-        forward_backward();
-      } else {
-        forward_backward();
-      }
+    } else {
+      local_loss = train::accumulate_gradients(*model, mbs, scale_loss, dp.get());
     }
     // The logged loss is the global-batch mean.
     Tensor loss_t = full({}, local_loss, kFloat64);

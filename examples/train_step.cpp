@@ -1,0 +1,53 @@
+#include "examples/train_step.h"
+
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "nn/loss.h"
+#include "parallel/trace.h"
+
+namespace loom::train {
+
+std::vector<data::Batch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch, int64_t K) {
+  std::vector<data::Batch> mbs;
+  for (int64_t k = 0; k < K; ++k) mbs.push_back(data::TextDataset::slice(global, first_row + k * batch, batch));
+  return mbs;
+}
+
+double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& micro_batches, const ScaleLoss& scale_loss,
+                            parallel::DataParallel* dp) {
+  const int64_t K = int64_t(micro_batches.size());
+  double local_loss = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    const data::Batch& mb = micro_batches[size_t(k)];
+    auto forward_backward = [&] {
+      Tensor loss;
+      {
+        parallel::trace::Span span("forward");
+        loss = nn::cross_entropy_loss(model.forward(mb.x), mb.y);
+      }
+      parallel::trace::Span span("backward");
+      autograd::backward(scale_loss(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K))));
+      local_loss += loss.item<double>() / double(K);
+    };
+    if (dp && k + 1 < K) {
+      auto no_sync = dp->no_sync();  // accumulate only; the last backward syncs the sum
+      forward_backward();
+    } else {
+      forward_backward();
+    }
+  }
+  return local_loss;
+}
+
+parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p,
+                                                const std::vector<data::Batch>& micro_batches,
+                                                const std::string& schedule, const ScaleLoss& scale_loss,
+                                                parallel::DataParallel* dp) {
+  std::vector<parallel::MicroBatch> mbs;
+  for (const data::Batch& mb : micro_batches) mbs.push_back({mb.x, mb.y});
+  auto loss_fn = [&](const Tensor& logits, const Tensor& y) { return scale_loss(nn::cross_entropy_loss(logits, y)); };
+  return schedule == "afab" ? parallel::train_step_pipeline_afab(stage, p2p, mbs, loss_fn, dp)
+                            : parallel::train_step_pipeline_1f1b(stage, p2p, mbs, loss_fn, dp);
+}
+
+}  // namespace loom::train

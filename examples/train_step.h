@@ -1,0 +1,43 @@
+// One training step's forwards and backwards in train_gpt: this rank's rows of
+// the global batch, run as K micro-batches whose gradients add up to those of
+// the batch mean (each micro-batch's loss is scaled by 1/K before backward).
+// Two ways to run them, with the same numbers:
+//   accumulate_gradients  the whole model on this process: K forward+backward
+//                         passes, the data-parallel sync only on the last
+//                         (no_sync() on the others) - gradient accumulation;
+//   pipeline_gradients    this rank's stage: the K micro-batches through the
+//                         stages on the AFAB or 1F1B schedule, which also
+//                         syncs data parallelism on the last backward only.
+// The optimizer step comes after either (train_gpt.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "examples/data.h"
+#include "nn/gpt.h"
+#include "parallel/data_parallel_common.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace loom::train {
+
+// Rows [first_row, first_row + K x batch) of the global batch, as K micro-batches of `batch` rows.
+std::vector<data::Batch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch, int64_t K);
+
+// loss -> what backward starts from: the optimizer's loss scaling (fp16), or the loss itself.
+using ScaleLoss = std::function<Tensor(const Tensor& loss)>;
+
+// Returns this rank's mean loss over its micro-batches, unscaled. dp may be null.
+double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& micro_batches, const ScaleLoss& scale_loss,
+                            parallel::DataParallel* dp);
+
+// schedule: "afab" or "1f1b". The loss returned is the last stage's mean over
+// the micro-batches, the same on every stage, still multiplied by the loss scale.
+parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p,
+                                                const std::vector<data::Batch>& micro_batches,
+                                                const std::string& schedule, const ScaleLoss& scale_loss,
+                                                parallel::DataParallel* dp);
+
+}  // namespace loom::train
