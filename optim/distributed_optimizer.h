@@ -61,6 +61,8 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   // groups: the model's params; dp: their DataParallelBucket in ReduceScatter
   // mode. Moves every param into a param buffer laid out like the gradient
   // buffer (the params become views into it; values unchanged).
+  // options.grad_stats_group defaults to dp's group (every shard of the model
+  // once); with pipeline stages it must be the whole world.
   DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                        MixedPrecisionOptions options = {});
   ~DistributedOptimizer() override;

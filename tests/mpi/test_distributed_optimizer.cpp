@@ -7,8 +7,9 @@
 // skipping the step on all of them.
 //
 // The toy model: leaf params of odd sizes [7], [130], [5, 33], [3, 50] (452
-// elements, not a multiple of dp, so buckets are padded and shards cut through
-// params). Rank r's loss at step s is
+// elements: not a multiple of 3; with small buckets of 150, 165 and 137,
+// two are not multiples of 2 or 4 either - train_zero asserts it - so buckets
+// are padded and shards cut through params). Rank r's loss at step s is
 //   L_r = sum_i sum(0.5 * a_{r,s,i} * p_i * p_i + b_{r,s,i} * p_i)
 // so dL_r/dp_i = a_{r,s,i} * p_i + b_{r,s,i}, and the dp-averaged gradient is
 // mean_r(a_r) * p + mean_r(b_r).
@@ -179,6 +180,7 @@ struct Config {
   DType dtype = kFloat32;
   double bucket_cap_mb = kOneBucket;
   double max_grad_norm = 0;
+  bool stats_group_default = false;  // leave grad_stats_group unset: the optimizer's default (the dp group)
 };
 
 MixedPrecisionOptions options_of(const Config& c) {
@@ -211,7 +213,8 @@ RunResult train_zero(const Config& c) {
   Toy m(c.dtype);
   DataParallelBucket dp(m.params, world(), BucketOptions{c.bucket_cap_mb, GradReduce::ReduceScatter, false});
   MixedPrecisionOptions o = options_of(c);
-  o.grad_stats_group = &world();  // each rank holds 1/dp of the gradient: the norm is a sum over the world
+  // Each rank holds 1/dp of the gradient: the norm is a sum over the world (here also the dp group).
+  if (!c.stats_group_default) o.grad_stats_group = &world();
   DistributedOptimizer opt(m.groups(), dp, o);
   // Without clipping (and loss scaling) the buckets are stepped inside the backward callback.
   EXPECT_EQ(opt.steps_early(), c.max_grad_norm == 0);
@@ -224,11 +227,29 @@ RunResult train_zero(const Config& c) {
     if (r.param.size() > 0 && r.param.size() < opt.main_params()[i].model_param.numel()) ++straddles;
   }
   EXPECT_GT(max_over_ranks(straddles), 0) << "no param straddles a shard boundary";
+  // ... and a bucket whose params do not fill a multiple of dp elements: its padding is real.
+  int uneven = 0;
+  for (const parallel::Bucket& b : dp.bucket_manager().buckets()) {
+    int64_t filled = 0;
+    for (const Tensor& p : b.params) filled += p.numel();
+    uneven += filled % world().size() != 0;
+  }
+  if (c.bucket_cap_mb == kSmallBuckets || world().size() == 3) {
+    EXPECT_GT(uneven, 0) << "every bucket divides by dp";
+  }
 
   std::vector<double> norms;
   for (int s = 0; s < kSteps; ++s) {
     opt.finish_param_sync();  // the params must be whole before forward reads them
+    std::vector<std::vector<float>> mains_before;
+    for (const MainParam& mp : opt.main_params()) mains_before.push_back(values(mp.main));
     backward(loss_of(m, world().rank(), s));
+    // Early steps (the overlap): every owned main param is updated by the end
+    // of backward, before step() is called; otherwise none is.
+    size_t updated = 0;
+    for (size_t i = 0; i < mains_before.size(); ++i)
+      updated += !bitwise_equal(values(opt.main_params()[i].main), mains_before[i]);
+    EXPECT_EQ(updated, opt.steps_early() ? mains_before.size() : 0) << "step " << s << ", rank " << world().rank();
     norms.push_back(opt.step().grad_norm);
     dp.reset();
   }
@@ -330,6 +351,13 @@ TEST(DistributedOptimizer, Fp32SmallBucketsClippedMatchesUnsharded) {
   compare(train_zero(c), train_unsharded(c), false, "fp32 small buckets, clipped");
 }
 
+// Without a grad_stats_group the norm is still a sum over every shard: the
+// optimizer reduces over its dp group (per rank, each would clip differently).
+TEST(DistributedOptimizer, ClippingWithTheDefaultStatsGroupMatchesUnsharded) {
+  Config c{kFloat32, kSmallBuckets, 0.5, /*stats_group_default=*/true};
+  compare(train_zero(c), train_unsharded(c), false, "fp32 small buckets, clipped, default stats group");
+}
+
 TEST(DistributedOptimizer, Bf16OneBucketNoClipMatchesUnsharded) {
   Config c{kBFloat16, kOneBucket, 0};
   compare(train_zero(c), train_unsharded(c), bitwise_without_clipping(), "bf16 one bucket, no clip");
@@ -422,7 +450,10 @@ TEST(DistributedOptimizer, Bf16MemoryIs6Plus12OverDpBytesPerParam) { check_memor
 // fp16 with loss scaling, grad_stats_group = world: rank 1 alone finds an inf
 // (put into its own shard of the averaged gradient, after backward); every rank
 // must skip the step, keep params and optimizer state, and halve the scale.
-TEST(DistributedOptimizer, AnInfOnOneRankSkipsTheStepOnEveryRank) {
+// set_group false: grad_stats_group left unset, the optimizer's default (the
+// dp group) must still make every rank skip, or the ranks' all-gathers would
+// no longer match (a hang).
+void expect_inf_on_one_rank_skips_everywhere(bool set_group) {
   Toy m(kFloat16);
   DataParallelBucket dp(m.params, world(), BucketOptions{kOneBucket, GradReduce::ReduceScatter, false});
   MixedPrecisionOptions o;
@@ -430,7 +461,7 @@ TEST(DistributedOptimizer, AnInfOnOneRankSkipsTheStepOnEveryRank) {
   o.loss_scaling = true;
   o.scaler.init_scale = 128.0;
   o.scaler.growth_interval = 1000;
-  o.grad_stats_group = &world();
+  if (set_group) o.grad_stats_group = &world();
   DistributedOptimizer opt(m.groups(), dp, o);
   EXPECT_FALSE(opt.steps_early()) << "loss scaling needs the global found_inf first";
   const int rank = world().rank();
@@ -484,6 +515,12 @@ TEST(DistributedOptimizer, AnInfOnOneRankSkipsTheStepOnEveryRank) {
   EXPECT_EQ(r2.loss_scale, 64.0);
   for (size_t i = 0; i < opt.main_params().size(); ++i) EXPECT_EQ(opt.adam_state(i).step.item<int64_t>(), 2);
   EXPECT_FALSE(bitwise_equal(values(m.params[2]), before[2])) << "params moved";
+}
+
+TEST(DistributedOptimizer, AnInfOnOneRankSkipsTheStepOnEveryRank) { expect_inf_on_one_rank_skips_everywhere(true); }
+
+TEST(DistributedOptimizer, AnInfOnOneRankSkipsEverywhereWithTheDefaultStatsGroup) {
+  expect_inf_on_one_rank_skips_everywhere(false);
 }
 
 }  // namespace
