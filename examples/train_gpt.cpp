@@ -224,8 +224,10 @@ int run(const train::Args& a) {
       // A test aid: an inf in one element of rank 0's gradient buffer, before
       // backward adds into it. Only this rank (or, under ZeRO, only the owner
       // of that element) sees it; found_inf's all-reduce makes every rank skip.
+      // The last param, not the first: that is the tied embedding, whose
+      // gradient the shared-weight handler would carry to the last stage too.
       LOOM_CHECK(bucket_dp, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
-      const Tensor& p = bucket_dp->params().front();
+      const Tensor& p = bucket_dp->params().back();
       ops::fill_(optim::flat_range(bucket_dp->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());
     }
 
