@@ -282,6 +282,21 @@ TEST(DataParallelBucket, AllReducesAreLaunchedDuringBackward) {
   EXPECT_TRUE(grad(m.b2).storage() == ddp.bucket_manager().buffer().storage());  // fp32: a view of main_grad
 }
 
+// The same overlap for ZeRO-1's reduce-scatters: launched from the bucket hook
+// during backward, not in the callback after it.
+TEST(DataParallelBucket, ReduceScattersAreLaunchedDuringBackward) {
+  Mlp m(kSeed);
+  DataParallelBucket ddp(m.named(), parallel::world(), BucketOptions{cap_of(1), GradReduce::ReduceScatter, false});
+  std::vector<bool> launched;
+  register_post_accumulate_grad_hook(m.w1, [&](Tensor&) {
+    for (const Bucket& b : ddp.bucket_manager().buckets()) launched.push_back(b.work != nullptr);
+  });
+  Batch b = rows(global_batch(0), 0, 4);
+  backward(m.loss(b.x, b.y));
+  EXPECT_EQ(launched, (std::vector<bool>{true, true, true, true}));
+  EXPECT_FALSE(grad(m.b2).defined());  // ZeRO: each rank keeps its shard of main_grad, no .grad
+}
+
 TEST(DataParallelBucket, BackwardAfterASyncWithoutResetIsAnError) {
   Mlp m(kSeed);
   DataParallelBucket ddp(m.named(), parallel::world());
