@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "nn/safetensors.h"
 #include "tensor/ops.h"
@@ -327,9 +328,39 @@ TEST(TrainGptParallel, Fp16OverflowOnOneStageSkipsTheStepOnBothStages) {
   expect_overflow_skipped_everywhere("fp16_overflow_pp", "--dp 2 --pp 2 --microbatches 2 --batch 4");
 }
 
-TEST(TrainGptParallel, MemoryReportShowsTheShardedOptimizerState) {
-  Result r = train("memory", 2, "--dp 2 --batch 8 --zero --dtype bf16 --memory-report");
+// --memory-report's rows: each rank's measured bytes per parameter (params +
+// main_grad buffer + optimizer state, from the allocator) against the formula
+// (examples/memory_report.h). Measured exceeds it only by the buckets' padding.
+void expect_memory_report(const std::string& name, const std::string& args, double bytes_per_param) {
+  Result r = train(name, 2, args + " --memory-report");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("memory after step 1"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("optimizer state"), std::string::npos) << r.output;
+  const size_t at = r.output.find("memory after step 1");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::istringstream in(r.output.substr(at));
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    int rank = 0;
+    long long n = 0;
+    double params[2], grads[2], state[2], per_param[2];  // MiB (bytes/param): measured, predicted
+    if (std::sscanf(line.c_str(), " %d %lld | %lf / %lf | %lf / %lf | %lf / %lf | %lf / %lf |", &rank, &n,
+                    &params[0], &params[1], &grads[0], &grads[1], &state[0], &state[1], &per_param[0],
+                    &per_param[1]) != 10)
+      continue;
+    ++rows;
+    EXPECT_DOUBLE_EQ(per_param[1], bytes_per_param) << line;
+    EXPECT_GE(per_param[0], per_param[1]) << line;
+    EXPECT_LE(per_param[0], 1.01 * per_param[1]) << line;
+    EXPECT_NEAR(state[0], state[1], 0.01) << line;  // printed to 0.01 MiB
+  }
+  EXPECT_EQ(rows, 2) << r.output;
+}
+
+TEST(TrainGptParallel, MemoryReportShowsTheShardedOptimizerState) {
+  // bf16 params 2 + fp32 main_grad 4 + (fp32 main params, exp_avg, exp_avg_sq) 12 / dp 2
+  expect_memory_report("memory_zero", "--dp 2 --batch 8 --zero --dtype bf16", 12.0);
+}
+
+TEST(TrainGptParallel, MemoryReportShowsTheReplicatedOptimizerState) {
+  // fp32 params 4 + main_grad 4 + exp_avg, exp_avg_sq 8 (the fp32 params are their own main params)
+  expect_memory_report("memory_replicated", "--dp 2 --batch 8", 16.0);
 }
