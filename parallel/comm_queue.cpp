@@ -63,6 +63,7 @@ struct CommQueue::Task {
   std::function<void()> fn;
   std::shared_ptr<QueueWork> work;
   Clock::time_point start;
+  double launched_us = -1;  // trace clock at submit(), when tracing
 };
 
 CommQueue::CommQueue(std::string label) : label_(std::move(label)) {
@@ -81,6 +82,7 @@ std::shared_ptr<Work> CommQueue::submit(std::string op, size_t bytes, std::funct
   task->bytes = bytes;
   task->fn = std::move(fn);
   task->work = std::make_shared<QueueWork>(waiters_);
+  if (trace::enabled()) task->launched_us = trace::now_us();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     LOOM_CHECK(!stopping_, task->op, ": process group ", label_, " has been shut down (loom::parallel::finalize)");
@@ -140,11 +142,15 @@ void CommQueue::loop() {
       error = std::current_exception();
     }
     // The timeline's communication track: each collective from the moment this
-    // thread starts it to its end (p2p transfers record their own spans).
-    if (trace::enabled() && task->op.rfind("send", 0) != 0 && task->op.rfind("recv", 0) != 0)
-      trace::record(task->op + " " + label_ + " #" + std::to_string(task->seq) + " (" +
-                        std::to_string(task->bytes / 1024) + " KiB)",
-                    t0, trace::now_us(), trace::kComm);
+    // thread starts it to its end, and from its launch to its end (p2p
+    // transfers record their own spans).
+    if (trace::enabled() && task->op.rfind("send", 0) != 0 && task->op.rfind("recv", 0) != 0) {
+      const std::string name = task->op + " " + label_ + " #" + std::to_string(task->seq) + " (" +
+                               std::to_string(task->bytes / 1024) + " KiB)";
+      const double end = trace::now_us();
+      trace::record(name, t0, end, trace::kComm);
+      if (task->launched_us >= 0) trace::record(name, task->launched_us, end, trace::kLaunched);
+    }
     task->fn = nullptr;  // drop the tensors it captured before signalling
     {
       std::lock_guard<std::mutex> lock(mutex_);

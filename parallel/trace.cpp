@@ -67,11 +67,23 @@ void write(ProcessGroup& world, const std::string& path) {
   std::string mine;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    char buf[128];
+    char buf[160];
+    int64_t id = 0;
     for (const Event& e : g_events) {
+      const std::string name = ",\n{\"name\": \"" + json_escape(e.name) + "\", ";
+      if (e.track == kLaunched) {  // an async slice: a begin and an end with one id per rank
+        ++id;
+        for (bool begin : {true, false}) {
+          std::snprintf(buf, sizeof buf, "\"cat\": \"launch to completion\", \"ph\": \"%s\", \"id\": %lld, "
+                        "\"ts\": %.3f, \"pid\": %d, \"tid\": %d}", begin ? "b" : "e", (long long)id,
+                        begin ? e.start_us : e.start_us + e.dur_us, world.rank(), int(kComm));
+          mine += name + buf;
+        }
+        continue;
+      }
       std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d}", e.start_us,
                     e.dur_us, world.rank(), int(e.track));
-      mine += ",\n{\"name\": \"" + json_escape(e.name) + "\", " + buf;
+      mine += name + buf;
     }
     g_events.clear();
   }

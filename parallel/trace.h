@@ -1,7 +1,9 @@
 // A timeline trace of a training run, viewable in Perfetto (ui.perfetto.dev) or
 // chrome://tracing: one row per rank, and per rank one track for compute
-// (forward, backward, optimizer step, waits) and one for communication (each
-// bucket's all-reduce from launch to completion, p2p transfers). Seeing the
+// (forward, backward, optimizer step, waits), one for communication (each
+// collective while it runs, p2p transfers) and async slices for each
+// collective from launch to completion (a bucket's all-reduce from the moment
+// backward hands it over). Seeing the
 // communication track busy *while* the compute track is still in backward is
 // what overlap looks like.
 //
@@ -19,7 +21,12 @@
 
 namespace loom::parallel::trace {
 
-enum Track : int { kCompute = 0, kComm = 1 };
+// kComm: an operation while the communication thread runs it. kLaunched: the
+// same operation from its launch (the async call, e.g. a bucket's all-reduce
+// from the backward hook) to its completion, written as an async slice, since
+// these overlap: a bucket launched while an earlier one still runs waits in
+// the queue, and that wait is part of what backward must hide.
+enum Track : int { kCompute = 0, kComm = 1, kLaunched = 2 };
 
 // Collective over `world`: a barrier, then every rank's clock starts at zero.
 // On one machine the ranks share CLOCK_MONOTONIC anyway; the barrier keeps

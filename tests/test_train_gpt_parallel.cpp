@@ -169,7 +169,8 @@ TEST(TrainGptParallel, TraceHasARowPerRankWithComputeAndCommunication) {
   std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   for (const char* needle : {"\"name\": \"rank 0\"", "\"name\": \"rank 1\"", "\"name\": \"forward\"",
                              "\"name\": \"backward\"", "\"name\": \"optimizer step\"", "\"tid\": 1",
-                             "all_reduce(avg, float32) dp", "wait for gradient all-reduce"})
+                             "all_reduce(avg, float32) dp", "wait for gradient all-reduce",
+                             "\"cat\": \"launch to completion\", \"ph\": \"b\"", "\"ph\": \"e\""})
     EXPECT_NE(json.find(needle), std::string::npos) << needle;
 }
 
