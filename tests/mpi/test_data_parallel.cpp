@@ -15,6 +15,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -191,6 +192,39 @@ TEST(DataParallelBucket, MatchesSingleProcess) { expect_same_run(train_data_para
 // Two micro-batches per step, the first under no_sync: the same as the whole batch at once.
 TEST(DataParallelNaive, NoSyncAccumulationEqualsTheLargerBatch) {
   expect_same_run(train_data_parallel({Mode::Naive, 2}), reference());
+}
+
+// Inside no_sync nothing is communicated: each rank keeps its own micro-batch's
+// gradient, bit for bit - not the average over ranks. (The accumulation tests
+// above cannot tell: averaging is linear, so syncing every micro-batch would
+// give the same sums.) `local` is an unwrapped copy with rank 0's weights.
+template <class DP>
+void expect_no_sync_keeps_each_ranks_own_gradient() {
+  ProcessGroup& dp = parallel::world();
+  Mlp m(kSeed + uint64_t(dp.rank()));
+  DP ddp(m.named(), dp);  // broadcasts rank 0's weights
+  Mlp local(kSeed);
+  Batch b = rows(global_batch(0), dp.rank() * 4, 4);
+  {
+    auto guard = ddp.no_sync();
+    backward(m.loss(b.x, b.y));
+  }
+  backward(local.loss(b.x, b.y));
+  const std::vector<Tensor> mine = m.trainable(), expected = local.trainable();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    Tensor g;
+    if constexpr (std::is_same_v<DP, DataParallelBucket>) g = ddp.main_grad(mine[i]);
+    else g = grad(mine[i]);
+    EXPECT_EQ(g.template to_vector<float>(), grad(expected[i]).template to_vector<float>()) << "param " << i;
+  }
+}
+
+TEST(DataParallelNaive, NoSyncKeepsEachRanksOwnGradient) {
+  expect_no_sync_keeps_each_ranks_own_gradient<DataParallelNaive>();
+}
+
+TEST(DataParallelBucket, NoSyncKeepsEachRanksOwnGradient) {
+  expect_no_sync_keeps_each_ranks_own_gradient<DataParallelBucket>();
 }
 
 TEST(DataParallelBucket, NoSyncAccumulationEqualsTheLargerBatch) {
