@@ -38,7 +38,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step")->check(CLI::PositiveNumber);
   app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
-  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (default: pp)");
+  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (0: pp)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
       ->check(CLI::IsMember({"uniform", "balanced"}));

@@ -159,6 +159,10 @@ TEST(TrainGpt, BadInputFailsWithAClearMessage) {
   EXPECT_EQ(no_shard.status, 1);
   EXPECT_NE(no_shard.output.find("ck.optim.0.safetensors"), std::string::npos) << no_shard.output;
 
+  Exec negative_mbs = run("--steps 1 --microbatches -2" + kSmall + "--data " + corpus(d).string());
+  EXPECT_NE(negative_mbs.status, 0);
+  EXPECT_NE(negative_mbs.output.find("--microbatches"), std::string::npos) << negative_mbs.output;
+
   Exec naive_zero = run("--steps 1 --zero --dp-mode naive" + kSmall + "--data " + corpus(d).string());
   EXPECT_EQ(naive_zero.status, 1);
   EXPECT_NE(naive_zero.output.find("needs --dp-mode bucket"), std::string::npos) << naive_zero.output;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -172,6 +173,26 @@ TEST(TrainGptParallel, TraceHasARowPerRankWithComputeAndCommunication) {
                              "all_reduce(avg, float32) dp", "wait for gradient all-reduce",
                              "\"cat\": \"launch to completion\", \"ph\": \"b\"", "\"ph\": \"e\""})
     EXPECT_NE(json.find(needle), std::string::npos) << needle;
+}
+
+// A pipeline's timeline: every forward and backward as F<mb> / B<mb> on the
+// compute track, every transfer on the communication track; LOOM_VERBOSE=1
+// prints each transfer (rank, verb, peer, micro-batch, shape).
+TEST(TrainGptParallel, PipelineTraceShowsMicroBatchesAndTransfers) {
+  fs::path trace = work_dir() / "trace_pp.json";
+  setenv("LOOM_VERBOSE", "1", 1);
+  Result r = train("traced_pp", 2, "--pp 2 --microbatches 2 --batch 8 --trace " + trace.string());
+  unsetenv("LOOM_VERBOSE");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream f(trace);
+  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const char* needle : {"\"name\": \"F0\"", "\"name\": \"F1\"", "\"name\": \"B0\"", "\"name\": \"B1\"",
+                             "\"name\": \"send_forward mb1\"", "\"name\": \"recv_forward mb1\"",
+                             "\"name\": \"send_backward mb0\"", "\"name\": \"recv_backward mb0\""})
+    EXPECT_NE(json.find(needle), std::string::npos) << needle;
+  // Micro-batch 1 (--batch 8 sequences of --block 16 tokens, --embd 32 wide), from stage 0 to stage 1.
+  EXPECT_NE(r.output.find("[rank 0] send_forward -> stage 1 mb 1 [8, 16, 32] float32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] recv_forward <- stage 0 mb 1 [8, 16, 32] float32"), std::string::npos) << r.output;
 }
 
 // Pipeline parallel: micro-batches split the same global batch as gradient
