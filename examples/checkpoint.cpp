@@ -161,9 +161,12 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
     nn::SafetensorsFile shard = nn::load_safetensors((dir / file).string());
     for (auto& [key, t] : shard.tensors) {
       size_t a = key.find('/'), b = key.rfind('/');
-      LOOM_CHECK(a != std::string::npos && b > a, "checkpoint '", shard.path, "': unexpected tensor name '", key, "'");
-      fragments[{key.substr(0, a), key.substr(a + 1, b - a - 1)}].push_back(
-          {std::stoll(key.substr(b + 1)), t, shard.path});
+      const std::string first = b == std::string::npos ? "" : key.substr(b + 1);
+      LOOM_CHECK(a != std::string::npos && b > a && !first.empty() && first.size() <= 18 &&
+                     first.find_first_not_of("0123456789") == std::string::npos,
+                 "checkpoint '", shard.path, "': unexpected tensor name '", key,
+                 "' (expected <kind>/<param name>/<first element>)");
+      fragments[{key.substr(0, a), key.substr(a + 1, b - a - 1)}].push_back({std::stoll(first), t, shard.path});
     }
   }
 
@@ -188,8 +191,10 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
         std::fill(seen.begin() + (lo - m.start), seen.begin() + (hi - m.start), 1);
         if (k == 0) {  // the AdamW step travels with the main param
           const auto& steps = fragments[{"step", name}];
-          for (const Fragment& sf : steps)
-            if (sf.start == f.start) ops::copy_(st.step, sf.t);
+          auto sf = std::find_if(steps.begin(), steps.end(), [&](const Fragment& x) { return x.start == f.start; });
+          LOOM_CHECK(sf != steps.end(), "checkpoint '", f.file, "': main/", name, "/", f.start,
+                     " has no step/", name, "/", f.start, " beside it (AdamW's step count)");
+          ops::copy_(st.step, sf->t);
         }
       }
       const int64_t covered = std::count(seen.begin(), seen.end(), 1);

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "nn/safetensors.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -158,6 +160,23 @@ TEST(TrainGpt, BadInputFailsWithAClearMessage) {
                       (d / "ck.safetensors").string());
   EXPECT_EQ(no_shard.status, 1);
   EXPECT_NE(no_shard.output.find("ck.optim.0.safetensors"), std::string::npos) << no_shard.output;
+
+  // A shard without AdamW's step counts: an error, not a silent restart of the bias correction.
+  Exec saved2 = run("--steps 2" + kSmall + "--dtype bf16 --data " + corpus(d).string() + " --save " +
+                    (d / "ck2.safetensors").string());
+  ASSERT_EQ(saved2.status, 0) << saved2.output;
+  const std::string shard = (d / "ck2.optim.0.safetensors").string();
+  loom::nn::SafetensorsFile f = loom::nn::load_safetensors(shard);
+  loom::nn::NamedTensors kept;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("step/", 0) != 0) kept.emplace_back(name, t);
+  ASSERT_LT(kept.size(), f.tensors.size());
+  loom::nn::save_safetensors(shard, kept, f.metadata);
+  Exec no_step = run("--steps 3" + kSmall + "--dtype bf16 --data " + corpus(d).string() + " --resume " +
+                     (d / "ck2.safetensors").string());
+  EXPECT_EQ(no_step.status, 1);
+  EXPECT_NE(no_step.output.find("AdamW's step count"), std::string::npos) << no_step.output;
+  EXPECT_NE(no_step.output.find("ck2.optim.0.safetensors"), std::string::npos) << no_step.output;
 
   Exec negative_mbs = run("--steps 1 --microbatches -2" + kSmall + "--data " + corpus(d).string());
   EXPECT_NE(negative_mbs.status, 0);
