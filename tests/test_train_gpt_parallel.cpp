@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "nn/safetensors.h"
@@ -123,6 +124,25 @@ void expect_same_run(const Result& got, const Result& ref, const char* what, dou
               worst, diff / scale, worst_name.c_str());
 }
 
+// The tied embedding after a pipelined run: the first stage's wte and the last
+// stage's copy in its LM head, as each stage saved its optimizer state (fp32
+// main param, exp_avg, exp_avg_sq), must be bit-identical - the shared-weight
+// handler sums their gradients, so they take the same steps.
+void expect_tied_copies_identical(const std::string& name) {
+  nn::SafetensorsFile index = nn::load_safetensors((work_dir() / (name + ".optim.safetensors")).string());
+  std::map<std::string, std::vector<Tensor>> copies;  // fragment -> one per shard file that holds it
+  std::stringstream list(index.metadata.at("shards"));
+  for (std::string file; std::getline(list, file, ',');)
+    for (auto& [key, t] : nn::load_safetensors((work_dir() / file).string()).tensors)
+      if (key.find("/wte.weight/") != std::string::npos) copies[key].push_back(t);
+  ASSERT_EQ(copies.count("main/wte.weight/0"), 1u) << name;
+  for (const char* key : {"main/wte.weight/0", "exp_avg/wte.weight/0", "exp_avg_sq/wte.weight/0"}) {
+    const std::vector<Tensor>& c = copies[key];
+    ASSERT_EQ(c.size(), 2u) << name << ": " << key << " saved by the first and the last stage";
+    EXPECT_EQ(c[0].to_vector<float>(), c[1].to_vector<float>()) << name << ": " << key;
+  }
+}
+
 const Result& single_process_batch16() {
   static Result r = train("single_b16", 1, "--batch 16");
   return r;
@@ -205,6 +225,7 @@ TEST(TrainGptParallel, PipelineTwoStagesAfabMatchesOneProcess) {
 TEST(TrainGptParallel, PipelineTwoStages1F1BMatchesOneProcess) {
   expect_same_run(train("pp2_1f1b", 2, "--pp 2 --microbatches 4 --batch 4 --schedule 1f1b"), single_process_batch16(),
                   "--pp 2 1f1b");
+  expect_tied_copies_identical("pp2_1f1b");
 }
 
 TEST(TrainGptParallel, PipelineFourStagesBalancedMatchesOneProcess) {
@@ -215,6 +236,7 @@ TEST(TrainGptParallel, PipelineFourStagesBalancedMatchesOneProcess) {
 TEST(TrainGptParallel, DataAndPipelineParallelTwoByTwoMatchesOneProcess) {
   expect_same_run(train("dp2_pp2", 4, "--dp 2 --pp 2 --microbatches 2 --batch 4"), single_process_batch16(),
                   "--dp 2 --pp 2");
+  expect_tied_copies_identical("dp2_pp2");
 }
 
 TEST(TrainGptParallel, PrintScheduleDrawsOneRowPerStageWithTheBubble) {
