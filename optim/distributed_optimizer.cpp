@@ -62,6 +62,10 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
     std::weak_ptr<bool> alive = alive_;
     dp_.set_on_bucket_reduced([this, alive](int b) {
       if (alive.expired()) return;
+      LOOM_CHECK(!dp_.bucket_manager().buckets()[size_t(b)].all_reduce, "DistributedOptimizer: bucket ", b,
+                 " is all-reduced for the shared-weight handler, but it was marked after the optimizer was built "
+                 "(which then steps buckets during backward, before that handler runs); call "
+                 "all_reduce_bucket_of() first");
       std::vector<Tensor> grads(mains_.size());
       for (size_t i : bucket_mains_[size_t(b)]) grads[i] = main_grad(i);
       step_bucket(b, grads);
