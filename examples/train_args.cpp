@@ -5,7 +5,9 @@
 namespace loom::train {
 
 void add_options(CLI::App& app, Args& a) {
-  app.option_defaults()->always_capture_default();
+  // A flag given twice takes its last value, so wrappers can override their
+  // defaults: `bash examples/train.sh --steps 50`.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
   app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
   app.add_option("--batch", a.batch, "sequences per step")->check(CLI::PositiveNumber);

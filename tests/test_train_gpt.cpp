@@ -103,9 +103,12 @@ TEST_P(TrainGptResume, IsBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TrainGptResume, ::testing::Values("fp32", "bf16", "fp16"));
 
+// Also: a flag given twice takes its last value (examples/train.sh passes its
+// own --steps, and `bash examples/train.sh --steps 50` overrides it).
 TEST(TrainGpt, WritesOneJsonLinePerStepAndCheckpointFiles) {
   fs::path d = temp_dir("log");
-  Exec r = run("--steps 5 --eval-every 5" + std::string(" --batch 2 --block 8 --layers 1 --heads 1 --embd 8 --sample 20 ") +
+  Exec r = run("--steps 9 --steps 5 --eval-every 5" +
+              std::string(" --batch 2 --block 8 --layers 1 --heads 1 --embd 8 --sample 20 ") +
               "--data " + corpus(d).string() + " --save " + (d / "m.safetensors").string() + " --log " +
               (d / "log.jsonl").string());
   ASSERT_EQ(r.status, 0) << r.output;
