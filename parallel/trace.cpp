@@ -71,8 +71,8 @@ void write(ProcessGroup& world, const std::string& path) {
     int64_t id = 0;
     for (const Event& e : g_events) {
       const std::string name = ",\n{\"name\": \"" + json_escape(e.name) + "\", ";
-      if (e.track == kLaunched) {  // an async slice: a begin and an end with one id per rank
-        ++id;
+      if (e.track == kLaunched) {  // an async slice: a begin and an end with an id unique in the file
+        id = (int64_t(world.rank()) << 32) + (id & 0xffffffff) + 1;
         for (bool begin : {true, false}) {
           std::snprintf(buf, sizeof buf, "\"cat\": \"launch to completion\", \"ph\": \"%s\", \"id\": %lld, "
                         "\"ts\": %.3f, \"pid\": %d, \"tid\": %d}", begin ? "b" : "e", (long long)id,
