@@ -7,15 +7,20 @@
 // another. Float addition is not associative, so the last bits differ; the
 // differences stay at the 1e-7 level over 10 AdamW steps.
 //
-// Final parameters are compared as one vector: max |a - b| over the whole
-// model divided by max |b| over the whole model. Not per tensor, because of
-// the attention key bias: softmax is invariant to adding the same number to
-// every score of a query, so d loss / d b_k is exactly 0 in exact arithmetic
-// and only rounding noise (~1e-10) reaches it. AdamW divides by sqrt(v), so
-// that noise still moves b_k by up to lr per step, in a direction set by the
-// rounding: b_k differs between runs by ~1e-6 absolute while its own scale is
-// ~1e-2. Against the model's scale that is ~1e-6; every other tensor agrees
-// to ~1e-7 of its own scale.
+// Final parameters are compared per tensor, ||a - b|| / ||b|| (measured:
+// <= ~4e-6), with one exception. AdamW amplifies rounding noise wherever a
+// gradient is near zero: its step is ~lr * m / sqrt(v), about lr in size
+// whatever the gradient's magnitude, so an element whose true gradient is
+// ~1e-9 moves by ~lr in a direction the rounding may flip. Such elements are
+// a few per tensor (the worst single element of a tensor is ~3e-5 of that
+// tensor's max), hence the norm rather than the max. The exception is the
+// attention key bias (the middle third of each attn.c_attn.bias), where it
+// is every element: softmax is invariant to adding the same number to every
+// score of a query, so d loss / d b_k is exactly 0 in exact arithmetic and
+// only rounding noise (~1e-10) reaches it. b_k then differs between runs by
+// ~1e-6 absolute while its own scale is ~1e-2: it is compared as max |a - b|
+// over the model's max |param| (~1e-6). The query and value thirds of the
+// same bias are compared like every other tensor.
 //
 // Each run is `timeout 120 mpirun -np N train_gpt ...`: a deadlock fails the
 // test instead of hanging CI.
@@ -88,16 +93,26 @@ Result train(const std::string& name, int ranks, const std::string& args) {
   return r;
 }
 
-// max |a - b| and max |b| over a tensor.
-std::pair<double, double> max_diff_and_scale(const Tensor& a, const Tensor& b) {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// How far a is from b: max |a - b| and max |b|, ||a - b|| and ||b||.
+struct Diff {
+  double max_abs = 0, max_ref = 0, l2_diff = 0, l2_ref = 0;
+};
+Diff diff_of(const Tensor& a, const Tensor& b) {
   std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   EXPECT_EQ(x.size(), y.size());
-  double diff = 0, scale = 0;
+  Diff d;
   for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
+    d.max_abs = std::max(d.max_abs, std::abs(x[i] - y[i]));
+    d.max_ref = std::max(d.max_ref, std::abs(y[i]));
+    d.l2_diff += (x[i] - y[i]) * (x[i] - y[i]);
+    d.l2_ref += y[i] * y[i];
   }
-  return {diff, scale};
+  d.l2_diff = std::sqrt(d.l2_diff), d.l2_ref = std::sqrt(d.l2_ref);
+  return d;
 }
 
 void expect_same_run(const Result& got, const Result& ref, const char* what, double tol = 1e-5,
@@ -112,16 +127,36 @@ void expect_same_run(const Result& got, const Result& ref, const char* what, dou
     worst = std::max(worst, rel);
   }
   ASSERT_EQ(got.weights.tensors.size(), ref.weights.tensors.size());
-  double diff = 0, scale = 0;
-  std::string worst_name;
+  // Pieces compared on their own scale: every tensor, the c_attn biases as q, k, v thirds.
+  struct Piece {
+    std::string name;
+    Diff diff;
+  };
+  std::vector<Piece> pieces;
+  double model_scale = 0;
   for (const auto& [name, t] : ref.weights.tensors) {
-    auto [d, s] = max_diff_and_scale(ops::to(got.weights.at(name), kFloat32), ops::to(t, kFloat32));
-    if (d > diff) diff = d, worst_name = name;
-    scale = std::max(scale, s);
+    Tensor a = ops::reshape(ops::to(got.weights.at(name), kFloat32), {-1});
+    Tensor b = ops::reshape(ops::to(t, kFloat32), {-1});
+    const bool qkv_bias = ends_with(name, "attn.c_attn.bias");
+    const int parts = qkv_bias ? 3 : 1;
+    for (int k = 0; k < parts; ++k) {
+      const int64_t n = b.numel() / parts;
+      Diff d = diff_of(ops::narrow(a, 0, k * n, n), ops::narrow(b, 0, k * n, n));
+      pieces.push_back({qkv_bias ? name + (k == 0 ? " (q)" : k == 1 ? " (k)" : " (v)") : name, d});
+      model_scale = std::max(model_scale, d.max_ref);
+    }
   }
-  EXPECT_LE(diff / scale, param_tol) << what << ": final parameters, worst in " << worst_name;
-  std::printf("[ measured ] %s: worst loss rel. error %.2e, params max diff / model scale %.2e (worst: %s)\n", what,
-              worst, diff / scale, worst_name.c_str());
+  double worst_param = 0;
+  std::string worst_name;
+  for (const Piece& p : pieces) {
+    const bool key_bias = ends_with(p.name, " (k)");
+    const double rel = key_bias ? p.diff.max_abs / model_scale : p.diff.l2_diff / std::max(p.diff.l2_ref, 1e-30);
+    EXPECT_LE(rel, param_tol) << what << ": final " << p.name
+                              << (key_bias ? ", max |diff| / the model's max |param|" : ", ||diff|| / ||param||");
+    if (rel > worst_param) worst_param = rel, worst_name = p.name;
+  }
+  std::printf("[ measured ] %s: worst loss rel. error %.2e, worst param rel. error %.2e (%s)\n", what, worst,
+              worst_param, worst_name.c_str());
 }
 
 // The tied embedding after a pipelined run: the first stage's wte and the last
