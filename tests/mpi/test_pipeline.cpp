@@ -9,9 +9,9 @@
 // inside one GEMM; the pipeline sums m micro-batch gradients one after
 // another, adds the tied embedding's two halves with an all-reduce, and (with
 // dp) averages replicas. Float addition is not associative. Parameters are
-// compared as max |a - b| over the stage divided by max |b| over the whole
-// model, as in test_train_gpt_parallel.cpp. Measured worst cases: losses
-// ~5e-8, gradient norms ~1e-6, parameters ~5e-7 relative.
+// compared per tensor as ||a - b|| / ||b||, the attention key bias against
+// the model's scale, as in test_train_gpt_parallel.cpp (which says why).
+// Measured worst cases: losses ~5e-8, gradient norms ~1e-6.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,15 +167,28 @@ void expect_matches_single_process(const Setup& s) {
     EXPECT_NEAR(got.losses[i], want.losses[i], kTolerance * std::abs(want.losses[i])) << "loss, step " << i;
     EXPECT_NEAR(got.norms[i], want.norms[i], kTolerance * std::abs(want.norms[i])) << "grad norm, step " << i;
   }
-  double scale = 0, diff = 0;
+  // Per tensor: ||got - want|| / ||want||; the key third of each c_attn bias
+  // (zero true gradient, see kAdam) as max |diff| over the model's max |param|.
+  double scale = 0;
   for (auto& [name, v] : want.params)
     for (float x : v) scale = std::max(scale, double(std::abs(x)));
   for (auto& [name, v] : got.params) {
     const std::vector<float>& w = want.params.at(name);
     ASSERT_EQ(v.size(), w.size()) << name;
-    for (size_t i = 0; i < v.size(); ++i) diff = std::max(diff, double(std::abs(v[i] - w[i])));
+    const bool qkv_bias = name.size() >= 16 && name.compare(name.size() - 16, 16, "attn.c_attn.bias") == 0;
+    const size_t third = v.size() / 3;
+    double d2 = 0, w2 = 0, key_diff = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double d = double(v[i]) - double(w[i]);
+      if (qkv_bias && i >= third && i < 2 * third) {
+        key_diff = std::max(key_diff, std::abs(d));
+        continue;
+      }
+      d2 += d * d, w2 += double(w[i]) * double(w[i]);
+    }
+    EXPECT_LE(std::sqrt(d2 / std::max(w2, 1e-30)), kTolerance) << "final " << name;
+    EXPECT_LE(key_diff / scale, kTolerance) << "final " << name << ", key bias";
   }
-  EXPECT_LE(diff / scale, kTolerance) << "final parameters";
 }
 
 int world_size() { return parallel::world().size(); }
