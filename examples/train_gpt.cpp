@@ -222,10 +222,12 @@ int run(const train::Args& a) {
     if (a.memory_report && step == start) reset_peak_memory_stats();
     if (step == a.inject_overflow && pgm.global_rank() == 0) {
       // A test aid: an inf in one element of rank 0's gradient buffer, before
-      // backward adds into it. Only this rank (or, under ZeRO, only the owner
-      // of that element) sees it; found_inf's all-reduce makes every rank skip.
-      // The last param, not the first: that is the tied embedding, whose
-      // gradient the shared-weight handler would carry to the last stage too.
+      // backward adds into it. The gradient sync carries it only as far as its
+      // bucket's reduction does (an all-reduce: the dp group; a ZeRO
+      // reduce-scatter: the element's owner alone; never to other pipeline
+      // stages); found_inf's all-reduce must make every rank skip. The last
+      // param, not the first: that is the tied embedding, whose gradient the
+      // shared-weight handler would also carry to the last stage.
       LOOM_CHECK(bucket_dp, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
       const Tensor& p = bucket_dp->params().back();
       ops::fill_(optim::flat_range(bucket_dp->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());
@@ -236,11 +238,10 @@ int run(const train::Args& a) {
     // also multiplied by the loss scale before backward.
     data::Batch global = ds.sample("train", global_batch, data_gen);
     std::vector<data::Batch> mbs = train::micro_batches(global, int64_t(pgm.dp_rank()) * a.batch * K, a.batch, K);
-    auto scale_loss = [&](const Tensor& loss) { return opt->scale_loss(loss); };
     double local_loss = 0;
     if (pipelined) {
-      parallel::PipelineStepResult r = train::pipeline_gradients(*stage, *p2p, mbs, a.schedule, scale_loss, dp.get());
-      local_loss = r.loss / (opt->scaler() ? opt->scaler()->scale() : 1.0);  // a power of two: exact
+      parallel::PipelineStepResult r = train::pipeline_gradients(*stage, *p2p, mbs, a.schedule, *opt, dp.get());
+      local_loss = r.loss;
       // After backward and the data-parallel sync: sum the tied embedding's gradients.
       shared.all_reduce_grads(bucket_dp);
       if (a.print_schedule && step == start) {
@@ -248,7 +249,7 @@ int run(const train::Args& a) {
         if (rank0) std::printf("%s\n", report.c_str());
       }
     } else {
-      local_loss = train::accumulate_gradients(*model, mbs, scale_loss, dp.get());
+      local_loss = train::accumulate_gradients(*model, mbs, *opt, dp.get());
     }
     // The logged loss is the global-batch mean.
     Tensor loss_t = full({}, local_loss, kFloat64);

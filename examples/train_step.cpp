@@ -13,12 +13,12 @@ std::vector<data::Batch> micro_batches(const data::Batch& global, int64_t first_
   return mbs;
 }
 
-double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& micro_batches, const ScaleLoss& scale_loss,
-                            parallel::DataParallel* dp) {
-  const int64_t K = int64_t(micro_batches.size());
+double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& mbs,
+                            const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp) {
+  const int64_t K = int64_t(mbs.size());
   double local_loss = 0;
   for (int64_t k = 0; k < K; ++k) {
-    const data::Batch& mb = micro_batches[size_t(k)];
+    const data::Batch& mb = mbs[size_t(k)];
     auto forward_backward = [&] {
       Tensor loss;
       {
@@ -26,7 +26,7 @@ double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& micr
         loss = nn::cross_entropy_loss(model.forward(mb.x), mb.y);
       }
       parallel::trace::Span span("backward");
-      autograd::backward(scale_loss(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K))));
+      autograd::backward(opt.scale_loss(K == 1 ? loss : autograd::mul(loss, 1.0 / double(K))));
       local_loss += loss.item<double>() / double(K);
     };
     if (dp && k + 1 < K) {
@@ -40,14 +40,18 @@ double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& micr
 }
 
 parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p,
-                                                const std::vector<data::Batch>& micro_batches,
-                                                const std::string& schedule, const ScaleLoss& scale_loss,
-                                                parallel::DataParallel* dp) {
-  std::vector<parallel::MicroBatch> mbs;
-  for (const data::Batch& mb : micro_batches) mbs.push_back({mb.x, mb.y});
-  auto loss_fn = [&](const Tensor& logits, const Tensor& y) { return scale_loss(nn::cross_entropy_loss(logits, y)); };
-  return schedule == "afab" ? parallel::train_step_pipeline_afab(stage, p2p, mbs, loss_fn, dp)
-                            : parallel::train_step_pipeline_1f1b(stage, p2p, mbs, loss_fn, dp);
+                                                const std::vector<data::Batch>& mbs, const std::string& schedule,
+                                                const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp) {
+  std::vector<parallel::MicroBatch> micro;
+  for (const data::Batch& mb : mbs) micro.push_back({mb.x, mb.y});
+  auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
+    return opt.scale_loss(nn::cross_entropy_loss(logits, y));
+  };
+  parallel::PipelineStepResult r = schedule == "afab"
+                                       ? parallel::train_step_pipeline_afab(stage, p2p, micro, loss_fn, dp)
+                                       : parallel::train_step_pipeline_1f1b(stage, p2p, micro, loss_fn, dp);
+  r.loss /= opt.scaler() ? opt.scaler()->scale() : 1.0;  // a power of two: exact
+  return r;
 }
 
 }  // namespace loom::train

@@ -12,12 +12,12 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "examples/data.h"
 #include "nn/gpt.h"
+#include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel_common.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -26,18 +26,15 @@ namespace loom::train {
 // Rows [first_row, first_row + K x batch) of the global batch, as K micro-batches of `batch` rows.
 std::vector<data::Batch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch, int64_t K);
 
-// loss -> what backward starts from: the optimizer's loss scaling (fp16), or the loss itself.
-using ScaleLoss = std::function<Tensor(const Tensor& loss)>;
+// Both return this rank's mean loss over its micro-batches, unscaled (under
+// fp16 backward starts from opt.scale_loss(loss), the loss times the scale).
+// dp may be null.
+double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& mbs,
+                            const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp);
 
-// Returns this rank's mean loss over its micro-batches, unscaled. dp may be null.
-double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& micro_batches, const ScaleLoss& scale_loss,
-                            parallel::DataParallel* dp);
-
-// schedule: "afab" or "1f1b". The loss returned is the last stage's mean over
-// the micro-batches, the same on every stage, still multiplied by the loss scale.
+// schedule: "afab" or "1f1b". The loss is the last stage's, the same on every stage.
 parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p,
-                                                const std::vector<data::Batch>& micro_batches,
-                                                const std::string& schedule, const ScaleLoss& scale_loss,
-                                                parallel::DataParallel* dp);
+                                                const std::vector<data::Batch>& mbs, const std::string& schedule,
+                                                const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp);
 
 }  // namespace loom::train

@@ -58,14 +58,13 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
   bool all_scattered = true;
   for (const parallel::Bucket& b : dp_.bucket_manager().buckets()) all_scattered &= !b.all_reduce;
   steps_early_ = options_.max_grad_norm == 0 && !options_.loss_scaling && all_scattered;
+  // Marking a bucket all-reduce later would have it stepped before the
+  // shared-weight handler runs: make that an error where it happens.
+  dp_.bucket_manager().fix_reductions("a DistributedOptimizer");
   if (steps_early_) {
     std::weak_ptr<bool> alive = alive_;
     dp_.set_on_bucket_reduced([this, alive](int b) {
       if (alive.expired()) return;
-      LOOM_CHECK(!dp_.bucket_manager().buckets()[size_t(b)].all_reduce, "DistributedOptimizer: bucket ", b,
-                 " is all-reduced for the shared-weight handler, but it was marked after the optimizer was built "
-                 "(which then steps buckets during backward, before that handler runs); call "
-                 "all_reduce_bucket_of() first");
       std::vector<Tensor> grads(mains_.size());
       for (size_t i : bucket_mains_[size_t(b)]) grads[i] = main_grad(i);
       step_bucket(b, grads);

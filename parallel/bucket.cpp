@@ -68,7 +68,11 @@ int BucketManager::bucket_of(const Tensor& p) const { return slot(p).bucket; }
 
 int64_t BucketManager::offset_of(const Tensor& p) const { return slot(p).offset; }
 
-void BucketManager::all_reduce_bucket_of(const Tensor& p) { buckets_[size_t(bucket_of(p))].all_reduce = true; }
+void BucketManager::all_reduce_bucket_of(const Tensor& p) {
+  LOOM_CHECK(fixed_by_.empty(), "BucketManager::all_reduce_bucket_of(", p.describe(), "): the buckets' reductions "
+             "were fixed by ", fixed_by_, "; mark shared weights before building it");
+  buckets_[size_t(bucket_of(p))].all_reduce = true;
+}
 
 BucketManager::Shard BucketManager::shard(int b) const {
   const Bucket& bucket = buckets_.at(size_t(b));

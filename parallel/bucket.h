@@ -33,6 +33,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -77,8 +78,11 @@ class BucketManager {
   void reset();
 
   // ReduceScatter mode: reduce p's whole bucket with an all-reduce instead
-  // (before the first backward).
+  // (before the first backward, and before fix_reductions()).
   void all_reduce_bucket_of(const Tensor& p);
+  // From now on all_reduce_bucket_of() is an error naming `by`: a distributed
+  // optimizer has planned its steps around how each bucket is reduced.
+  void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
 
   // This rank's shard of bucket b: [offset, offset + numel) in the buffer, a
   // contiguous 1/dp of the bucket (the part a distributed optimizer owns).
@@ -109,6 +113,7 @@ class BucketManager {
   Tensor buffer_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
+  std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
 };
 
 }  // namespace loom::parallel

@@ -68,22 +68,22 @@ void write(ProcessGroup& world, const std::string& path) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     char buf[160];
-    int64_t id = 0;
+    uint32_t slices = 0;  // async slices so far on this rank
     for (const Event& e : g_events) {
-      const std::string name = ",\n{\"name\": \"" + json_escape(e.name) + "\", ";
-      if (e.track == kLaunched) {  // an async slice: a begin and an end with an id unique in the file
-        id = (int64_t(world.rank()) << 32) + (id & 0xffffffff) + 1;
+      const std::string head = ",\n{\"name\": \"" + json_escape(e.name) + "\", ";
+      if (e.track == kLaunched) {  // an async slice: a begin and an end; the id is unique in the file
+        const int64_t id = (int64_t(world.rank()) << 32) | ++slices;
         for (bool begin : {true, false}) {
           std::snprintf(buf, sizeof buf, "\"cat\": \"launch to completion\", \"ph\": \"%s\", \"id\": %lld, "
                         "\"ts\": %.3f, \"pid\": %d, \"tid\": %d}", begin ? "b" : "e", (long long)id,
                         begin ? e.start_us : e.start_us + e.dur_us, world.rank(), int(kComm));
-          mine += name + buf;
+          mine += head + buf;
         }
         continue;
       }
       std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d}", e.start_us,
                     e.dur_us, world.rank(), int(e.track));
-      mine += name + buf;
+      mine += head + buf;
     }
     g_events.clear();
   }

@@ -7,8 +7,8 @@
 // another. Float addition is not associative, so the last bits differ; the
 // differences stay at the 1e-7 level over 10 AdamW steps.
 //
-// Final parameters are compared per tensor, ||a - b|| / ||b|| (measured:
-// <= ~4e-6), with one exception. AdamW amplifies rounding noise wherever a
+// Final parameters are compared per tensor, ||a - b|| / ||b|| (measured,
+// fp32: <= 3.9e-6, most modes ~5e-7), with one exception. AdamW amplifies rounding noise wherever a
 // gradient is near zero: its step is ~lr * m / sqrt(v), about lr in size
 // whatever the gradient's magnitude, so an element whose true gradient is
 // ~1e-9 moves by ~lr in a direction the rounding may flip. Such elements are
@@ -19,8 +19,8 @@
 // score of a query, so d loss / d b_k is exactly 0 in exact arithmetic and
 // only rounding noise (~1e-10) reaches it. b_k then differs between runs by
 // ~1e-6 absolute while its own scale is ~1e-2: it is compared as max |a - b|
-// over the model's max |param| (~1e-6). The query and value thirds of the
-// same bias are compared like every other tensor.
+// over the model's max |param| (measured <= 3.1e-6). The query and value
+// thirds of the same bias are compared like every other tensor.
 //
 // Each run is `timeout 120 mpirun -np N train_gpt ...`: a deadlock fails the
 // test instead of hanging CI.
@@ -146,17 +146,18 @@ void expect_same_run(const Result& got, const Result& ref, const char* what, dou
       model_scale = std::max(model_scale, d.max_ref);
     }
   }
-  double worst_param = 0;
+  double worst_param = 0, worst_key_bias = 0;
   std::string worst_name;
   for (const Piece& p : pieces) {
     const bool key_bias = ends_with(p.name, " (k)");
     const double rel = key_bias ? p.diff.max_abs / model_scale : p.diff.l2_diff / std::max(p.diff.l2_ref, 1e-30);
     EXPECT_LE(rel, param_tol) << what << ": final " << p.name
                               << (key_bias ? ", max |diff| / the model's max |param|" : ", ||diff|| / ||param||");
-    if (rel > worst_param) worst_param = rel, worst_name = p.name;
+    if (key_bias) worst_key_bias = std::max(worst_key_bias, rel);
+    else if (rel > worst_param) worst_param = rel, worst_name = p.name;
   }
-  std::printf("[ measured ] %s: worst loss rel. error %.2e, worst param rel. error %.2e (%s)\n", what, worst,
-              worst_param, worst_name.c_str());
+  std::printf("[ measured ] %s: worst loss rel. error %.2e, params %.2e (%s), key bias %.2e\n", what, worst,
+              worst_param, worst_name.c_str(), worst_key_bias);
 }
 
 // The tied embedding after a pipelined run: the first stage's wte and the last
@@ -370,14 +371,15 @@ TEST(TrainGptParallel, Bf16TracksFp32) {
   std::printf("[ measured ] bf16 (--dp 2 --zero) vs fp32: worst loss rel. difference %.2e\n", worst);
 }
 
-// fp16 with an inf forced into rank 0's gradient buffer at step 3 (only the
-// rank owning that element sees it under ZeRO, only the first pipeline stage
-// holds it): found_inf's all-reduce (MAX) makes every rank skip exactly that
-// step, the scale halves, and training continues. A skipped step on only some
-// ranks would split the replicas; the losses afterwards match the same run on
-// one process, which skips the same step.
-// Without --zero the found_inf all-reduce runs over the model-parallel group
-// (the two stages): the inf sits in a param of the first stage only.
+// fp16 with an inf forced into rank 0's gradient buffer at step 3, in a param
+// of the first pipeline stage only: found_inf's all-reduce (MAX) must make
+// every rank skip exactly that step, the scale halves, and training continues.
+// A skipped step on only some ranks would split the replicas; the losses
+// afterwards match the same run on one process, which skips the same step.
+// With --zero and small buckets the param's bucket is reduce-scattered, so
+// only the rank owning that element sees the inf (found_inf over the world);
+// without --zero the bucket all-reduce gives it to stage 0's dp group, never
+// to stage 1 (found_inf over the model-parallel group).
 void expect_overflow_skipped_everywhere(const std::string& name, const std::string& parallel) {
   const std::string inject = " --dtype fp16 --inject-overflow 3";
   Result par = train(name, 4, parallel + inject);
@@ -392,15 +394,16 @@ void expect_overflow_skipped_everywhere(const std::string& name, const std::stri
   }
   EXPECT_NE(par.output.find("overflow: step skipped, loss scale -> 32768"), std::string::npos) << par.output;
   // fp16 params round the dp/pp sums' last bits differently: losses measured
-  // 5.8e-6 apart. Params: the attention key bias (zero true gradient, see the
-  // top of this file) is moved by Adam-amplified rounding noise, which fp16's
-  // coarser rounding makes ~1e3 larger than fp32's: measured 4.5e-3 of the
-  // model's scale there, every other tensor far closer.
+  // 5.8e-6 apart, hence 1e-4. Params: Adam-amplified rounding noise (see the
+  // top of this file), which fp16's coarser rounding makes ~1e2-1e3 larger
+  // than fp32's: measured 5.9e-4 per tensor at worst (attn.c_proj.bias) and
+  // 4.5e-3 of the model's scale for the key bias, hence 1e-2.
   expect_same_run(par, one, ("fp16 overflow, " + parallel + " vs one process").c_str(), 1e-4, 1e-2);
 }
 
 TEST(TrainGptParallel, Fp16OverflowSkipsTheStepOnEveryRank) {
-  expect_overflow_skipped_everywhere("fp16_overflow", "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero");
+  expect_overflow_skipped_everywhere("fp16_overflow",
+                                     "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero --bucket-mb 0.01");
 }
 
 TEST(TrainGptParallel, Fp16OverflowOnOneStageSkipsTheStepOnBothStages) {
