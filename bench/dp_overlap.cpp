@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
 
     if (root) {
       const double tokens = double(dp.size() * batch * block);
+      auto exposed = [&](const Timing& t) { return std::max(0.0, t.backward_ms - local.backward_ms); };
       std::printf("GPT %lld layers, %lld embd, %lld heads, block %lld: %lld params (%.1f MB fp32 gradients)\n",
                   (long long)layers, (long long)embd, (long long)heads, (long long)block, (long long)n_params,
                   double(n_params) * 4 / 1e6);
@@ -150,13 +151,11 @@ int main(int argc, char** argv) {
       std::printf("%-8s %12s %12s %16s %14s\n", "mode", "forward ms", "backward ms", "exposed comm ms",
                   "tokens/s");
       for (auto [name, t] : {std::pair{"local", local}, std::pair{"naive", naive}, std::pair{"bucket", bucket}}) {
-        double exposed = std::max(0.0, t.backward_ms - local.backward_ms);
-        std::printf("%-8s %12.2f %12.2f %16.2f %14.0f\n", name, t.forward_ms, t.backward_ms, exposed,
+        std::printf("%-8s %12.2f %12.2f %16.2f %14.0f\n", name, t.forward_ms, t.backward_ms, exposed(t),
                     tokens / ((t.forward_ms + t.backward_ms) / 1000));
       }
       std::printf("(local: no communication; its tokens/s counts all ranks' tokens as if they were one run)\n");
-      const double naive_exposed = std::max(0.0, naive.backward_ms - local.backward_ms);
-      const double bucket_exposed = std::max(0.0, bucket.backward_ms - local.backward_ms);
+      const double naive_exposed = exposed(naive), bucket_exposed = exposed(bucket);
       if (naive_exposed <= 0) {
         std::printf("exposed comm, bucket / naive: n/a (naive exposed nothing: noise, measure again)\n");
       } else {

@@ -176,7 +176,7 @@ void expect_matches_single_process(const Setup& s) {
   for (auto& [name, v] : got.params) {
     const std::vector<float>& w = want.params.at(name);
     ASSERT_EQ(v.size(), w.size()) << name;
-    const bool qkv_bias = name.size() >= 16 && name.compare(name.size() - 16, 16, "attn.c_attn.bias") == 0;
+    const bool qkv_bias = name.ends_with("attn.c_attn.bias");
     const size_t third = v.size() / 3;
     double d2 = 0, w2 = 0, key_diff = 0;
     for (size_t i = 0; i < v.size(); ++i) {
