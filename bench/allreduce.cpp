@@ -17,7 +17,7 @@
 #include <cstring>
 #include <functional>
 
-#include "parallel/distributed.h"
+#include "parallel/comm/distributed.h"
 #include "tensor/tensor.h"
 
 using namespace loom;

@@ -38,9 +38,9 @@
 #include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
-#include "parallel/data_parallel_bucket.h"
-#include "parallel/data_parallel_naive.h"
-#include "parallel/distributed.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/data_parallel_naive.h"
+#include "parallel/comm/distributed.h"
 #include "tensor/ops.h"
 
 using namespace loom;

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
-#include "examples/param_groups.h"
+#include "optim/param_groups.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "optim/adamw.h"

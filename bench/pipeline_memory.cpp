@@ -36,9 +36,9 @@
 #include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
-#include "parallel/distributed.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/trace.h"
+#include "parallel/comm/distributed.h"
+#include "parallel/pipeline_parallel/pipeline_schedule.h"
+#include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
 using namespace loom;

@@ -1,7 +1,7 @@
 #include "examples/evaluate.h"
 
 #include "nn/loss.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "tensor/grad_mode.h"
 
 namespace loom::train {

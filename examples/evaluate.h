@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
-#include "examples/data.h"
+#include "data/data.h"
 #include "nn/gpt.h"
-#include "parallel/pipeline_p2p.h"
-#include "parallel/pipeline_stage.h"
+#include "parallel/pipeline_parallel/pipeline_p2p.h"
+#include "parallel/pipeline_parallel/pipeline_stage.h"
 
 namespace loom::train {
 

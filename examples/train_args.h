@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "examples/data.h"
+#include "data/data.h"
 
 namespace CLI {
 class App;

@@ -3,7 +3,7 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "nn/loss.h"
-#include "parallel/trace.h"
+#include "parallel/trace/trace.h"
 
 namespace loom::train {
 

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "examples/data.h"
+#include "data/data.h"
 #include "nn/gpt.h"
 #include "optim/mixed_precision_optimizer.h"
-#include "parallel/data_parallel_common.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/pipeline_parallel/pipeline_schedule.h"
 
 namespace loom::train {
 

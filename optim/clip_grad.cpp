@@ -1,28 +1,58 @@
 #include "optim/clip_grad.h"
 
 #include <cmath>
-#include <set>
+#include <unordered_set>
 
 #include "autograd/variable.h"
-#include "parallel/grad_norm.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
 
-// One implementation of the sum of squares: the multi-rank one, on this rank alone.
-double total_norm(const std::vector<Tensor>& tensors) {
-  for (const Tensor& t : tensors)
-    if (t.defined()) check_device_supported("total_norm", t.device());
-  return parallel::global_grad_norm(tensors, nullptr);
+namespace {
+
+// sum_i g_i², accumulated in double (fp32 as is, other floating dtypes widened).
+double sum_of_squares(const Tensor& g) {
+  Tensor c = ops::contiguous(g.dtype() == kFloat64 ? g : ops::to(g, kFloat32));
+  double s = 0;
+  if (c.dtype() == kFloat64) {
+    const double* x = c.data<double>();
+    for (int64_t i = 0; i < c.numel(); ++i) s += x[i] * x[i];
+  } else {
+    const float* x = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) s += double(x[i]) * double(x[i]);
+  }
+  return s;
 }
 
-double clip_grads(const std::vector<Tensor>& grads, double max_norm) {
-  LOOM_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
-  double norm = total_norm(grads);
-  scale_grads_to_norm(grads, max_norm, norm);
-  return norm;
+// The gradients of each param once (a tied weight may be listed twice on one
+// rank), leaving out those in `skip`.
+std::vector<Tensor> unique_grads(const std::vector<Tensor>& params, const std::vector<Tensor>& skip = {}) {
+  std::unordered_set<const TensorImpl*> seen;
+  for (const Tensor& p : skip) seen.insert(p.impl());
+  std::vector<Tensor> out;
+  for (const Tensor& p : params)
+    if (seen.insert(p.impl()).second) out.push_back(autograd::grad(p));
+  return out;
 }
+
+}  // namespace
+
+double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup* group) {
+  double local = 0;
+  for (const Tensor& g : grads)
+    if (g.defined()) {
+      check_device_supported("grad norm", g.device());
+      local += sum_of_squares(g);
+    }
+  if (!group) return std::sqrt(local);
+  // The partial sums of squares add up to the whole model's (not the norms: |a|+|b| != |(a, b)|).
+  Tensor total = full({}, local, kFloat64);
+  group->all_reduce(total, parallel::ReduceOp::Sum);
+  return std::sqrt(total.item<double>());
+}
+
+double total_norm(const std::vector<Tensor>& tensors) { return global_grad_norm(tensors, nullptr); }
 
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double norm) {
   double clip_coef = max_norm / (norm + 1e-6);
@@ -33,13 +63,29 @@ void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, doub
   }
 }
 
+double clip_grads(const std::vector<Tensor>& grads, double max_norm) {
+  LOOM_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  double norm = total_norm(grads);
+  scale_grads_to_norm(grads, max_norm, norm);
+  return norm;
+}
+
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  // A param listed twice (a tied weight) must be counted and scaled once.
-  std::set<const TensorImpl*> seen;
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params)
-    if (seen.insert(p.impl()).second) grads.push_back(autograd::grad(p));
-  return clip_grads(grads, max_norm);
+  return clip_grads(unique_grads(params), max_norm);
+}
+
+double grad_norm_model_parallel(const std::vector<Tensor>& params, parallel::ProcessGroup& model_parallel_group,
+                                const std::vector<Tensor>& not_counted) {
+  return global_grad_norm(unique_grads(params, not_counted), &model_parallel_group);
+}
+
+double clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
+                                     parallel::ProcessGroup& model_parallel_group,
+                                     const std::vector<Tensor>& not_counted) {
+  LOOM_CHECK(max_norm > 0, "clip_grad_norm_model_parallel: max_norm must be > 0, got ", max_norm);
+  const double norm = grad_norm_model_parallel(params, model_parallel_group, not_counted);
+  scale_grads_to_norm(unique_grads(params), max_norm, norm);
+  return norm;
 }
 
 }  // namespace loom::optim

@@ -1,21 +1,36 @@
 // Gradient clipping by total norm (torch.nn.utils.clip_grad_norm_): treat all
 // gradients as one long vector g; if |g| > max_norm, scale every gradient by
 // max_norm / (|g| + 1e-6). Keeps one bad batch from throwing the weights far.
+//
+// When the model is split over ranks (pipeline stages, tensor-parallel shards)
+// the norm that decides the clipping is the norm of the *whole* model's
+// gradient, so every rank of the model-parallel group must compute the same
+// number (Megatron's clip_grad_norm_fp32 / get_grad_norm_fp32): each rank sums
+// the squares of its own gradients, the partial sums are all-reduced (sum) over
+// the group, and every rank scales by the same factor. A weight held by two
+// ranks (the tied embedding on the first and last stage) would be counted
+// twice; its duplicate copy is passed as `not_counted` - still scaled, so both
+// copies stay identical.
 #pragma once
 
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "parallel/comm/process_group.h"
 
 namespace loom::optim {
 
-// L2 norm of all the tensors taken together, sqrt(sum_t sum_i t_i^2),
-// accumulated in double. Undefined tensors are skipped.
+// The norm of gradients spread over ranks: sqrt of the sum over `group` of
+// every rank's sum of squares of its `grads` (undefined ones skipped), in
+// double. group may be null: this rank alone. Collective over group.
+double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup* group);
+
+// L2 norm of all the tensors taken together on this rank, sqrt(sum_t sum_i t_i^2).
 double total_norm(const std::vector<Tensor>& tensors);
 
-// Clips the autograd gradients of params (params without one are skipped) and
-// returns the norm before clipping. A non-finite norm is returned as is (and
-// the gradients become non-finite, as in PyTorch): the caller decides to skip.
+// Clips the autograd gradients of params (params without one are skipped; a
+// param listed twice counts once) and returns the norm before clipping. A
+// non-finite norm is returned as is (and the gradients become non-finite, as in
+// PyTorch): the caller decides to skip.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 // The same on explicit gradient tensors, e.g. the fp32 main_grad buffers.
@@ -24,5 +39,13 @@ double clip_grads(const std::vector<Tensor>& grads, double max_norm);
 // The scaling step alone, given the norm (computed elsewhere, e.g. over several
 // ranks): grads *= max_norm / (norm + 1e-6) when that is < 1.
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double norm);
+
+// The model-parallel versions: the norm over `model_parallel_group`, the tied
+// duplicate in `not_counted` left out of it. Collective over the group.
+double grad_norm_model_parallel(const std::vector<Tensor>& params, parallel::ProcessGroup& model_parallel_group,
+                                const std::vector<Tensor>& not_counted = {});
+double clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
+                                     parallel::ProcessGroup& model_parallel_group,
+                                     const std::vector<Tensor>& not_counted = {});
 
 }  // namespace loom::optim

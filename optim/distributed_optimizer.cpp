@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "autograd/variable.h"
-#include "parallel/trace.h"
+#include "parallel/trace/trace.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "optim/mixed_precision_optimizer.h"
-#include "parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
 
 namespace loom::optim {
 

@@ -6,7 +6,7 @@
 
 #include "autograd/variable.h"
 #include "optim/clip_grad.h"
-#include "parallel/grad_norm.h"
+#include "optim/clip_grad.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -136,7 +136,7 @@ bool MixedPrecisionOptimizer::unscale_and_clip(const std::vector<Tensor>& grads,
   std::vector<Tensor> counted;
   for (size_t i = 0; i < grads.size(); ++i)
     if (grads[i].defined() && mains_[i].counted_in_norm) counted.push_back(grads[i]);
-  result.grad_norm = parallel::global_grad_norm(counted, group);
+  result.grad_norm = global_grad_norm(counted, group);
   if (options_.max_grad_norm > 0) scale_grads_to_norm(defined, options_.max_grad_norm, result.grad_norm);
   return true;
 }

@@ -33,7 +33,7 @@
 
 #include "optim/adamw.h"
 #include "optim/grad_scaler.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/process_group.h"
 
 namespace loom::optim {
 

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/distributed.h"
-#include "parallel/process_group.h"
+#include "parallel/comm/distributed.h"
+#include "parallel/comm/process_group.h"
 
 namespace loom::parallel {
 

@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "error_of.h"
-#include "examples/data.h"
+#include "data/data.h"
 
 using namespace loom;
 using namespace loom::data;

@@ -19,7 +19,7 @@
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "nn/safetensors.h"
-#include "examples/param_groups.h"
+#include "optim/param_groups.h"
 #include "optim/adamw.h"
 
 using namespace loom;

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "nn/gpt.h"
-#include "parallel/partition.h"
-#include "parallel/pipeline_stage.h"
+#include "parallel/pipeline_parallel/partition.h"
+#include "parallel/pipeline_parallel/pipeline_stage.h"
 
 using namespace loom;
 using namespace loom::parallel;

@@ -12,7 +12,7 @@
 #include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
-#include "parallel/pipeline_stage.h"
+#include "parallel/pipeline_parallel/pipeline_stage.h"
 #include "tensor/ops.h"
 
 using namespace loom;

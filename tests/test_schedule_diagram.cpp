@@ -4,7 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "parallel/schedule_diagram.h"
+#include "parallel/trace/schedule_diagram.h"
 
 using namespace loom;
 using namespace loom::parallel;

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "parallel/distributed.h"
+#include "parallel/comm/distributed.h"
 #include "tensor/ops.h"
 
 namespace {

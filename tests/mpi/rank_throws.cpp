@@ -4,7 +4,7 @@
 // (`rank_throws run`) or escapes main() to std::terminate (`rank_throws terminate`).
 #include <cstring>
 
-#include "parallel/distributed.h"
+#include "parallel/comm/distributed.h"
 
 using namespace loom;
 

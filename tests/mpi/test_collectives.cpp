@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/distributed.h"
+#include "parallel/comm/distributed.h"
 #include "tensor/ops.h"
 
 using namespace loom;

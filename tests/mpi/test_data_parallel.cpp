@@ -20,9 +20,9 @@
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
-#include "parallel/data_parallel_bucket.h"
-#include "parallel/data_parallel_naive.h"
-#include "parallel/distributed.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/data_parallel_naive.h"
+#include "parallel/comm/distributed.h"
 #include "tensor/grad_mode.h"
 
 using namespace loom;

@@ -40,8 +40,8 @@
 #include "autograd/functions.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/mixed_precision_optimizer.h"
-#include "parallel/data_parallel_bucket.h"
-#include "parallel/distributed.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/comm/distributed.h"
 #include "tensor/grad_mode.h"
 #include "tensor/storage.h"
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "parallel/distributed.h"
+#include "parallel/comm/distributed.h"
 
 using namespace loom;
 

@@ -1,0 +1,159 @@
+#include "data/data.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tensor/ops.h"
+
+namespace loom::data {
+
+namespace fs = std::filesystem;
+
+std::u32string decode_utf8(const std::string& s, const std::string& where) {
+  std::u32string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    LOOM_CHECK(len > 0 && i + size_t(len) <= s.size(), where, ": invalid UTF-8 at byte ", i);
+    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1f) : len == 3 ? (c & 0x0f) : (c & 0x07);
+    for (int k = 1; k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + size_t(k)]);
+      LOOM_CHECK((cc >> 6) == 0x2, where, ": invalid UTF-8 at byte ", i + size_t(k));
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    out.push_back(cp);
+    i += size_t(len);
+  }
+  return out;
+}
+
+std::string encode_utf8(const std::u32string& text) {
+  std::string out;
+  for (char32_t cp : text) {
+    if (cp < 0x80) {
+      out.push_back(char(cp));
+    } else if (cp < 0x800) {
+      out.push_back(char(0xc0 | (cp >> 6)));
+      out.push_back(char(0x80 | (cp & 0x3f)));
+    } else if (cp < 0x10000) {
+      out.push_back(char(0xe0 | (cp >> 12)));
+      out.push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+      out.push_back(char(0x80 | (cp & 0x3f)));
+    } else {
+      out.push_back(char(0xf0 | (cp >> 18)));
+      out.push_back(char(0x80 | ((cp >> 12) & 0x3f)));
+      out.push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+      out.push_back(char(0x80 | (cp & 0x3f)));
+    }
+  }
+  return out;
+}
+
+CharTokenizer CharTokenizer::from_text(const std::u32string& text) {
+  std::set<char32_t> uniq(text.begin(), text.end());
+  CharTokenizer t;
+  t.chars_.assign(uniq.begin(), uniq.end());
+  return t;
+}
+
+CharTokenizer CharTokenizer::from_vocab_utf8(const std::string& vocab) {
+  CharTokenizer t;
+  t.chars_ = decode_utf8(vocab, "vocabulary");
+  LOOM_CHECK(std::is_sorted(t.chars_.begin(), t.chars_.end()) &&
+                 std::adjacent_find(t.chars_.begin(), t.chars_.end()) == t.chars_.end(),
+             "vocabulary: characters must be unique and sorted");
+  return t;
+}
+
+std::vector<int32_t> CharTokenizer::encode(const std::u32string& text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto it = std::lower_bound(chars_.begin(), chars_.end(), text[i]);
+    LOOM_CHECK(it != chars_.end() && *it == text[i], "encode: character U+", std::hex, uint32_t(text[i]),
+               " at position ", std::dec, i, " is not in the vocabulary");
+    ids[i] = int32_t(it - chars_.begin());
+  }
+  return ids;
+}
+
+std::string CharTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::u32string s;
+  for (int32_t id : ids) {
+    LOOM_CHECK(id >= 0 && id < vocab_size(), "decode: id ", id, " out of range for vocabulary of ", vocab_size());
+    s.push_back(chars_[size_t(id)]);
+  }
+  return encode_utf8(s);
+}
+
+std::string CharTokenizer::vocab_utf8() const { return encode_utf8(chars_); }
+
+std::string default_corpus_path() { return "/usr/share/games/fortunes"; }
+
+static std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  LOOM_CHECK(in.good(), "corpus: cannot open '", p.string(), "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::u32string read_corpus(const std::string& path) {
+  LOOM_CHECK(fs::exists(path), "corpus: '", path, "' does not exist",
+             path == default_corpus_path() ? " (install Debian's fortunes package: apt-get install fortunes)" : "");
+  std::u32string text;
+  if (fs::is_directory(path)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    LOOM_CHECK(!files.empty(), "corpus: no text files in directory '", path, "'");
+    for (const auto& f : files) text += decode_utf8(read_file(f), f.string());
+  } else {
+    text = decode_utf8(read_file(path), path);
+  }
+  std::u32string clean;
+  clean.reserve(text.size());
+  for (char32_t c : text)
+    if (c >= 0x20 || c == U'\n' || c == U'\t') clean.push_back(c);
+  LOOM_CHECK(!clean.empty(), "corpus: '", path, "' is empty");
+  return clean;
+}
+
+TextDataset::TextDataset(std::vector<int32_t> ids, int64_t block_size, double train_fraction) : block_(block_size) {
+  LOOM_CHECK(block_size > 0, "dataset: block size must be positive, got ", block_size);
+  int64_t n = int64_t(ids.size());
+  LOOM_CHECK(n >= block_size + 1, "dataset: corpus has ", n, " tokens, shorter than block_size + 1 = ",
+             block_size + 1);
+  int64_t n_train = int64_t(double(n) * train_fraction);
+  // Each split needs at least one window of block_size + 1 tokens.
+  n_train = std::max(n_train, block_size + 1);
+  train_.assign(ids.begin(), ids.begin() + n_train);
+  if (n - n_train >= block_size + 1) val_.assign(ids.begin() + n_train, ids.end());
+  else val_ = train_;  // a tiny corpus: validate on the training text (said in the log by the caller)
+}
+
+Batch TextDataset::sample(const std::string& split, int64_t batch, Generator& gen) const {
+  LOOM_CHECK(split == "train" || split == "val", "dataset: unknown split '", split, "' (train or val)");
+  const std::vector<int32_t>& src = split == "train" ? train_ : val_;
+  int64_t T = block_;
+  std::vector<int64_t> x(size_t(batch * T)), y(size_t(batch * T));
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t start = gen.randint(0, int64_t(src.size()) - T);  // window [start, start + T] inclusive
+    for (int64_t t = 0; t < T; ++t) {
+      x[size_t(b * T + t)] = src[size_t(start + t)];
+      y[size_t(b * T + t)] = src[size_t(start + t + 1)];
+    }
+  }
+  return {from_vector(x, {batch, T}), from_vector(y, {batch, T})};
+}
+
+Batch TextDataset::slice(const Batch& b, int64_t begin, int64_t count) {
+  return {ops::contiguous(ops::narrow(b.x, 0, begin, count)), ops::contiguous(ops::narrow(b.y, 0, begin, count))};
+}
+
+}  // namespace loom::data

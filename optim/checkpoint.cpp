@@ -1,0 +1,210 @@
+#include "optim/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+#include "nn/safetensors.h"
+#include "tensor/ops.h"
+
+namespace loom::train {
+
+namespace {
+
+std::string strip_ext(const std::string& path) {
+  const std::string ext = ".safetensors";
+  std::string base = path;
+  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0)
+    base.resize(base.size() - ext.size());
+  return base;
+}
+
+std::string shard_path(const std::string& model_path, int rank) {
+  return strip_ext(model_path) + ".optim." + std::to_string(rank) + ".safetensors";
+}
+
+// main param -> its model param's name
+std::string name_of(const optim::MainParam& m, const std::unordered_map<const TensorImpl*, std::string>& names) {
+  auto it = names.find(m.model_param.impl());
+  LOOM_CHECK(it != names.end(), "checkpoint: the optimizer holds a param ", m.model_param.describe(),
+             " that is not among the model's named parameters");
+  return it->second;
+}
+
+std::unordered_map<const TensorImpl*, std::string> names_by_tensor(const nn::NamedTensors& params) {
+  std::unordered_map<const TensorImpl*, std::string> names;
+  for (const auto& [name, p] : params) names.emplace(p.impl(), name);
+  return names;
+}
+
+const char* kKinds[] = {"main", "exp_avg", "exp_avg_sq"};
+
+}  // namespace
+
+std::string optimizer_path(const std::string& model_path) { return strip_ext(model_path) + ".optim.safetensors"; }
+
+void save_checkpoint(const std::string& path, const nn::NamedTensors& model_state, const nn::GPTConfig& cfg,
+                     const std::string& vocab_utf8, const optim::MixedPrecisionOptimizer& opt,
+                     const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
+                     bool write_shard) {
+  // 1. This rank's optimizer shard.
+  if (write_shard) {
+    auto names = names_by_tensor(params);
+    nn::NamedTensors shard;
+    for (size_t i = 0; i < opt.main_params().size(); ++i) {
+      const optim::MainParam& m = opt.main_params()[i];
+      const optim::AdamWState& st = opt.adam_state(i);
+      const std::string key = str("/", name_of(m, names), "/", m.start);
+      shard.push_back({str("main", key), m.main});
+      shard.push_back({str("exp_avg", key), st.exp_avg});
+      shard.push_back({str("exp_avg_sq", key), st.exp_avg_sq});
+      shard.push_back({str("step", key), st.step});
+    }
+    nn::save_safetensors(shard_path(path, world.rank()), shard, {{"format", "loom-optimizer-shard"}});
+  }
+  // 2. Which ranks wrote one (this is also the barrier: the index never lists
+  //    a shard that is not on disk yet).
+  Tensor wrote = full({1}, write_shard ? 1 : 0, kInt32);
+  Tensor all = zeros({world.size()}, kInt32);
+  world.all_gather(all, wrote);
+  if (world.rank() != 0) return;
+
+  // 3. The index, then the model file: a model file never points at a missing optimizer state.
+  std::string shards;
+  std::vector<int32_t> flags = all.to_vector<int32_t>();
+  for (int r = 0; r < world.size(); ++r) {
+    if (!flags[size_t(r)]) continue;
+    if (!shards.empty()) shards.push_back(',');
+    shards.append(std::filesystem::path(shard_path(path, r)).filename().string());
+  }
+  nn::NamedTensors index;
+  std::vector<int64_t> rng(state.data_rng.begin(), state.data_rng.end());
+  index.push_back({"train.data_rng", from_vector(rng)});
+  index.push_back({"train.step", from_vector(std::vector<int64_t>{state.step})});
+  if (opt.scaler())
+    for (auto& [name, t] : opt.scaler()->state_dict()) index.push_back({"scaler." + name, t});
+  nn::save_safetensors(optimizer_path(path), index, {{"format", "loom-optimizer-index"}, {"shards", shards}});
+
+  std::map<std::string, std::string> meta = {
+      {"format", "loom-gpt"},
+      {"vocab_size", std::to_string(cfg.vocab_size)},
+      {"block_size", std::to_string(cfg.block_size)},
+      {"n_layer", std::to_string(cfg.n_layer)},
+      {"n_head", std::to_string(cfg.n_head)},
+      {"n_embd", std::to_string(cfg.n_embd)},
+      {"dropout", std::to_string(cfg.dropout)},
+      {"seed", std::to_string(cfg.seed)},
+      {"vocab", vocab_utf8},
+      {"step", std::to_string(state.step)},
+  };
+  nn::save_safetensors(path, model_state, meta);
+}
+
+static int64_t meta_int(const nn::SafetensorsFile& f, const std::string& key) {
+  auto it = f.metadata.find(key);
+  LOOM_CHECK(it != f.metadata.end(), "checkpoint '", f.path, "': metadata has no '", key, "'");
+  try {
+    return std::stoll(it->second);
+  } catch (...) {
+    throw Error(str("checkpoint '", f.path, "': metadata '", key, "' = '", it->second, "' is not an integer"));
+  }
+}
+
+nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
+  nn::SafetensorsFile f = nn::load_safetensors(path);
+  nn::GPTConfig c;
+  c.vocab_size = meta_int(f, "vocab_size");
+  c.block_size = meta_int(f, "block_size");
+  c.n_layer = meta_int(f, "n_layer");
+  c.n_head = meta_int(f, "n_head");
+  c.n_embd = meta_int(f, "n_embd");
+  c.seed = uint64_t(meta_int(f, "seed"));
+  auto d = f.metadata.find("dropout");
+  if (d != f.metadata.end()) c.dropout = std::stod(d->second);
+  auto v = f.metadata.find("vocab");
+  LOOM_CHECK(v != f.metadata.end(), "checkpoint '", path, "': metadata has no 'vocab'");
+  if (vocab_utf8) *vocab_utf8 = v->second;
+  return c;
+}
+
+TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimizer& opt,
+                           const nn::NamedTensors& params) {
+  // 1. The index: train state, loss scale, the shard files.
+  const std::string index_path = optimizer_path(path);
+  nn::SafetensorsFile index = nn::load_safetensors(index_path);
+  LOOM_CHECK(index.contains("train.data_rng") && index.contains("train.step") && index.metadata.count("shards"),
+             "checkpoint '", index_path, "': not an optimizer index (missing train.data_rng, train.step or shards)");
+  TrainState s{};
+  std::vector<int64_t> rng = index.at("train.data_rng").to_vector<int64_t>();
+  LOOM_CHECK(rng.size() == 4, "checkpoint '", index_path, "': train.data_rng has ", rng.size(), " words, not 4");
+  for (size_t i = 0; i < 4; ++i) s.data_rng[i] = uint64_t(rng[i]);
+  s.step = index.at("train.step").item<int64_t>();
+  if (opt.scaler()) {
+    LOOM_CHECK(index.contains("scaler.scale"), "checkpoint '", index_path, "' has no loss-scaler state; it was "
+               "written by a run without fp16 loss scaling");
+    opt.scaler()->load_state_dict({{"scale", index.at("scaler.scale")},
+                                   {"growth_tracker", index.at("scaler.growth_tracker")}});
+  }
+
+  // 2. Every fragment in every shard: "<kind>/<param name>/<first element>".
+  struct Fragment {
+    int64_t start;
+    Tensor t;
+    std::string file;
+  };
+  std::map<std::pair<std::string, std::string>, std::vector<Fragment>> fragments;  // (kind, name) -> pieces
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  std::stringstream list(index.metadata.at("shards"));
+  for (std::string file; std::getline(list, file, ',');) {
+    nn::SafetensorsFile shard = nn::load_safetensors((dir / file).string());
+    for (auto& [key, t] : shard.tensors) {
+      size_t a = key.find('/'), b = key.rfind('/');
+      const std::string first = b == std::string::npos ? "" : key.substr(b + 1);
+      LOOM_CHECK(a != std::string::npos && b > a && !first.empty() && first.size() <= 18 &&
+                     first.find_first_not_of("0123456789") == std::string::npos,
+                 "checkpoint '", shard.path, "': unexpected tensor name '", key,
+                 "' (expected <kind>/<param name>/<first element>)");
+      fragments[{key.substr(0, a), key.substr(a + 1, b - a - 1)}].push_back({std::stoll(first), t, shard.path});
+    }
+  }
+
+  // 3. Each of this rank's main params: copy in the overlap of every fragment
+  //    of its param, and check that together they cover it.
+  auto names = names_by_tensor(params);
+  for (size_t i = 0; i < opt.main_params().size(); ++i) {
+    const optim::MainParam& m = opt.main_params()[i];
+    const optim::AdamWState& st = opt.adam_state(i);
+    const std::string name = name_of(m, names);
+    const Tensor dst[] = {m.main, st.exp_avg, st.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) {
+      // Fragments may overlap: a tied weight's two pipeline copies are both
+      // saved (bit-identical). Count each element once.
+      std::vector<char> seen(size_t(m.end - m.start), 0);
+      for (const Fragment& f : fragments[{kKinds[k], name}]) {
+        const int64_t lo = std::max(m.start, f.start), hi = std::min(m.end, f.start + f.t.numel());
+        if (lo >= hi) continue;
+        LOOM_CHECK(f.t.dtype() == kFloat32, "checkpoint '", f.file, "': ", kKinds[k], "/", name, " is ",
+                   f.t.describe(), ", expected float32");
+        ops::copy_(ops::narrow(dst[k], 0, lo - m.start, hi - lo), ops::narrow(f.t, 0, lo - f.start, hi - lo));
+        std::fill(seen.begin() + (lo - m.start), seen.begin() + (hi - m.start), 1);
+        if (k == 0) {  // the AdamW step travels with the main param
+          const auto& steps = fragments[{"step", name}];
+          auto sf = std::find_if(steps.begin(), steps.end(), [&](const Fragment& x) { return x.start == f.start; });
+          LOOM_CHECK(sf != steps.end(), "checkpoint '", f.file, "': main/", name, "/", f.start,
+                     " has no step/", name, "/", f.start, " beside it (AdamW's step count)");
+          ops::copy_(st.step, sf->t);
+        }
+      }
+      const int64_t covered = std::count(seen.begin(), seen.end(), 1);
+      LOOM_CHECK(covered == m.end - m.start, "checkpoint '", index_path, "': ", kKinds[k], " of ", name,
+                 " elements [", m.start, ", ", m.end, ") is covered by ", covered, " elements of the listed shards (",
+                 index.metadata.at("shards"), "); is a shard file missing, or is this another model?");
+    }
+  }
+  opt.refresh_model_params();
+  return s;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,57 @@
+// train_gpt's checkpoints, for any mix of --dp, --pp, --zero and --dtype.
+// Every file is safetensors, written to a temp file and renamed, so an
+// interrupted save never destroys the previous checkpoint.
+//   PATH                         the model (world rank 0): every parameter of the
+//                                whole GPT by name, in the model's dtype; config
+//                                and vocabulary in __metadata__ (loads in PyTorch)
+//   PATH.optim.<r>.safetensors   world rank r's optimizer shard: for each main
+//                                param it holds - all of a model param, or the
+//                                part of it a ZeRO-1 rank owns - the fp32 main
+//                                param, exp_avg, exp_avg_sq and AdamW step, named
+//                                "main/<param name>/<first element>" etc.
+//                                Replicas (dp ranks without --zero) hold the same
+//                                state: only dp rank 0 writes.
+//   PATH.optim.safetensors       the index (rank 0, written last but one): the
+//                                shard file names, the step, the data RNG, the
+//                                loss scale
+// Loading reads the index and every shard it lists and cuts out the elements
+// each rank's main params cover: a run resumes bit-exactly with the same
+// layout, and reshards (gather, then re-split) when dp, pp or --zero changed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "nn/gpt.h"
+#include "optim/mixed_precision_optimizer.h"
+#include "parallel/comm/process_group.h"
+
+namespace loom::train {
+
+struct TrainState {
+  int64_t step = 0;                  // steps completed
+  std::array<uint64_t, 4> data_rng;  // Generator::state() of the batch sampler
+};
+
+std::string optimizer_path(const std::string& model_path);  // the index: PATH.optim.safetensors
+
+// Collective over world. model_state: the whole GPT's parameters (read on
+// world rank 0 only); params: this rank's named parameters (to name the
+// optimizer's main params); write_shard: this rank's optimizer state is not a
+// replica of a lower dp rank's.
+void save_checkpoint(const std::string& path, const nn::NamedTensors& model_state, const nn::GPTConfig& cfg,
+                     const std::string& vocab_utf8, const optim::MixedPrecisionOptimizer& opt,
+                     const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
+                     bool write_shard);
+
+// Reads just the config and vocabulary (to build the model before loading).
+nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8);
+
+// Fills opt's main params and AdamW state from the shards, copies the main
+// params into the model params (collective over dp under ZeRO-1) and returns
+// the train state. Errors name the file and the tensor.
+TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimizer& opt,
+                           const nn::NamedTensors& params);
+
+}  // namespace loom::train

@@ -1,0 +1,77 @@
+#include "optim/memory_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <unordered_set>
+
+#include "autograd/variable.h"
+
+namespace loom::train {
+
+MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
+                               const optim::MixedPrecisionOptimizer& opt, int64_t peak_during_step,
+                               int64_t live_before_step) {
+  MemoryBreakdown m;
+  // Count each storage once: under --zero every param is a view of one buffer.
+  std::unordered_set<const Storage*> seen;
+  auto bytes_of = [&](const Tensor& t) -> int64_t {
+    if (!t.defined() || !seen.insert(t.storage().get()).second) return 0;
+    return int64_t(t.storage()->nbytes());
+  };
+  for (const Tensor& p : params) {
+    m.num_params += p.numel();
+    m.params += bytes_of(p);
+  }
+  if (dp) {
+    m.grads = bytes_of(dp->bucket_manager().buffer());
+  } else {
+    for (const Tensor& p : params) m.grads += bytes_of(autograd::grad(p));
+  }
+  for (size_t i = 0; i < opt.main_params().size(); ++i) {
+    m.optimizer += bytes_of(opt.main_params()[i].main);  // 0 when it is (a view of) the param
+    const optim::AdamWState& st = opt.adam_state(i);
+    m.optimizer += bytes_of(st.exp_avg) + bytes_of(st.exp_avg_sq) + bytes_of(st.step);
+  }
+  m.activations_peak = peak_during_step - live_before_step;
+  m.live = memory_stats().live_bytes;
+  return m;
+}
+
+MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool zero) {
+  const int64_t param_bytes = int64_t(element_size(dtype));
+  const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;  // fp32 main params alias fp32 params
+  const double opt_per_param = double(main_bytes + 8) / double(zero ? dp : 1);
+  return {num_params * param_bytes, num_params * 4, int64_t(double(num_params) * opt_per_param)};
+}
+
+std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
+                          parallel::ProcessGroup& world) {
+  constexpr int kFields = 9;
+  Tensor row = from_vector(std::vector<int64_t>{mine.num_params, mine.params, predicted.params, mine.grads,
+                                                predicted.grads, mine.optimizer, predicted.optimizer,
+                                                mine.activations_peak, mine.live});
+  Tensor all = zeros({int64_t(world.size()) * kFields}, kInt64);
+  world.all_gather(all, row);
+  if (world.rank() != 0) return "";
+  std::vector<int64_t> v = all.to_vector<int64_t>();
+  auto mib = [](int64_t b) { return double(b) / (1024.0 * 1024.0); };
+  std::string out = "memory after step 1 (MiB, measured / predicted):\n"
+                    " rank     params   |  params         | grads (main_grad) | optimizer state   | bytes/param   |"
+                    " activ. peak | live\n";
+  char line[256];
+  for (int r = 0; r < world.size(); ++r) {
+    const int64_t* f = v.data() + size_t(r) * kFields;
+    // params + grads + optimizer state per parameter: Megatron's 6 + 12/dp for bf16 + ZeRO
+    const double n = double(std::max<int64_t>(f[0], 1));
+    std::snprintf(line, sizeof line,
+                  " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f | %5.2f / %5.2f |  %9.2f  "
+                  "| %7.2f\n",
+                  r,
+                  (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]),
+                  double(f[1] + f[3] + f[5]) / n, double(f[2] + f[4] + f[6]) / n, mib(f[7]), mib(f[8]));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,48 @@
+// --memory-report: where a rank's memory goes after the first step, measured
+// through the counting allocator (tensor/storage.h) and printed next to the
+// formula it should match (Megatron-LM's distributed-optimizer table; ZeRO
+// paper, section 3). Per parameter on a rank holding N params, dp replicas:
+//
+//                        fp32 model         bf16/fp16 model
+//   params               4                  2
+//   grads (main_grad)    4                  4                 fp32 buffer, + bucket padding
+//   optimizer state      8   (m, v)         12  (main, m, v)  divided by dp under --zero
+//
+// so bf16 with the distributed optimizer costs 6 + 12/dp bytes per param, and
+// fp32 8 + 8/dp (an fp32 model's main params are the params themselves).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "optim/mixed_precision_optimizer.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
+
+namespace loom::train {
+
+struct MemoryBreakdown {
+  int64_t num_params = 0;        // parameters on this rank (its pipeline stage)
+  int64_t params = 0;            // bytes of the model params (the param buffer under --zero)
+  int64_t grads = 0;             // bytes of the fp32 main_grad buffer (or of the .grad tensors)
+  int64_t optimizer = 0;         // fp32 main params that are not the params themselves, exp_avg, exp_avg_sq, steps
+  int64_t activations_peak = 0;  // peak bytes during step 1 above what was live before it
+  int64_t live = 0;              // all live bytes now
+};
+
+// Measures this rank's breakdown. dp may be null (no data-parallel wrapper).
+MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
+                               const optim::MixedPrecisionOptimizer& opt, int64_t peak_during_step,
+                               int64_t live_before_step);
+
+// What the table above predicts for this rank: {params, grads, optimizer} bytes.
+struct MemoryPrediction {
+  int64_t params, grads, optimizer;
+};
+MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool zero);
+
+// One line per rank, gathered to world rank 0 (collective over world); returns
+// the table on rank 0, "" elsewhere.
+std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
+                          parallel::ProcessGroup& world);
+
+}  // namespace loom::train

@@ -1,0 +1,125 @@
+#include "parallel/data_parallel/bucket.h"
+
+#include <algorithm>
+
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
+                             GradReduce reduce)
+    : group_(dp_group), reduce_(reduce) {
+  LOOM_CHECK(bucket_cap_mb > 0, "BucketManager: bucket_cap_mb must be > 0, got ", bucket_cap_mb);
+  const int64_t cap = std::max<int64_t>(1, int64_t(bucket_cap_mb * 1024 * 1024 / sizeof(float)));
+  const int64_t pad_to = int64_t(dp_group.size()) * kBucketPadElements;
+
+  // 1. Assign params to buckets, walking them in reverse (the order backward
+  //    produces their gradients); remember each param's offset in the buffer.
+  struct Place { Tensor p; int bucket, index; int64_t offset; };
+  std::vector<Place> places;
+  int64_t end = 0;          // end of the last param placed
+  int64_t bucket_used = 0;  // elements of params in the open bucket
+  auto close_bucket = [&] {
+    Bucket& b = buckets_.back();
+    b.numel = (end - b.offset + pad_to - 1) / pad_to * pad_to;
+    end = b.offset + b.numel;
+  };
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const Tensor& p = *it;
+    LOOM_CHECK(is_floating(p.dtype()), "BucketManager: parameter ", p.describe(), " is not floating point");
+    if (buckets_.empty() || (bucket_used > 0 && bucket_used + p.numel() > cap)) {
+      if (!buckets_.empty()) close_bucket();
+      buckets_.push_back(Bucket{});
+      buckets_.back().offset = end;
+      bucket_used = 0;
+    }
+    Bucket& b = buckets_.back();
+    places.push_back({p, int(buckets_.size()) - 1, int(b.params.size()), end});
+    b.params.push_back(p);
+    end += p.numel();
+    bucket_used += p.numel();
+  }
+  if (!buckets_.empty()) close_bucket();
+
+  // 2. One zeroed fp32 buffer; buckets and main_grads are views into it.
+  buffer_ = zeros({end}, kFloat32);
+  for (Bucket& b : buckets_) {
+    b.grad_data = ops::narrow(buffer_, 0, b.offset, b.numel);
+    b.ready.assign(b.params.size(), false);
+    b.all_reduce = reduce == GradReduce::AllReduce;
+  }
+  for (const Place& pl : places) {
+    Tensor view = ops::view(ops::narrow(buffer_, 0, pl.offset, pl.p.numel()), pl.p.shape());
+    bool fresh = slots_.emplace(pl.p.impl(), Slot{pl.bucket, pl.index, pl.offset, view}).second;
+    LOOM_CHECK(fresh, "BucketManager: parameter ", pl.p.describe(), " is listed twice");
+  }
+}
+
+const BucketManager::Slot& BucketManager::slot(const Tensor& p) const {
+  auto it = slots_.find(p.impl());
+  LOOM_CHECK(it != slots_.end(), "BucketManager: ", p.describe(),
+             " is not one of the wrapped parameters that require grad");
+  return it->second;
+}
+
+const Tensor& BucketManager::main_grad(const Tensor& p) const { return slot(p).main_grad; }
+
+int BucketManager::bucket_of(const Tensor& p) const { return slot(p).bucket; }
+
+int64_t BucketManager::offset_of(const Tensor& p) const { return slot(p).offset; }
+
+void BucketManager::all_reduce_bucket_of(const Tensor& p) {
+  LOOM_CHECK(fixed_by_.empty(), "BucketManager::all_reduce_bucket_of(", p.describe(), "): the buckets' reductions "
+             "were fixed by ", fixed_by_, "; mark shared weights before building it");
+  buckets_[size_t(bucket_of(p))].all_reduce = true;
+}
+
+BucketManager::Shard BucketManager::shard(int b) const {
+  const Bucket& bucket = buckets_.at(size_t(b));
+  const int64_t n = bucket.numel / group_.size();  // exact: buckets are padded to dp x 64
+  return {bucket.offset + int64_t(group_.rank()) * n, n};
+}
+
+void BucketManager::mark_param_ready(const Tensor& p) {
+  const Slot& s = slot(p);
+  Bucket& b = buckets_[size_t(s.bucket)];
+  LOOM_CHECK(!b.ready[size_t(s.index)], "BucketManager: gradient of ", p.describe(),
+             " marked ready twice in one backward (call reset() between steps)");
+  b.ready[size_t(s.index)] = true;
+  if (++b.num_ready == int(b.params.size())) launch(b);
+}
+
+void BucketManager::launch(Bucket& b) {
+  // picotron's Bucket.sync_gradient: the mean over dp ranks of the summed
+  // gradients. The buffer is not touched again until wait() returns.
+  if (b.all_reduce) {
+    b.work = group_.all_reduce_async(b.grad_data, ReduceOp::Avg);
+  } else {
+    // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
+    // reduced into this rank's [n] shard of itself, in place.
+    Shard s = shard(int(&b - buckets_.data()));
+    b.work = group_.reduce_scatter_async(ops::narrow(buffer_, 0, s.offset, s.numel), b.grad_data, ReduceOp::Avg);
+  }
+}
+
+void BucketManager::wait(const std::function<void(int bucket)>& on_reduced) {
+  for (Bucket& b : buckets_)
+    if (!b.work) launch(b);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    buckets_[i].work->wait();
+    if (on_reduced) on_reduced(int(i));
+  }
+}
+
+void BucketManager::reset() {
+  for (Bucket& b : buckets_) {
+    LOOM_CHECK(!b.work || b.work->is_completed(), "BucketManager::reset: a bucket's all-reduce is still running "
+               "(reset after wait())");
+    b.work = nullptr;
+    b.ready.assign(b.params.size(), false);
+    b.num_ready = 0;
+  }
+  ops::zero_(buffer_);
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,92 @@
+#include "parallel/data_parallel/data_parallel_bucket.h"
+
+#include "parallel/trace/trace.h"
+
+#include "autograd/engine.h"
+#include "autograd/variable.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, double bucket_cap_mb)
+    : DataParallelBucket(unique_params(params), dp_group, BucketOptions{bucket_cap_mb}) {}
+
+DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group,
+                                       double bucket_cap_mb)
+    : DataParallelBucket(params, dp_group, BucketOptions{bucket_cap_mb}) {}
+
+DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group,
+                                       const BucketOptions& options)
+    : DataParallelBucket(unique_params(params), dp_group, options) {}
+
+DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group,
+                                       const BucketOptions& options)
+    : dp_group_(dp_group), options_(options) {
+  if (options_.reduce == GradReduce::ReduceScatter) options_.grads_to_params = false;
+  std::vector<Tensor> all = unique_params(params);
+  broadcast_params(all, dp_group_);  // every replica starts from dp rank 0's weights
+  for (const Tensor& p : all)
+    if (autograd::requires_grad(p)) params_.push_back(p);
+  buckets_ = std::make_unique<BucketManager>(params_, dp_group_, options_.bucket_cap_mb, options_.reduce);
+
+  for (const Tensor& p : params_) {
+    auto acc = autograd::grad_accumulator(p);
+    std::weak_ptr<bool> alive = alive_;
+    acc->register_hook([this, alive](Tensor& param) {
+      if (!alive.expired()) on_grad_accumulated(param);
+    });
+    grad_accs_.push_back(std::move(acc));
+  }
+}
+
+DataParallelBucket::~DataParallelBucket() { alive_.reset(); }
+
+void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
+  // After a sync, .grad of an fp32 param *is* its main_grad view, so this
+  // backward's AccumulateGrad has just added into the averaged buffer.
+  LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
+             "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
+  // 1. Move the gradient into the bucket buffer (picotron:
+  //    param.main_grad.add_(param.grad.data); param.grad = None).
+  Tensor g = autograd::grad(param);
+  const Tensor& main_grad = buckets_->main_grad(param);
+  if (g.defined()) ops::add_(main_grad, ops::to(g, kFloat32));
+  autograd::set_grad(param, Tensor());
+  if (!require_backward_grad_sync_) return;  // no_sync: just accumulate
+
+  // 2. After this backward, wait for the buckets (queued once per backward).
+  if (!callback_queued_) {
+    std::weak_ptr<bool> alive = alive_;
+    autograd::Engine::queue_callback([this, alive] {
+      if (!alive.expired()) finish_grad_sync();
+    });
+    callback_queued_ = true;
+  }
+  // 3. The bucket's all-reduce starts once all its params are ready.
+  buckets_->mark_param_ready(param);
+}
+
+void DataParallelBucket::finish_grad_sync() {
+  callback_queued_ = false;
+  {
+    trace::Span span("wait for gradient all-reduce");  // the exposed communication
+    buckets_->wait(on_bucket_reduced_);
+  }
+  // Hand the averaged gradient to the optimizer as .grad (unless it reads main_grad itself).
+  if (options_.grads_to_params) {
+    for (const Tensor& p : params_) {
+      const Tensor& main_grad = buckets_->main_grad(p);
+      autograd::set_grad(p, p.dtype() == kFloat32 ? main_grad : ops::to(main_grad, p.dtype()));
+    }
+  }
+  synced_ = true;
+}
+
+void DataParallelBucket::reset() {
+  buckets_->reset();
+  autograd::zero_grad(params_, /*set_to_none=*/true);
+  callback_queued_ = false;
+  synced_ = false;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,104 @@
+// DataParallelBucket: data parallelism whose gradient all-reduces overlap
+// backward (picotron's DataParallelBucket; Megatron's DistributedDataParallel
+// with overlap_grad_reduce; PyTorch DDP's reducer).
+//
+// How a backward pass goes (see bucket.h for the buffer):
+//   1. A hook on each parameter's AccumulateGrad node runs when the
+//      parameter's gradient is ready: it adds .grad into the param's fp32
+//      main_grad (a view into the bucket buffer), drops .grad (the buffer holds
+//      it now) and marks the param ready. The first hook of the pass also queues
+//      a callback on the autograd engine.
+//   2. When every param of a bucket is ready, the bucket's all-reduce (average
+//      over dp) is launched asynchronously; backward goes on with earlier layers
+//      while the dp group's communication thread runs it.
+//   3. The callback runs after backward: it waits for every bucket, then
+//      writes the averaged gradient back as .grad for the optimizer - for an
+//      fp32 param .grad *is* its main_grad view (no copy; picotron does
+//      `param.grad = param.main_grad`), for a bf16/fp16 param .grad is a copy
+//      rounded to the param's dtype (a mixed-precision optimizer reads the fp32
+//      main_grad(param) instead, and turns grads_to_params off). In
+//      ReduceScatter mode (ZeRO-1) each rank gets only its shard's average and
+//      no .grad is written.
+//
+//   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), /*bucket_cap_mb=*/25);
+//   for (step...) {
+//     for (micro-batches but the last) { auto guard = dp.no_sync(); backward(loss / K); }
+//     backward(loss / K);   // syncs the sum of all micro-batches
+//     optimizer.step();
+//     dp.reset();           // zero main_grad, drop .grad: once per step
+//   }
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "autograd/accumulate_grad.h"
+#include "parallel/data_parallel/bucket.h"
+#include "parallel/data_parallel/data_parallel_common.h"
+
+namespace loom::parallel {
+
+struct BucketOptions {
+  double bucket_cap_mb = 25.0;
+  // ReduceScatter: ZeRO-1, each dp rank keeps the average of its own shard of
+  // every bucket (optim/distributed_optimizer.h); no .grad is handed back.
+  GradReduce reduce = GradReduce::AllReduce;
+  // After the sync, hand the averaged gradient to the params as .grad. Off when
+  // the optimizer reads main_grad itself (optim/mixed_precision_optimizer.h), so
+  // that bf16/fp16 params get no rounded .grad copies.
+  bool grads_to_params = true;
+};
+
+class DataParallelBucket : public DataParallel {
+ public:
+  // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
+  // the buffer, hooks every param that requires grad (the others are skipped).
+  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, double bucket_cap_mb = 25.0);
+  DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb = 25.0);
+  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, const BucketOptions& options);
+  DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group, const BucketOptions& options);
+  ~DataParallelBucket();  // the hooks die with the AccumulateGrad nodes we keep
+  DataParallelBucket(const DataParallelBucket&) = delete;
+  DataParallelBucket& operator=(const DataParallelBucket&) = delete;
+
+  // The fp32 gradient of param: a view into the bucket buffer.
+  const Tensor& main_grad(const Tensor& param) const { return buckets_->main_grad(param); }
+
+  // Gradient accumulation: inside the guard backward only adds into main_grad.
+  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
+  void zero_grad() override { reset(); }
+  bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
+
+  // Zeroes every main_grad and drops every .grad. Call once per optimizer step,
+  // before the next step's first backward (Megatron's zero_grad_buffer).
+  void reset();
+
+  // Runs inside the after-backward callback as soon as bucket i's reduction is
+  // done, while later buckets may still be in flight: where a distributed
+  // optimizer can step that bucket's shard early (PyTorch's ZeRO + DDP hook).
+  void set_on_bucket_reduced(std::function<void(int bucket)> fn) { on_bucket_reduced_ = std::move(fn); }
+
+  BucketManager& bucket_manager() { return *buckets_; }
+  const BucketManager& bucket_manager() const { return *buckets_; }
+  const BucketOptions& options() const { return options_; }
+  ProcessGroup& dp_group() { return dp_group_; }
+  const std::vector<Tensor>& params() const { return params_; }  // those that require grad
+
+ private:
+  void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
+  void finish_grad_sync();                         // the engine callback
+
+  ProcessGroup& dp_group_;
+  BucketOptions options_;
+  std::function<void(int)> on_bucket_reduced_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<BucketManager> buckets_;
+  // The hooks live on these nodes; keeping them keeps the hooks (picotron's grad_accs).
+  std::vector<std::shared_ptr<autograd::AccumulateGrad>> grad_accs_;
+  bool require_backward_grad_sync_ = true;
+  bool callback_queued_ = false;  // this backward's finish_grad_sync is queued
+  bool synced_ = false;           // grads were synced and reset() has not run since
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // hooks check it
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,33 @@
+#include "parallel/data_parallel/data_parallel_common.h"
+
+#include <unordered_set>
+
+namespace loom::parallel {
+
+std::vector<Tensor> unique_params(const std::vector<Tensor>& params) {
+  std::vector<Tensor> out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (const Tensor& p : params) {
+    LOOM_CHECK(p.defined(), "data parallel: parameter ", out.size(), " is undefined");
+    if (seen.insert(p.impl()).second) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<Tensor> unique_params(const NamedParams& named) {
+  std::vector<Tensor> params;
+  for (const auto& [name, p] : named) {
+    LOOM_CHECK(p.defined(), "data parallel: parameter ", name, " is undefined");
+    params.push_back(p);
+  }
+  return unique_params(params);
+}
+
+void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group) {
+  // Queue them all, then wait: the group runs them back to back.
+  std::vector<std::shared_ptr<Work>> works;
+  for (const Tensor& p : params) works.push_back(group.broadcast_async(p, /*root=*/0));
+  for (auto& w : works) w->wait();
+}
+
+}  // namespace loom::parallel

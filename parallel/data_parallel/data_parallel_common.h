@@ -1,0 +1,55 @@
+// What both data-parallel wrappers (data_parallel_naive.h, data_parallel_bucket.h)
+// do with the parameters they are given: take them as an ordered list (the
+// order of Module::named_parameters(), which fixes the bucket layout), make
+// every dp rank start from rank 0's values, and switch gradient sync off for
+// gradient accumulation (no_sync).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+#include "tensor/tensor.h"
+
+namespace loom::parallel {
+
+// What Module::named_parameters() returns: ("blocks.0.attn.qkv.weight", tensor), ...
+using NamedParams = std::vector<std::pair<std::string, Tensor>>;
+
+// The tensors of `named`, in order, each once (a tied weight appears once).
+std::vector<Tensor> unique_params(const NamedParams& named);
+std::vector<Tensor> unique_params(const std::vector<Tensor>& params);
+
+// Every rank of `group` gets rank 0's values, so the replicas start identical
+// whatever seed each rank initialised with (DDP does this at wrap time too).
+void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group);
+
+// While alive, backward accumulates gradients locally and does not sync them
+// (DDP's no_sync()); the first backward after it syncs the accumulated sum.
+//   { auto guard = dp.no_sync(); backward(loss_micro_0); }
+//   backward(loss_micro_1);   // all-reduces the sum of both micro-batches
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(bool& require_sync) : flag_(require_sync), prev_(require_sync) { flag_ = false; }
+  ~NoSyncGuard() { flag_ = prev_; }
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+ private:
+  bool& flag_;
+  bool prev_;
+};
+
+// What a training loop (train_gpt, the pipeline schedules) needs from either
+// data-parallel wrapper, so it can be written once for both.
+class DataParallel {
+ public:
+  virtual ~DataParallel() = default;
+  // Gradient accumulation: backward inside the guard does not sync.
+  [[nodiscard]] virtual NoSyncGuard no_sync() = 0;
+  // Clears this step's gradients before the next step's first backward.
+  virtual void zero_grad() = 0;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,116 @@
+#include "parallel/pipeline_parallel/gather_model.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+namespace {
+
+// What one stage contributes: its state dict without the last stage's wte copy
+// (pp rank 0 already holds wte.weight, the first stage's). Stages register
+// their parameters in the full model's order (pipeline_stage.cpp), so these
+// lists, concatenated in stage order, are nn::GPT(cfg).named_parameters().
+nn::NamedTensors stage_entries(PipelineStage& stage, int pp_rank) {
+  nn::NamedTensors out;
+  for (auto& [name, t] : stage.state_dict())
+    if (pp_rank == 0 || name != "wte.weight") out.emplace_back(name, t);
+  return out;
+}
+
+// The metadata a stage sends ahead of its tensors, so that rank 0 needs to
+// know nothing about the other stages (their layer ranges may come from a
+// balanced partition it never computed). One int64 list:
+//   [count, then per tensor: dtype, ndim, dim_0 .. dim_{ndim-1}, name length, name chars...]
+// Names travel as one char per int64: wasteful, but a few hundred bytes per
+// stage, against megabytes of weights.
+std::vector<int64_t> describe(const nn::NamedTensors& entries) {
+  std::vector<int64_t> meta{int64_t(entries.size())};
+  for (const auto& [name, t] : entries) {
+    meta.push_back(int64_t(t.dtype()));
+    meta.push_back(t.dim());
+    meta.insert(meta.end(), t.shape().begin(), t.shape().end());
+    meta.push_back(int64_t(name.size()));
+    for (char c : name) meta.push_back(int64_t(c));
+  }
+  return meta;
+}
+
+// The inverse: empty tensors of the announced names, shapes and dtypes, to receive into.
+nn::NamedTensors allocate_described(const std::vector<int64_t>& meta) {
+  nn::NamedTensors out;
+  size_t i = 0;
+  const int64_t count = meta.at(i++);
+  for (int64_t k = 0; k < count; ++k) {
+    const auto dtype = DType(meta.at(i++));
+    const int64_t ndim = meta.at(i++);
+    Shape shape(meta.begin() + std::ptrdiff_t(i), meta.begin() + std::ptrdiff_t(i + size_t(ndim)));
+    i += size_t(ndim);
+    const int64_t len = meta.at(i++);
+    std::string name;
+    for (int64_t c = 0; c < len; ++c) name.push_back(char(meta.at(i++)));
+    out.emplace_back(name, empty(shape, dtype));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Every stage but the first sends to pp rank 0, which receives from stage 1,
+// then 2, ...: on the group's FIFO thread each send meets its receive in the
+// same order on both sides (stage s waits in its first send until rank 0 has
+// finished with stage s - 1). Per stage: the metadata's length [1], the
+// metadata [length], then each tensor's values.
+nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_group) {
+  const int rank = pp_group.rank(), size = pp_group.size();
+  LOOM_CHECK(stage.is_first_stage() == (rank == 0) && stage.is_last_stage() == (rank == size - 1),
+             "gather_stage_states: stage layers [", stage.range().start, ", ", stage.range().end,
+             ") do not match pipeline rank ", rank, " of ", size);
+  NoGradGuard no_grad;
+  nn::NamedTensors mine = stage_entries(stage, rank);
+
+  if (rank != 0) {
+    std::vector<int64_t> meta = describe(mine);
+    pp_group.send(from_vector<int64_t>({int64_t(meta.size())}), 0);
+    pp_group.send(from_vector<int64_t>(meta), 0);
+    for (const auto& [name, t] : mine) pp_group.send(ops::contiguous(t), 0);
+    return {};
+  }
+
+  // Rank 0: copies of its own entries (the caller owns the result, and a
+  // snapshot must not change when training goes on), then every other stage's.
+  nn::NamedTensors full;
+  for (const auto& [name, t] : mine) full.emplace_back(name, ops::clone(t));
+  for (int src = 1; src < size; ++src) {
+    Tensor length = empty({1}, kInt64);
+    pp_group.recv(length, src);
+    Tensor meta = empty({length.item<int64_t>()}, kInt64);
+    pp_group.recv(meta, src);
+    for (auto& [name, t] : allocate_described(meta.to_vector<int64_t>())) {
+      pp_group.recv(t, src);
+      full.emplace_back(name, t);
+    }
+  }
+  return full;
+}
+
+void load_stage_state(PipelineStage& stage, const nn::NamedTensors& full) {
+  std::map<std::string, Tensor> by_name(full.begin(), full.end());
+  nn::NamedTensors mine;
+  std::string missing;
+  for (const auto& [name, p] : stage.named_parameters()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) missing += str(missing.empty() ? "" : ", ", name);
+    else mine.emplace_back(name, it->second);
+  }
+  LOOM_CHECK(missing.empty(), "load_stage_state: stage layers [", stage.range().start, ", ", stage.range().end,
+             "): the state has no entry ", missing);
+  // Strict: checks every shape before copying anything; copies without recording a graph.
+  stage.load_state_dict(mine);
+}
+
+}  // namespace loom::parallel

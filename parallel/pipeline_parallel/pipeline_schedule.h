@@ -1,0 +1,77 @@
+// Pipeline schedules: the order in which a stage runs the forwards and
+// backwards of a step's micro-batches and talks to its neighbours (picotron's
+// pipeline_parallel.py: train_step_pipeline_afab / train_step_pipeline_1f1b;
+// Megatron's schedules.py).
+//
+// AFAB, all-forward-all-backward (GPipe, Huang et al. 2019): every micro-batch
+// forward, then every backward. Simple, but a stage holds the activations of
+// all m micro-batches at once.
+//
+//   stage 0 | F0 F1 F2 F3 .  .  B0 B1 B2 B3          (p 2, m 4; schedule_diagram.h
+//   stage 1 | .  F0 F1 F2 F3 B0 B1 B2 B3 .           draws 1F1B on 4 stages)
+//
+// 1F1B, one-forward-one-backward (PipeDream, Narayanan et al. 2019, in the
+// synchronous, flushed form of PipeDream-Flush, 2021, Megatron-LM's default): stage s runs p - s - 1 warm-up forwards, then alternates
+// one forward and one backward (steady state), then the remaining backwards
+// (cool-down). Same bubble as AFAB, but a stage holds at most p - s
+// micro-batches' activations instead of m: the memory saving is the point.
+//
+// Both schedules: the loss exists on the last stage only; each micro-batch's
+// loss is scaled by 1/m before backward, so the gradients summed over the m
+// backwards are those of the mean over the whole batch (the same as one big
+// batch, or gradient accumulation). With data parallelism (dp × pp), every
+// backward but the last runs inside dp->no_sync(): the gradients are synced
+// once, during micro-batch m-1's backward (the last one on every stage).
+//
+// Each forward and backward is recorded as a trace span F<mb> / B<mb>
+// (trace.h) and as a ScheduleEvent, for --print-schedule (schedule_diagram.h).
+// After the schedule: the shared-weight gradient all-reduce (shared_weights.h),
+// clipping (grad_norm.h), the optimizer step.
+//
+// Evaluation (eval_step_pipeline) is AFAB's forward half alone: with no
+// backward to come, no activation is kept past its send; the same loss
+// broadcast ends it.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/pipeline_parallel/pipeline_p2p.h"
+#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/trace/schedule_diagram.h"
+
+namespace loom::parallel {
+
+// One micro-batch of this data-parallel rank's rows: x = token ids [b, T]
+// (read by the first stage), y = targets [b, T] (read by the last stage).
+struct MicroBatch {
+  Tensor x, y;
+};
+
+// The loss on the last stage: (logits [b, T, V], targets [b, T]) -> scalar.
+using LossFn = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
+
+struct PipelineStepResult {
+  double loss = 0;             // mean over the micro-batches; the same on every stage (broadcast from the last)
+  StageEvents events;          // what this stage ran, in order
+};
+
+// dp: the data-parallel wrapper of this stage's parameters, or null.
+PipelineStepResult train_step_pipeline_afab(PipelineStage& stage, PipelineP2P& p2p,
+                                            const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
+                                            DataParallel* dp = nullptr);
+PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p2p,
+                                            const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
+                                            DataParallel* dp = nullptr);
+
+// The validation loss of a pipeline: every micro-batch's forward in order
+// (AFAB without the backward), under NoGradGuard, so it records no graph,
+// holds no activation past its send and leaves no .grad. Returns the mean loss
+// over the micro-batches, computed on the last stage and broadcast over the pp
+// group: the same number on every stage. Putting the stage in eval mode
+// (stage.eval(): dropout off) is the caller's job, as with model.eval() in PyTorch.
+double eval_step_pipeline(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
+                          const LossFn& loss_fn);
+
+}  // namespace loom::parallel

@@ -1,0 +1,90 @@
+#include "parallel/pipeline_parallel/pipeline_stage.h"
+
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "autograd/variable.h"
+
+namespace loom::parallel {
+
+namespace {
+
+// A plain container, so that "blocks.3" can be a child "3" of a child "blocks".
+struct Container : nn::Module {};
+
+std::shared_ptr<nn::Module> child(nn::Module& parent, const std::string& name) {
+  for (const auto& [n, m] : parent.named_children())
+    if (n == name) return m;
+  return nullptr;
+}
+
+// Registers `layer` so that its parameters get the full model's names:
+// prefix "" -> its own children go straight onto the stage (wte, wpe, drop /
+// ln_f, wte), prefix "blocks.3." -> the layer becomes child "3" of "blocks".
+void register_layer(nn::Module& stage, const std::string& prefix, const std::shared_ptr<nn::Layer>& layer) {
+  if (prefix.empty()) {
+    for (const auto& [name, m] : layer->named_children())
+      if (!child(stage, name)) stage.register_module(name, m);  // the tied wte is registered once
+    return;
+  }
+  std::vector<std::string> path;
+  std::stringstream ss(prefix);
+  for (std::string part; std::getline(ss, part, '.');) path.push_back(part);
+  nn::Module* parent = &stage;
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    std::shared_ptr<nn::Module> next = child(*parent, path[i]);
+    if (!next) next = parent->register_module(path[i], std::make_shared<Container>());
+    parent = next.get();
+  }
+  parent->register_module(path.back(), layer);
+}
+
+}  // namespace
+
+PipelineStage::PipelineStage(const nn::GPTConfig& cfg, LayerRange range)
+    : cfg_(cfg), range_(range), layers_(nn::build_gpt_layers(cfg, range.start, range.end)) {
+  for (int64_t i = range.start; i < range.end; ++i)
+    register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[size_t(i - range.start)]);
+}
+
+Tensor PipelineStage::forward(const Tensor& input) {
+  LOOM_CHECK(input.defined(), "PipelineStage::forward: layers [", range_.start, ", ", range_.end,
+             "): input is undefined");
+  if (!is_first_stage()) autograd::set_requires_grad(input);
+  Tensor x = input;
+  for (const auto& layer : layers_) x = layer->forward(x);
+  return x;
+}
+
+Tensor PipelineStage::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad) {
+  if (output_grad.defined()) {
+    autograd::backward({output}, {output_grad});
+  } else {
+    LOOM_CHECK(is_last_stage() && output.numel() == 1, "PipelineStage::backward: layers [", range_.start, ", ",
+               range_.end, ") got no output gradient; only the last stage starts from its (scalar) loss");
+    autograd::backward(output);
+  }
+  if (is_first_stage()) return Tensor();
+  return autograd::grad(input);
+}
+
+void PipelineStage::train(bool on) {
+  Module::train(on);
+  for (const auto& layer : layers_) layer->train(on);
+}
+
+Tensor PipelineStage::embedding_weight() const {
+  if (is_first_stage()) return std::static_pointer_cast<nn::GPTEmbedding>(layers_.front())->wte->weight;
+  if (is_last_stage()) return std::static_pointer_cast<nn::GPTHead>(layers_.back())->wte->weight;
+  return Tensor();
+}
+
+std::vector<int64_t> gpt_layer_param_counts(const nn::GPTConfig& cfg) {
+  const int64_t V = cfg.vocab_size, C = cfg.n_embd;
+  std::vector<int64_t> counts{V * C + cfg.block_size * C};
+  for (int64_t i = 0; i < cfg.n_layer; ++i) counts.push_back(12 * C * C + 13 * C);
+  counts.push_back(2 * C + V * C);
+  return counts;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,76 @@
+// PipelineStage: the layers of the GPT that this pipeline rank owns, as one
+// Module (picotron's PipelineParallel wrapping its slice of decoder layers;
+// Megatron's model chunk). Only those layers are ever built, so a rank's
+// parameter memory is its stage's, not the model's.
+//
+// Per micro-batch a stage runs
+//   forward(input):  first stage: input = token ids [B, T] int64 -> [B, T, C]
+//                    middle stage: input = the activation received from the
+//                      previous stage [B, T, C] -> [B, T, C]
+//                    last stage: ... -> logits [B, T, V]
+//   backward(input, output, output_grad): back-propagates the gradient
+//                    received from the next stage (or the loss on the last
+//                    stage) and returns d loss / d input, to send upstream.
+//
+// Parameter names are the full model's (nn/gpt.h): a stage holding layers
+// [3, 5) of a 4-block GPT has blocks.2.* and blocks.3.*, the last stage has
+// ..., ln_f.weight, ln_f.bias and wte.weight - the LM head's own copy of the
+// token embedding, under the embedding's name because it *is* that weight
+// (kept equal to the first stage's by the shared-weight handler,
+// shared_weights.h). Checkpoints and optimizer groups therefore treat a stage
+// like a slice of the full model; a consumer merging stages keeps one wte.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "parallel/pipeline_parallel/partition.h"
+
+namespace loom::parallel {
+
+class PipelineStage : public nn::Module {
+ public:
+  // Builds layers [range.start, range.end) of the GPT of cfg, and nothing else.
+  PipelineStage(const nn::GPTConfig& cfg, LayerRange range);
+
+  bool is_first_stage() const { return range_.start == 0; }
+  bool is_last_stage() const { return range_.end == cfg_.num_layers(); }
+  LayerRange range() const { return range_; }
+  const nn::GPTConfig& config() const { return cfg_; }
+  const std::vector<std::shared_ptr<nn::Layer>>& layers() const { return layers_; }
+
+  // Runs the layers in order. On every stage but the first, input is a tensor
+  // received from the previous stage: a leaf, which this marks requires_grad so
+  // that backward leaves d loss / d input in its .grad. Virtual so that a
+  // subclass can add work to every micro-batch (bench_pipeline_memory's
+  // simulated compute, which times the schedule alone).
+  virtual Tensor forward(const Tensor& input);
+
+  // picotron's PipelineParallel.backward: backward(output, output_grad), or on
+  // the last stage (output = the scalar loss, output_grad undefined) plain
+  // backward(loss). Returns input's gradient, undefined on the first stage
+  // (token ids have none).
+  Tensor backward(const Tensor& input, const Tensor& output, const Tensor& output_grad);
+
+  // Also sets the layer objects themselves (the embedding and the head are
+  // registered through their sub-modules, not as children).
+  void train(bool on = true) override;
+
+  // The token-embedding weight this stage holds: wte on the first stage, the
+  // head's copy on the last (the same tensor when one stage holds both);
+  // undefined on middle stages.
+  Tensor embedding_weight() const;
+
+ private:
+  nn::GPTConfig cfg_;
+  LayerRange range_;
+  std::vector<std::shared_ptr<nn::Layer>> layers_;
+};
+
+// Parameter count of each GPT layer, the weights partition_balanced cuts by:
+// embedding V C + block_size C, each block 12 C² + 13 C, head 2 C + V C (its
+// own copy of wte counts: a last stage holds it).
+std::vector<int64_t> gpt_layer_param_counts(const nn::GPTConfig& cfg);
+
+}  // namespace loom::parallel

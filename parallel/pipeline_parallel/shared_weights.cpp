@@ -1,0 +1,94 @@
+#include "parallel/pipeline_parallel/shared_weights.h"
+
+#include <algorithm>
+
+#include "autograd/variable.h"
+#include "tensor/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+void SharedWeightGradHandler::add(const Tensor& param, ProcessGroup& group) {
+  LOOM_CHECK(param.defined(), "SharedWeightGradHandler::add: undefined param");
+  shared_.push_back({param, &group});
+}
+
+void SharedWeightGradHandler::broadcast_params() {
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& [p, group] : shared_)
+    if (group->size() > 1) works.push_back(group->broadcast_async(p, /*root=*/0));
+  for (auto& w : works) w->wait();
+}
+
+void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
+  NoGradGuard no_grad;
+  // The gradient tensor of each shared param: main_grad (bucketed dp) or .grad
+  // (zeros if backward never reached it: the collective must still happen).
+  std::vector<Tensor> grads;
+  for (auto& [p, group] : shared_) {
+    // Under ZeRO-1 the two stages' shards of the weight differ: its bucket
+    // must be all-reduced, so that main_grad holds the whole averaged gradient.
+    LOOM_CHECK(!dp || dp->bucket_manager().buckets()[size_t(dp->bucket_manager().bucket_of(p))].all_reduce,
+               "SharedWeightGradHandler: shared weight ", p.describe(), " sits in a reduce-scattered bucket; "
+               "call dp.bucket_manager().all_reduce_bucket_of(weight) before training");
+    Tensor g = dp ? dp->main_grad(p) : autograd::grad(p);
+    if (!g.defined()) {
+      g = zeros(p.shape(), p.dtype());
+      autograd::set_grad(p, g);
+    }
+    grads.push_back(g);
+  }
+
+  // 1. Buckets by (group, dtype), in the order they first appear (the same on
+  //    every member, since every member registers its copies in the same order).
+  struct Bucket {
+    ProcessGroup* group;
+    DType dtype;
+    std::vector<size_t> members;  // indices into shared_
+  };
+  std::vector<Bucket> buckets;
+  for (size_t i = 0; i < shared_.size(); ++i) {
+    ProcessGroup* group = shared_[i].second;
+    if (group->size() == 1) continue;  // pp = 1: the only copy already has the whole gradient
+    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
+      return b.group == group && b.dtype == grads[i].dtype();
+    });
+    if (it == buckets.end()) it = buckets.insert(buckets.end(), {group, grads[i].dtype(), {}});
+    it->members.push_back(i);
+  }
+
+  // 2. Per bucket: flatten into one buffer, all-reduce (sum) it, copy back
+  //    (torch's _flatten_dense_tensors / _unflatten_dense_tensors).
+  for (const Bucket& b : buckets) {
+    int64_t total = 0;
+    for (size_t i : b.members) total += grads[i].numel();
+    Tensor flat = loom::empty({total}, b.dtype);
+    int64_t offset = 0;
+    for (size_t i : b.members) {
+      ops::copy_(ops::view(ops::narrow(flat, 0, offset, grads[i].numel()), grads[i].shape()), grads[i]);
+      offset += grads[i].numel();
+    }
+    b.group->all_reduce(flat, ReduceOp::Sum);
+    offset = 0;
+    for (size_t i : b.members) {
+      ops::copy_(grads[i], ops::view(ops::narrow(flat, 0, offset, grads[i].numel()), grads[i].shape()));
+      offset += grads[i].numel();
+      // The optimizer reads .grad: for a half-precision param under bucketed
+      // dp it is a rounded copy of main_grad, so round the new sum again.
+      const Tensor& p = shared_[i].first;
+      if (dp && dp->options().grads_to_params && p.dtype() != kFloat32)
+        autograd::set_grad(p, ops::to(grads[i], p.dtype()));
+    }
+  }
+}
+
+SharedWeightGradHandler tied_embedding_handler(PipelineStage& stage, ProcessGroupManager& pgm) {
+  SharedWeightGradHandler handler;
+  if (pgm.pp_size() == 1 || !pgm.in_embedding_group()) return handler;
+  // The embedding group is [first stage, last stage]: group rank 0 is the first.
+  handler.add(stage.embedding_weight(), pgm.embedding_group());
+  handler.broadcast_params();
+  return handler;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,57 @@
+// Seeing a pipeline schedule: what each stage actually ran, drawn like the
+// figures of the GPipe and PipeDream-1F1B papers (one row per stage, one column
+// per time slot), and the bubble - the fraction of a step a stage sits idle.
+//
+//   1f1b, pp 4, m 8 (F<i>/B<i>: forward/backward of micro-batch i; . idle)
+//   stage 0 | F0 F1 F2 F3 .  .  .  B0 F4 B1 F5 B2 F6 B3 F7 B4 .  B5 .  B6 .  B7
+//   stage 1 | .  F0 F1 F2 .  .  B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .  B6 .  B7 .
+//   stage 2 | .  .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .  B7 .  .
+//   stage 3 | .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .  .  .
+//   bubble: measured 0.291 (from timestamps), theory (p - 1)/(m + p - 1) = 3/11 = 0.273
+//
+// Columns come from the executed order alone: every forward and backward takes
+// one slot, a stage runs its operations in the order it logged them, F<i> on
+// stage s waits for F<i> on stage s - 1 and B<i> for B<i> on stage s + 1. The
+// measured bubble uses the real timestamps: per stage 1 - busy / step time,
+// averaged over stages. With p stages, m micro-batches and equal stages the
+// theory is (p - 1)/(m + p - 1) (GPipe, Huang et al. 2019), for AFAB and 1F1B alike.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+
+namespace loom::parallel {
+
+struct ScheduleEvent {
+  char kind = 'F';        // 'F' forward, 'B' backward
+  int mb = 0;             // micro-batch
+  double start_us = 0;    // CLOCK_MONOTONIC (steady_clock): shared by the ranks of one machine
+  double end_us = 0;
+};
+using StageEvents = std::vector<ScheduleEvent>;  // one stage's events, in execution order
+
+// The steady clock in microseconds, for ScheduleEvent times.
+double schedule_clock_us();
+
+// slot[s][k]: the time slot of stage s's k-th event (see above). Throws if the
+// order is impossible (an event waits for one that never comes).
+std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages);
+
+// The diagram text (title line, one row per stage).
+std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title);
+
+// 1 - busy / span per stage, averaged over stages; span is the first start to
+// the last end over all stages.
+double measured_bubble_fraction(const std::vector<StageEvents>& stages);
+double theoretical_bubble_fraction(int pp_size, int num_microbatches);  // (p - 1)/(m + p - 1)
+
+// Collective over pp_group: every stage's events, on pp rank 0 (empty elsewhere).
+std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine);
+
+// Collective over pp_group: the --print-schedule text (diagram and bubble line)
+// on pp rank 0, "" elsewhere.
+std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, const std::string& schedule_name);
+
+}  // namespace loom::parallel
