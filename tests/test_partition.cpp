@@ -47,10 +47,22 @@ TEST(PartitionUniform, FewerLayersThanStagesIsAnError) {
   EXPECT_THAT([] { partition_uniform(7, 2, 4); }, ThrowsMessage<Error>(HasSubstr("7 layers cannot fill")));
 }
 
-TEST(PartitionUniform, NonDivisibleSplitIsAnError) {
-  EXPECT_THAT([] { partition_uniform(6, 4); },
-              ThrowsMessage<Error>(AllOf(HasSubstr("6 layers do not split evenly"), HasSubstr("2 left over"),
-                                         HasSubstr("partition_balanced"))));
+TEST(PartitionUniform, TheRemainderGoesToTheFirstStages) {
+  // The GPT of --layers 5 is 7 items (embedding, 5 blocks, head): pp 2 -> [4, 3].
+  StagePartition p = partition_uniform(7, 2);
+  EXPECT_EQ(p[0], (Ranges{{0, 4}}));
+  EXPECT_EQ(p[1], (Ranges{{4, 7}}));
+  // 6 over 4: two stages of 2, then two of 1.
+  p = partition_uniform(6, 4);
+  EXPECT_EQ(p[0], (Ranges{{0, 2}}));
+  EXPECT_EQ(p[1], (Ranges{{2, 4}}));
+  EXPECT_EQ(p[2], (Ranges{{4, 5}}));
+  EXPECT_EQ(p[3], (Ranges{{5, 6}}));
+  // With chunks the extra goes to the first virtual stages: 9 over pp 2 x v 2
+  // is parts [0,3) [3,5) [5,7) [7,9), dealt out stage 0: {[0,3), [5,7)}, stage 1: {[3,5), [7,9)}.
+  p = partition_uniform(9, 2, 2);
+  EXPECT_EQ(p[0], (Ranges{{0, 3}, {5, 7}}));
+  EXPECT_EQ(p[1], (Ranges{{3, 5}, {7, 9}}));
 }
 
 TEST(PartitionBalanced, EqualWeightsGiveTheUniformSplit) {

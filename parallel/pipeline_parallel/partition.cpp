@@ -44,12 +44,12 @@ int64_t parts_needed(const std::vector<int64_t>& w, int64_t limit) {
 
 StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks) {
   check_sizes("partition_uniform", num_items, pp_size, num_chunks);
+  // n items over k parts: every part gets n / k, and the first n % k parts one
+  // more (ColossalAI's and picotron's rule): 7 items over 2 stages -> [4, 3].
   const int64_t parts = int64_t(pp_size) * num_chunks;
-  LOOM_CHECK(num_items % parts == 0, "partition_uniform: ", num_items, " layers do not split evenly into pp_size ",
-             pp_size, " x num_chunks ", num_chunks, " = ", parts, " stages (", num_items % parts,
-             " left over); use partition_balanced");
-  std::vector<int64_t> boundaries;
-  for (int64_t k = 0; k <= parts; ++k) boundaries.push_back(k * (num_items / parts));
+  const int64_t base = num_items / parts, extra = num_items % parts;
+  std::vector<int64_t> boundaries{0};
+  for (int64_t k = 0; k < parts; ++k) boundaries.push_back(boundaries.back() + base + (k < extra ? 1 : 0));
   return deal_out(boundaries, pp_size, num_chunks);
 }
 

@@ -26,9 +26,9 @@ struct LayerRange {
 // ranges[s][c]: the layers of stage s's chunk c.
 using StagePartition = std::vector<std::vector<LayerRange>>;
 
-// Equal parts: every virtual stage gets num_items / (pp_size × num_chunks) layers.
-// Errors: fewer items than virtual stages, or a count that does not divide
-// (use partition_balanced for uneven models).
+// Equal parts by count: every virtual stage gets num_items / (pp_size × num_chunks)
+// layers, and the first num_items % (pp_size × num_chunks) of them one more
+// (7 layers, pp 2 -> [0,4) [4,7)). Error: fewer items than virtual stages.
 StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks = 1);
 
 // Parts of nearly equal weight (weights[i] = parameter count of layer i): the
