@@ -1,0 +1,36 @@
+// The start-up handshake: before its first collective, every rank says what it
+// is about to run, and a rank that disagrees stops the job with a message
+// instead of corrupting memory or hanging. Two ranks started with different
+// --layers would wait forever in an all-reduce of different sizes; with
+// different corpora (different vocabularies) their broadcasts would overrun
+// each other's buffers. Collectives trust that every rank passes the same
+// sizes (MPI and NCCL do not check), so the check belongs before them.
+//
+//   check_ranks_agree(world(), {{"layers", "4"}, {"dtype", "bf16"}, {"corpus hash", "9f3a..."}});
+//   -> on every rank: "ranks disagree on the run config: layers: '4' on ranks 0, 2; '3' on rank 1"
+//
+// Collective over `group`; every rank throws the same loom::Error, so the job
+// ends through the usual error path on every rank at once (no rank is left
+// waiting in a later collective).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+
+namespace loom::parallel {
+
+using RunFields = std::vector<std::pair<std::string, std::string>>;  // (name, value), in a fixed order
+
+// Gathers every rank's fields and compares them; throws naming each field that
+// differs, its values and the ranks holding each. `what` names the fields in
+// the message ("run config", "data").
+void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what = "run config");
+
+// A 64-bit FNV-1a hash of bytes, as 16 hex digits: a cheap fingerprint of a
+// corpus for the handshake (equal text, equal hash; a difference shows).
+std::string fingerprint(const void* data, size_t bytes);
+
+}  // namespace loom::parallel
