@@ -15,16 +15,24 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
              "GradScaler: backoff_factor must be in (0, 1), got ", options_.backoff_factor);
   LOOM_CHECK(options_.growth_interval > 0, "GradScaler: growth_interval must be > 0, got ",
              options_.growth_interval);
+  LOOM_CHECK(options_.min_scale > 0 && options_.min_scale <= options_.init_scale,
+             "GradScaler: min_scale must be in (0, init_scale ", options_.init_scale, "], got ", options_.min_scale);
 }
 
 Tensor GradScaler::scale_loss(const Tensor& loss) const { return autograd::mul(loss, scale_); }
 
 void GradScaler::update(bool found_inf) {
   if (found_inf) {
+    ++consecutive_skips_;
+    LOOM_CHECK(scale_ * options_.backoff_factor >= options_.min_scale, "loss scaling: the gradients overflowed in ",
+               consecutive_skips_, " steps in a row and the loss scale would fall below its floor (", scale_, " x ",
+               options_.backoff_factor, " < min_scale ", options_.min_scale,
+               "): they overflow at any scale; stopping (a too-high --lr, or inf/nan in the data?)");
     scale_ *= options_.backoff_factor;
     growth_tracker_ = 0;
     return;
   }
+  consecutive_skips_ = 0;
   if (++growth_tracker_ == options_.growth_interval) {
     scale_ *= options_.growth_factor;
     growth_tracker_ = 0;

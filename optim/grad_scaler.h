@@ -30,6 +30,10 @@ struct GradScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;  // clean steps before the scale grows
+  // A scale that an overflow would push below min_scale means the gradients
+  // overflow at any scale (an exploding lr, a NaN in the data): update() stops
+  // the run with an error instead of skipping steps forever.
+  double min_scale = 1.0;
 };
 
 class GradScaler {
@@ -39,12 +43,14 @@ class GradScaler {
   double scale() const { return scale_; }
   double inv_scale() const { return 1.0 / scale_; }
   int64_t growth_tracker() const { return growth_tracker_; }  // clean steps since the last change
+  int64_t consecutive_skips() const { return consecutive_skips_; }  // overflowing steps in a row
 
   // loss * scale, recorded for backward.
   Tensor scale_loss(const Tensor& loss) const;
 
   // After the step decision: backoff on an overflow, growth after
-  // growth_interval clean steps in a row.
+  // growth_interval clean steps in a row. Throws when an overflow would take
+  // the scale below min_scale (the message counts the skipped steps in a row).
   void update(bool found_inf);
 
   // "scale" (float64 []) and "growth_tracker" (int64 []), for checkpoints.
@@ -55,6 +61,7 @@ class GradScaler {
   GradScalerOptions options_;
   double scale_;
   int64_t growth_tracker_ = 0;
+  int64_t consecutive_skips_ = 0;
 };
 
 // Multiplies every tensor (fp32, contiguous) by inv_scale in place; returns

@@ -140,6 +140,22 @@ TEST(GradScaler, GrowsAfterExactlyGrowthIntervalCleanSteps) {
   EXPECT_EQ(s.scale(), 16.0);
 }
 
+TEST(GradScaler, OverflowingAtEveryScaleStopsAtTheFloorNamingTheSkipsInARow) {
+  // 2^4 with floor 1: four halvings reach 1 (skips 1..4), the fifth would go below.
+  GradScaler s(GradScalerOptions{.init_scale = 16.0, .min_scale = 1.0});
+  s.update(true);
+  s.update(false);  // a clean step resets the count of skips in a row
+  EXPECT_EQ(s.consecutive_skips(), 0);
+  for (int i = 0; i < 3; ++i) s.update(true);
+  EXPECT_EQ(s.scale(), 1.0);
+  EXPECT_EQ(s.consecutive_skips(), 3);
+  std::string err = error_of([&] { s.update(true); });
+  EXPECT_NE(err.find("overflowed in 4 steps in a row"), std::string::npos) << err;
+  EXPECT_NE(err.find("below its floor (1 x 0.5 < min_scale 1)"), std::string::npos) << err;
+  EXPECT_EQ(s.scale(), 1.0) << "the scale is left as it was";
+  EXPECT_NE(error_of([] { GradScaler(GradScalerOptions{.init_scale = 0.5}); }).find("min_scale"), std::string::npos);
+}
+
 TEST(GradScaler, StateDictRoundTrip) {
   GradScaler a(GradScalerOptions{.init_scale = 1024.0, .growth_interval = 3});
   a.update(true);   // 512
