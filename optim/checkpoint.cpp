@@ -7,6 +7,8 @@
 #include <unordered_map>
 
 #include "nn/safetensors.h"
+#include "optim/checkpoint_manifest.h"
+#include "parallel/comm/handshake.h"
 #include "tensor/ops.h"
 
 namespace loom::train {
@@ -19,10 +21,6 @@ std::string strip_ext(const std::string& path) {
   if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0)
     base.resize(base.size() - ext.size());
   return base;
-}
-
-std::string shard_path(const std::string& model_path, int rank) {
-  return strip_ext(model_path) + ".optim." + std::to_string(rank) + ".safetensors";
 }
 
 // main param -> its model param's name
@@ -49,7 +47,14 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
                      const std::string& vocab_utf8, const optim::MixedPrecisionOptimizer& opt,
                      const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
                      bool write_shard) {
-  // 1. This rank's optimizer shard.
+  LOOM_CHECK(!path.empty() && !path.ends_with("/") && !std::filesystem::is_directory(path), "checkpoint: '", path,
+             "' names a directory; give a file path such as ", path, path.ends_with("/") ? "" : "/",
+             "gpt.safetensors");
+  const int64_t step = state.step;
+  const std::string step_str = std::to_string(step);
+  // 1. This rank's optimizer shard, under a name of its own step: the previous
+  //    checkpoint stays whole on disk until the new manifest replaces it.
+  std::string mine;
   if (write_shard) {
     auto names = names_by_tensor(params);
     nn::NamedTensors shard;
@@ -62,31 +67,16 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
       shard.push_back({str("exp_avg_sq", key), st.exp_avg_sq});
       shard.push_back({str("step", key), st.step});
     }
-    nn::save_safetensors(shard_path(path, world.rank()), shard, {{"format", "loom-optimizer-shard"}});
+    const std::string file = optim::piece_path(path, step, "optim." + std::to_string(world.rank()));
+    nn::save_safetensors(file, shard, {{"format", "loom-optimizer-shard"}, {"step", step_str}});
+    mine = optim::encode_pieces({optim::describe_piece(file)});
   }
-  // 2. Which ranks wrote one (this is also the barrier: the index never lists
-  //    a shard that is not on disk yet).
-  Tensor wrote = full({1}, write_shard ? 1 : 0, kInt32);
-  Tensor all = zeros({world.size()}, kInt32);
-  world.all_gather(all, wrote);
+  // 2. Every rank's piece, gathered on rank 0 (also the barrier: the manifest
+  //    never lists a piece that is not complete on disk).
+  std::vector<std::string> gathered = parallel::all_gather_strings(world, mine);
   if (world.rank() != 0) return;
 
-  // 3. The index, then the model file: a model file never points at a missing optimizer state.
-  std::string shards;
-  std::vector<int32_t> flags = all.to_vector<int32_t>();
-  for (int r = 0; r < world.size(); ++r) {
-    if (!flags[size_t(r)]) continue;
-    if (!shards.empty()) shards.push_back(',');
-    shards.append(std::filesystem::path(shard_path(path, r)).filename().string());
-  }
-  nn::NamedTensors index;
-  std::vector<int64_t> rng(state.data_rng.begin(), state.data_rng.end());
-  index.push_back({"train.data_rng", from_vector(rng)});
-  index.push_back({"train.step", from_vector(std::vector<int64_t>{state.step})});
-  if (opt.scaler())
-    for (auto& [name, t] : opt.scaler()->state_dict()) index.push_back({"scaler." + name, t});
-  nn::save_safetensors(optimizer_path(path), index, {{"format", "loom-optimizer-index"}, {"shards", shards}});
-
+  // 3. The model piece: every parameter of the whole GPT, config and vocabulary in its metadata.
   std::map<std::string, std::string> meta = {
       {"format", "loom-gpt"},
       {"vocab_size", std::to_string(cfg.vocab_size)},
@@ -97,23 +87,82 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
       {"dropout", std::to_string(cfg.dropout)},
       {"seed", std::to_string(cfg.seed)},
       {"vocab", vocab_utf8},
-      {"step", std::to_string(state.step)},
+      {"step", step_str},
   };
-  nn::save_safetensors(path, model_state, meta);
+  const std::string model_piece = optim::piece_path(path, step, "model");
+  nn::save_safetensors(model_piece, model_state, meta);
+
+  // 4. The manifest, written last: its rename commits the set.
+  std::vector<optim::CheckpointPiece> pieces{optim::describe_piece(model_piece)};
+  std::string shards;
+  for (const std::string& g : gathered) {
+    if (g.empty()) continue;  // a replica's rank wrote nothing
+    for (const optim::CheckpointPiece& p : optim::decode_pieces(g, path)) {
+      pieces.push_back(p);
+      shards += (shards.empty() ? "" : ",") + p.file;
+    }
+  }
+  nn::NamedTensors index;
+  std::vector<int64_t> rng(state.data_rng.begin(), state.data_rng.end());
+  index.push_back({"train.data_rng", from_vector(rng)});
+  index.push_back({"train.step", from_vector(std::vector<int64_t>{step})});
+  if (opt.scaler())
+    for (auto& [name, t] : opt.scaler()->state_dict()) index.push_back({"scaler." + name, t});
+  nn::save_safetensors(optimizer_path(path), index,
+                       {{"format", "loom-optimizer-index"}, {"step", step_str}, {"shards", shards},
+                        {"model", pieces[0].file}, {"pieces", optim::encode_pieces(pieces)}});
+
+  // 5. PATH itself: the model piece under the name the user gave (a hard link,
+  //    no second copy, renamed into place), for PyTorch and for eyes.
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  std::filesystem::create_hard_link(model_piece, tmp, ec);
+  if (ec) std::filesystem::copy_file(model_piece, tmp, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::rename(tmp, path);
+
+  // 6. The previous steps' pieces and any leftovers of an interrupted save.
+  optim::remove_stale_pieces(path, step);
 }
 
-static int64_t meta_int(const nn::SafetensorsFile& f, const std::string& key) {
+namespace {
+
+// The committed manifest of the checkpoint at `path`, every piece verified.
+nn::SafetensorsFile read_manifest(const std::string& path) {
+  const std::string index_path = optimizer_path(path);
+  LOOM_CHECK(std::filesystem::exists(index_path), "checkpoint '", path, "': no manifest '", index_path,
+             "' (the checkpoint was never committed, or this is a model file without optimizer state)");
+  nn::SafetensorsFile index = nn::load_safetensors(index_path);
+  for (const char* key : {"pieces", "model", "shards", "step"})
+    LOOM_CHECK(index.metadata.count(key), "checkpoint manifest '", index_path, "': metadata has no '", key, "'");
+  optim::verify_pieces(optim::decode_pieces(index.metadata.at("pieces"), index_path), index_path);
+  return index;
+}
+
+int64_t meta_int(const nn::SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata.find(key);
   LOOM_CHECK(it != f.metadata.end(), "checkpoint '", f.path, "': metadata has no '", key, "'");
-  try {
-    return std::stoll(it->second);
-  } catch (...) {
-    throw Error(str("checkpoint '", f.path, "': metadata '", key, "' = '", it->second, "' is not an integer"));
-  }
+  return optim::parse_int(it->second, f.path, key);
 }
 
+std::string model_piece_of(const nn::SafetensorsFile& index) {
+  return (std::filesystem::path(index.path).parent_path() / index.metadata.at("model")).string();
+}
+
+// Every piece carries the step of the manifest that lists it.
+void check_step(const nn::SafetensorsFile& piece, const nn::SafetensorsFile& index) {
+  auto it = piece.metadata.find("step");
+  LOOM_CHECK(it != piece.metadata.end() && it->second == index.metadata.at("step"), "checkpoint: piece '",
+             piece.path, "' is of step ", it == piece.metadata.end() ? "(none)" : it->second, " but the manifest '",
+             index.path, "' is of step ", index.metadata.at("step"));
+}
+
+}  // namespace
+
 nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
-  nn::SafetensorsFile f = nn::load_safetensors(path);
+  nn::SafetensorsFile index = read_manifest(path);
+  nn::SafetensorsFile f = nn::load_safetensors(model_piece_of(index));
+  check_step(f, index);
   nn::GPTConfig c;
   c.vocab_size = meta_int(f, "vocab_size");
   c.block_size = meta_int(f, "block_size");
@@ -122,18 +171,18 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
   c.n_embd = meta_int(f, "n_embd");
   c.seed = uint64_t(meta_int(f, "seed"));
   auto d = f.metadata.find("dropout");
-  if (d != f.metadata.end()) c.dropout = std::stod(d->second);
+  if (d != f.metadata.end()) c.dropout = optim::parse_double(d->second, f.path, "dropout");
   auto v = f.metadata.find("vocab");
-  LOOM_CHECK(v != f.metadata.end(), "checkpoint '", path, "': metadata has no 'vocab'");
+  LOOM_CHECK(v != f.metadata.end(), "checkpoint '", f.path, "': metadata has no 'vocab'");
   if (vocab_utf8) *vocab_utf8 = v->second;
   return c;
 }
 
 TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimizer& opt,
                            const nn::NamedTensors& params) {
-  // 1. The index: train state, loss scale, the shard files.
+  // 1. The manifest, every piece verified: train state, loss scale, the shard files.
   const std::string index_path = optimizer_path(path);
-  nn::SafetensorsFile index = nn::load_safetensors(index_path);
+  nn::SafetensorsFile index = read_manifest(path);
   LOOM_CHECK(index.contains("train.data_rng") && index.contains("train.step") && index.metadata.count("shards"),
              "checkpoint '", index_path, "': not an optimizer index (missing train.data_rng, train.step or shards)");
   TrainState s{};
@@ -159,6 +208,7 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
   std::stringstream list(index.metadata.at("shards"));
   for (std::string file; std::getline(list, file, ',');) {
     nn::SafetensorsFile shard = nn::load_safetensors((dir / file).string());
+    check_step(shard, index);
     for (auto& [key, t] : shard.tensors) {
       size_t a = key.find('/'), b = key.rfind('/');
       const std::string first = b == std::string::npos ? "" : key.substr(b + 1);
@@ -183,6 +233,9 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
       // saved (bit-identical). Count each element once.
       std::vector<char> seen(size_t(m.end - m.start), 0);
       for (const Fragment& f : fragments[{kKinds[k], name}]) {
+        LOOM_CHECK(f.start >= 0 && f.start + f.t.numel() <= m.model_param.numel(), "checkpoint '", f.file, "': ",
+                   kKinds[k], "/", name, "/", f.start, " holds ", f.t.numel(), " elements from ", f.start,
+                   ", past the end of ", name, " ", m.model_param.describe(), "; is this another model's checkpoint?");
         const int64_t lo = std::max(m.start, f.start), hi = std::min(m.end, f.start + f.t.numel());
         if (lo >= hi) continue;
         LOOM_CHECK(f.t.dtype() == kFloat32, "checkpoint '", f.file, "': ", kKinds[k], "/", name, " is ",

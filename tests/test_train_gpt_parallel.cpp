@@ -323,7 +323,7 @@ TEST(TrainGptParallel, ZeroWithPipelineMatchesOneProcess) {
 TEST(TrainGptParallel, ZeroCheckpointReshardsFromTwoToFourRanks) {
   Result first = train("reshard_2_4", 2, "--dp 2 --batch 8 --zero --stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
-  ASSERT_TRUE(fs::exists(work_dir() / "reshard_2_4.optim.1.safetensors"));  // one shard per rank
+  ASSERT_TRUE(fs::exists(work_dir() / "reshard_2_4.step5.optim.1.safetensors"));  // one shard per rank
   expect_same_run(train("reshard_2_4", 4, "--dp 4 --batch 4 --zero --resume " + checkpoint("reshard_2_4")),
                   single_process_batch16(), "--zero dp 2 -> save -> dp 4");
 }

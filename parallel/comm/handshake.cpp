@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "tensor/error.h"
 
@@ -52,8 +53,16 @@ RunFields parse(const std::string& s) {
   return out;
 }
 
-// Every rank's string: lengths first (one int64 each), then the bytes padded
-// to the longest, one int32 per byte (loom's dtypes have no byte type).
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+// Lengths first (one int64 each), then the bytes padded to the longest, one
+// int32 per byte (loom's dtypes have no byte type).
 std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::string& mine) {
   const int n = group.size();
   Tensor len = full({1}, double(mine.size()), kInt64);
@@ -72,25 +81,16 @@ std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::stri
   return out;
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-}  // namespace
-
 void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what) {
   if (group.size() == 1) return;
   std::vector<std::string> raw = all_gather_strings(group, serialize(fields));
   // field name -> value -> ranks; a rank that lacks a field holds "(missing)".
   std::vector<std::string> order;
-  std::map<std::string, std::map<std::string, std::vector<int>>> seen;
+  std::set<std::string> known;
   std::vector<std::map<std::string, std::string>> per_rank(raw.size());
   for (size_t r = 0; r < raw.size(); ++r)
     for (auto& [name, value] : parse(raw[r])) {
-      if (!seen.count(name)) order.push_back(name);
-      seen[name];
+      if (known.insert(name).second) order.push_back(name);
       per_rank[r][name] = value;
     }
   std::string diffs;

@@ -29,6 +29,10 @@ using RunFields = std::vector<std::pair<std::string, std::string>>;  // (name, v
 // the message ("run config", "data").
 void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what = "run config");
 
+// Every rank's string, in rank order (lengths, then the padded bytes, by two
+// all_gathers). Collective over group.
+std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::string& mine);
+
 // A 64-bit FNV-1a hash of bytes, as 16 hex digits: a cheap fingerprint of a
 // corpus for the handshake (equal text, equal hash; a difference shows).
 std::string fingerprint(const void* data, size_t bytes);
