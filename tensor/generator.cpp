@@ -1,6 +1,7 @@
 #include "tensor/generator.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "tensor/ops.h"
 
@@ -47,29 +48,26 @@ int64_t Generator::randint(int64_t low, int64_t high) {
   return low + int64_t(next_u64() % span);  // modulo bias is < span / 2^64: negligible here
 }
 
-// from_vector reads an empty shape as "1-D"; a 0-d shape [] must stay 0-d here.
-template <class T>
-static Tensor shaped(const std::vector<T>& v, const Shape& shape) {
-  if (!shape.empty()) return from_vector(v, shape);
-  return ops::view(from_vector(v, {1}), {});
+// Each draws into a float64 (int64) tensor made by empty(), so a shape too
+// large for memory fails there with a message naming it, then converts.
+template <class T, class Draw>
+static Tensor drawn(const Shape& shape, DType dtype, Draw draw) {
+  Tensor t = empty(shape, std::is_same_v<T, double> ? kFloat64 : kInt64);
+  T* x = t.data<T>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) x[i] = draw();
+  return ops::to(t, dtype);
 }
 
 Tensor randn(const Shape& shape, Generator& gen, DType dtype, double mean, double std) {
-  std::vector<double> v(size_t(numel_of(shape)));
-  for (auto& x : v) x = mean + std * gen.normal();
-  return ops::to(shaped(v, shape), dtype);
+  return drawn<double>(shape, dtype, [&] { return mean + std * gen.normal(); });
 }
 
 Tensor rand(const Shape& shape, Generator& gen, DType dtype, double low, double high) {
-  std::vector<double> v(size_t(numel_of(shape)));
-  for (auto& x : v) x = low + (high - low) * gen.uniform();
-  return ops::to(shaped(v, shape), dtype);
+  return drawn<double>(shape, dtype, [&] { return low + (high - low) * gen.uniform(); });
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator& gen, DType dtype) {
-  std::vector<int64_t> v(size_t(numel_of(shape)));
-  for (auto& x : v) x = gen.randint(low, high);
-  return ops::to(shaped(v, shape), dtype);
+  return drawn<int64_t>(shape, dtype, [&] { return gen.randint(low, high); });
 }
 
 }  // namespace loom

@@ -67,7 +67,7 @@ Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_
   size_t padded = (nbytes + 63) / 64 * 64;
   if (padded == 0) padded = 64;
   void* raw = std::malloc(padded + 64);
-  if (!raw) throw Error(str("allocate: out of memory allocating ", nbytes, " bytes on ", device.str()));
+  if (!raw) throw std::bad_alloc();  // empty() names the tensor's shape, dtype and the live bytes
   uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + 64) & ~uintptr_t(63);
   data_ = reinterpret_cast<void*>(aligned);
   reinterpret_cast<void**>(data_)[-1] = raw;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "tensor/cpu/dispatch.h"
@@ -125,9 +126,22 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str
 // ---- creation ----------------------------------------------------------------
 
 Tensor empty(const Shape& shape, DType dtype, const Device& device) {
-  for (int64_t s : shape) LOOM_CHECK(s >= 0, "empty: negative dimension in shape ", shape);
+  int64_t numel = 1;
+  for (int64_t s : shape) {
+    LOOM_CHECK(s >= 0, "empty: negative dimension in shape ", shape);
+    LOOM_CHECK(s == 0 || numel <= std::numeric_limits<int64_t>::max() / int64_t(element_size(dtype)) / s,
+               "empty: a tensor of shape ", shape, " and dtype ", dtype_name(dtype), " has more bytes than fit in 64 bits");
+    numel *= s;
+  }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(numel_of(shape)) * element_size(dtype), device);
+  const size_t bytes = size_t(numel) * element_size(dtype);
+  try {
+    impl->storage = std::make_shared<Storage>(bytes, device);
+  } catch (const std::bad_alloc&) {
+    throw Error(str("out of memory: a tensor of shape ", shape, " and dtype ", dtype_name(dtype), " needs ", bytes,
+                    " bytes on ", device.str(), ", where loom already holds ", memory_stats(device).live_bytes,
+                    " live bytes"));
+  }
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

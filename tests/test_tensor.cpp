@@ -248,6 +248,21 @@ TEST(Float16, EveryTieAndASweepOfFloatsMatchAReferenceRounding) {
 
 // ---- creation ---------------------------------------------------------------------
 
+// Out of memory names the tensor, its bytes and what loom already holds, and a
+// shape whose bytes overflow 64 bits is refused before any arithmetic wraps.
+// (Under ASan the suite sets allocator_may_return_null=1, so the 128 TiB
+// request returns null there too.)
+TEST(Creation, OutOfMemoryNamesTheShapeDtypeBytesAndLiveBytes) {
+  const int64_t n = int64_t(1) << 45;  // 2^45 floats = 128 TiB
+  EXPECT_THAT([&] { empty({n}); },
+              ThrowsMessage<Error>(AllOf(HasSubstr("out of memory: a tensor of shape [35184372088832] and dtype float32"),
+                                         HasSubstr("needs 140737488355328 bytes on cpu"),
+                                         HasSubstr("live bytes"))));
+  Generator gen(1);
+  EXPECT_THAT([&] { randn({n, 2}, gen); }, ThrowsMessage<Error>(HasSubstr("out of memory: a tensor of shape")));
+  EXPECT_THAT([&] { empty({n, n}); }, ThrowsMessage<Error>(HasSubstr("more bytes than fit in 64 bits")));
+}
+
 TEST(Creation, EmptyHasContiguousStridesAndTheRequestedDtype) {
   Tensor t = empty({2, 3, 4});
   EXPECT_EQ(t.shape(), (Shape{2, 3, 4}));
