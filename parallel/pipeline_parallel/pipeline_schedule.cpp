@@ -44,6 +44,7 @@ class MicroBatchRunner {
   Tensor forward(int mb, const Tensor& input) {
     trace::Span span(str("F", mb));
     const double t0 = schedule_clock_us();
+    if (!stage_.is_first_stage()) expect_received("activation", mb, input, activation_shape(mb));
     Tensor in = stage_.is_first_stage() ? mbs_[size_t(mb)].x : input;
     Tensor out = stage_.forward(in);
     if (stage_.is_last_stage()) {
@@ -66,6 +67,7 @@ class MicroBatchRunner {
     LOOM_CHECK(it != in_flight_.end(), "pipeline schedule: backward of micro-batch ", mb, " before its forward");
     auto [input, output] = it->second;
     in_flight_.erase(it);  // the graph is freed by backward; drop our handles too
+    if (!stage_.is_last_stage()) expect_received("gradient", mb, output_grad, output.shape());
     Tensor input_grad;
     auto run = [&] { input_grad = stage_.backward(input, output, output_grad); };
     if (dp_ && mb + 1 < num_microbatches()) {
@@ -76,6 +78,20 @@ class MicroBatchRunner {
     }
     events_.push_back({'B', mb, t0, schedule_clock_us()});
     return input_grad;
+  }
+
+  // A received tensor must have the shape this stage computes with: a rank
+  // started with other --embd / --batch / --block sends another shape, which
+  // would fail deep inside a matmul or, worse, broadcast silently.
+  void expect_received(const char* what, int mb, const Tensor& t, const Shape& want) const {
+    LOOM_CHECK(t.defined() && t.shape() == want, "pipeline: stage ", p2p_.pp_rank(), " received ",
+               t.defined() ? t.describe() : std::string("nothing"), " as the ", what, " of micro-batch ", mb,
+               ", expected shape ", want, "; do all ranks run the same model and batch flags?");
+  }
+  // [b, T, C]: micro-batch mb's rows and tokens, the model's width.
+  Shape activation_shape(int mb) const {
+    const Shape& x = mbs_[size_t(mb)].x.shape();
+    return {x[0], x[1], stage_.config().n_embd};
   }
 
   // After the last transfer: give every stage the mean loss.

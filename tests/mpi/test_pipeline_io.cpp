@@ -171,3 +171,29 @@ TEST(PipelineIO, LoadStageStateNamesTheEntryItLacks) {
   EXPECT_NE(msg.find("load_stage_state"), std::string::npos) << msg;
   EXPECT_NE(msg.find("no entry " + dropped), std::string::npos) << msg;
 }
+
+// ---- what a stage receives ----------------------------------------------------------
+
+// A stage that receives an activation of the wrong shape (a neighbour started
+// with another --embd) stops with a message naming the stage, the micro-batch
+// and both shapes, instead of failing inside a matmul. Stage 0 sends the
+// impostor by hand (and so waits for no gradient); stage 1 runs the schedule.
+TEST(PipelineReceive, AnActivationOfTheWrongShapeIsNamed) {
+  ProcessGroup& world = parallel::world();
+  if (world.size() != 2) GTEST_SKIP() << "a two-stage exchange";
+  nn::GPTConfig cfg = config();
+  PipelineP2P p2p(world);
+  if (world.rank() == 0) {
+    p2p.send_forward(zeros({kRowsPerMicroBatch, kT, 48}), 0);  // C 48, not 32
+    return;
+  }
+  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), 2)[1][0]);
+  std::vector<MicroBatch> mbs{{zeros({kRowsPerMicroBatch, kT}, kInt64), zeros({kRowsPerMicroBatch, kT}, kInt64)}};
+  std::string err = test::error_of([&] {
+    train_step_pipeline_afab(stage, p2p, mbs, [](const Tensor& l, const Tensor& y) { return nn::cross_entropy_loss(l, y); });
+  });
+  EXPECT_NE(err.find("pipeline: stage 1 received [2, 16, 48] float32 as the activation of micro-batch 0, expected "
+                     "shape [2, 16, 32]"),
+            std::string::npos)
+      << err;
+}
