@@ -1,0 +1,159 @@
+// Tensor parallelism's pieces against their unsplit versions (CTest runs it on
+// 1, 2 and 4 ranks, tp = world): every rank builds the full layer from the same
+// seed as the reference, the tp layer from its shard of the same weights, runs
+// forward and backward on the same input and upstream gradient, and compares
+// the output, the input's gradient and its weight shards' gradients with the
+// matching slices of the reference (fp32, 1e-5 of the reference's scale).
+// Shapes are odd where the split allows: in = 6, out = 5, N = 7 rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "parallel/comm/distributed.h"
+#include "parallel/tensor_parallel/cross_entropy.h"
+#include "parallel/tensor_parallel/layers.h"
+#include "parallel/tensor_parallel/mappings.h"
+#include "tensor/ops.h"
+
+using namespace loom;
+using namespace loom::parallel;
+namespace ag = loom::autograd;
+
+namespace {
+
+// max |a - b| <= 1e-5 * max |b| (and equal shapes).
+void expect_close(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, std::abs(x[i] - y[i])), scale = std::max(scale, std::abs(y[i]));
+  EXPECT_LE(diff, 1e-5 * std::max(scale, 1e-6)) << what << ": max |diff| " << diff << " of scale " << scale;
+}
+
+Tensor leaf(const Tensor& t) {
+  Tensor c = ops::clone(t);
+  ag::set_requires_grad(c, true);
+  return c;
+}
+
+// sum(y * r): a loss whose upstream gradient is r, different for every element.
+void backward_with(const Tensor& y, const Tensor& r) { ag::backward(ag::sum(ag::mul(y, r))); }
+
+ProcessGroup& tp() { return parallel::world(); }
+
+}  // namespace
+
+TEST(TensorParallel, ColumnParallelLinearGatheredEqualsTheFullLinear) {
+  Generator gen(11);
+  const int64_t out = 4 * 3;  // divides tp = 1, 2, 4
+  Tensor W = randn({out, 6}, gen), b = randn({out}, gen), x = randn({2, 4, 6}, gen), r = randn({2, 4, out}, gen);
+  Tensor xf = leaf(x), wf = leaf(W), bf = leaf(b);
+  Tensor yf = ag::linear(xf, wf, bf);
+  backward_with(yf, r);
+
+  ColumnParallelLinear col(W, b, tp(), /*gather_output=*/true);
+  Tensor xp = leaf(x);
+  Tensor yp = col.forward(xp);
+  backward_with(yp, r);
+  expect_close(yp, yf, "output");
+  expect_close(ag::grad(xp), ag::grad(xf), "input grad (f's all-reduce)");
+  expect_close(ag::grad(col.weight), shard_of(ag::grad(wf), 0, tp(), "w"), "weight shard grad");
+  expect_close(ag::grad(col.bias), shard_of(ag::grad(bf), 0, tp(), "b"), "bias shard grad");
+}
+
+TEST(TensorParallel, RowParallelLinearEqualsTheFullLinear) {
+  Generator gen(12);
+  const int64_t in = 8;
+  Tensor W = randn({5, in}, gen), b = randn({5}, gen), x = randn({2, 4, in}, gen), r = randn({2, 4, 5}, gen);
+  Tensor xf = leaf(x), wf = leaf(W), bf = leaf(b);
+  backward_with(ag::linear(xf, wf, bf), r);
+  Tensor yf = ops::linear(x, W, b);
+
+  RowParallelLinear row(W, b, tp());
+  Tensor xp = leaf(slice_along(x, -1, tp()));  // the input arrives split (a column layer's output)
+  Tensor yp = row.forward(xp);
+  backward_with(yp, r);
+  expect_close(yp, yf, "output (g's all-reduce, bias once)");
+  expect_close(ag::grad(xp), slice_along(ag::grad(xf), -1, tp()), "input slice grad");
+  expect_close(ag::grad(row.weight), shard_of(ag::grad(wf), 1, tp(), "w"), "weight shard grad");
+  expect_close(ag::grad(row.bias), ag::grad(bf), "replicated bias grad");
+}
+
+// The MLP as Megatron splits it: fc1 column-parallel, GELU on the shard, fc2
+// row-parallel; with and without sequence parallelism (input and output
+// sharded along T, all-gather before fc1, reduce-scatter after fc2).
+class TensorParallelMlp : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TensorParallelMlp, EqualsTheFullMlp) {
+  const bool sp = GetParam();
+  Generator gen(13);
+  const int64_t C = 6, H = 16, T = 4;
+  Tensor W1 = randn({H, C}, gen), b1 = randn({H}, gen), W2 = randn({C, H}, gen), b2 = randn({C}, gen);
+  Tensor x = randn({2, T, C}, gen), r = randn({2, T, C}, gen);
+  Tensor xf = leaf(x), w1 = leaf(W1), w2 = leaf(W2);
+  Tensor yf = ag::linear(ag::gelu(ag::linear(xf, w1, b1)), w2, b2);
+  backward_with(yf, r);
+
+  ColumnParallelLinear fc1(W1, b1, tp(), false, sp);
+  RowParallelLinear fc2(W2, b2, tp(), sp);
+  Tensor xp = leaf(sp ? slice_along(x, 1, tp()) : x);
+  Tensor yp = fc2.forward(ag::gelu(fc1.forward(xp)));
+  backward_with(yp, sp ? slice_along(r, 1, tp()) : r);
+  expect_close(yp, sp ? slice_along(yf, 1, tp()) : yf, "output");
+  expect_close(ag::grad(xp), sp ? slice_along(ag::grad(xf), 1, tp()) : ag::grad(xf), "input grad");
+  expect_close(ag::grad(fc1.weight), shard_of(ag::grad(w1), 0, tp(), "w1"), "fc1 weight shard grad");
+  expect_close(ag::grad(fc2.weight), shard_of(ag::grad(w2), 1, tp(), "w2"), "fc2 weight shard grad");
+}
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelMlp, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "sequence_parallel" : "tensor_parallel"; });
+
+TEST(TensorParallel, VocabParallelEmbeddingEqualsTheFullEmbedding) {
+  Generator gen(14);
+  const int64_t V = 12, C = 3;
+  Tensor W = randn({V, C}, gen), ids = randint(0, V, {2, 5}, gen, kInt64), r = randn({2, 5, C}, gen);
+  Tensor wf = leaf(W);
+  Tensor yf = ag::embedding(wf, ids);
+  backward_with(yf, r);
+
+  VocabParallelEmbedding emb(W, tp());
+  Tensor yp = emb.forward(ids);
+  backward_with(yp, r);
+  expect_close(yp, yf, "lookup (g sums the owner's rows)");
+  expect_close(ag::grad(emb.weight), shard_of(ag::grad(wf), 0, tp(), "w"), "table shard grad");
+}
+
+TEST(TensorParallel, VocabParallelCrossEntropyEqualsTheFullOneWithoutFullRows) {
+  Generator gen(15);
+  const int64_t N = 7, V = 12;
+  Tensor logits = randn({N, V}, gen, kFloat32, 0.0, 3.0);
+  Tensor targets = from_vector<int64_t>({3, 11, -100, 0, 7, -100, 5});  // two rows ignored
+  Tensor lf = leaf(logits);
+  Tensor loss_f = ag::cross_entropy(lf, targets);
+  ag::backward(loss_f);
+
+  const int64_t v = V / tp().size();
+  Tensor lp = leaf(slice_along(logits, -1, tp()));  // this rank's V/tp columns only
+  Tensor loss_p = vocab_parallel_cross_entropy(lp, targets, tp().rank() * v, tp());
+  ag::backward(loss_p);
+  expect_close(loss_p, loss_f, "loss");
+  expect_close(ag::grad(lp), slice_along(ag::grad(lf), -1, tp()), "logit shard grad");
+}
+
+TEST(TensorParallel, AShapeThatDoesNotSplitIsNamed) {
+  if (tp().size() == 1) GTEST_SKIP() << "every shape splits over one rank";
+  Generator gen(16);
+  Tensor W = randn({tp().size() * 2 + 1, 6}, gen);
+  try {
+    ColumnParallelLinear col(W, Tensor(), tp());
+    ADD_FAILURE() << "an uneven split was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ColumnParallelLinear weight: dim 0 of [" + std::to_string(tp().size() * 2 + 1) +
+                                         ", 6]"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not split over tp = " + std::to_string(tp().size())), std::string::npos)
+        << e.what();
+  }
+}
