@@ -9,7 +9,7 @@ namespace loom::parallel {
 Tensor shard_of(const Tensor& full, int64_t dim, ProcessGroup& tp, const char* what) {
   LOOM_CHECK(full.size(dim) % tp.size() == 0, what, ": dim ", dim, " of ", full.shape(), " (", full.size(dim),
              ") does not split over tp = ", tp.size(), " ranks");
-  return slice_along(full, dim, tp);
+  return ops::clone(slice_along(full, dim, tp));  // its own storage: the shard is a new parameter
 }
 
 ColumnParallelLinear::ColumnParallelLinear(const Tensor& full_weight, const Tensor& full_bias, ProcessGroup& tp_group,

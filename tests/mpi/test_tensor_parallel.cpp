@@ -12,9 +12,11 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/tensor_parallel/block.h"
 #include "parallel/tensor_parallel/cross_entropy.h"
 #include "parallel/tensor_parallel/layers.h"
 #include "parallel/tensor_parallel/mappings.h"
+#include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -157,3 +159,55 @@ TEST(TensorParallel, AShapeThatDoesNotSplitIsNamed) {
         << e.what();
   }
 }
+
+// A whole transformer block: nn::Block against TensorParallelBlock cut from it
+// (4 heads of 2: tp 4 gives each rank one head), with and without sequence
+// parallelism. The replicated layernorm weights see all tokens without SP; with
+// SP each rank sees T/tp of them, and their gradients summed over tp are the full ones.
+class TensorParallelBlockTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TensorParallelBlockTest, EqualsTheFullBlock) {
+  const bool sp = GetParam();
+  Generator gen(17);
+  const int64_t C = 8, H = 4, T = 4;
+  nn::Block full(C, H, gen, 0.02);
+  {
+    NoGradGuard no_grad;  // larger weights than GPT-2's init, so every path carries a visible gradient
+    for (auto& [name, p] : full.named_parameters()) ops::copy_(p, randn(p.shape(), gen, kFloat32, 0.0, 0.3));
+  }
+  Tensor x = randn({2, T, C}, gen), r = randn({2, T, C}, gen);
+  Tensor xf = leaf(x);
+  Tensor yf = full.forward(xf);
+  backward_with(yf, r);
+
+  TensorParallelBlock block(full, tp(), sp);
+  Tensor xp = leaf(sp ? slice_along(x, 1, tp()) : x);
+  Tensor yp = block.forward(xp);
+  backward_with(yp, sp ? slice_along(r, 1, tp()) : r);
+  expect_close(yp, sp ? slice_along(yf, 1, tp()) : yf, "output");
+  expect_close(ag::grad(xp), sp ? slice_along(ag::grad(xf), 1, tp()) : ag::grad(xf), "input grad");
+
+  nn::NamedTensors want = full.named_parameters();
+  auto full_grad = [&](const std::string& name) {
+    for (auto& [n, p] : want)
+      if (n == name) return ag::grad(p);
+    ADD_FAILURE() << "no " << name;
+    return Tensor();
+  };
+  for (auto& [name, p] : block.named_parameters()) {
+    Tensor g = ag::grad(p), ref = full_grad(name);
+    if (name == "attn.c_attn.weight") ref = shard_of(qkv_rows_by_rank(ref, tp().size()), 0, tp(), "qkv");
+    else if (name == "attn.c_attn.bias") ref = ops::view(shard_of(qkv_rows_by_rank(ops::unsqueeze(ref, 1), tp().size()), 0, tp(), "qkv"), {-1});
+    else if (name == "mlp.c_fc.weight" || name == "mlp.c_fc.bias") ref = shard_of(ref, 0, tp(), "fc");
+    else if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight") ref = shard_of(ref, 1, tp(), "proj");
+    else if (sp) {  // replicated, and each rank saw T/tp tokens: the partial sums add up
+      g = ops::clone(g);
+      tp().all_reduce(g, ReduceOp::Sum);
+    }
+    expect_close(g, ref, name);
+  }
+  EXPECT_EQ(block.named_parameters().size(), want.size()) << "the same names as the full block";
+  EXPECT_EQ(block.replicated_params().size(), 6u);
+}
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelBlockTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "sequence_parallel" : "tensor_parallel"; });

@@ -1,0 +1,66 @@
+// A transformer block split over the tp group (Megatron-LM's ParallelTransformerLayer),
+// cut from a full nn::Block so tp = N starts from tp = 1's weights:
+//
+//   ln_1, ln_2         replicated (every rank holds all C)
+//   attn.c_attn        column-parallel by heads: rank r holds the q, k and v rows of
+//                      heads [r H/tp, (r+1) H/tp)  -> q, k, v [B, T, C/tp] each
+//   attention itself   local: H/tp heads, no communication (heads are independent)
+//   attn.c_proj        row-parallel: its input columns are those heads' outputs
+//   mlp.c_fc, c_proj   column-parallel, then row-parallel
+//
+// Forward per block: one f and one g per sub-layer (Megatron's 2 all-reduces
+// in forward, 2 in backward). With sequence_parallel the residual stream and
+// the layernorms hold [B, T/tp, C]: f becomes an all-gather along T and g a
+// reduce-scatter; then each rank's layernorm weights see only T/tp tokens, and
+// their gradients must be summed over tp after backward (replicated_grads()).
+// Parameter names are the full block's (ln_1.weight, attn.c_attn.weight, ...),
+// so a tp checkpoint names the same tensors as a tp = 1 one.
+// Dropout is not supported here yet (p must be 0): matching tp = 1's masks
+// needs a generator keyed by element position (Megatron's RNG tracker).
+#pragma once
+
+#include <memory>
+
+#include "nn/block.h"
+#include "parallel/tensor_parallel/layers.h"
+
+namespace loom::parallel {
+
+struct TensorParallelAttention : nn::Module {
+  std::shared_ptr<ColumnParallelLinear> c_attn;  // [3C/tp, C]: this rank's heads' q, k, v rows
+  std::shared_ptr<RowParallelLinear> c_proj;     // [C, C/tp]
+  int64_t local_heads, head_dim;
+
+  TensorParallelAttention(const nn::CausalSelfAttention& full, ProcessGroup& tp, bool sequence_parallel);
+  // x: [B, T, C] ([B, T/tp, C] under sequence parallelism) -> the same shape
+  Tensor forward(const Tensor& x);
+};
+
+struct TensorParallelMLP : nn::Module {
+  std::shared_ptr<ColumnParallelLinear> c_fc;  // [4C/tp, C]
+  std::shared_ptr<RowParallelLinear> c_proj;   // [C, 4C/tp]
+
+  TensorParallelMLP(const nn::MLP& full, ProcessGroup& tp, bool sequence_parallel);
+  Tensor forward(const Tensor& x);
+};
+
+struct TensorParallelBlock : nn::Layer {
+  std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
+  std::shared_ptr<TensorParallelAttention> attn;
+  std::shared_ptr<TensorParallelMLP> mlp;
+
+  TensorParallelBlock(const nn::Block& full, ProcessGroup& tp, bool sequence_parallel = false);
+  Tensor forward(const Tensor& x) override;
+
+  // The params every tp rank holds whole (layernorms, row-parallel biases):
+  // counted once in the grad norm; under sequence parallelism the layernorms'
+  // gradients are partial sums to be all-reduced over tp.
+  std::vector<Tensor> replicated_params() const;
+};
+
+// c_attn's weight [3C, C] (rows q | k | v) reordered so that a contiguous 1/tp
+// of its rows is one rank's heads: [q_0 k_0 v_0 | q_1 k_1 v_1 | ...] where q_r
+// are the rows of heads [r H/tp, (r+1) H/tp). The same for the bias [3C].
+Tensor qkv_rows_by_rank(const Tensor& w, int tp_size);
+
+}  // namespace loom::parallel
