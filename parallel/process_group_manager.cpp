@@ -22,6 +22,13 @@ ProcessGrid::Coords ProcessGrid::coords(int rank) const {
   return {rank % tp_size, (rank / tp_size) % dp_size, rank / (tp_size * dp_size)};
 }
 
+std::vector<int> ProcessGrid::tp_group_ranks(int rank) const {
+  Coords c = coords(rank);
+  std::vector<int> ranks;
+  for (int t = 0; t < tp_size; ++t) ranks.push_back(rank_of(c.dp_rank, c.pp_rank, t));
+  return ranks;
+}
+
 std::vector<int> ProcessGrid::dp_group_ranks(int rank) const {
   Coords c = coords(rank);
   std::vector<int> ranks;
@@ -53,13 +60,14 @@ std::vector<int> ProcessGrid::embedding_group_ranks(int rank) const {
 
 // ---- the groups -------------------------------------------------------------------
 
-ProcessGroupManager::ProcessGroupManager(int dp, int pp, ProcessGroup& world)
-    : world_(world), grid_(world.size(), dp, pp), coords_(grid_.coords(world.rank())) {
-  // Each split is a collective over the world: every rank makes all four calls,
+ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, ProcessGroup& world)
+    : world_(world), grid_(world.size(), dp, pp, tp_size), coords_(grid_.coords(world.rank())) {
+  // Each split is a collective over the world: every rank makes all five calls,
   // in this order. The color names the group a rank joins (ranks with equal
   // coordinates off the axis), the key orders the ranks inside it.
   const int tp = grid_.tp_size, t = coords_.tp_rank, d = coords_.dp_rank, p = coords_.pp_rank;
-  dp_group_ = world_.split(/*color=*/t + tp * p, /*key=*/d, "dp");
+  tp_group_ = world_.split(/*color=*/d + grid_.dp_size * p, /*key=*/t, "tp");
+  dp_group_ = world_.split(t + tp * p, d, "dp");
   pp_group_ = world_.split(t + tp * d, p, "pp");
   mp_group_ = world_.split(d, t + tp * p, "model_parallel");
   bool embedding = is_first_stage() || is_last_stage();
@@ -83,7 +91,7 @@ ProcessGroup& ProcessGroupManager::embedding_group() {
 std::string ProcessGroupManager::describe() const {
   std::string stage = pp_size() == 1 ? "" : is_first_stage() ? " (first stage)" : is_last_stage() ? " (last stage)" : "";
   return str("rank ", global_rank(), "/", world_size(), ": dp ", dp_rank(), "/", dp_size(), ", pp ", pp_rank(), "/",
-             pp_size(), stage);
+             pp_size(), stage, tp_size() == 1 ? std::string() : str(", tp ", tp_rank(), "/", tp_size()));
 }
 
 }  // namespace loom::parallel

@@ -1,7 +1,6 @@
 // ProcessGroupManager (picotron's `pgm`): lays the world's ranks out on a grid
 // world = tp × dp × pp and builds one process group per axis, plus the two
-// groups that span axes. tp has size 1 for now; the axis is kept so the layout
-// will not change when tensor parallelism arrives.
+// groups that span axes.
 //
 // Rank layout - Megatron's order, tp varies fastest, then dp, then pp:
 //     rank = tp_rank + tp_size * (dp_rank + dp_size * pp_rank)
@@ -15,6 +14,8 @@
 // nodes. (picotron orders its grid dp, pp, cp, tp: dp slowest.)
 //
 // Groups:
+//   tp_group              same dp and pp coordinate: the ranks that split each matmul
+//                         (parallel/tensor_parallel/); the innermost axis
 //   dp_group              same pp (and tp) coordinate: gradients are averaged here
 //   pp_group              same dp (and tp) coordinate: activations flow here, stage order
 //   model_parallel_group  all ranks of one model replica (pp × tp): found-inf and
@@ -47,6 +48,7 @@ struct ProcessGrid {
   int rank_of(int dp_rank, int pp_rank, int tp_rank = 0) const;
   Coords coords(int rank) const;
 
+  std::vector<int> tp_group_ranks(int rank) const;
   std::vector<int> dp_group_ranks(int rank) const;
   std::vector<int> pp_group_ranks(int rank) const;
   std::vector<int> model_parallel_group_ranks(int rank) const;
@@ -57,7 +59,8 @@ class ProcessGroupManager {
  public:
   // Collective over `world`: every rank must construct it with the same sizes.
   // An invalid grid throws on every rank before any communication.
-  ProcessGroupManager(int dp, int pp, ProcessGroup& world = parallel::world());
+  ProcessGroupManager(int dp, int pp, int tp, ProcessGroup& world = parallel::world());
+  ProcessGroupManager(int dp, int pp, ProcessGroup& world = parallel::world()) : ProcessGroupManager(dp, pp, 1, world) {}
 
   const ProcessGrid& grid() const { return grid_; }
   int global_rank() const { return world_.rank(); }
@@ -78,20 +81,21 @@ class ProcessGroupManager {
   int next_pp_rank() const;
 
   ProcessGroup& world() { return world_; }
+  ProcessGroup& tp_group() { return *tp_group_; }
   ProcessGroup& dp_group() { return *dp_group_; }
   ProcessGroup& pp_group() { return *pp_group_; }
   ProcessGroup& model_parallel_group() { return *mp_group_; }
   bool in_embedding_group() const { return embedding_group_ != nullptr; }
   ProcessGroup& embedding_group();  // error on a middle stage
 
-  // "rank 3/4: dp 1/2, pp 1/2 (last stage)"
+  // "rank 3/4: dp 1/2, pp 1/2 (last stage)" (and ", tp 1/2" when tp > 1)
   std::string describe() const;
 
  private:
   ProcessGroup& world_;
   ProcessGrid grid_;
   ProcessGrid::Coords coords_;
-  std::unique_ptr<ProcessGroup> dp_group_, pp_group_, mp_group_, embedding_group_;
+  std::unique_ptr<ProcessGroup> tp_group_, dp_group_, pp_group_, mp_group_, embedding_group_;
 };
 
 }  // namespace loom::parallel

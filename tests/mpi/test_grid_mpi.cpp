@@ -29,6 +29,7 @@ Ranks members(ProcessGroup& group) {
 void expect_groups_match_grid(ProcessGroupManager& pgm) {
   const ProcessGrid& g = pgm.grid();
   int r = pgm.global_rank();
+  EXPECT_EQ(members(pgm.tp_group()), g.tp_group_ranks(r));
   EXPECT_EQ(members(pgm.dp_group()), g.dp_group_ranks(r));
   EXPECT_EQ(members(pgm.pp_group()), g.pp_group_ranks(r));
   EXPECT_EQ(members(pgm.model_parallel_group()), g.model_parallel_group_ranks(r));
@@ -37,6 +38,7 @@ void expect_groups_match_grid(ProcessGroupManager& pgm) {
   } else {
     EXPECT_EQ(g.embedding_group_ranks(r), Ranks{});
   }
+  EXPECT_EQ(pgm.tp_group().rank(), pgm.tp_rank());
   EXPECT_EQ(pgm.dp_group().rank(), pgm.dp_rank());
   EXPECT_EQ(pgm.pp_group().rank(), pgm.pp_rank());
 }
@@ -107,4 +109,34 @@ TEST(ProcessGroupManager, InvalidGridFailsOnEveryRankBeforeAnyCollective) {
   Tensor t = ones({1});
   parallel::world().all_reduce(t);
   EXPECT_EQ(t.item<float>(), float(S));
+}
+
+// dp 1 × pp 2 × tp 2 on 4 ranks: rank = tp_rank + 2 * pp_rank. The model-
+// parallel group is the whole world (pp × tp), the embedding group pairs the
+// same tp rank of the first and the last stage.
+TEST(ProcessGroupManager, Pp2Tp2OnFourRanks) {
+  if (parallel::world().size() != 4) GTEST_SKIP() << "a 4-rank grid";
+  ProcessGroupManager pgm(1, 2, 2);
+  int r = pgm.global_rank();
+  EXPECT_EQ(pgm.tp_rank(), r % 2);
+  EXPECT_EQ(pgm.pp_rank(), r / 2);
+  EXPECT_EQ(members(pgm.tp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  EXPECT_EQ(members(pgm.pp_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  EXPECT_EQ(members(pgm.model_parallel_group()), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(members(pgm.embedding_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  EXPECT_EQ(pgm.dp_group().size(), 1);
+  EXPECT_EQ(pgm.describe(), "rank " + std::to_string(r) + "/4: dp 0/1, pp " + std::to_string(r / 2) + "/2" +
+                                (r < 2 ? " (first stage)" : " (last stage)") + ", tp " + std::to_string(r % 2) + "/2");
+  expect_groups_match_grid(pgm);
+}
+
+// dp 2 × tp 2: the tp pairs {0,1} {2,3} are neighbours, the dp pairs {0,2} {1,3}.
+TEST(ProcessGroupManager, Dp2Tp2OnFourRanks) {
+  if (parallel::world().size() != 4) GTEST_SKIP() << "a 4-rank grid";
+  ProcessGroupManager pgm(2, 1, 2);
+  int r = pgm.global_rank();
+  EXPECT_EQ(members(pgm.tp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  EXPECT_EQ(members(pgm.dp_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  EXPECT_EQ(members(pgm.model_parallel_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  expect_groups_match_grid(pgm);
 }
