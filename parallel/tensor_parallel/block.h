@@ -53,8 +53,8 @@ struct TensorParallelBlock : nn::Layer {
   Tensor forward(const Tensor& x) override;
 
   // The params every tp rank holds whole (layernorms, row-parallel biases):
-  // counted once in the grad norm; under sequence parallelism the layernorms'
-  // gradients are partial sums to be all-reduced over tp.
+  // counted once in the grad norm; under sequence parallelism their gradients
+  // are partial sums (each rank saw T/tp tokens) to be all-reduced over tp.
   std::vector<Tensor> replicated_params() const;
 };
 

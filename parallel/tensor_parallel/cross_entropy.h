@@ -19,9 +19,12 @@
 namespace loom::parallel {
 
 // logits: [N, V/tp] (any float dtype; computed in fp32), targets: [N] int,
-// vocab_start: the first id this rank holds. Returns the mean loss (fp32 []),
-// the same on every rank of tp. Collective over tp (three all-reduces of N floats).
+// vocab_start: the first id this rank holds; vocab_size: the true V, when the
+// table was padded to a multiple of tp (columns of ids >= vocab_size are
+// padding: left out of the max and the sum, gradient 0; -1: no padding).
+// Returns the mean loss (fp32 []), the same on every rank of tp. Collective
+// over tp (three all-reduces of N floats).
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
-                                    ProcessGroup& tp, int64_t ignore_index = -100);
+                                    ProcessGroup& tp, int64_t ignore_index = -100, int64_t vocab_size = -1);
 
 }  // namespace loom::parallel

@@ -8,12 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "nn/loss.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/tensor_parallel/block.h"
 #include "parallel/tensor_parallel/cross_entropy.h"
+#include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/layers.h"
 #include "parallel/tensor_parallel/mappings.h"
 #include "tensor/grad_mode.h"
@@ -210,4 +213,59 @@ TEST_P(TensorParallelBlockTest, EqualsTheFullBlock) {
   EXPECT_EQ(block.replicated_params().size(), 6u);
 }
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelBlockTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "sequence_parallel" : "tensor_parallel"; });
+
+// The whole GPT: nn::GPT with cross_entropy_loss against the tp layer list with
+// the vocab-parallel loss, V = 10 (padded to 12 at tp 4), 4 heads, 2 blocks.
+// Loss, and every parameter's gradient against the matching shard of the full
+// one (wte: the embedding's and the head's parts, tied on this one stage).
+class TensorParallelGptTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TensorParallelGptTest, LossAndGradientsEqualTheFullGpt) {
+  const bool sp = GetParam();
+  nn::GPTConfig cfg{10, 8, 2, 4, 8, 0.0, 21};
+  nn::GPT full(cfg);
+  Generator gen(18);
+  Tensor idx = randint(0, 10, {2, 8}, gen, kInt64), y = randint(0, 10, {2, 8}, gen, kInt64);
+  Tensor loss_f = nn::cross_entropy_loss(full.forward(idx), y);
+  ag::backward(loss_f);
+
+  auto layers = build_tensor_parallel_gpt_layers(cfg, 0, cfg.num_layers(), tp(), sp);
+  Tensor x = idx;
+  for (auto& layer : layers) x = layer->forward(x);
+  auto& head = static_cast<TensorParallelHead&>(*layers.back());
+  Tensor loss_p = tensor_parallel_loss(x, y, head, cfg.vocab_size);
+  ag::backward(loss_p);
+  expect_close(loss_p, loss_f, "loss");
+
+  std::map<std::string, Tensor> want;
+  for (auto& [name, p] : full.named_parameters()) want[name] = ag::grad(p);
+  int checked = 0;
+  for (size_t i = 0; i < layers.size(); ++i)
+    for (auto& [name, p] : layers[i]->named_parameters()) {
+      const std::string full_name = nn::gpt_layer_prefix(cfg, int64_t(i)) + name;
+      Tensor g = ag::grad(p), ref = want.at(full_name);
+      if (full_name == "wte.weight") {
+        if (i != 0) continue;  // the head's wte is the same tensor
+        const int64_t start = head.wte->vocab_start, rows = std::max<int64_t>(0, std::min<int64_t>(g.size(0), 10 - start));
+        for (float e : ops::narrow(g, 0, rows, g.size(0) - rows).to_vector<float>()) EXPECT_EQ(e, 0.0f) << "padding rows";
+        g = ops::narrow(g, 0, 0, rows), ref = ops::narrow(ref, 0, start, rows);
+      } else if (full_name.find("c_attn.weight") != std::string::npos) {
+        ref = shard_of(qkv_rows_by_rank(ref, tp().size()), 0, tp(), "qkv");
+      } else if (full_name.find("c_attn.bias") != std::string::npos) {
+        ref = ops::view(shard_of(qkv_rows_by_rank(ops::unsqueeze(ref, 1), tp().size()), 0, tp(), "qkv"), {-1});
+      } else if (full_name.find("c_fc.") != std::string::npos) {
+        ref = shard_of(ref, 0, tp(), "fc");
+      } else if (full_name.find("c_proj.weight") != std::string::npos) {
+        ref = shard_of(ref, 1, tp(), "proj");
+      } else if (sp && (full_name.find("ln_") != std::string::npos || full_name.find("c_proj.bias") != std::string::npos)) {
+        g = ops::clone(g);
+        tp().all_reduce(g, ReduceOp::Sum);  // replicated, and each rank saw T/tp of the tokens
+      }
+      expect_close(g, ref, full_name);
+      ++checked;
+    }
+  EXPECT_EQ(checked, int(want.size()));
+}
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelGptTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "sequence_parallel" : "tensor_parallel"; });

@@ -1,0 +1,103 @@
+#include "parallel/tensor_parallel/gpt.h"
+
+#include "autograd/functions.h"
+#include "parallel/tensor_parallel/cross_entropy.h"
+#include "parallel/tensor_parallel/mappings.h"
+#include "tensor/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+namespace {
+
+// The full table [V, C] with zero rows appended up to V_pad.
+Tensor padded_table(const Tensor& w, int64_t padded) {
+  if (w.size(0) == padded) return w;
+  Tensor out = zeros({padded, w.size(1)}, w.dtype());
+  ops::copy_(ops::narrow(out, 0, 0, w.size(0)), w);
+  return out;
+}
+
+std::shared_ptr<nn::LayerNorm> copy_of(const nn::LayerNorm& ln) {
+  auto out = std::make_shared<nn::LayerNorm>(ln.weight.size(0), ln.eps);
+  NoGradGuard no_grad;
+  ops::copy_(out->weight, ln.weight);
+  ops::copy_(out->bias, ln.bias);
+  return out;
+}
+
+}  // namespace
+
+int64_t padded_vocab_size(int64_t vocab_size, int tp_size) { return (vocab_size + tp_size - 1) / tp_size * tp_size; }
+
+TensorParallelEmbedding::TensorParallelEmbedding(const nn::GPTEmbedding& full, int64_t vocab_size, ProcessGroup& tp_,
+                                                 bool sp)
+    : sequence_parallel(sp), tp(tp_) {
+  LOOM_CHECK(full.drop->p == 0, "tensor parallel GPT: dropout is not supported with tp > 1 yet");
+  wte = register_module("wte", std::make_shared<VocabParallelEmbedding>(
+                                   padded_table(full.wte->weight, padded_vocab_size(vocab_size, tp.size())), tp));
+  wpe = register_module("wpe", std::make_shared<nn::Embedding>(full.wpe->weight.size(0), full.wpe->weight.size(1),
+                                                                *std::make_unique<Generator>(0)));
+  NoGradGuard no_grad;
+  ops::copy_(wpe->weight, full.wpe->weight);
+}
+
+Tensor TensorParallelEmbedding::forward(const Tensor& idx) {
+  const int64_t T = idx.size(1);
+  Tensor x = autograd::add(wte->forward(idx), wpe->forward(arange(T)));  // [B, T, C], whole on every rank
+  return sequence_parallel ? scatter_to_sp_region(x, tp) : x;
+}
+
+TensorParallelHead::TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<VocabParallelEmbedding> tied_wte,
+                                       ProcessGroup& tp_, bool sp)
+    : sequence_parallel(sp), tp(tp_) {
+  ln_f = register_module("ln_f", copy_of(*full.ln_f));
+  wte = register_module("wte", std::move(tied_wte));
+}
+
+Tensor TensorParallelHead::forward(const Tensor& x) {
+  Tensor h = ln_f->forward(x);
+  // f: all of h against this rank's rows of wte (under SP, gather T first).
+  h = sequence_parallel ? gather_from_sp_region(h, tp) : copy_to_tp_region(h, tp);
+  return autograd::linear(h, wte->weight, Tensor());  // [B, T, C] @ [C, V_pad/tp]
+}
+
+Tensor tensor_parallel_loss(const Tensor& logits, const Tensor& targets, const TensorParallelHead& head,
+                            int64_t vocab_size) {
+  const int64_t v = logits.size(-1);
+  return vocab_parallel_cross_entropy(autograd::reshape(logits, {-1, v}), ops::reshape(targets, {-1}),
+                                      head.wte->vocab_start, head.tp, -100, vocab_size);
+}
+
+std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,
+                                                                         int64_t end, ProcessGroup& tp, bool sp) {
+  LOOM_CHECK(cfg.n_head % tp.size() == 0, "tensor parallel GPT: ", cfg.n_head, " heads do not split over tp = ",
+             tp.size());
+  LOOM_CHECK(cfg.n_embd * 4 % tp.size() == 0, "tensor parallel GPT: the MLP width 4 x ", cfg.n_embd,
+             " does not split over tp = ", tp.size());
+  LOOM_CHECK(!sp || cfg.block_size % tp.size() == 0, "sequence parallelism: block_size ", cfg.block_size,
+             " does not split over tp = ", tp.size());
+  // The full layers first (each from its own generator, nn/gpt.h), then each cut to this rank's shards.
+  std::vector<std::shared_ptr<nn::Layer>> full = nn::build_gpt_layers(cfg, begin, end), out;
+  std::shared_ptr<VocabParallelEmbedding> embedding_wte;
+  for (size_t k = 0; k < full.size(); ++k) {
+    const int64_t i = begin + int64_t(k);
+    if (i == 0) {
+      auto e = std::make_shared<TensorParallelEmbedding>(static_cast<nn::GPTEmbedding&>(*full[k]), cfg.vocab_size,
+                                                         tp, sp);
+      embedding_wte = e->wte;
+      out.push_back(e);
+    } else if (i == cfg.num_layers() - 1) {
+      auto& head = static_cast<nn::GPTHead&>(*full[k]);
+      auto wte = embedding_wte ? embedding_wte
+                               : std::make_shared<VocabParallelEmbedding>(
+                                     padded_table(head.wte->weight, padded_vocab_size(cfg.vocab_size, tp.size())), tp);
+      out.push_back(std::make_shared<TensorParallelHead>(head, wte, tp, sp));
+    } else {
+      out.push_back(std::make_shared<TensorParallelBlock>(static_cast<nn::Block&>(*full[k]), tp, sp));
+    }
+  }
+  return out;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,63 @@
+// The GPT's layer list split over the tp group, cut from the full layers
+// (nn/gpt.h) so that tp = N starts from tp = 1's weights:
+//   layer 0      TensorParallelEmbedding  wte vocab-parallel, wpe replicated
+//   layer 1..L   TensorParallelBlock      (block.h)
+//   layer L + 1  TensorParallelHead       ln_f replicated; logits against this rank's
+//                                         wte rows only: [B, T, V_pad / tp], never all V
+// and the loss is vocab_parallel_cross_entropy over those logits. The tied
+// embedding stays tied: a stage holding layer 0 and L + 1 shares one
+// VocabParallelEmbedding weight between them.
+//
+// Vocabulary padding (Megatron's make_vocab_size_divisible_by): V is padded up
+// to a multiple of tp with zero rows no id looks up; the loss leaves their
+// logits out, so the padded model computes exactly the unpadded one.
+// Sequence parallelism: the embedding's output is scattered along T, the
+// blocks run on [B, T/tp, C], and the head gathers T back before its logits.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "parallel/tensor_parallel/block.h"
+#include "parallel/tensor_parallel/layers.h"
+
+namespace loom::parallel {
+
+// V rounded up to a multiple of tp.
+int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
+
+struct TensorParallelEmbedding : nn::Layer {
+  std::shared_ptr<VocabParallelEmbedding> wte;  // [V_pad / tp, C]
+  std::shared_ptr<nn::Embedding> wpe;           // [block_size, C], replicated
+  bool sequence_parallel;
+  ProcessGroup& tp;
+
+  TensorParallelEmbedding(const nn::GPTEmbedding& full, int64_t vocab_size, ProcessGroup& tp, bool sequence_parallel);
+  // idx [B, T] -> [B, T, C] ([B, T/tp, C] under sequence parallelism)
+  Tensor forward(const Tensor& idx) override;
+};
+
+struct TensorParallelHead : nn::Layer {
+  std::shared_ptr<nn::LayerNorm> ln_f;          // replicated
+  std::shared_ptr<VocabParallelEmbedding> wte;  // tied to the embedding's, or this stage's copy
+  bool sequence_parallel;
+  ProcessGroup& tp;
+
+  TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<VocabParallelEmbedding> tied_wte, ProcessGroup& tp,
+                     bool sequence_parallel);
+  // x [B, T, C] ([B, T/tp, C]) -> this rank's logits [B, T, V_pad / tp]
+  Tensor forward(const Tensor& x) override;
+};
+
+// Layers [begin, end) of the GPT of cfg, split over tp. dropout must be 0.
+std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,
+                                                                         int64_t end, ProcessGroup& tp,
+                                                                         bool sequence_parallel = false);
+
+// The loss of the head's logits [B, T, V_pad/tp] against targets [B, T]: the
+// mean cross-entropy over the true vocabulary, as nn's cross_entropy_loss of the full logits.
+Tensor tensor_parallel_loss(const Tensor& logits, const Tensor& targets, const TensorParallelHead& head,
+                            int64_t vocab_size);
+
+}  // namespace loom::parallel
