@@ -33,6 +33,7 @@ using namespace loom;
 namespace {
 
 int run(const train::Args& a) {
+  train::validate(a);  // every flag's range and every output path, before any work
   // ---- the wrapping order -----------------------------------------------------------------
   parallel::ProcessGroupManager pgm(a.dp, a.pp);  // the grid of ranks: world = dp x pp
   ops::set_num_threads(a.threads);
