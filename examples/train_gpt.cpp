@@ -2,12 +2,13 @@
 // (Debian's fortunes by default), with a progress line, JSON-lines logs,
 // checkpoints and a sample of generated text at the end.
 //
-// run() reads like picotron's train.py: process grid -> model or pipeline
-// stage -> dtype -> tied-embedding handler -> data parallel -> optimizer (fp32
-// main params, sharded with --zero) -> resume -> loop. The wrapping order is
-// the lesson; each wrapper is one helper in train_setup.h that says what it
-// builds and why. The loop's training section ends where llm.c's does:
-// everything after it (diagnostics.h) reports and changes no number.
+// run() reads like picotron's train.py: process grid (then the corpus) ->
+// model or pipeline stage -> dtype -> tied-embedding handler -> data parallel
+// -> optimizer (fp32 main params, sharded with --zero) -> resume -> loop.
+// The wrapping order is the lesson; each wrapper is one helper in
+// train_setup.h that says what it builds and why. The loop's training section
+// ends where llm.c's does: what follows it (diagnostics.h) reports, evaluates
+// and saves, and changes no number of the run.
 //   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
