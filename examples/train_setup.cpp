@@ -150,7 +150,8 @@ void save(const Args& a, int64_t steps_done, const Corpus& c, ModelOrStage& m, o
   if (a.save.empty()) return;
   finish_param_sync(opt);
   // The whole model's params on rank 0 (a pipeline's stages gathered).
-  nn::NamedTensors full = m.pipelined() ? parallel::gather_stage_states(*m.stage, pgm.pp_group()) : m.net().state_dict();
+  nn::NamedTensors full =
+      m.pipelined() ? parallel::gather_stage_states(*m.stage, pgm.pp_group()) : m.net().state_dict();
   const bool rank0 = pgm.global_rank() == 0;
   if (rank0) {
     std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
@@ -168,7 +169,8 @@ BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::Proces
   LOOM_CHECK(!pipelined || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
   const int64_t K = pipelined ? (a.microbatches > 0 ? a.microbatches : pgm.pp_size()) : a.grad_accum;
   const BatchPlan plan{K, int64_t(pgm.dp_size()) * a.batch * K, int64_t(pgm.dp_rank()) * a.batch * K};
-  say(pgm.global_rank() == 0, "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
+  say(pgm.global_rank() == 0,
+      "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
       (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
   return plan;
 }

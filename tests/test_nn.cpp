@@ -369,7 +369,8 @@ TEST(Generate, TopKOneIsGreedyArgmaxOverTheLastPosition) {
   for (size_t n = 3; n < out.size(); ++n) {
     std::vector<int64_t> ctx(out.begin(), out.begin() + long(n));
     Tensor logits = model.forward(from_vector(ctx, {1, int64_t(n)}));  // [1, n, V]
-    std::vector<float> last = ops::narrow(ops::reshape(logits, {int64_t(n), 65}), 0, int64_t(n) - 1, 1).to_vector<float>();
+    std::vector<float> last =
+        ops::narrow(ops::reshape(logits, {int64_t(n), 65}), 0, int64_t(n) - 1, 1).to_vector<float>();  // [V]
     EXPECT_EQ(out[n], int32_t(std::max_element(last.begin(), last.end()) - last.begin())) << "token " << n;
   }
 }
