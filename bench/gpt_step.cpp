@@ -4,7 +4,7 @@
 //
 // One step = forward + cross-entropy + backward + AdamW step + zero_grad, the
 // train_gpt setup: nn::GPT (fp32, dropout 0, plain-matmul attention),
-// optim::AdamW with nanoGPT's param groups (examples/param_groups.h). Random
+// optim::AdamW with nanoGPT's param groups (optim/param_groups.h). Random
 // tokens; only the time matters.
 //
 // Configs (issue 3, "Speed"):
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   ops::set_num_threads(threads);
 
   nn::GPT model(cfg);
-  optim::AdamW opt(train::gpt_param_groups(model, 1e-3, 0.1));
+  optim::AdamW opt(optim::gpt_param_groups(model, 1e-3, 0.1));
   Generator gen(0);
   Tensor idx = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
   Tensor targets = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);

@@ -1,6 +1,10 @@
 #include "examples/train_args.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <filesystem>
 
 namespace loom::train {
 
@@ -9,12 +13,12 @@ void add_options(CLI::App& app, Args& a) {
   // defaults: `bash examples/train.sh --steps 50`.
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
-  app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", a.batch, "sequences per step")->check(CLI::PositiveNumber);
-  app.add_option("--block", a.block, "sequence length (block size)")->check(CLI::PositiveNumber);
-  app.add_option("--layers", a.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--heads", a.heads, "attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--embd", a.embd, "embedding width (divisible by --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", a.steps, "total optimizer steps");
+  app.add_option("--batch", a.batch, "sequences per step");
+  app.add_option("--block", a.block, "sequence length (block size)");
+  app.add_option("--layers", a.layers, "transformer blocks");
+  app.add_option("--heads", a.heads, "attention heads");
+  app.add_option("--embd", a.embd, "embedding width (divisible by --heads)");
   app.add_option("--dropout", a.dropout, "dropout probability");
   app.add_option("--lr", a.lr, "peak learning rate");
   app.add_option("--min-lr-ratio", a.min_lr_ratio, "final lr as a fraction of --lr (cosine decay)");
@@ -22,7 +26,7 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay on matmul weights");
   app.add_option("--grad-clip", a.grad_clip, "clip the gradient norm to this (0: off)");
   app.add_option("--seed", a.seed, "seed for weights, data order and sampling");
-  app.add_option("--threads", a.threads, "math threads (BLAS)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", a.threads, "math threads (BLAS)");
   app.add_option("--eval-every", a.eval_every, "validation loss every N steps (0: never)");
   app.add_option("--eval-batches", a.eval_batches, "batches per validation");
   app.add_option("--log-every", a.log_every, "print a line every N steps when stdout is not a terminal");
@@ -34,14 +38,13 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--sample", a.sample, "characters of generated text to print at the end");
   app.add_option("--temperature", a.temperature, "sampling temperature");
   app.add_option("--top-k", a.top_k, "sample from the k most likely characters (0: all)");
-  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
+  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp)");
   app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
       ->check(CLI::IsMember({"naive", "bucket"}));
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
-  app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step")->check(CLI::PositiveNumber);
-  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp)")->check(CLI::PositiveNumber);
-  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (0: pp)")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step");
+  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp)");
+  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (0: pp)");
   app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
       ->check(CLI::IsMember({"uniform", "balanced"}));
@@ -53,10 +56,97 @@ void add_options(CLI::App& app, Args& a) {
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
   app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
   app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean steps before the loss scale doubles")
-      ->check(CLI::PositiveNumber);
+      ;
   app.add_option("--loss-scale-growth", a.loss_scale_growth, "fp16: factor the scale grows by after the window");
   app.add_option("--loss-scale-backoff", a.loss_scale_backoff, "fp16: factor the scale shrinks by on an overflow");
   app.add_option("--inject-overflow", a.inject_overflow, "testing: put an inf into rank 0's gradient at this step (-1: never)");
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// "--flag must be in [lo, hi], got v": every numeric flag's allowed range.
+template <typename T>
+void check_range(const char* flag, T v, T lo, T hi, const char* why = "") {
+  LOOM_CHECK(v >= lo && v <= hi, flag, " must be in [", lo, ", ", hi, "]", why, ", got ", v);
+}
+void check_positive(const char* flag, double v, const char* why = "") {
+  LOOM_CHECK(std::isfinite(v) && v > 0, flag, " must be a finite number > 0", why, ", got ", v);
+}
+
+// The closest directory that exists at or above p (p's own directory part).
+fs::path existing_ancestor(fs::path dir) {
+  if (dir.empty()) dir = ".";
+  while (!fs::exists(dir) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+  return dir;
+}
+
+// A file path the run will write: not a directory, and its directory exists
+// (or, with create_dirs, can be created) and is writable. Checked before
+// training so that a typo does not cost the whole run.
+void check_writable(const char* flag, const std::string& path, bool create_dirs) {
+  if (path.empty()) return;
+  const fs::path p(path);
+  LOOM_CHECK(!p.has_filename() == false && !fs::is_directory(p), flag, " '", path,
+             "' is a directory; give a file path, e.g. '", (p / "ckpt.safetensors").string(), "'");
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const fs::path base = create_dirs ? existing_ancestor(dir) : dir;
+  LOOM_CHECK(fs::is_directory(base), flag, " '", path, "': '", base.string(),
+             fs::exists(base) ? "' is not a directory" : "' does not exist");
+  LOOM_CHECK(access(base.c_str(), W_OK) == 0, flag, " '", path, "': the directory '", base.string(),
+             "' is not writable");
+  LOOM_CHECK(!fs::exists(p) || access(p.c_str(), W_OK) == 0, flag, " '", path, "' exists and is not writable");
+}
+
+}  // namespace
+
+void validate(const Args& a) {
+  // Sizes: bounded so that products like 12 x layers x embd^2 stay far from int64's end.
+  constexpr int64_t kMaxSize = int64_t(1) << 20, kMaxSteps = int64_t(1) << 40;
+  check_range<int64_t>("--steps", a.steps, 1, kMaxSteps);
+  check_range<int64_t>("--batch", a.batch, 1, kMaxSize);
+  check_range<int64_t>("--block", a.block, 1, kMaxSize);
+  check_range<int64_t>("--layers", a.layers, 1, 4096);
+  check_range<int64_t>("--heads", a.heads, 1, 4096);
+  check_range<int64_t>("--embd", a.embd, 1, kMaxSize);
+  LOOM_CHECK(a.embd % a.heads == 0, "--embd ", a.embd, " must be divisible by --heads ", a.heads);
+  // The weights, gradients and AdamW's two moments in fp32 (16 bytes a parameter,
+  // the vocabulary's rows not counted) must fit in this machine's memory.
+  const double params = 12.0 * double(a.layers) * double(a.embd) * double(a.embd) + double(a.block * a.embd);
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  LOOM_CHECK(16.0 * params <= ram, "--layers ", a.layers, " --embd ", a.embd, " --block ", a.block, ": about ",
+             params / 1e6, " M parameters need ", 16.0 * params / 1e9, " GB for weights, gradients and AdamW state; ",
+             "this machine has ", ram / 1e9, " GB");
+  check_range("--dropout", a.dropout, 0.0, 0.99);
+  check_positive("--lr", a.lr);
+  check_range("--min-lr-ratio", a.min_lr_ratio, 0.0, 1.0);
+  check_range<int64_t>("--warmup", a.warmup, 0, kMaxSteps);
+  check_range("--weight-decay", a.weight_decay, 0.0, 1e6);
+  check_range("--grad-clip", a.grad_clip, 0.0, 1e30, " (0: off)");
+  check_range("--threads", a.threads, 1, 4096);
+  check_range<int64_t>("--eval-every", a.eval_every, 0, kMaxSteps, " (0: never)");
+  check_range<int64_t>("--eval-batches", a.eval_batches, 1, kMaxSize);
+  check_range<int64_t>("--log-every", a.log_every, 1, kMaxSteps);
+  check_range<int64_t>("--save-every", a.save_every, 0, kMaxSteps, " (0: only at the end)");
+  check_range<int64_t>("--stop-at", a.stop_at, 0, kMaxSteps, " (0: run to --steps)");
+  check_range<int64_t>("--sample", a.sample, 0, kMaxSize);
+  check_positive("--temperature", a.temperature);
+  check_range<int64_t>("--top-k", a.top_k, 0, kMaxSize, " (0: all)");
+  check_range("--dp", a.dp, 1, 65536);
+  check_range("--pp", a.pp, 1, 65536);
+  check_positive("--bucket-mb", a.bucket_mb);
+  check_range<int64_t>("--grad-accum", a.grad_accum, 1, kMaxSize);
+  check_range<int64_t>("--microbatches", a.microbatches, 0, kMaxSize, " (0: --pp)");
+  check_positive("--loss-scale", a.loss_scale);
+  check_range("--loss-scale-growth", a.loss_scale_growth, 1.0, 1e6);
+  check_range("--loss-scale-backoff", a.loss_scale_backoff, 1e-6, 1.0);
+  check_range<int64_t>("--loss-scale-window", a.loss_scale_window, 1, int64_t(1) << 40);
+  check_range<int64_t>("--inject-overflow", a.inject_overflow, -1, kMaxSteps, " (-1: never)");
+  // Output paths, before any work is done.
+  check_writable("--save", a.save, /*create_dirs=*/true);
+  check_writable("--log", a.log, /*create_dirs=*/false);
+  check_writable("--trace", a.trace, /*create_dirs=*/false);
 }
 
 }  // namespace loom::train

@@ -39,7 +39,11 @@ struct Args {
   int64_t loss_scale_window = 2000, inject_overflow = -1;
 };
 
-
 void add_options(CLI::App& app, Args& a);
+
+// Every flag against its allowed range, and every output path (--save, --log,
+// --trace) for being a writable file path, before any work: errors name the
+// flag, its value and the range ("--log-every must be in [1, 1099511627776], got 0").
+void validate(const Args& a);
 
 }  // namespace loom::train

@@ -54,4 +54,19 @@ parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, 
   return r;
 }
 
+StepGradients forward_backward(ModelOrStage& m, const std::vector<data::Batch>& mbs, const std::string& schedule,
+                               const optim::MixedPrecisionOptimizer& opt, DataParallelWrap& dp,
+                               parallel::SharedWeightGradHandler& tied) {
+  if (!m.pipelined()) return {accumulate_gradients(*m.model, mbs, opt, dp.dp.get()), {}};
+  parallel::PipelineStepResult r = pipeline_gradients(*m.stage, *m.p2p, mbs, schedule, opt, dp.dp.get());
+  tied.all_reduce_grads(dp.bucket);  // after backward and the data-parallel sync
+  return {r.loss, std::move(r.events)};
+}
+
+double global_mean_loss(double local_loss, parallel::ProcessGroupManager& pgm) {
+  Tensor loss = full({}, local_loss, kFloat64);
+  if (pgm.dp_size() > 1) pgm.dp_group().all_reduce(loss, parallel::ReduceOp::Avg);
+  return loss.item<double>();
+}
+
 }  // namespace loom::train

@@ -8,7 +8,8 @@
 //   pipeline_gradients    this rank's stage: the K micro-batches through the
 //                         stages on the AFAB or 1F1B schedule, which also
 //                         syncs data parallelism on the last backward only.
-// The optimizer step comes after either (train_gpt.cpp).
+// forward_backward picks one for the model or stage this rank holds. The
+// optimizer step comes after either (train_gpt.cpp).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "data/data.h"
+#include "examples/train_setup.h"
 #include "nn/gpt.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/data_parallel_common.h"
@@ -36,5 +38,19 @@ double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& mbs,
 parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p,
                                                 const std::vector<data::Batch>& mbs, const std::string& schedule,
                                                 const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp);
+
+// One step's gradients on this rank: accumulate_gradients on the whole model,
+// or pipeline_gradients on a stage followed by the tied embedding's gradient
+// sum across the first and last stage (after the data-parallel sync).
+struct StepGradients {
+  double loss;                  // this rank's mean loss, unscaled
+  parallel::StageEvents events;  // what this pipeline stage ran (--print-schedule); empty without --pp
+};
+StepGradients forward_backward(ModelOrStage& m, const std::vector<data::Batch>& mbs, const std::string& schedule,
+                               const optim::MixedPrecisionOptimizer& opt, DataParallelWrap& dp,
+                               parallel::SharedWeightGradHandler& tied);
+
+// The loss to log: the mean over the global batch (all dp ranks).
+double global_mean_loss(double local_loss, parallel::ProcessGroupManager& pgm);
 
 }  // namespace loom::train

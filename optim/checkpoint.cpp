@@ -11,7 +11,7 @@
 #include "parallel/comm/handshake.h"
 #include "tensor/ops.h"
 
-namespace loom::train {
+namespace loom::optim {
 
 namespace {
 
@@ -24,7 +24,7 @@ std::string strip_ext(const std::string& path) {
 }
 
 // main param -> its model param's name
-std::string name_of(const optim::MainParam& m, const std::unordered_map<const TensorImpl*, std::string>& names) {
+std::string name_of(const MainParam& m, const std::unordered_map<const TensorImpl*, std::string>& names) {
   auto it = names.find(m.model_param.impl());
   LOOM_CHECK(it != names.end(), "checkpoint: the optimizer holds a param ", m.model_param.describe(),
              " that is not among the model's named parameters");
@@ -44,7 +44,7 @@ const char* kKinds[] = {"main", "exp_avg", "exp_avg_sq"};
 std::string optimizer_path(const std::string& model_path) { return strip_ext(model_path) + ".optim.safetensors"; }
 
 void save_checkpoint(const std::string& path, const nn::NamedTensors& model_state, const nn::GPTConfig& cfg,
-                     const std::string& vocab_utf8, const optim::MixedPrecisionOptimizer& opt,
+                     const std::string& vocab_utf8, const MixedPrecisionOptimizer& opt,
                      const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
                      bool write_shard) {
   LOOM_CHECK(!path.empty() && !path.ends_with("/") && !std::filesystem::is_directory(path), "checkpoint: '", path,
@@ -59,8 +59,8 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
     auto names = names_by_tensor(params);
     nn::NamedTensors shard;
     for (size_t i = 0; i < opt.main_params().size(); ++i) {
-      const optim::MainParam& m = opt.main_params()[i];
-      const optim::AdamWState& st = opt.adam_state(i);
+      const MainParam& m = opt.main_params()[i];
+      const AdamWState& st = opt.adam_state(i);
       const std::string key = str("/", name_of(m, names), "/", m.start);
       shard.push_back({str("main", key), m.main});
       shard.push_back({str("exp_avg", key), st.exp_avg});
@@ -178,7 +178,7 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
   return c;
 }
 
-TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimizer& opt,
+TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt,
                            const nn::NamedTensors& params) {
   // 1. The manifest, every piece verified: train state, loss scale, the shard files.
   const std::string index_path = optimizer_path(path);
@@ -224,8 +224,8 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
   //    of its param, and check that together they cover it.
   auto names = names_by_tensor(params);
   for (size_t i = 0; i < opt.main_params().size(); ++i) {
-    const optim::MainParam& m = opt.main_params()[i];
-    const optim::AdamWState& st = opt.adam_state(i);
+    const MainParam& m = opt.main_params()[i];
+    const AdamWState& st = opt.adam_state(i);
     const std::string name = name_of(m, names);
     const Tensor dst[] = {m.main, st.exp_avg, st.exp_avg_sq};
     for (int k = 0; k < 3; ++k) {
@@ -260,4 +260,4 @@ TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimiz
   return s;
 }
 
-}  // namespace loom::train
+}  // namespace loom::optim

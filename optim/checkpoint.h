@@ -1,4 +1,6 @@
-// train_gpt's checkpoints, for any mix of --dp, --pp, --zero and --dtype.
+// Sharded checkpoints of a GPT and its optimizer (Megatron's distributed
+// checkpointing): save from any mix of data parallel, pipeline stages, ZeRO-1
+// and dtype, and load into any other mix (train_gpt's --save / --resume).
 // Every file is safetensors, written to a temp file and renamed, so an
 // interrupted save never destroys the previous checkpoint.
 //   PATH                         the model (world rank 0): every parameter of the
@@ -27,7 +29,7 @@
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/comm/process_group.h"
 
-namespace loom::train {
+namespace loom::optim {
 
 struct TrainState {
   int64_t step = 0;                  // steps completed
@@ -41,7 +43,7 @@ std::string optimizer_path(const std::string& model_path);  // the index: PATH.o
 // optimizer's main params); write_shard: this rank's optimizer state is not a
 // replica of a lower dp rank's.
 void save_checkpoint(const std::string& path, const nn::NamedTensors& model_state, const nn::GPTConfig& cfg,
-                     const std::string& vocab_utf8, const optim::MixedPrecisionOptimizer& opt,
+                     const std::string& vocab_utf8, const MixedPrecisionOptimizer& opt,
                      const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
                      bool write_shard);
 
@@ -51,7 +53,7 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8);
 // Fills opt's main params and AdamW state from the shards, copies the main
 // params into the model params (collective over dp under ZeRO-1) and returns
 // the train state. Errors name the file and the tensor.
-TrainState load_checkpoint(const std::string& path, optim::MixedPrecisionOptimizer& opt,
+TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt,
                            const nn::NamedTensors& params);
 
-}  // namespace loom::train
+}  // namespace loom::optim

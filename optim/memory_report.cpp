@@ -6,10 +6,10 @@
 
 #include "autograd/variable.h"
 
-namespace loom::train {
+namespace loom::optim {
 
 MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
-                               const optim::MixedPrecisionOptimizer& opt, int64_t peak_during_step,
+                               const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                int64_t live_before_step) {
   MemoryBreakdown m;
   // Count each storage once: under --zero every param is a view of one buffer.
@@ -29,7 +29,7 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
   }
   for (size_t i = 0; i < opt.main_params().size(); ++i) {
     m.optimizer += bytes_of(opt.main_params()[i].main);  // 0 when it is (a view of) the param
-    const optim::AdamWState& st = opt.adam_state(i);
+    const AdamWState& st = opt.adam_state(i);
     m.optimizer += bytes_of(st.exp_avg) + bytes_of(st.exp_avg_sq) + bytes_of(st.step);
   }
   m.activations_peak = peak_during_step - live_before_step;
@@ -74,4 +74,4 @@ std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& p
   return out;
 }
 
-}  // namespace loom::train
+}  // namespace loom::optim

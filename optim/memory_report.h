@@ -1,7 +1,8 @@
-// --memory-report: where a rank's memory goes after the first step, measured
-// through the counting allocator (tensor/storage.h) and printed next to the
-// formula it should match (Megatron-LM's distributed-optimizer table; ZeRO
-// paper, section 3). Per parameter on a rank holding N params, dp replicas:
+// Where a rank's training memory goes, measured and predicted: params, the
+// fp32 main_grad buffer and the optimizer state, counted through the counting
+// allocator (tensor/storage.h) and printed next to the formula they should
+// match (Megatron-LM's distributed-optimizer table; ZeRO paper, section 3);
+// train_gpt's --memory-report. Per parameter on a rank holding N params, dp replicas:
 //
 //                        fp32 model         bf16/fp16 model
 //   params               4                  2
@@ -18,7 +19,7 @@
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
 
-namespace loom::train {
+namespace loom::optim {
 
 struct MemoryBreakdown {
   int64_t num_params = 0;        // parameters on this rank (its pipeline stage)
@@ -31,7 +32,7 @@ struct MemoryBreakdown {
 
 // Measures this rank's breakdown. dp may be null (no data-parallel wrapper).
 MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
-                               const optim::MixedPrecisionOptimizer& opt, int64_t peak_during_step,
+                               const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                int64_t live_before_step);
 
 // What the table above predicts for this rank: {params, grads, optimizer} bytes.
@@ -45,4 +46,4 @@ MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool ze
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
                           parallel::ProcessGroup& world);
 
-}  // namespace loom::train
+}  // namespace loom::optim

@@ -116,7 +116,7 @@ TEST(GPTReference, TenAdamWStepsMatchPyTorchLosses) {
   Reference ref;
   GPT model(ref.cfg);
   model.load_state_dict(ref.weights);
-  optim::AdamW opt(train::gpt_param_groups(model, 1e-3, 0.1));
+  optim::AdamW opt(optim::gpt_param_groups(model, 1e-3, 0.1));
   ASSERT_EQ(opt.param_groups()[0].params.size(), 8u);  // 4 matmul weights x 2 blocks
   std::vector<double> expected = ref.file.at("adamw_losses").to_vector<double>();
   ASSERT_EQ(expected.size(), 10u);

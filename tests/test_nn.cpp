@@ -2,6 +2,7 @@
 // a whole model and as a list of layers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -11,6 +12,7 @@
 #include "error_of.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "nn/generate.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "tensor/grad_mode.h"
@@ -350,4 +352,36 @@ TEST(GPT, BackwardReachesEveryParameter) {
     ASSERT_TRUE(g.defined()) << name;
     EXPECT_EQ(g.shape(), p.shape()) << name;
   }
+}
+
+// ---- generate --------------------------------------------------------------------------
+
+// top_k 1 leaves one token to draw: each new token is the argmax of the logits
+// at the last position, whatever the seed. The prompt is kept in front.
+TEST(Generate, TopKOneIsGreedyArgmaxOverTheLastPosition) {
+  GPT model(small_config());
+  std::vector<int32_t> ids = {3, 1, 4};
+  std::vector<int32_t> out = generate(model, ids, {/*num_tokens=*/5, /*temperature=*/0.7, /*top_k=*/1, /*seed=*/42});
+  ASSERT_EQ(out.size(), 8u);
+  EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 3), ids);
+  NoGradGuard no_grad;
+  model.eval();
+  for (size_t n = 3; n < out.size(); ++n) {
+    std::vector<int64_t> ctx(out.begin(), out.begin() + long(n));
+    Tensor logits = model.forward(from_vector(ctx, {1, int64_t(n)}));  // [1, n, V]
+    std::vector<float> last =
+        ops::narrow(ops::reshape(logits, {int64_t(n), 65}), 0, int64_t(n) - 1, 1).to_vector<float>();  // [V]
+    EXPECT_EQ(out[n], int32_t(std::max_element(last.begin(), last.end()) - last.begin())) << "token " << n;
+  }
+}
+
+// Sampling draws from a seeded generator: the same seed gives the same text, and
+// the model is left in the mode it was in.
+TEST(Generate, SameSeedSameSampleAndTheTrainingModeIsRestored) {
+  GPT model(small_config());
+  std::vector<int32_t> a = generate(model, {0}, {20, 1.0, 0, 7}), b = generate(model, {0}, {20, 1.0, 0, 7});
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, generate(model, {0}, {20, 1.0, 0, 8}));
+  EXPECT_TRUE(model.is_training());
+  EXPECT_NE(error_of([&] { generate(model, {0}, {1, 0.0, 0, 0}); }).find("temperature must be > 0"), std::string::npos);
 }

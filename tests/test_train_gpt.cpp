@@ -208,3 +208,61 @@ TEST(TrainGpt, BadInputFailsWithAClearMessage) {
   EXPECT_EQ(bad_heads.status, 1);
   EXPECT_NE(bad_heads.output.find("30"), std::string::npos) << bad_heads.output;
 }
+
+// Every flag is checked before any work (no "data:" line yet), with loom's
+// message naming the flag, the value and the allowed range, and exit 1 - not a
+// SIGFPE at step 10 (--log-every 0), a sample that fails after training
+// (--temperature 0), or a bad path found only when the checkpoint is written.
+TEST(TrainGpt, EveryFlagIsCheckedBeforeTrainingWithItsRange) {
+  fs::path d = temp_dir("flags");
+  std::ofstream(d / "file") << "x";
+  const std::string data = " --steps 2" + kSmall + "--data " + corpus(d).string() + " ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--log-every 0", "--log-every must be in [1, 1099511627776], got 0"},
+      {"--top-k -3", "--top-k must be in [0, 1048576] (0: all), got -3"},
+      {"--eval-every -1", "--eval-every must be in [0, 1099511627776] (0: never), got -1"},
+      {"--temperature 0", "--temperature must be a finite number > 0, got 0"},
+      {"--eval-batches 0", "--eval-batches must be in [1, 1048576], got 0"},
+      {"--steps 0", "--steps must be in [1, 1099511627776], got 0"},
+      {"--lr nan", "--lr must be a finite number > 0, got nan"},
+      {"--dropout 1", "--dropout must be in [0, 0.99], got 1"},
+      {"--bucket-mb 0", "--bucket-mb must be a finite number > 0, got 0"},
+      {"--loss-scale-backoff 2", "--loss-scale-backoff must be in [1e-06, 1], got 2"},
+      // 1e20 does not fit int64: CLI11 reads the largest int64, which is out of range too.
+      {"--layers 99999999999999999999", "--layers must be in [1, 4096], got 9223372036854775807"},
+      {"--layers 4 --embd 1000000",
+       "--embd 1000000 --block 16: about 4.8e+07 M parameters need 768000 GB for weights, gradients and AdamW state"},
+      {"--embd 30 --heads 4", "--embd 30 must be divisible by --heads 4"},
+      {"--save " + d.string(), "--save '" + d.string() + "' is a directory; give a file path"},
+      {"--save " + d.string() + "/", "is a directory; give a file path"},
+      {"--log " + (d / "no" / "log.jsonl").string(), "--log '" + (d / "no" / "log.jsonl").string() + "': '" +
+                                                        (d / "no").string() + "' does not exist"},
+      {"--trace " + (d / "file" / "t.json").string(), "': '" + (d / "file").string() + "' is not a directory"},
+      {"--save " + (d / "file" / "ck.safetensors").string(), "'" + (d / "file").string() + "' is not a directory"},
+  };
+  for (const auto& [flags, message] : cases) {
+    Exec r = run(data + flags);
+    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("data:"), std::string::npos) << flags << ": work began before the check\n" << r.output;
+  }
+  // --save creates missing directories, so a path under one that does not exist yet is fine.
+  Exec nested = run(data + "--save " + (d / "new" / "dir" / "ck.safetensors").string());
+  EXPECT_EQ(nested.status, 0) << nested.output;
+  EXPECT_TRUE(fs::exists(d / "new" / "dir" / "ck.safetensors"));
+}
+
+// The sample's prompt is a newline only when the corpus has one; otherwise its
+// first character, so a one-line corpus still trains and samples.
+TEST(TrainGpt, SamplesFromACorpusWithoutANewline) {
+  fs::path d = temp_dir("no_newline");
+  {
+    std::ofstream f(d / "line.txt");
+    for (int i = 0; i < 100; ++i) f << "one line without an end " << i << ". ";
+  }
+  Exec r = run("--steps 2" + kSmall + "--sample 30 --data " + (d / "line.txt").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t at = r.output.find("---- sample (30 characters");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n----\n", at), std::string::npos) << r.output;
+}

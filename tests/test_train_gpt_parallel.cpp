@@ -408,7 +408,7 @@ TEST(TrainGptParallel, Fp16OverflowOnOneStageSkipsTheStepOnBothStages) {
 
 // --memory-report's rows: each rank's measured bytes per parameter (params +
 // main_grad buffer + optimizer state, from the allocator) against the formula
-// (examples/memory_report.h). Measured exceeds it only by the buckets' padding.
+// (optim/memory_report.h). Measured exceeds it only by the buckets' padding.
 void expect_memory_report(const std::string& name, const std::string& args, double bytes_per_param) {
   Result r = train(name, 2, args + " --memory-report");
   ASSERT_EQ(r.status, 0) << r.output;

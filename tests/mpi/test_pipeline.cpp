@@ -79,7 +79,7 @@ struct Run {
 // The single-process reference: the whole model on the whole global batch.
 Run reference(const nn::GPTConfig& cfg, int64_t global_rows) {
   nn::GPT model(cfg);
-  optim::AdamW opt(train::gpt_param_groups(model, kLr, kWeightDecay), kAdam);
+  optim::AdamW opt(optim::gpt_param_groups(model, kLr, kWeightDecay), kAdam);
   Run run;
   for (int step = 0; step < kSteps; ++step) {
     Batch b = global_batch(step, global_rows);
@@ -121,7 +121,7 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   } else if (s.dp > 1) {
     dp = std::make_unique<DataParallelNaive>(stage.named_parameters(), pgm.dp_group());
   }
-  optim::AdamW opt(train::gpt_param_groups(stage, kLr, kWeightDecay), kAdam);
+  optim::AdamW opt(optim::gpt_param_groups(stage, kLr, kWeightDecay), kAdam);
   // The last stage's wte is a copy: its gradient is already counted on the first stage.
   std::vector<Tensor> not_counted;
   if (s.pp > 1 && stage.is_last_stage()) not_counted.push_back(stage.embedding_weight());

@@ -1,13 +1,13 @@
-#include "examples/generate.h"
+#include "nn/generate.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "tensor/grad_mode.h"
 
-namespace loom::train {
+namespace loom::nn {
 
-std::vector<int32_t> generate(nn::GPT& model, std::vector<int32_t> ids, const SampleOptions& opts) {
+std::vector<int32_t> generate(GPT& model, std::vector<int32_t> ids, const SampleOptions& opts) {
   LOOM_CHECK(!ids.empty(), "generate: the prompt is empty");
   LOOM_CHECK(opts.temperature > 0, "generate: temperature must be > 0, got ", opts.temperature);
   NoGradGuard no_grad;
@@ -41,4 +41,4 @@ std::vector<int32_t> generate(nn::GPT& model, std::vector<int32_t> ids, const Sa
   return ids;
 }
 
-}  // namespace loom::train
+}  // namespace loom::nn

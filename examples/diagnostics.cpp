@@ -1,0 +1,99 @@
+#include "examples/diagnostics.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "examples/evaluate.h"
+#include "examples/progress.h"
+#include "nn/generate.h"
+#include "optim/memory_report.h"
+#include "parallel/pipeline_parallel/gather_model.h"
+#include "parallel/trace/trace.h"
+
+namespace loom::train {
+
+Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
+                         const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
+                         int64_t tokens_per_step)
+    : a_(a), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end), tokens_per_step_(tokens_per_step),
+      rank0_(pgm.global_rank() == 0), tty_(rank0_ && isatty(fileno(stdout))) {
+  if (rank0_ && !a.log.empty()) {
+    log_.open(a.log, start > 0 ? std::ios::app : std::ios::trunc);
+    LOOM_CHECK(log_.good(), "--log: cannot open '", a.log, "' for writing");
+  }
+}
+
+void Diagnostics::step_begins(int64_t step) {
+  t0_ = std::chrono::steady_clock::now();
+  live_before_ = memory_stats().live_bytes;
+  if (a_.memory_report && step == start_) reset_peak_memory_stats();
+}
+
+void Diagnostics::backward_done() { peak_ = memory_stats().peak_bytes; }
+
+void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
+                            const parallel::StageEvents& events) {
+  if (a_.print_schedule && m_.pipelined() && step == start_) {
+    std::string report = parallel::schedule_report(pgm_.pp_group(), events, a_.schedule);
+    if (rank0_) std::printf("%s\n", report.c_str());
+  }
+  if (a_.memory_report && step == start_) {
+    finish_param_sync(opt_);
+    optim::MemoryBreakdown mine = optim::measure_memory(m_.net().parameters(), dp_.bucket, opt_, peak_, live_before_);
+    optim::MemoryPrediction predicted =
+        optim::predict_memory(m_.net().num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+    std::string table = optim::memory_report(mine, predicted, pgm_.world());
+    if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  total_ms_ += ms;
+  const bool eval_now = a_.eval_every > 0 && ((step + 1) % a_.eval_every == 0 || step + 1 == a_.steps);
+  double val = 0;
+  if (eval_now) {
+    finish_param_sync(opt_);
+    const EvalBatches eb{a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1)};
+    val = m_.pipelined() ? evaluate_pipeline(*m_.stage, *m_.p2p, c_.ds, eb)
+                         : rank0_ ? evaluate(*m_.model, c_.ds, eb) : 0;
+  }
+  StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,
+                 stepped.loss_scale, stepped.skipped, opt_.scaler() ? opt_.scaler()->scale() : 1.0, eval_now, val,
+                 total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0};
+  if (log_.is_open()) log_ << json_line(rep) << std::flush;
+  if (tty_) print_progress(rep, /*tty=*/true);
+  else if (rank0_ &&
+           (step == start_ || (step + 1) % a_.log_every == 0 || eval_now || step + 1 == end_ || stepped.skipped))
+    print_progress(rep, /*tty=*/false);
+}
+
+void Diagnostics::end_progress_line() {
+  if (tty_) std::printf("\n");
+}
+
+void Diagnostics::finish() {
+  finish_param_sync(opt_);
+  if (!a_.trace.empty()) {
+    parallel::trace::write(pgm_.world(), a_.trace);
+    if (rank0_) std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", a_.trace.c_str());
+  }
+  if (a_.sample <= 0) return;
+  const DType dtype = parse_dtype(a_.dtype);
+  if (m_.pipelined()) {
+    nn::NamedTensors full = parallel::gather_stage_states(*m_.stage, pgm_.pp_group());
+    if (rank0_) {
+      m_.model = std::make_shared<nn::GPT>(c_.cfg);
+      if (dtype != kFloat32) m_.model->to(dtype);
+      m_.model->load_state_dict(full);
+    }
+  }
+  if (!rank0_) return;
+  // The prompt: a newline, so the sample starts a line - or, in a corpus
+  // without one, its first character in code-point order (token 0).
+  const bool has_newline = c_.tok.vocab_utf8().find('\n') != std::string::npos;
+  std::vector<int32_t> prompt = has_newline ? c_.tok.encode(U"\n") : std::vector<int32_t>{0};
+  std::vector<int32_t> out = nn::generate(*m_.model, prompt, {a_.sample, a_.temperature, a_.top_k, a_.seed});
+  std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a_.sample, a_.temperature,
+              c_.tok.decode(std::vector<int32_t>(out.begin() + 1, out.end())).c_str());
+}
+
+}  // namespace loom::train

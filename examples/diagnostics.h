@@ -1,0 +1,56 @@
+// Everything train_gpt does around a step that changes none of its numbers:
+// the clock and the progress line (a terminal line rewritten in place, plain
+// lines otherwise), --log's JSON lines, --memory-report, --print-schedule, the
+// validation loss, --trace and the final sample. llm.c's "TRAINING SECTION
+// END: everything that follows is diagnostics" - kept out of the training step.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+
+#include "examples/train_setup.h"
+#include "optim/mixed_precision_optimizer.h"
+#include "parallel/trace/schedule_diagram.h"
+
+namespace loom::train {
+
+class Diagnostics {
+ public:
+  // Opens --log (appended to when resuming at start > 0). Steps [start, end) will run.
+  Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
+              const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
+              int64_t tokens_per_step);
+
+  // Before the step: starts its clock; on the first step with --memory-report
+  // records the live bytes and resets the peak.
+  void step_begins(int64_t step);
+  // After backward, before the optimizer allocates or steps anything: the
+  // activations' peak for --memory-report.
+  void backward_done();
+  // After the optimizer step: --memory-report and --print-schedule on the
+  // first step, the validation loss every --eval-every steps, the progress
+  // line and the --log line.
+  void step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
+                 const parallel::StageEvents& events);
+  // After the loop: ends the progress line on a terminal.
+  void end_progress_line();
+  // Last: --trace, then a sample of --sample characters from the
+  // model (a pipeline's stages gathered into one GPT on rank 0 first).
+  void finish();
+
+ private:
+  const Args& a_;
+  parallel::ProcessGroupManager& pgm_;
+  const Corpus& c_;
+  ModelOrStage& m_;
+  const DataParallelWrap& dp_;
+  optim::MixedPrecisionOptimizer& opt_;
+  const int64_t start_, end_, tokens_per_step_;
+  const bool rank0_, tty_;
+  std::ofstream log_;
+  std::chrono::steady_clock::time_point t0_;
+  double total_ms_ = 0;
+  int64_t live_before_ = 0, peak_ = 0;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,191 @@
+#include "examples/train_setup.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "autograd/engine.h"
+#include "optim/checkpoint.h"
+#include "optim/distributed_optimizer.h"
+#include "optim/param_groups.h"
+#include "parallel/data_parallel/data_parallel_naive.h"
+#include "parallel/pipeline_parallel/gather_model.h"
+#include "parallel/pipeline_parallel/partition.h"
+
+namespace loom::train {
+
+namespace {
+
+template <typename... Args>
+void say(bool rank0, const char* fmt, Args... args) {
+  if (rank0) std::printf(fmt, args...);
+}
+
+}  // namespace
+
+DType parse_dtype(const std::string& s) { return s == "bf16" ? kBFloat16 : s == "fp16" ? kFloat16 : kFloat32; }
+
+Corpus load_corpus(const Args& a, bool rank0) {
+  std::u32string text = data::read_corpus(a.data);
+  std::string vocab;
+  nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
+  if (!a.resume.empty()) {
+    cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
+    say(rank0, "resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
+        a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
+        (long long)cfg.block_size);
+  }
+  data::CharTokenizer tok =
+      vocab.empty() ? data::CharTokenizer::from_text(text) : data::CharTokenizer::from_vocab_utf8(vocab);
+  cfg.vocab_size = tok.vocab_size();
+  data::TextDataset ds(tok.encode(text), cfg.block_size);
+  say(rank0, "data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(), (long long)ds.train_tokens(),
+      (long long)ds.val_tokens(), (long long)tok.vocab_size());
+  return Corpus{std::move(tok), std::move(ds), cfg};
+}
+
+ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {
+  ModelOrStage m;
+  if (pgm.pp_size() > 1) {
+    parallel::StagePartition parts =
+        a.partition == "balanced"
+            ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size())
+            : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size());
+    m.stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())][0]);
+    m.p2p = std::make_unique<parallel::PipelineP2P>(pgm.pp_group());
+  } else {
+    m.model = std::make_shared<nn::GPT>(cfg);
+  }
+  const bool rank0 = pgm.global_rank() == 0;
+  say(rank0, "model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n",
+      (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
+      (long long)m.net().num_parameters(), m.pipelined() ? " on pipeline stage 0" : "",
+      dtype_name(parse_dtype(a.dtype)));
+  if (m.pipelined())
+    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(), a.schedule.c_str(),
+        a.partition.c_str());
+  return m;
+}
+
+parallel::SharedWeightGradHandler tied_embedding_handler(ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
+  return m.pipelined() ? parallel::tied_embedding_handler(*m.stage, pgm) : parallel::SharedWeightGradHandler{};
+}
+
+void DataParallelWrap::zero_grad(nn::Module& net) {
+  if (dp) dp->zero_grad();
+  else autograd::zero_grad(net.parameters(), /*set_to_none=*/true);
+}
+
+DataParallelWrap wrap_data_parallel(ModelOrStage& m, const parallel::SharedWeightGradHandler& tied, const Args& a,
+                                    parallel::ProcessGroupManager& pgm) {
+  const bool fp32 = parse_dtype(a.dtype) == kFloat32;
+  const bool use_buffer = pgm.dp_size() > 1 || !fp32 || a.zero;
+  LOOM_CHECK(!use_buffer || a.dp_mode == "bucket" || (pgm.dp_size() > 1 && fp32 && !a.zero),
+             "--dp-mode naive has no fp32 main_grad buffer; --dtype ", a.dtype, a.zero ? " --zero" : "",
+             " needs --dp-mode bucket");
+  DataParallelWrap w;
+  if (use_buffer && a.dp_mode == "naive") {
+    w.dp = std::make_unique<parallel::DataParallelNaive>(m.net().named_parameters(), pgm.dp_group());
+  } else if (use_buffer) {
+    parallel::BucketOptions bo{a.bucket_mb,
+                               a.zero ? parallel::GradReduce::ReduceScatter : parallel::GradReduce::AllReduce,
+                               /*grads_to_params=*/false};  // the optimizer reads main_grad
+    auto bucketed = std::make_unique<parallel::DataParallelBucket>(m.net().named_parameters(), pgm.dp_group(), bo);
+    // Under ZeRO the tied embedding's bucket is still all-reduced: the
+    // shared-weight handler needs its whole gradient (shared_weights.h).
+    if (a.zero && !tied.empty()) bucketed->bucket_manager().all_reduce_bucket_of(m.stage->embedding_weight());
+    w.bucket = bucketed.get();
+    w.dp = std::move(bucketed);
+  }
+  if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
+    std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
+                a.zero ? "reduce-scatter" : "all-reduce",
+                a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
+  return w;
+}
+
+std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(ModelOrStage& m, const DataParallelWrap& dp,
+                                                                const Args& a, parallel::ProcessGroupManager& pgm) {
+  optim::MixedPrecisionOptions mp;
+  mp.max_grad_norm = a.grad_clip;
+  mp.loss_scaling = parse_dtype(a.dtype) == kFloat16;
+  mp.scaler = {a.loss_scale, a.loss_scale_growth, a.loss_scale_backoff, a.loss_scale_window};
+  // The norm and found_inf are reduced over the ranks that together hold each
+  // gradient once: the pipeline stages, and under ZeRO every dp shard too.
+  mp.grad_stats_group = a.zero ? &pgm.world() : m.pipelined() ? &pgm.model_parallel_group() : nullptr;
+  // The norm counts the tied weight once: the last stage's copy is left out.
+  if (m.pipelined() && m.stage->is_last_stage() && !m.stage->is_first_stage())
+    mp.not_counted.push_back(m.stage->embedding_weight());
+  std::vector<optim::ParamGroup> groups = optim::gpt_param_groups(m.net(), a.lr, a.weight_decay);
+  std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
+  if (a.zero) {
+    opt = std::make_unique<optim::DistributedOptimizer>(groups, *dp.bucket, mp);
+  } else {
+    optim::Optimizer::GradSource main_grad;
+    if (parallel::DataParallelBucket* b = dp.bucket) main_grad = [b](const Tensor& p) { return b->main_grad(p); };
+    opt = std::make_unique<optim::MixedPrecisionOptimizer>(groups, mp, main_grad);
+  }
+  if (pgm.global_rank() == 0)
+    std::printf("optimizer: AdamW on fp32 main params%s%s\n", a.zero ? ", sharded over dp (ZeRO-1)" : "",
+                mp.loss_scaling ? ", dynamic loss scaling" : "");
+  return opt;
+}
+
+void finish_param_sync(optim::MixedPrecisionOptimizer& opt) {
+  if (auto* zero = dynamic_cast<optim::DistributedOptimizer*>(&opt)) zero->finish_param_sync();
+}
+
+int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, ModelOrStage& m, Generator& data_gen) {
+  if (a.resume.empty()) return 0;
+  // Every rank reads the index and the shards it needs.
+  optim::TrainState s = optim::load_checkpoint(a.resume, opt, m.net().named_parameters());
+  data_gen.set_state(s.data_rng);
+  return s.step;
+}
+
+void save(const Args& a, int64_t steps_done, const Corpus& c, ModelOrStage& m, optim::MixedPrecisionOptimizer& opt,
+          const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
+  if (a.save.empty()) return;
+  finish_param_sync(opt);
+  // The whole model's params on rank 0 (a pipeline's stages gathered).
+  nn::NamedTensors full =
+      m.pipelined() ? parallel::gather_stage_states(*m.stage, pgm.pp_group()) : m.net().state_dict();
+  const bool rank0 = pgm.global_rank() == 0;
+  if (rank0) {
+    std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+  }
+  pgm.world().barrier();  // the directory exists before any rank writes its shard
+  // Replicas hold identical optimizer state: dp rank 0 writes it, or every rank its own ZeRO shard.
+  optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, m.net().named_parameters(),
+                         {steps_done, data_gen.state()}, pgm.world(), a.zero || pgm.dp_rank() == 0);
+  say(rank0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(), (long long)steps_done);
+}
+
+BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::ProcessGroupManager& pgm) {
+  const bool pipelined = pgm.pp_size() > 1;
+  LOOM_CHECK(!pipelined || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
+  const int64_t K = pipelined ? (a.microbatches > 0 ? a.microbatches : pgm.pp_size()) : a.grad_accum;
+  const BatchPlan plan{K, int64_t(pgm.dp_size()) * a.batch * K, int64_t(pgm.dp_rank()) * a.batch * K};
+  say(pgm.global_rank() == 0,
+      "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
+      (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
+  return plan;
+}
+
+void inject_overflow(const DataParallelWrap& dp, parallel::ProcessGroupManager& pgm) {
+  if (pgm.global_rank() != 0) return;
+  // The gradient sync carries the inf only as far as its bucket's reduction
+  // does (an all-reduce: the dp group; a ZeRO reduce-scatter: the element's
+  // owner alone; never to other pipeline stages); found_inf's all-reduce must
+  // make every rank skip. The last param, not the first: that is the tied
+  // embedding, whose gradient the shared-weight handler would also carry to
+  // the last stage.
+  LOOM_CHECK(dp.bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
+  const Tensor& p = dp.bucket->params().back();
+  ops::fill_(optim::flat_range(dp.bucket->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());
+}
+
+}  // namespace loom::train
