@@ -1,5 +1,6 @@
 #include "examples/progress.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace loom::train {
@@ -11,15 +12,21 @@ std::string format_duration(double s) {
   return buf;
 }
 
+// A JSON number, or null for inf/nan (which JSON cannot write: "-nan" would make the line invalid).
+static std::string number(double x, const char* fmt) {
+  if (!std::isfinite(x)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, x);
+  return buf;
+}
+
 std::string json_line(const StepReport& r) {
-  char line[384];
-  std::snprintf(line, sizeof line,
-                "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"tokens_per_s\": %.1f, \"ms\": %.3f, "
-                "\"grad_norm\": %.9g, \"loss_scale\": %.17g, \"skipped\": %s",
-                (long long)r.step, r.loss, r.lr, r.tokens_per_s, r.ms, r.grad_norm, r.loss_scale,
-                r.skipped ? "true" : "false");
-  std::string out = line;
-  if (r.evaluated) out += ", \"val_loss\": " + std::to_string(r.val_loss);
+  std::string out = "{\"step\": " + std::to_string(r.step) + ", \"loss\": " + number(r.loss, "%.17g") +
+                    ", \"lr\": " + number(r.lr, "%.17g") + ", \"tokens_per_s\": " + number(r.tokens_per_s, "%.1f") +
+                    ", \"ms\": " + number(r.ms, "%.3f") + ", \"grad_norm\": " + number(r.grad_norm, "%.9g") +
+                    ", \"loss_scale\": " + number(r.loss_scale, "%.17g") +
+                    ", \"skipped\": " + (r.skipped ? "true" : "false");
+  if (r.evaluated) out += ", \"val_loss\": " + (std::isfinite(r.val_loss) ? std::to_string(r.val_loss) : "null");
   return out + "}\n";
 }
 

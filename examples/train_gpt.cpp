@@ -33,13 +33,14 @@ using namespace loom;
 
 namespace {
 
-int run(const train::Args& a) {
-  train::validate(a);  // every flag's range and every output path, before any work
+int run(const train::Args& a, const std::string& flags) {
+  train::validate(a);                     // every flag's range and every output path, before any work
+  train::check_ranks_agree_on_flags(flags);  // every rank started alike, before the first collective
   // ---- the wrapping order -----------------------------------------------------------------
   parallel::ProcessGroupManager pgm(a.dp, a.pp);  // the grid of ranks: world = dp x pp
   ops::set_num_threads(a.threads);
   if (!a.trace.empty()) parallel::trace::start(pgm.world());
-  train::Corpus corpus = train::load_corpus(a, pgm.global_rank() == 0);  // same text and batches on every rank
+  train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
   train::ModelOrStage m = train::build_model_or_stage(corpus.cfg, a, pgm);  // the GPT, or this rank's stage
   const DType dtype = train::parse_dtype(a.dtype);
   if (dtype != kFloat32) m.net().to(dtype);  // bf16/fp16 params and activations; fp32 main params below
@@ -75,6 +76,7 @@ int run(const train::Args& a) {
     }
     // ---- TRAINING SECTION END: what follows reports, evaluates and saves; no number of the run changes
     diag.step_done(step, loss, lr, stepped, g.events);
+    train::stop_if_diverged(step, loss, stepped);  // NaN never reaches a checkpoint
     if (a.save_every > 0 && (step + 1) % a.save_every == 0 && step + 1 < end)
       train::save(a, step + 1, corpus, m, *opt, data_gen, pgm);
   }
@@ -93,5 +95,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // parallel::run: on a plain launch a world of one; under mpirun an exception on
   // any rank prints "[loom rank R] error: ..." and ends the whole job with exit 1.
-  return parallel::run(argc, argv, [&] { return run(a); });
+  const std::string flags = app.config_to_str(/*default_also=*/true, /*write_description=*/false);
+  return parallel::run(argc, argv, [&] { return run(a, flags); });
 }

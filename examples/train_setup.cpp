@@ -2,14 +2,17 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <sstream>
 
 #include "autograd/engine.h"
 #include "optim/checkpoint.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/param_groups.h"
+#include "parallel/comm/handshake.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/pipeline_parallel/partition.h"
@@ -27,7 +30,22 @@ void say(bool rank0, const char* fmt, Args... args) {
 
 DType parse_dtype(const std::string& s) { return s == "bf16" ? kBFloat16 : s == "fp16" ? kFloat16 : kFloat32; }
 
-Corpus load_corpus(const Args& a, bool rank0) {
+void check_ranks_agree_on_flags(const std::string& flags) {
+  // CLI11's dump of every option, one "name=value" per line: every rank must have been started with the same.
+  parallel::RunFields fields;
+  std::stringstream lines(flags);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string value = line.substr(eq + 1);
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    fields.emplace_back(line.substr(0, eq), value);
+  }
+  parallel::check_ranks_agree(parallel::world(), fields, "flags");
+}
+
+Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
+  const bool rank0 = world.rank() == 0;
   std::u32string text = data::read_corpus(a.data);
   std::string vocab;
   nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
@@ -40,7 +58,21 @@ Corpus load_corpus(const Args& a, bool rank0) {
   data::CharTokenizer tok =
       vocab.empty() ? data::CharTokenizer::from_text(text) : data::CharTokenizer::from_vocab_utf8(vocab);
   cfg.vocab_size = tok.vocab_size();
-  data::TextDataset ds(tok.encode(text), cfg.block_size);
+  // The data handshake: every rank must read the same text (so the same vocabulary and batches).
+  const std::string utf8 = data::encode_utf8(text);
+  parallel::check_ranks_agree(world,
+                              {{"corpus bytes", std::to_string(utf8.size())},
+                               {"corpus hash (FNV-1a)", parallel::fingerprint(utf8.data(), utf8.size())},
+                               {"vocabulary size", std::to_string(tok.vocab_size())}},
+                              "data (--data " + a.data + ")");
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(text);
+  } catch (const Error& e) {  // only with --resume: the checkpoint's vocabulary lacks a character of this corpus
+    throw Error(str("--data ", a.data, " does not fit the vocabulary of the checkpoint --resume ", a.resume, ": ",
+                    e.what(), "; resume with the corpus the checkpoint was trained on"));
+  }
+  data::TextDataset ds(std::move(ids), cfg.block_size);
   say(rank0, "data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(), (long long)ds.train_tokens(),
       (long long)ds.val_tokens(), (long long)tok.vocab_size());
   return Corpus{std::move(tok), std::move(ds), cfg};
@@ -139,8 +171,10 @@ void finish_param_sync(optim::MixedPrecisionOptimizer& opt) {
 
 int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, ModelOrStage& m, Generator& data_gen) {
   if (a.resume.empty()) return 0;
-  // Every rank reads the index and the shards it needs.
+  // Every rank reads the manifest and the shards it needs.
   optim::TrainState s = optim::load_checkpoint(a.resume, opt, m.net().named_parameters());
+  LOOM_CHECK(s.step <= a.steps, "--steps ", a.steps, " is below the step of the checkpoint --resume ", a.resume, " (",
+             s.step, " steps done); to train further pass --steps > ", s.step);
   data_gen.set_state(s.data_rng);
   return s.step;
 }
@@ -173,6 +207,15 @@ BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::Proces
       "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
       (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
   return plan;
+}
+
+void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s) {
+  // An fp16 step skipped for overflow is the loss scaler's business (it backs
+  // off, and stops the run at its floor); anything else non-finite is divergence.
+  if (s.skipped) return;
+  LOOM_CHECK(std::isfinite(loss) && std::isfinite(s.grad_norm), "step ", step + 1,
+             ": the training diverged (loss ", loss, ", grad norm ", s.grad_norm,
+             "); stopping without saving, so the last checkpoint keeps finite weights (a too-high --lr?)");
 }
 
 void inject_overflow(const DataParallelWrap& dp, parallel::ProcessGroupManager& pgm) {

@@ -25,15 +25,21 @@ namespace loom::train {
 
 DType parse_dtype(const std::string& s);  // "fp32" | "bf16" | "fp16"
 
+// The start-up handshake (parallel/comm/handshake.h): every rank's flags
+// (CLI11's dump of every option) gathered and compared before the first
+// collective; a rank started with other flags stops the job, naming them.
+void check_ranks_agree_on_flags(const std::string& flags);
+
 // The text, its character tokenizer, the train/val split and the model config.
-// Every rank reads the corpus and later draws the same global batches. With
-// --resume the checkpoint's config and vocabulary win over the flags.
+// Every rank reads the corpus and later draws the same global batches; the
+// corpus's size and hash are compared over world first. With --resume the
+// checkpoint's config and vocabulary win over the flags.
 struct Corpus {
   data::CharTokenizer tok;
   data::TextDataset ds;
   nn::GPTConfig cfg;
 };
-Corpus load_corpus(const Args& a, bool rank0);
+Corpus load_corpus(const Args& a, parallel::ProcessGroup& world);
 
 // What this rank trains: the whole GPT on one process, or with --pp only its
 // stage's slice of [embedding, block_0 .. block_{L-1}, head]
@@ -94,6 +100,11 @@ struct BatchPlan {
   int64_t first_row;      // this dp rank's first row in the global batch
 };
 BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::ProcessGroupManager& pgm);
+
+// A non-finite loss or grad norm on a step that was not skipped for fp16
+// overflow (GradScaler's floor covers those) stops the run naming the step -
+// before any save, so a good checkpoint is never overwritten with NaN weights.
+void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s);
 
 // A test aid (--inject-overflow), not part of training: an inf in one element
 // of rank 0's main_grad buffer before backward adds into it. See train_setup.cpp.

@@ -62,9 +62,9 @@ std::set<std::string> files_in(const fs::path& d) {
 // matches it, and carries its step. Returns that step.
 int64_t expect_complete(const fs::path& path) {
   std::string vocab;
-  nn::GPTConfig cfg = train::load_config(path.string(), &vocab);  // reads and verifies the manifest
+  nn::GPTConfig cfg = optim::load_config(path.string(), &vocab);  // reads and verifies the manifest
   EXPECT_EQ(cfg.n_embd, 32);
-  nn::SafetensorsFile index = nn::load_safetensors(train::optimizer_path(path.string()));
+  nn::SafetensorsFile index = nn::load_safetensors(optim::optimizer_path(path.string()));
   for (const optim::CheckpointPiece& p : optim::decode_pieces(index.metadata.at("pieces"), index.path))
     EXPECT_EQ(nn::load_safetensors((path.parent_path() / p.file).string()).metadata.at("step"),
               index.metadata.at("step"))
@@ -143,7 +143,7 @@ TEST(CheckpointCommit, ARankKilledAtRandomPointsNeverLeavesAMix) {
   for (int i = 0; i < 6; ++i) {
     Exec r = launch(when(rng) + (i == 0 ? 1.0 : 0.0), /*resume=*/last_step >= 0);
     EXPECT_NE(r.status, 0) << "the run was meant to be killed";
-    if (!fs::exists(train::optimizer_path(ck.string()))) continue;  // killed before the first commit
+    if (!fs::exists(optim::optimizer_path(ck.string()))) continue;  // killed before the first commit
     const int64_t step = expect_complete(ck);
     std::printf("[ measured ] kill %d: the committed checkpoint is whole, at step %lld\n", i, (long long)step);
     EXPECT_GE(step, last_step) << "a resumed run never goes back";

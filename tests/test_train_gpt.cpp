@@ -2,6 +2,7 @@
 // and fails cleanly on bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
+#include "tensor/ops.h"
 
 namespace fs = std::filesystem;
 
@@ -265,4 +267,69 @@ TEST(TrainGpt, SamplesFromACorpusWithoutANewline) {
   const size_t at = r.output.find("---- sample (30 characters");
   ASSERT_NE(at, std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\n----\n", at), std::string::npos) << r.output;
+}
+
+// A run that diverges stops at the step where the loss or the grad norm stops
+// being finite, exit 1, naming the step; the checkpoint it saved before keeps
+// finite weights, and the log's last line writes the NaN as JSON null.
+TEST(TrainGpt, DivergenceStopsTheRunBeforeItReachesACheckpoint) {
+  fs::path d = temp_dir("diverge");
+  Exec r = run("--steps 20 --lr 1e30 --warmup 0 --save-every 1" + kSmall + "--data " + corpus(d).string() +
+               " --save " + (d / "ck.safetensors").string() + " --log " + (d / "log.jsonl").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("the training diverged"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopping without saving"), std::string::npos) << r.output;
+  // Every saved weight is finite.
+  loom::nn::SafetensorsFile saved = loom::nn::load_safetensors((d / "ck.safetensors").string());
+  for (const auto& [name, t] : saved.tensors)
+    for (float x : loom::ops::to(t, loom::kFloat32).to_vector<float>()) ASSERT_TRUE(std::isfinite(x)) << name;
+  // The log: one line per step run, the last with null where the number was not finite.
+  std::ifstream in(d / "log.jsonl");
+  std::string line, last;
+  while (std::getline(in, line)) {
+    EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+    EXPECT_EQ(line.find("inf"), std::string::npos) << line;
+    last = line;
+  }
+  EXPECT_NE(last.find("null"), std::string::npos) << last;
+}
+
+// fp16 whose every step overflows (an exploding lr) does not skip forever: the
+// loss scale reaches its floor and the run stops, saying so.
+TEST(TrainGpt, Fp16ThatOverflowsAtEveryScaleStops) {
+  fs::path d = temp_dir("fp16_floor");
+  Exec r = run("--steps 200 --lr 1e30 --warmup 0 --dtype fp16" + kSmall + "--data " + corpus(d).string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  // Step 1's update (lr 1e30) makes the fp16 weights inf: every later step
+  // overflows and is skipped: 16 halvings take 2^16 to the floor of 1, the 17th would pass it.
+  EXPECT_NE(r.output.find("loss scaling: the gradients overflowed in 17 steps in a row"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("below its floor (1 x 0.5 < min_scale 1)"), std::string::npos) << r.output;
+}
+
+// --steps below the checkpoint's step would run nothing and label the state wrongly.
+TEST(TrainGpt, StepsBelowTheCheckpointsStepIsAnError) {
+  fs::path d = temp_dir("steps_below");
+  ASSERT_EQ(run("--steps 5" + kSmall + "--data " + corpus(d).string() + " --save " + (d / "ck.safetensors").string())
+                .status,
+            0);
+  Exec r = run("--steps 3" + kSmall + "--data " + corpus(d).string() + " --resume " + (d / "ck.safetensors").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--steps 3 is below the step of the checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(5 steps done)"), std::string::npos) << r.output;
+}
+
+// Resuming on a corpus with a character the checkpoint's vocabulary lacks names both.
+TEST(TrainGpt, ACorpusOutsideTheCheckpointsVocabularyIsNamed) {
+  fs::path d = temp_dir("vocab");
+  ASSERT_EQ(run("--steps 2" + kSmall + "--data " + corpus(d).string() + " --save " + (d / "ck.safetensors").string())
+                .status,
+            0);
+  std::ofstream(d / "other.txt") << std::string(400, 'Z') << "\n" << corpus(d).string();
+  Exec r = run("--steps 3" + kSmall + "--data " + (d / "other.txt").string() + " --resume " +
+               (d / "ck.safetensors").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("--data " + (d / "other.txt").string() + " does not fit the vocabulary of the checkpoint"),
+            std::string::npos)
+      << r.output;
 }

@@ -95,10 +95,13 @@ void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::
     }
   std::string diffs;
   for (const std::string& name : order) {
-    std::map<std::string, std::vector<int>> values;
+    std::vector<std::pair<std::string, std::vector<int>>> values;  // in the order of the lowest rank holding each
     for (size_t r = 0; r < raw.size(); ++r) {
       auto it = per_rank[r].find(name);
-      values[it == per_rank[r].end() ? "(missing)" : "'" + it->second + "'"].push_back(int(r));
+      const std::string v = it == per_rank[r].end() ? "(missing)" : "'" + it->second + "'";
+      auto same = std::find_if(values.begin(), values.end(), [&](const auto& e) { return e.first == v; });
+      if (same == values.end()) values.push_back({v, {int(r)}});
+      else same->second.push_back(int(r));
     }
     if (values.size() == 1) continue;
     diffs += "\n  " + name + ":";
