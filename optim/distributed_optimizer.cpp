@@ -109,14 +109,6 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
   return layout;
 }
 
-void DistributedOptimizer::launch_all_gather(int b) {
-  // Every rank's updated shard -> the whole bucket, in place in the param buffer.
-  const parallel::Bucket& bucket = dp_.bucket_manager().buckets()[size_t(b)];
-  parallel::BucketManager::Shard s = dp_.bucket_manager().shard(b);
-  gathers_[size_t(b)] = dp_.dp_group().all_gather_async(ops::narrow(param_buffer_, 0, bucket.offset, bucket.numel),
-                                                        ops::narrow(param_buffer_, 0, s.offset, s.numel));
-}
-
 StepResult DistributedOptimizer::step() {
   NoGradGuard no_grad;
   parallel::trace::Span span("optimizer step (sharded)");
@@ -142,6 +134,14 @@ void DistributedOptimizer::step_bucket(int b) {
     copy_to_model(i);            // round into this rank's shard of the param buffer
   }
   launch_all_gather(b);
+}
+
+void DistributedOptimizer::launch_all_gather(int b) {
+  // Every rank's updated shard -> the whole bucket, in place in the param buffer.
+  const parallel::Bucket& bucket = dp_.bucket_manager().buckets()[size_t(b)];
+  parallel::BucketManager::Shard s = dp_.bucket_manager().shard(b);
+  gathers_[size_t(b)] = dp_.dp_group().all_gather_async(ops::narrow(param_buffer_, 0, bucket.offset, bucket.numel),
+                                                        ops::narrow(param_buffer_, 0, s.offset, s.numel));
 }
 
 void DistributedOptimizer::finish_param_sync() {
