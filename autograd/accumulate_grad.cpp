@@ -33,10 +33,14 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       ops::add_(m.grad, ops::to(g, variable.dtype()));
     }
   }
-  for (auto& h : hooks_) h(variable);
-  if (AutogradMeta* m = meta_if(variable))
-    for (auto& h : m->post_accumulate_grad_hooks) h(variable);
+  hooks_->run(variable);
+  AutogradMeta* m = meta_if(variable);
+  if (m && m->post_accumulate_grad_hooks) m->post_accumulate_grad_hooks->run(variable);
   return {};
+}
+
+RemovableHandle AccumulateGrad::register_hook(GradHook fn) {
+  return RemovableHandle(hooks_, hooks_->add(std::move(fn)), shared_from_this());
 }
 
 std::shared_ptr<AccumulateGrad> grad_accumulator(const Tensor& param) {
@@ -52,11 +56,12 @@ std::shared_ptr<AccumulateGrad> grad_accumulator(const Tensor& param) {
   return acc;
 }
 
-void register_post_accumulate_grad_hook(const Tensor& param, std::function<void(Tensor&)> fn) {
+RemovableHandle register_post_accumulate_grad_hook(const Tensor& param, GradHook fn) {
   AutogradMeta& m = meta(param);
-  LOOM_CHECK(!m.grad_fn && m.requires_grad, "register_post_accumulate_grad_hook: only leaf tensors that require grad, got ",
-             param.describe());
-  m.post_accumulate_grad_hooks.push_back(std::move(fn));
+  LOOM_CHECK(!m.grad_fn && m.requires_grad,
+             "register_post_accumulate_grad_hook: only leaf tensors that require grad, got ", param.describe());
+  if (!m.post_accumulate_grad_hooks) m.post_accumulate_grad_hooks = std::make_shared<HookList>();
+  return RemovableHandle(m.post_accumulate_grad_hooks, m.post_accumulate_grad_hooks->add(std::move(fn)));
 }
 
 }  // namespace loom::autograd

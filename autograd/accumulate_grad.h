@@ -5,13 +5,13 @@
 //      Megatron's grad-buffer hook (DataParallelBucket);
 //   2. register_post_accumulate_grad_hook(param, fn)   PyTorch 2.1's convenience
 //      (DataParallelNaive).
-// Both receive the parameter, with its .grad set.
+// Both receive the parameter, with its .grad set, and both return a
+// RemovableHandle (autograd/hooks.h): the hook is registered while it lives.
 #pragma once
 
-#include <functional>
 #include <memory>
-#include <vector>
 
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 
 namespace loom::autograd {
@@ -21,20 +21,24 @@ struct AccumulateGrad : Node {
   TensorList apply(TensorList&& grads) override;
   std::string name() const override { return "AccumulateGrad"; }
 
-  // fn(param) runs right after the gradient is accumulated, in registration order.
-  void register_hook(std::function<void(Tensor& param)> fn) { hooks_.push_back(std::move(fn)); }
+  // fn(param) runs right after the gradient is accumulated, in registration
+  // order, until the handle goes. The handle also keeps this node alive (the
+  // param's meta holds it weakly), as picotron keeps grad_acc_fn.
+  RemovableHandle register_hook(GradHook fn);
+  size_t num_hooks() const { return hooks_->size(); }
 
   Tensor variable;  // the leaf parameter (strong ref, as in PyTorch)
 
  private:
-  std::vector<std::function<void(Tensor&)>> hooks_;
+  std::shared_ptr<HookList> hooks_ = std::make_shared<HookList>();
 };
 
 // The one AccumulateGrad node of a leaf that requires grad, created on first
 // call (or by the first op that uses the leaf) and shared by every use.
 std::shared_ptr<AccumulateGrad> grad_accumulator(const Tensor& param);
 
-// fn(param) runs after param's gradient is accumulated in a backward pass.
-void register_post_accumulate_grad_hook(const Tensor& param, std::function<void(Tensor& param)> fn);
+// fn(param) runs after param's gradient is accumulated in a backward pass,
+// until the handle goes.
+RemovableHandle register_post_accumulate_grad_hook(const Tensor& param, GradHook fn);
 
 }  // namespace loom::autograd

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/hooks.h"
 #include "autograd/node.h"
 #include "tensor/tensor.h"
 
@@ -22,7 +23,7 @@ struct AutogradMeta : AutogradMetaInterface {
   std::shared_ptr<Node> grad_fn;                 // null for leaves
   int output_nr = 0;                             // which output of grad_fn this tensor is
   std::weak_ptr<AccumulateGrad> grad_accumulator;  // created lazily, shared by all uses of the leaf
-  std::vector<std::function<void(Tensor&)>> post_accumulate_grad_hooks;
+  std::shared_ptr<HookList> post_accumulate_grad_hooks;  // created by the first registration
 
   void check_inplace(const char* op) const override;
 };

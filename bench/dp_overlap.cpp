@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
         std::unique_ptr<parallel::DataParallelNaive> naive;
         std::unique_ptr<parallel::DataParallelBucket> bucket;
         if (mode == kNaive) naive = std::make_unique<parallel::DataParallelNaive>(named, dp);
-        if (mode == kBucket) bucket = std::make_unique<parallel::DataParallelBucket>(named, dp, bucket_mb);
+        if (mode == kBucket) bucket = std::make_unique<parallel::DataParallelBucket>(
+            named, dp, parallel::BucketOptions{.bucket_cap_mb = bucket_mb});
         if (bucket) num_buckets = int(bucket->bucket_manager().buckets().size());
         for (int k = 0; k < 2; ++k) {
           Timing t = step();

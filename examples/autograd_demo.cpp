@@ -20,16 +20,17 @@ int main() {
 
   int accumulations = 0;
   auto acc = grad_accumulator(w);  // keep the node alive, as picotron keeps grad_acc_fn
-  acc->register_hook([&](Tensor&) { ++accumulations; });
-  register_post_accumulate_grad_hook(b, [&](Tensor& p) { (void)p; ++accumulations; });
+  RemovableHandle acc_hook = acc->register_hook([&](Tensor&) { ++accumulations; });  // registered while it lives
+  RemovableHandle post_hook = register_post_accumulate_grad_hook(b, [&](Tensor& p) { (void)p; ++accumulations; });
 
   for (int step = 0; step < 50; ++step) {
     Tensor pred = matmul(x, w) + b;
     Tensor loss = mean(pow(pred - y, 2.0));
     bool callback_ran = false;
-    register_post_accumulate_grad_hook(w, [&](Tensor&) { Engine::queue_callback([&] { callback_ran = true; }); });
+    RemovableHandle queue_hook =
+        register_post_accumulate_grad_hook(w, [&](Tensor&) { Engine::queue_callback([&] { callback_ran = true; }); });
     backward(loss);
-    meta(w).post_accumulate_grad_hooks.pop_back();
+    queue_hook.remove();
     {
       NoGradGuard no_grad;  // the update itself is not part of the graph
       ops::add_(w, grad(w), -0.1);

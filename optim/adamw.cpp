@@ -3,7 +3,6 @@
 #include <type_traits>
 
 #include "tensor/grad_mode.h"
-#include "tensor/kernels/adamw.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
@@ -42,16 +41,29 @@ template <class P, class T>
 void adamw_param(const Tensor& p, const AdamWState& st, const Tensor& grad, const ParamGroup& group,
                  const AdamWOptions& o, int64_t step) {
   auto s = kernels::adamw_scalars<T>(group.lr, o.beta1, o.beta2, o.eps, group.weight_decay, step);
-  adamw_loop<P, T>(p.data<P>(), st.exp_avg.data<T>(), st.exp_avg_sq.data<T>(), grad.data<T>(), p.numel(), s);
+  if constexpr (std::is_same_v<P, float>)
+    adamw_fp32(p.data<float>(), st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), grad.data<float>(), p.numel(),
+               s);
+  else
+    adamw_loop<P, T>(p.data<P>(), st.exp_avg.data<T>(), st.exp_avg_sq.data<T>(), grad.data<T>(), p.numel(), s);
 }
 
 }  // namespace
 
+void adamw_fp32(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, int64_t n,
+                const kernels::AdamWScalars<float>& s) {
+  adamw_loop<float, float>(param, exp_avg, exp_avg_sq, grad, n, s);
+}
+
+void check_adamw_options(const AdamWOptions& o) {
+  LOOM_CHECK(o.beta1 >= 0 && o.beta1 < 1, "AdamW: beta1 must be in [0, 1), got ", o.beta1);
+  LOOM_CHECK(o.beta2 >= 0 && o.beta2 < 1, "AdamW: beta2 must be in [0, 1), got ", o.beta2);
+  LOOM_CHECK(o.eps >= 0, "AdamW: eps must be >= 0, got ", o.eps);
+}
+
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
     : Optimizer(std::move(groups)), options_(options) {
-  LOOM_CHECK(options_.beta1 >= 0 && options_.beta1 < 1, "AdamW: beta1 must be in [0, 1), got ", options_.beta1);
-  LOOM_CHECK(options_.beta2 >= 0 && options_.beta2 < 1, "AdamW: beta2 must be in [0, 1), got ", options_.beta2);
-  LOOM_CHECK(options_.eps >= 0, "AdamW: eps must be >= 0, got ", options_.eps);
+  check_adamw_options(options_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<AdamWState>& states = state_.emplace_back();
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {

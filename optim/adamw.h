@@ -12,6 +12,7 @@
 #pragma once
 
 #include "optim/optimizer.h"
+#include "tensor/kernels/adamw.h"
 
 namespace loom::optim {
 
@@ -21,11 +22,21 @@ struct AdamWOptions {
   double eps = 1e-8;
 };
 
+// Errors unless 0 <= beta1, beta2 < 1 and eps >= 0.
+void check_adamw_options(const AdamWOptions& o);
+
 struct AdamWState {
   Tensor step;        // int64 [], number of updates taken
   Tensor exp_avg;     // m, shape of the param
   Tensor exp_avg_sq;  // v, shape of the param
 };
+
+// The fused loop over one fp32 tensor of n elements: param, exp_avg,
+// exp_avg_sq updated in place from grad. step() runs it for every fp32 param,
+// and MixedPrecisionOptimizer for every fp32 main param (llm.c's gpt2_update),
+// so the two agree bit for bit.
+void adamw_fp32(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, int64_t n,
+                const kernels::AdamWScalars<float>& s);
 
 class AdamW : public Optimizer {
  public:

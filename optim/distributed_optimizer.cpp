@@ -51,31 +51,13 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
       ranges_(std::move(layout.ranges)),
       bucket_mains_(std::move(layout.bucket_mains)),
       gathers_(bucket_mains_.size()) {
-  // Nothing global (norm, found_inf) stands between a bucket's reduction and
-  // its update: step it from the DDP callback, overlapping later buckets'
-  // reduce-scatters. Buckets all-reduced for the shared-weight handler wait for
-  // it, so early steps are off when there are any.
-  bool all_scattered = true;
-  for (const parallel::Bucket& b : dp_.bucket_manager().buckets()) all_scattered &= !b.all_reduce;
-  steps_early_ = options_.max_grad_norm == 0 && !options_.loss_scaling && all_scattered;
-  // Marking a bucket all-reduce later would have it stepped before the
-  // shared-weight handler runs: make that an error where it happens.
+  if (ZeroOverlap::applies(options_, dp_.bucket_manager())) overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
+  // Whether buckets may be stepped early depends on how each is reduced:
+  // marking one all-reduce from now on is an error where it happens.
   dp_.bucket_manager().fix_reductions("a DistributedOptimizer");
-  if (steps_early_) {
-    std::weak_ptr<bool> alive = alive_;
-    dp_.set_on_bucket_reduced([this, alive](int b) {
-      if (alive.expired()) return;
-      std::vector<Tensor> grads(mains_.size());
-      for (size_t i : bucket_mains_[size_t(b)]) grads[i] = main_grad(i);
-      step_bucket(b, grads);
-      ++buckets_stepped_early_;
-    });
-  }
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
-  alive_.reset();
-  if (steps_early_) dp_.set_on_bucket_reduced(nullptr);
   for (auto& w : gathers_)
     if (w) w->wait();  // the comm thread must not write into a freed buffer
 }
@@ -127,43 +109,39 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
   return layout;
 }
 
+StepResult DistributedOptimizer::step() {
+  NoGradGuard no_grad;
+  parallel::trace::Span span("optimizer step (sharded)");
+  StepResult result;
+  // Backward has reduce-scattered the buckets: main_grad(i) is the dp average
+  // of owned range i.
+  std::vector<Tensor> grads(mains_.size());
+  for (size_t i = 0; i < mains_.size(); ++i) grads[i] = main_grad(i);
+  if (overlap_ && overlap_->take_all_stepped()) {
+    unscale_and_clip(grads, result);  // stepped during backward; no scaling, no clipping: the norm is reported
+    return result;
+  }
+  if (!unscale_and_clip(grads, result)) return result;  // skipped: params unchanged, nothing to gather
+  for (size_t b = 0; b < bucket_mains_.size(); ++b) step_bucket(int(b));
+  return result;
+}
+
+void DistributedOptimizer::step_bucket(int b) {
+  parallel::trace::Span span(str("step bucket ", b));
+  if (gathers_[size_t(b)]) gathers_[size_t(b)]->wait();  // the last gather of b still reads this shard
+  for (size_t i : bucket_mains_[size_t(b)]) {
+    adam_step(i, main_grad(i));  // main_grad(i): the grads unscaled and clipped in place
+    copy_to_model(i);            // round into this rank's shard of the param buffer
+  }
+  launch_all_gather(b);
+}
+
 void DistributedOptimizer::launch_all_gather(int b) {
   // Every rank's updated shard -> the whole bucket, in place in the param buffer.
   const parallel::Bucket& bucket = dp_.bucket_manager().buckets()[size_t(b)];
   parallel::BucketManager::Shard s = dp_.bucket_manager().shard(b);
   gathers_[size_t(b)] = dp_.dp_group().all_gather_async(ops::narrow(param_buffer_, 0, bucket.offset, bucket.numel),
                                                         ops::narrow(param_buffer_, 0, s.offset, s.numel));
-}
-
-void DistributedOptimizer::step_bucket(int b, const std::vector<Tensor>& grads) {
-  parallel::trace::Span span(str("step bucket ", b));
-  const std::vector<size_t>& mains = bucket_mains_[size_t(b)];
-  if (gathers_[size_t(b)]) gathers_[size_t(b)]->wait();
-  adam_step(mains, grads);
-  copy_to_model(mains);  // round into this rank's shard of the param buffer
-  launch_all_gather(b);
-}
-
-StepResult DistributedOptimizer::step() {
-  NoGradGuard no_grad;
-  parallel::trace::Span span("optimizer step (sharded)");
-  StepResult result;
-  std::vector<Tensor> grads(mains_.size());
-  for (size_t i = 0; i < mains_.size(); ++i) grads[i] = main_grad(i);
-  if (steps_early_) {
-    // Already stepped in the backward callback; the norm is only reported.
-    const int stepped = buckets_stepped_early_;
-    buckets_stepped_early_ = 0;
-    if (stepped == int(bucket_mains_.size())) {
-      unscale_and_clip(grads, result);
-      return result;
-    }
-    LOOM_CHECK(stepped == 0, "DistributedOptimizer::step: only ", stepped, " of ", bucket_mains_.size(),
-               " buckets were stepped during backward");
-  }
-  if (!unscale_and_clip(grads, result)) return result;  // skipped: params unchanged, nothing to gather
-  for (size_t b = 0; b < bucket_mains_.size(); ++b) step_bucket(int(b), grads);
-  return result;
 }
 
 void DistributedOptimizer::finish_param_sync() {
@@ -177,7 +155,7 @@ void DistributedOptimizer::finish_param_sync() {
 void DistributedOptimizer::refresh_model_params() {
   finish_param_sync();
   for (size_t b = 0; b < bucket_mains_.size(); ++b) {
-    copy_to_model(bucket_mains_[b]);
+    for (size_t i : bucket_mains_[b]) copy_to_model(i);
     launch_all_gather(int(b));
   }
   finish_param_sync();

@@ -17,24 +17,27 @@
 //                        gbuf_local = gbuf_world - start of shard 0  in this rank's shard
 //                        param      = gbuf_world - start of b        within b (flattened)
 //
-// One step, and what overlaps what:
-//   backward   each bucket is reduce-scattered (not all-reduced) as soon as its
-//              last gradient arrives: rank r receives the average of its shard
-//   step       AdamW on the fp32 main params of the owned ranges only; each
-//              bucket's updated shard is rounded into the param buffer and
-//              all-gathered (async) while the next bucket is stepped
-//   forward    the params are views into the param buffer: finish_param_sync()
-//              waits for the all-gathers and must run before the next forward
-// Without clipping and loss scaling nothing global is needed before the
-// update, so a bucket's shard is stepped the moment its reduce-scatter
-// completes, inside the after-backward callback, while later buckets are still
-// being reduced (PyTorch's ZeroRedundancyOptimizer + DDP comm hook).
+// One step reads: layout -> reduce-scatter -> step the owned ranges -> all-gather.
+//   layout          (once, here) the param buffer, the ranges this rank owns and
+//                   an fp32 main param for each
+//   reduce-scatter  during backward (DataParallelBucket, ReduceScatter mode):
+//                   each bucket as soon as its last gradient arrives; rank r
+//                   receives the average of its shard
+//   step            step(): unscale/clip over every shard of the model, AdamW on
+//                   the owned ranges' main params, rounded into this rank's
+//                   shard of the param buffer
+//   all-gather      per bucket, async, while the next bucket is stepped; the
+//                   params are views into the param buffer, so
+//                   finish_param_sync() must run before the next forward
+// Without clipping and loss scaling the step starts earlier still, bucket by
+// bucket inside backward: optim/zero_overlap.h.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "optim/mixed_precision_optimizer.h"
+#include "optim/zero_overlap.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
 
 namespace loom::optim {
@@ -80,25 +83,25 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
 
   const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
   const Tensor& param_buffer() const { return param_buffer_; }
-  // True when buckets are stepped inside the backward callback (no clipping, no loss scaling).
-  bool steps_early() const { return steps_early_; }
+  // True when buckets are stepped inside the backward callback (zero_overlap.h).
+  bool steps_early() const { return overlap_ != nullptr; }
 
  private:
+  friend class ZeroOverlap;  // steps buckets from the backward callback
   struct Layout;  // the param buffer, main params and ranges, built before the base class
   DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                        MixedPrecisionOptions options, Layout layout);
   static Layout build_layout(const std::vector<ParamGroup>& groups, parallel::DataParallelBucket& dp);
-  void step_bucket(int b, const std::vector<Tensor>& grads);  // AdamW + launch the all-gather
+  // AdamW on bucket b's owned ranges, rounded into the param buffer, then b's all-gather.
+  void step_bucket(int b);
   void launch_all_gather(int b);
 
   parallel::DataParallelBucket& dp_;
-  Tensor param_buffer_;                         // model dtype, the gradient buffer's layout
-  std::vector<ParamRange> ranges_;              // [main param]
+  Tensor param_buffer_;                            // model dtype, the gradient buffer's layout
+  std::vector<ParamRange> ranges_;                 // [main param]
   std::vector<std::vector<size_t>> bucket_mains_;  // [bucket] -> main params in it
   std::vector<std::shared_ptr<parallel::Work>> gathers_;  // in-flight param all-gathers
-  bool steps_early_ = false;
-  int buckets_stepped_early_ = 0;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::unique_ptr<ZeroOverlap> overlap_;           // when it applies (zero_overlap.h)
 };
 
 }  // namespace loom::optim

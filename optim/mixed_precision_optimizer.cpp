@@ -1,11 +1,8 @@
 #include "optim/mixed_precision_optimizer.h"
 
-#include <cmath>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/variable.h"
-#include "optim/clip_grad.h"
 #include "optim/clip_grad.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
@@ -56,42 +53,25 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroup> groups,
       main_grad_of_(main_grad_of ? std::move(main_grad_of) : grad_as_fp32()) {
   LOOM_CHECK(options_.max_grad_norm >= 0, "MixedPrecisionOptimizer: max_grad_norm must be >= 0, got ",
              options_.max_grad_norm);
+  check_adamw_options(options_.adam);
+  for (const ParamGroup& g : groups_)
+    LOOM_CHECK(g.lr >= 0 && g.weight_decay >= 0, "MixedPrecisionOptimizer: group '", g.name, "' has lr ", g.lr,
+               " and weight_decay ", g.weight_decay, "; both must be >= 0");
   std::unordered_set<const TensorImpl*> skip;
   for (const Tensor& p : options_.not_counted) skip.insert(p.impl());
   for (MainParam& m : mains_) {
-    LOOM_CHECK(m.main.dtype() == kFloat32 && m.main.numel() == m.end - m.start,
+    LOOM_CHECK(m.main.dtype() == kFloat32 && m.main.numel() == m.end - m.start && m.main.is_contiguous() &&
+                   m.group < groups_.size(),
                "MixedPrecisionOptimizer: main param of ", m.model_param.describe(), " for [", m.start, ", ", m.end,
-               ") is ", m.main.describe());
+               ") in group ", m.group, " is ", m.main.describe());
+    check_device_supported("MixedPrecisionOptimizer", m.main.device());
     if (skip.count(m.model_param.impl())) m.counted_in_norm = false;
+    adam_.push_back({zeros({}, kInt64), zeros({m.end - m.start}, kFloat32), zeros({m.end - m.start}, kFloat32)});
   }
   if (options_.loss_scaling) scaler_ = std::make_unique<GradScaler>(options_.scaler);
-  build_inner();
 }
 
 MixedPrecisionOptimizer::~MixedPrecisionOptimizer() = default;
-
-void MixedPrecisionOptimizer::build_inner() {
-  // The inner AdamW sees only fp32 main tensors, in the model's param groups.
-  std::vector<ParamGroup> inner_groups;
-  for (const ParamGroup& g : groups_) inner_groups.push_back({{}, g.lr, g.weight_decay, g.name});
-  for (const MainParam& m : mains_) {
-    auto& params = inner_groups.at(m.group).params;
-    inner_index_.emplace_back(m.group, params.size());
-    params.push_back(m.main);
-  }
-  inner_ = std::make_unique<AdamW>(std::move(inner_groups), options_.adam);
-  // adam_step() puts the gradients of the mains it steps in active_grads_; the
-  // others read as "no gradient" and AdamW leaves them (and their state) alone.
-  std::unordered_map<const TensorImpl*, size_t> index;
-  for (size_t i = 0; i < mains_.size(); ++i) index[mains_[i].main.impl()] = i;
-  active_grads_.assign(mains_.size(), Tensor());
-  inner_->set_grad_source([this, index](const Tensor& main) { return active_grads_[index.at(main.impl())]; });
-}
-
-const AdamWState& MixedPrecisionOptimizer::adam_state(size_t i) const {
-  auto [g, j] = inner_index_.at(i);
-  return inner_->state(g, j);
-}
 
 Tensor MixedPrecisionOptimizer::scale_loss(const Tensor& loss) const {
   return scaler_ ? scaler_->scale_loss(loss) : loss;
@@ -100,7 +80,6 @@ Tensor MixedPrecisionOptimizer::scale_loss(const Tensor& loss) const {
 void MixedPrecisionOptimizer::set_lr(double lr) {
   LOOM_CHECK(lr >= 0, "MixedPrecisionOptimizer::set_lr: lr must be >= 0, got ", lr);
   for (ParamGroup& g : groups_) g.lr = lr;
-  inner_->set_lr(lr);
 }
 
 Tensor MixedPrecisionOptimizer::main_grad(size_t i) const {
@@ -141,41 +120,44 @@ bool MixedPrecisionOptimizer::unscale_and_clip(const std::vector<Tensor>& grads,
   return true;
 }
 
-void MixedPrecisionOptimizer::adam_step(const std::vector<size_t>& which, const std::vector<Tensor>& grads) {
-  for (size_t i : which) active_grads_[i] = grads[i];
-  inner_->step();
-  for (size_t i : which) active_grads_[i] = Tensor();
+void MixedPrecisionOptimizer::adam_step(size_t i, const Tensor& grad) {
+  if (!grad.defined()) return;
+  // llm.c's gpt2_update: the per-step scalars once, then one pass over the main
+  // param [n], its moments [n] and its gradient [n], all fp32.
+  const MainParam& m = mains_[i];
+  const ParamGroup& group = groups_[m.group];
+  const AdamWState& st = adam_[i];
+  const AdamWOptions& o = options_.adam;
+  const int64_t step = ++st.step.data<int64_t>()[0];
+  const auto s = kernels::adamw_scalars<float>(group.lr, o.beta1, o.beta2, o.eps, group.weight_decay, step);
+  const Tensor g = ops::contiguous(grad);
+  adamw_fp32(m.main.data<float>(), st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), g.data<float>(),
+             m.main.numel(), s);
 }
 
-void MixedPrecisionOptimizer::copy_to_model(const std::vector<size_t>& which) {
+void MixedPrecisionOptimizer::copy_to_model(size_t i) {
   NoGradGuard no_grad;
-  for (size_t i : which) {
-    const MainParam& m = mains_[i];
-    Tensor dst = flat_range(autograd::detach(m.model_param), m.start, m.end);
-    if (dst.storage() == m.main.storage() && dst.offset() == m.main.offset()) continue;  // fp32: the same memory
-    ops::copy_(dst, m.main);  // rounds to nearest even for bf16/fp16
-  }
+  const MainParam& m = mains_[i];
+  Tensor dst = flat_range(autograd::detach(m.model_param), m.start, m.end);
+  if (dst.storage() == m.main.storage() && dst.offset() == m.main.offset()) return;  // fp32: the same memory
+  ops::copy_(dst, m.main);  // rounds to nearest even for bf16/fp16
 }
 
 StepResult MixedPrecisionOptimizer::step() {
   NoGradGuard no_grad;
   StepResult result;
-  std::vector<Tensor> grads(mains_.size());
-  std::vector<size_t> all;
+  std::vector<Tensor> grads(mains_.size());  // 1.
+  for (size_t i = 0; i < mains_.size(); ++i) grads[i] = main_grad(i);
+  if (!unscale_and_clip(grads, result)) return result;  // 2-4.
   for (size_t i = 0; i < mains_.size(); ++i) {
-    grads[i] = main_grad(i);
-    all.push_back(i);
+    adam_step(i, grads[i]);  // 5.
+    copy_to_model(i);        // 6.
   }
-  if (!unscale_and_clip(grads, result)) return result;
-  adam_step(all, grads);
-  copy_to_model(all);
   return result;
 }
 
 void MixedPrecisionOptimizer::refresh_model_params() {
-  std::vector<size_t> all(mains_.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  copy_to_model(all);
+  for (size_t i = 0; i < mains_.size(); ++i) copy_to_model(i);
 }
 
 }  // namespace loom::optim

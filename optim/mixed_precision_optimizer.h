@@ -24,7 +24,8 @@
 //   3. skip?                          params and optimizer state untouched; scale halves
 //   4. grad norm, clip                sum of squares all-reduced over grad_stats_group
 //                                     (the tied weight's duplicate copy not counted)
-//   5. AdamW on the main params       the fused kernel of optim/adamw.h
+//   5. AdamW on the main params       one fused loop per main param over the element
+//                                     math of tensor/kernels/adamw.h (llm.c's gpt2_update)
 //   6. main -> model params           rounded to bf16/fp16; nothing to do for fp32
 #pragma once
 
@@ -89,7 +90,7 @@ class MixedPrecisionOptimizer {
 
   const std::vector<MainParam>& main_params() const { return mains_; }
   // The AdamW state (step, exp_avg, exp_avg_sq) of main_params()[i].
-  const AdamWState& adam_state(size_t i) const;
+  const AdamWState& adam_state(size_t i) const { return adam_.at(i); }
   GradScaler* scaler() { return scaler_.get(); }
   const GradScaler* scaler() const { return scaler_.get(); }
   const MixedPrecisionOptions& options() const { return options_; }
@@ -104,23 +105,19 @@ class MixedPrecisionOptimizer {
   Tensor main_grad(size_t i) const;
   // Steps 2-4 on the given main grads; returns false (and counts the skip) on an overflow.
   bool unscale_and_clip(const std::vector<Tensor>& grads, StepResult& result);
-  // Step 5 on the main params listed (the others keep their state).
-  void adam_step(const std::vector<size_t>& which, const std::vector<Tensor>& grads);
-  // Step 6 for the main params listed.
-  void copy_to_model(const std::vector<size_t>& which);
+  // Step 5 for main param i (nothing without a gradient, as in PyTorch).
+  void adam_step(size_t i, const Tensor& grad);
+  // Step 6 for main param i.
+  void copy_to_model(size_t i);
 
   std::vector<ParamGroup> groups_;
   std::vector<MainParam> mains_;
   MixedPrecisionOptions options_;
 
  private:
-  void build_inner();
-
   Optimizer::GradSource main_grad_of_;
   std::unique_ptr<GradScaler> scaler_;
-  std::unique_ptr<AdamW> inner_;                        // AdamW over the main tensors
-  std::vector<std::pair<size_t, size_t>> inner_index_;  // main i -> (group, index) in inner_
-  std::vector<Tensor> active_grads_;                    // what inner_ reads during adam_step
+  std::vector<AdamWState> adam_;  // [main param]: step [] int64, exp_avg and exp_avg_sq [end - start] fp32
 };
 
 // A fp32 contiguous view [end - start] of elements [start, end) of t flattened.

@@ -5,7 +5,9 @@
 //   - Engine::queue_callback: runs after every node and hook of the pass (where DP
 //     waits for its in-flight all-reduces);
 //   - a deterministic execution order, so that buckets become ready in the same
-//     order on every rank.
+//     order on every rank;
+//   - both registrations return a RemovableHandle: the hook lives as long as the
+//     handle, so a data-parallel wrapper takes its hooks with it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,6 +17,10 @@
 #include "autograd/accumulate_grad.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "autograd/variable.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/data_parallel_naive.h"
+#include "tensor/ops.h"
 
 using namespace loom;
 using namespace loom::autograd;
@@ -37,7 +43,7 @@ TEST(HooksTest, AccumulateGradHookFiresOncePerBackwardWithTheSummedGradient) {
   auto acc = grad_accumulator(w);  // held, as picotron holds grad_acc_fn
   int calls = 0;
   std::vector<double> seen;
-  acc->register_hook([&](Tensor& p) {
+  RemovableHandle hook = acc->register_hook([&](Tensor& p) {
     ++calls;
     seen = grad(p).to_vector<double>();
   });
@@ -78,8 +84,8 @@ TEST(HooksTest, PostAccumulateGradHookSeesTheParamWithItsGrad) {
   Tensor w = param({1, 2}), b = param({5});
   std::vector<std::string> log;
   auto acc = grad_accumulator(w);
-  acc->register_hook([&](Tensor& p) { log.push_back("acc hook " + grad(p).str()); });
-  register_post_accumulate_grad_hook(w, [&](Tensor& p) {
+  RemovableHandle acc_hook = acc->register_hook([&](Tensor& p) { log.push_back("acc hook " + grad(p).str()); });
+  RemovableHandle post_hook = register_post_accumulate_grad_hook(w, [&](Tensor& p) {
     EXPECT_TRUE(p.is_same(w));  // the parameter itself, not a copy
     ASSERT_TRUE(grad(p).defined());
     log.push_back("post hook " + grad(p).str());
@@ -97,15 +103,15 @@ TEST(HooksTest, QueuedCallbackRunsAfterAllHooks) {
   Tensor x = tensor({1, 1}, {2}, kFloat64);
   std::vector<std::string> log;
   auto acc_a = grad_accumulator(a), acc_b = grad_accumulator(b);
-  acc_a->register_hook([&](Tensor&) {
+  RemovableHandle hook_a = acc_a->register_hook([&](Tensor&) {
     log.push_back("hook a");
     if (log.size() == 1) Engine::queue_callback([&] { log.push_back("callback"); });
   });
-  acc_b->register_hook([&](Tensor&) {
+  RemovableHandle hook_b = acc_b->register_hook([&](Tensor&) {
     log.push_back("hook b");
     if (log.size() == 1) Engine::queue_callback([&] { log.push_back("callback"); });
   });
-  register_post_accumulate_grad_hook(a, [&](Tensor&) { log.push_back("post a"); });
+  RemovableHandle post_a = register_post_accumulate_grad_hook(a, [&](Tensor&) { log.push_back("post a"); });
   Tensor la = sum(a * x);
   Tensor lb = sum(b * x);  // recorded after la
   backward(la + lb);
@@ -118,7 +124,7 @@ TEST(HooksTest, CallbackQueuedInAHookRunsInTheSameBackwardOnly) {
   int queued = 0, ran = 0;
   bool in_backward_during_callback = false;
   bool queue = true;
-  acc->register_hook([&](Tensor&) {
+  RemovableHandle hook = acc->register_hook([&](Tensor&) {
     if (!queue) return;
     ++queued;
     Engine::queue_callback([&] {
@@ -140,7 +146,7 @@ TEST(HooksTest, CallbackQueuedFromACallbackRunsToo) {
   Tensor w = param({1});
   auto acc = grad_accumulator(w);
   std::vector<std::string> log;
-  acc->register_hook([&](Tensor&) {
+  RemovableHandle hook = acc->register_hook([&](Tensor&) {
     log.push_back("hook");
     Engine::queue_callback([&] {
       log.push_back("callback 1");
@@ -195,9 +201,10 @@ std::vector<std::string> hook_order_of_mlp() {
                                                         {"c2", c2}, {"c3", c3}, {"c4", c4}};
   std::vector<std::string> order;
   std::vector<std::shared_ptr<AccumulateGrad>> held;
+  std::vector<RemovableHandle> hooks;
   for (auto& [name, t] : params) {
     held.push_back(grad_accumulator(t));
-    held.back()->register_hook([&order, n = name](Tensor&) { order.push_back(n); });
+    hooks.push_back(held.back()->register_hook([&order, n = name](Tensor&) { order.push_back(n); }));
   }
   Tensor h1 = relu(matmul(x, W1) + b1);
   Tensor h2 = relu(matmul(h1, W2) + b2);
@@ -217,4 +224,175 @@ TEST(HooksTest, ExecutionOrderIsDeterministicAndReverseOfUse) {
     SCOPED_TRACE(::testing::Message() << "run " << run);
     EXPECT_EQ(hook_order_of_mlp(), expected);
   }
+}
+
+// ---- RemovableHandle ----------------------------------------------------------
+
+TEST(HooksTest, DestroyingTheHandleRemovesTheHook) {
+  Tensor w = param({1, 2});
+  int acc_calls = 0, post_calls = 0;
+  {
+    RemovableHandle acc_hook = grad_accumulator(w)->register_hook([&](Tensor&) { ++acc_calls; });
+    RemovableHandle post_hook = register_post_accumulate_grad_hook(w, [&](Tensor&) { ++post_calls; });
+    backward(sum(w * 2.0));
+    EXPECT_EQ(acc_calls, 1);
+    EXPECT_EQ(post_calls, 1);
+  }
+  backward(sum(w * 2.0));
+  EXPECT_EQ(acc_calls, 1);  // the gradient no longer triggers them
+  EXPECT_EQ(post_calls, 1);
+  EXPECT_EQ(grad(w).to_vector<double>(), (std::vector<double>{4, 4}));  // accumulation itself goes on
+  EXPECT_EQ(meta(w).post_accumulate_grad_hooks->size(), 0u);
+}
+
+TEST(HooksTest, RemoveUnregistersAtOnceAndTwiceIsHarmless) {
+  Tensor w = param({1});
+  int calls = 0;
+  RemovableHandle h = register_post_accumulate_grad_hook(w, [&](Tensor&) { ++calls; });
+  EXPECT_TRUE(h.active());
+  h.remove();
+  EXPECT_FALSE(h.active());
+  h.remove();
+  backward(sum(w * 2.0));
+  EXPECT_EQ(calls, 0);
+}
+
+// Nothing but the handle holds w's AccumulateGrad node between the two graphs:
+// the handle keeps it (and so the hook) alive, as picotron's grad_accs list does.
+TEST(HooksTest, AccumulatorHookHandleKeepsTheNodeAlive) {
+  Tensor w = param({1, 2});
+  int calls = 0;
+  RemovableHandle h = grad_accumulator(w)->register_hook([&](Tensor&) { ++calls; });
+  backward(sum(w * 2.0));
+  backward(sum(w * 3.0));  // a new graph over w, built after the first was freed
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(grad_accumulator(w)->num_hooks(), 1u);
+}
+
+TEST(HooksTest, HandlesCanBeMovedAndTheLastOwnerRemovesTheHook) {
+  Tensor w = param({1});
+  int calls = 0, replaced_calls = 0;
+  RemovableHandle outer;
+  EXPECT_FALSE(outer.active());
+  {
+    RemovableHandle inner = register_post_accumulate_grad_hook(w, [&](Tensor&) { ++calls; });
+    outer = std::move(inner);
+    EXPECT_FALSE(inner.active());  // NOLINT(bugprone-use-after-move): moved-from is empty
+    EXPECT_TRUE(outer.active());
+  }  // the moved-from handle goes: the hook stays
+  backward(sum(w * 1.0));
+  EXPECT_EQ(calls, 1);
+
+  std::vector<RemovableHandle> owners;
+  owners.push_back(std::move(outer));
+  owners.reserve(16);  // reallocation moves the handle again
+  RemovableHandle moved_again(std::move(owners[0]));
+  backward(sum(w * 1.0));
+  EXPECT_EQ(calls, 2);
+
+  // Move-assigning over a live handle removes the hook it held.
+  RemovableHandle replaced = register_post_accumulate_grad_hook(w, [&](Tensor&) { ++replaced_calls; });
+  replaced = std::move(moved_again);
+  backward(sum(w * 1.0));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(replaced_calls, 0);
+
+  owners.clear();
+  replaced = RemovableHandle();
+  backward(sum(w * 1.0));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(meta(w).post_accumulate_grad_hooks->size(), 0u);
+}
+
+TEST(HooksTest, AHookMayRemoveItselfWhileHooksRun) {
+  Tensor w = param({1});
+  int once = 0, always = 0;
+  RemovableHandle self;
+  self = register_post_accumulate_grad_hook(w, [&](Tensor&) {
+    ++once;
+    self.remove();
+  });
+  RemovableHandle other = register_post_accumulate_grad_hook(w, [&](Tensor&) { ++always; });
+  backward(sum(w * 1.0));
+  backward(sum(w * 1.0));
+  EXPECT_EQ(once, 1);
+  EXPECT_EQ(always, 2);
+}
+
+// ---- the data-parallel wrappers take their hooks with them --------------------
+
+// A data-parallel group of one rank, in process: every collective is the
+// identity, and all-reduces and reduce-scatters are counted, so a test sees
+// whether a hook still launches any.
+class OneRankGroup : public parallel::ProcessGroup {
+ public:
+  int reductions = 0;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+  std::shared_ptr<parallel::Work> all_reduce_async(const Tensor&, parallel::ReduceOp) override {
+    ++reductions;
+    return done();
+  }
+  std::shared_ptr<parallel::Work> reduce_scatter_async(const Tensor& out, const Tensor& in,
+                                                       parallel::ReduceOp) override {
+    ++reductions;
+    ops::copy_(out, in);
+    return done();
+  }
+  std::shared_ptr<parallel::Work> all_gather_async(const Tensor& out, const Tensor& in) override {
+    ops::copy_(out, in);
+    return done();
+  }
+  std::shared_ptr<parallel::Work> broadcast_async(const Tensor&, int) override { return done(); }
+  std::shared_ptr<parallel::Work> send_async(const Tensor&, int, int) override { throw Error("send: one rank"); }
+  std::shared_ptr<parallel::Work> recv_async(const Tensor&, int, int) override { throw Error("recv: one rank"); }
+  std::shared_ptr<parallel::Work> barrier_async() override { return done(); }
+  std::unique_ptr<parallel::ProcessGroup> split(int, int, const std::string&) override {
+    throw Error("split: one rank");
+  }
+
+ private:
+  struct Done : parallel::Work {
+    void wait() override {}
+    bool is_completed() override { return true; }
+  };
+  static std::shared_ptr<parallel::Work> done() { return std::make_shared<Done>(); }
+  std::string name_ = "dp";
+};
+
+TEST(HooksTest, DestroyedDataParallelNaiveLeavesNoHook) {
+  Tensor w = param({1, 2});
+  OneRankGroup dp;
+  {
+    parallel::DataParallelNaive ddp(parallel::NamedParams{{"w", w}}, dp);
+    backward(sum(w * 3.0));
+    EXPECT_EQ(dp.reductions, 1);
+    EXPECT_EQ(meta(w).post_accumulate_grad_hooks->size(), 1u);
+    ddp.zero_grad();
+  }
+  EXPECT_EQ(meta(w).post_accumulate_grad_hooks->size(), 0u);
+  backward(sum(w * 3.0));  // backward still works, and all-reduces nothing
+  EXPECT_EQ(dp.reductions, 1);
+  EXPECT_EQ(grad(w).to_vector<double>(), (std::vector<double>{3, 3}));
+}
+
+TEST(HooksTest, DestroyedDataParallelBucketLeavesNoHook) {
+  Tensor w = param({1, 2});
+  auto acc = grad_accumulator(w);
+  OneRankGroup dp;
+  {
+    parallel::DataParallelBucket ddp(parallel::NamedParams{{"w", w}}, dp);
+    EXPECT_EQ(acc->num_hooks(), 1u);
+    backward(sum(w * 3.0));
+    EXPECT_EQ(dp.reductions, 1);  // the one bucket
+    EXPECT_EQ(ddp.main_grad(w).to_vector<float>(), (std::vector<float>{3, 3}));
+    ddp.reset();
+  }
+  EXPECT_EQ(acc->num_hooks(), 0u);
+  // Its hook would move .grad into the freed buffer and drop it; without the
+  // hook .grad stays where AccumulateGrad put it.
+  backward(sum(w * 3.0));
+  EXPECT_EQ(dp.reductions, 1);
+  EXPECT_EQ(grad(w).to_vector<double>(), (std::vector<double>{3, 3}));
 }

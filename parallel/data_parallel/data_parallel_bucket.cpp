@@ -8,19 +8,7 @@
 
 namespace loom::parallel {
 
-DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, double bucket_cap_mb)
-    : DataParallelBucket(unique_params(params), dp_group, BucketOptions{bucket_cap_mb}) {}
-
-DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group,
-                                       double bucket_cap_mb)
-    : DataParallelBucket(params, dp_group, BucketOptions{bucket_cap_mb}) {}
-
-DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group,
-                                       const BucketOptions& options)
-    : DataParallelBucket(unique_params(params), dp_group, options) {}
-
-DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group,
-                                       const BucketOptions& options)
+DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options)
     : dp_group_(dp_group), options_(options) {
   if (options_.reduce == GradReduce::ReduceScatter) options_.grads_to_params = false;
   std::vector<Tensor> all = unique_params(params);
@@ -28,42 +16,32 @@ DataParallelBucket::DataParallelBucket(const std::vector<Tensor>& params, Proces
   for (const Tensor& p : all)
     if (autograd::requires_grad(p)) params_.push_back(p);
   buckets_ = std::make_unique<BucketManager>(params_, dp_group_, options_.bucket_cap_mb, options_.reduce);
-
-  for (const Tensor& p : params_) {
-    auto acc = autograd::grad_accumulator(p);
-    std::weak_ptr<bool> alive = alive_;
-    acc->register_hook([this, alive](Tensor& param) {
-      if (!alive.expired()) on_grad_accumulated(param);
-    });
-    grad_accs_.push_back(std::move(acc));
-  }
+  for (const Tensor& p : params_)
+    hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }
 
-DataParallelBucket::~DataParallelBucket() { alive_.reset(); }
-
 void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
-  // After a sync, .grad of an fp32 param *is* its main_grad view, so this
-  // backward's AccumulateGrad has just added into the averaged buffer.
-  LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
-             "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
-  // 1. Move the gradient into the bucket buffer (picotron:
-  //    param.main_grad.add_(param.grad.data); param.grad = None).
-  Tensor g = autograd::grad(param);
-  const Tensor& main_grad = buckets_->main_grad(param);
-  if (g.defined()) ops::add_(main_grad, ops::to(g, kFloat32));
-  autograd::set_grad(param, Tensor());
+  // 1. picotron: param.main_grad.add_(param.grad.data); param.grad = None.
+  move_grad_to_main_grad(param);
   if (!require_backward_grad_sync_) return;  // no_sync: just accumulate
-
-  // 2. After this backward, wait for the buckets (queued once per backward).
+  // 2. After this backward, wait for the buckets (queued once per backward; the
+  //    engine runs it before backward() returns, so `this` is still there).
   if (!callback_queued_) {
-    std::weak_ptr<bool> alive = alive_;
-    autograd::Engine::queue_callback([this, alive] {
-      if (!alive.expired()) finish_grad_sync();
-    });
+    autograd::Engine::queue_callback([this] { finish_grad_sync(); });
     callback_queued_ = true;
   }
   // 3. The bucket's all-reduce starts once all its params are ready.
   buckets_->mark_param_ready(param);
+}
+
+void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
+  // After a sync, .grad of an fp32 param *is* its main_grad view, so this
+  // backward's AccumulateGrad has just added into the averaged buffer.
+  LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
+             "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
+  Tensor g = autograd::grad(param);
+  if (g.defined()) ops::add_(buckets_->main_grad(param), ops::to(g, kFloat32));
+  autograd::set_grad(param, Tensor());
 }
 
 void DataParallelBucket::finish_grad_sync() {

@@ -20,7 +20,7 @@
 //      ReduceScatter mode (ZeRO-1) each rank gets only its shard's average and
 //      no .grad is written.
 //
-//   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), /*bucket_cap_mb=*/25);
+//   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), {.bucket_cap_mb = 25});
 //   for (step...) {
 //     for (micro-batches but the last) { auto guard = dp.no_sync(); backward(loss / K); }
 //     backward(loss / K);   // syncs the sum of all micro-batches
@@ -53,11 +53,8 @@ class DataParallelBucket : public DataParallel {
  public:
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
   // the buffer, hooks every param that requires grad (the others are skipped).
-  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, double bucket_cap_mb = 25.0);
-  DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb = 25.0);
-  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, const BucketOptions& options);
-  DataParallelBucket(const std::vector<Tensor>& params, ProcessGroup& dp_group, const BucketOptions& options);
-  ~DataParallelBucket();  // the hooks die with the AccumulateGrad nodes we keep
+  // Destroying it unregisters the hooks (they are owned by hooks_).
+  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options = {});
   DataParallelBucket(const DataParallelBucket&) = delete;
   DataParallelBucket& operator=(const DataParallelBucket&) = delete;
 
@@ -86,6 +83,7 @@ class DataParallelBucket : public DataParallel {
 
  private:
   void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
+  void move_grad_to_main_grad(const Tensor& param);
   void finish_grad_sync();                         // the engine callback
 
   ProcessGroup& dp_group_;
@@ -93,12 +91,12 @@ class DataParallelBucket : public DataParallel {
   std::function<void(int)> on_bucket_reduced_;
   std::vector<Tensor> params_;
   std::unique_ptr<BucketManager> buckets_;
-  // The hooks live on these nodes; keeping them keeps the hooks (picotron's grad_accs).
-  std::vector<std::shared_ptr<autograd::AccumulateGrad>> grad_accs_;
   bool require_backward_grad_sync_ = true;
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued
   bool synced_ = false;           // grads were synced and reset() has not run since
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // hooks check it
+  // The hooks, registered while this wrapper lives; each handle also keeps its
+  // param's AccumulateGrad node alive (picotron's grad_accs).
+  std::vector<autograd::RemovableHandle> hooks_;
 };
 
 }  // namespace loom::parallel

@@ -9,22 +9,21 @@ DataParallelNaive::DataParallelNaive(const NamedParams& params, ProcessGroup& dp
     : DataParallelNaive(unique_params(params), dp_group) {}
 
 DataParallelNaive::DataParallelNaive(const std::vector<Tensor>& params, ProcessGroup& dp_group)
-    : state_(std::make_shared<State>(State{&dp_group})), params_(unique_params(params)) {
-  broadcast_params(params_, dp_group);
+    : dp_group_(dp_group), params_(unique_params(params)) {
+  broadcast_params(params_, dp_group_);
   for (const Tensor& p : params_) {
     if (!autograd::requires_grad(p)) continue;
     // Runs right after backward has added this step's gradient into p.grad.
-    autograd::register_post_accumulate_grad_hook(p, [state = state_](Tensor& param) {
-      if (!state->alive || !state->require_backward_grad_sync) return;
-      // The gradient - not the parameter (picotron's bug) - summed over the dp
-      // ranks and divided by their number: the mean over the global batch.
-      Tensor g = autograd::grad(param);
-      state->group->all_reduce(g, ReduceOp::Avg);
-    });
+    hooks_.push_back(autograd::register_post_accumulate_grad_hook(p, [this](Tensor& g) { all_reduce_grad(g); }));
   }
 }
 
-DataParallelNaive::~DataParallelNaive() { state_->alive = false; }
+void DataParallelNaive::all_reduce_grad(const Tensor& param) {
+  if (!require_backward_grad_sync_) return;  // no_sync: keep the local gradient
+  // The gradient - not the parameter (picotron's bug) - summed over the dp
+  // ranks and divided by their number: the mean over the global batch.
+  dp_group_.all_reduce(autograd::grad(param), ReduceOp::Avg);
+}
 
 void DataParallelNaive::zero_grad() { autograd::zero_grad(params_); }
 

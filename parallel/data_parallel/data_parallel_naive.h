@@ -16,8 +16,9 @@
 //   optimizer.step();
 #pragma once
 
-#include <memory>
+#include <vector>
 
+#include "autograd/hooks.h"
 #include "parallel/data_parallel/data_parallel_common.h"
 
 namespace loom::parallel {
@@ -28,28 +29,26 @@ class DataParallelNaive : public DataParallel {
   // over dp_group). Params that do not require grad are broadcast but not hooked.
   DataParallelNaive(const NamedParams& params, ProcessGroup& dp_group);
   DataParallelNaive(const std::vector<Tensor>& params, ProcessGroup& dp_group);
-  ~DataParallelNaive();  // the hooks stay registered but do nothing afterwards
+  // Destroying it unregisters the hooks (they are owned by hooks_).
   DataParallelNaive(const DataParallelNaive&) = delete;
   DataParallelNaive& operator=(const DataParallelNaive&) = delete;
 
   // Gradient accumulation: backward inside the guard only accumulates .grad locally.
-  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(state_->require_backward_grad_sync); }
+  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
   // Drops every param's .grad (the optimizer has consumed it).
   void zero_grad() override;
-  bool require_backward_grad_sync() const { return state_->require_backward_grad_sync; }
+  bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
 
-  ProcessGroup& dp_group() { return *state_->group; }
+  ProcessGroup& dp_group() { return dp_group_; }
   const std::vector<Tensor>& params() const { return params_; }
 
  private:
-  // Shared with the hooks, which outlive this object inside the autograd meta.
-  struct State {
-    ProcessGroup* group;
-    bool require_backward_grad_sync = true;
-    bool alive = true;
-  };
-  std::shared_ptr<State> state_;
+  void all_reduce_grad(const Tensor& param);  // the post-accumulate hook
+
+  ProcessGroup& dp_group_;
   std::vector<Tensor> params_;
+  bool require_backward_grad_sync_ = true;
+  std::vector<autograd::RemovableHandle> hooks_;  // registered while this wrapper lives
 };
 
 }  // namespace loom::parallel

@@ -120,7 +120,8 @@ Run train_data_parallel(const DpOptions& opt) {
   std::unique_ptr<DataParallelNaive> naive;
   std::unique_ptr<DataParallelBucket> bucket;
   if (opt.mode == Mode::Naive) naive = std::make_unique<DataParallelNaive>(m.named(), dp);
-  else bucket = std::make_unique<DataParallelBucket>(m.named(), dp, opt.bucket_cap_mb);
+  else bucket = std::make_unique<DataParallelBucket>(m.named(), dp, 
+                                                          BucketOptions{.bucket_cap_mb = opt.bucket_cap_mb});
 
   const int64_t micro = kGlobalBatch / opt.grad_accum, local = micro / dp.size();
   Run run;
@@ -239,7 +240,7 @@ TEST(DataParallelBucket, NoSyncAccumulationEqualsTheLargerBatch) {
 TEST(DataParallelBucket, ParamLargerThanTheCapGetsItsOwnBucket) {
   ProcessGroup& dp = parallel::world();
   Mlp m(kSeed);
-  DataParallelBucket ddp(m.named(), dp, cap_of(100));
+  DataParallelBucket ddp(m.named(), dp, {.bucket_cap_mb = cap_of(100)});
   const BucketManager& bm = ddp.bucket_manager();
   const int64_t P = 64 * dp.size();
   ASSERT_EQ(bm.buckets().size(), 3u);
@@ -269,14 +270,14 @@ TEST(DataParallelBucket, ParamLargerThanTheCapGetsItsOwnBucket) {
 
 TEST(DataParallelBucket, TinyCapGivesOneBucketPerParam) {
   Mlp m(kSeed);
-  DataParallelBucket ddp(m.named(), parallel::world(), cap_of(1));
+  DataParallelBucket ddp(m.named(), parallel::world(), {.bucket_cap_mb = cap_of(1)});
   EXPECT_EQ(ddp.bucket_manager().buckets().size(), 4u);
   expect_same_run(train_data_parallel({Mode::Bucket, 1, cap_of(1)}), reference());
 }
 
 TEST(DataParallelBucket, HugeCapGivesOneBucket) {
   Mlp m(kSeed);
-  DataParallelBucket ddp(m.named(), parallel::world(), 1000.0);
+  DataParallelBucket ddp(m.named(), parallel::world(), {.bucket_cap_mb = 1000.0});
   ASSERT_EQ(ddp.bucket_manager().buckets().size(), 1u);
   EXPECT_EQ(ddp.bucket_manager().buckets()[0].params.size(), 4u);
   expect_same_run(train_data_parallel({Mode::Bucket, 1, 1000.0}), reference());
@@ -301,10 +302,10 @@ TEST(DataParallelBucket, ParamThatDoesNotRequireGradIsSkipped) {
 // engine's callback has handed any gradient back.
 TEST(DataParallelBucket, AllReducesAreLaunchedDuringBackward) {
   Mlp m(kSeed);
-  DataParallelBucket ddp(m.named(), parallel::world(), cap_of(1));
+  DataParallelBucket ddp(m.named(), parallel::world(), {.bucket_cap_mb = cap_of(1)});
   std::vector<bool> launched;
   bool grads_handed_back = true;
-  register_post_accumulate_grad_hook(m.w1, [&](Tensor&) {
+  RemovableHandle probe = register_post_accumulate_grad_hook(m.w1, [&](Tensor&) {
     for (const Bucket& b : ddp.bucket_manager().buckets()) launched.push_back(b.work != nullptr);
     grads_handed_back = grad(m.b2).defined();
   });
@@ -322,7 +323,7 @@ TEST(DataParallelBucket, ReduceScattersAreLaunchedDuringBackward) {
   Mlp m(kSeed);
   DataParallelBucket ddp(m.named(), parallel::world(), BucketOptions{cap_of(1), GradReduce::ReduceScatter, false});
   std::vector<bool> launched;
-  register_post_accumulate_grad_hook(m.w1, [&](Tensor&) {
+  RemovableHandle probe = register_post_accumulate_grad_hook(m.w1, [&](Tensor&) {
     for (const Bucket& b : ddp.bucket_manager().buckets()) launched.push_back(b.work != nullptr);
   });
   Batch b = rows(global_batch(0), 0, 4);
@@ -354,7 +355,7 @@ TEST(DataParallelBucket, HalfPrecisionParamGetsItsGradInItsDtype) {
   const double S = dp.size();
   Tensor p = zeros({4}, kBFloat16);
   set_requires_grad(p);
-  DataParallelBucket ddp(std::vector<Tensor>{p}, dp);
+  DataParallelBucket ddp({{"p", p}}, dp);
   Tensor c = ops::to(tensor({1, 2, 3, 4}) * double(dp.rank() + 1), kBFloat16);
   backward(sum(mul(p, c)));
   std::vector<double> expected;

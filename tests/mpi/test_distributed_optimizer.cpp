@@ -78,6 +78,13 @@ uint32_t bits(float f) {
 
 std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
 
+// DataParallelBucket takes named params (Module::named_parameters()): p0, p1, ...
+parallel::NamedParams named(const std::vector<Tensor>& params) {
+  parallel::NamedParams out;
+  for (const Tensor& p : params) out.emplace_back(str("p", out.size()), p);
+  return out;
+}
+
 // The toy model; the same initial values on every rank.
 struct Toy {
   std::vector<Tensor> params;
@@ -195,7 +202,7 @@ RunResult train_unsharded(const Config& c) {
   Toy m(c.dtype);
   std::vector<std::vector<float>> initial;
   for (const Tensor& p : m.params) initial.push_back(values(p));
-  DataParallelBucket dp(m.params, world(), BucketOptions{c.bucket_cap_mb, GradReduce::AllReduce, false});
+  DataParallelBucket dp(named(m.params), world(), BucketOptions{c.bucket_cap_mb, GradReduce::AllReduce, false});
   MixedPrecisionOptimizer opt(m.groups(), options_of(c), [&dp](const Tensor& p) { return dp.main_grad(p); });
   std::vector<double> norms;
   for (int s = 0; s < kSteps; ++s) {
@@ -211,7 +218,7 @@ RunResult train_unsharded(const Config& c) {
 // ZeRO-1: each rank holds the averaged gradient and the main params of its shard.
 RunResult train_zero(const Config& c) {
   Toy m(c.dtype);
-  DataParallelBucket dp(m.params, world(), BucketOptions{c.bucket_cap_mb, GradReduce::ReduceScatter, false});
+  DataParallelBucket dp(named(m.params), world(), BucketOptions{c.bucket_cap_mb, GradReduce::ReduceScatter, false});
   MixedPrecisionOptions o = options_of(c);
   // Each rank holds 1/dp of the gradient: the norm is a sum over the world (here also the dp group).
   if (!c.stats_group_default) o.grad_stats_group = &world();
@@ -295,7 +302,7 @@ double compare(const RunResult& zero, const RunResult& ref, bool bitwise, const 
 
 TEST(DistributedOptimizer, ReduceScatterGivesEachRankTheAverageOfItsShard) {
   Toy m(kFloat32);
-  DataParallelBucket dp(m.params, world(), BucketOptions{kSmallBuckets, GradReduce::ReduceScatter, false});
+  DataParallelBucket dp(named(m.params), world(), BucketOptions{kSmallBuckets, GradReduce::ReduceScatter, false});
   DistributedOptimizer opt(m.groups(), dp, options_of({}));
   // The params before backward: without clipping, backward's callback already steps them.
   std::vector<std::vector<float>> p0;
@@ -331,7 +338,7 @@ TEST(DistributedOptimizer, ReduceScatterGivesEachRankTheAverageOfItsShard) {
 // update of a half-summed weight.
 TEST(DistributedOptimizer, MarkingAnAllReduceBucketAfterConstructionIsAnError) {
   Toy m(kFloat32);
-  DataParallelBucket dp(m.params, world(), BucketOptions{kSmallBuckets, GradReduce::ReduceScatter, false});
+  DataParallelBucket dp(named(m.params), world(), BucketOptions{kSmallBuckets, GradReduce::ReduceScatter, false});
   DistributedOptimizer opt(m.groups(), dp, options_of({}));
   ASSERT_TRUE(opt.steps_early());
   try {
@@ -428,7 +435,7 @@ void check_memory(DType dtype) {
   const int64_t l1 = memory_stats().live_bytes;
   EXPECT_EQ(l1 - l0, esize * n);
 
-  DataParallelBucket ddp(params, world(), BucketOptions{1.5, GradReduce::ReduceScatter, false});
+  DataParallelBucket ddp(named(params), world(), BucketOptions{1.5, GradReduce::ReduceScatter, false});
   const int64_t l2 = memory_stats().live_bytes;
   const int64_t grad_buffer = int64_t(ddp.bucket_manager().buffer().nbytes());
   EXPECT_EQ(ddp.bucket_manager().buckets().size(), 4u);
@@ -476,7 +483,7 @@ TEST(DistributedOptimizer, Bf16MemoryIs6Plus12OverDpBytesPerParam) { check_memor
 // no longer match (a hang).
 void expect_inf_on_one_rank_skips_everywhere(bool set_group) {
   Toy m(kFloat16);
-  DataParallelBucket dp(m.params, world(), BucketOptions{kOneBucket, GradReduce::ReduceScatter, false});
+  DataParallelBucket dp(named(m.params), world(), BucketOptions{kOneBucket, GradReduce::ReduceScatter, false});
   MixedPrecisionOptions o;
   o.adam = kAdam;
   o.loss_scaling = true;

@@ -115,7 +115,8 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   std::unique_ptr<DataParallel> dp;
   DataParallelBucket* bucket = nullptr;
   if (s.dp > 1 && s.dp_mode == "bucket") {
-    auto b = std::make_unique<DataParallelBucket>(stage.named_parameters(), pgm.dp_group(), /*bucket_cap_mb=*/0.02);
+    auto b = std::make_unique<DataParallelBucket>(stage.named_parameters(), pgm.dp_group(),
+                                                  BucketOptions{.bucket_cap_mb = 0.02});
     bucket = b.get();
     dp = std::move(b);
   } else if (s.dp > 1) {

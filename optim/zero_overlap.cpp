@@ -1,0 +1,30 @@
+#include "optim/zero_overlap.h"
+
+#include "optim/distributed_optimizer.h"
+
+namespace loom::optim {
+
+bool ZeroOverlap::applies(const MixedPrecisionOptions& options, const parallel::BucketManager& buckets) {
+  bool all_scattered = true;
+  for (const parallel::Bucket& b : buckets.buckets()) all_scattered &= !b.all_reduce;
+  return options.max_grad_norm == 0 && !options.loss_scaling && all_scattered;
+}
+
+ZeroOverlap::ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket& dp) : opt_(opt), dp_(dp) {
+  dp_.set_on_bucket_reduced([this](int b) {
+    opt_.step_bucket(b);
+    ++stepped_;
+  });
+}
+
+ZeroOverlap::~ZeroOverlap() { dp_.set_on_bucket_reduced(nullptr); }
+
+bool ZeroOverlap::take_all_stepped() {
+  const int stepped = stepped_, buckets = int(opt_.bucket_mains_.size());
+  stepped_ = 0;
+  LOOM_CHECK(stepped == 0 || stepped == buckets, "DistributedOptimizer::step: only ", stepped, " of ", buckets,
+             " buckets were stepped during backward");
+  return stepped == buckets;
+}
+
+}  // namespace loom::optim
