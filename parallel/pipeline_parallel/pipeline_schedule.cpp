@@ -64,7 +64,7 @@ class MicroBatchRunner {
     const double t0 = schedule_clock_us();
     auto it = in_flight_.find(mb);
     LOOM_CHECK(it != in_flight_.end(), "pipeline schedule: backward of micro-batch ", mb, " before its forward");
-    auto [input, output] = it->second;
+    const Tensor input = it->second.first, output = it->second.second;
     in_flight_.erase(it);  // the graph is freed by backward; drop our handles too
     Tensor input_grad;
     auto run = [&] { input_grad = stage_.backward(input, output, output_grad); };
