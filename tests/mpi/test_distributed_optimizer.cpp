@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -361,6 +362,8 @@ struct ZeroCase {
                config.stats_group_default ? ", default stats group" : "");
   }
 };
+
+void PrintTo(const ZeroCase& c, std::ostream* os) { *os << c.what(); }  // for --gtest_list_tests
 
 class ZeroMatchesUnsharded : public ::testing::TestWithParam<ZeroCase> {};
 
