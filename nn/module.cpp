@@ -95,7 +95,8 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
       misshaped.push_back(str(name, ": checkpoint ", it->second->shape(), " vs model ", p.shape()));
     }
   }
-  for (const auto& [name, t] : state) {
+  for (const auto& entry : state) {
+    const std::string& name = entry.first;  // (not a structured binding: clang 14 lambdas cannot capture one)
     bool known = std::any_of(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
     if (!known) result.unexpected_keys.push_back(name);
   }

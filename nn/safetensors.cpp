@@ -1,5 +1,6 @@
-// safetensors read/write (format in safetensors.h); the header's JSON goes
-// through nn/json.h.
+// safetensors read/write (format in safetensors.h). The header's JSON is read
+// and written by nlohmann/json (ordered_json: members stay in file order, so a
+// header's tensor order survives a load); the layout around it is loom's.
 #include "nn/safetensors.h"
 
 #include <bit>
@@ -9,14 +10,14 @@
 #include <memory>
 #include <set>
 
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "nn/json.h"
 #include "tensor/ops.h"
 
 namespace loom::nn {
 
-using json::Json;
+using Json = nlohmann::ordered_json;
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; loom assumes a little-endian host");
 
@@ -42,6 +43,50 @@ bool dtype_from_safetensors(const std::string& s, DType& out) {
 
 using File = std::unique_ptr<FILE, int (*)(FILE*)>;
 
+// "<context> at byte 22: expected '}', found '"'" from nlohmann's
+// "... parse error at line 1, column 29: syntax error while parsing object -
+// unexpected string literal; expected '}'". nlohmann counts the bytes it read
+// (e.byte, the end of the offending token); the error names where it begins.
+Error malformed(const std::string& header, const Json::parse_error& e, const std::string& context) {
+  size_t begin = header.size();  // past the end: the input ended too early
+  if (e.byte >= 1 && e.byte <= header.size()) {
+    begin = e.byte - 1;
+    auto escaped = [&](size_t q) {  // is the quote at q preceded by an odd number of backslashes?
+      size_t n = 0;
+      while (q > n && header[q - n - 1] == '\\') ++n;
+      return n % 2 == 1;
+    };
+    auto in_number = [&](size_t k) { return std::strchr("0123456789+-.eE", header[k]) && header[k] != '\0'; };
+    if (header[begin] == '"' && begin > 0) {  // a string literal: back to its opening quote
+      do --begin; while (begin > 0 && (header[begin] != '"' || escaped(begin)));
+    } else if (in_number(begin)) {  // a number: back to its first character
+      while (begin > 0 && in_number(begin - 1)) --begin;
+    }
+  }
+  std::string what = e.what();
+  if (size_t dash = what.find(" - "); dash != std::string::npos) what = what.substr(dash + 3);
+  const size_t expected = what.find("; expected ");
+  if (begin < header.size() && what.starts_with("unexpected ") && expected != std::string::npos)
+    what = str(what.substr(expected + 2), ", found '", header[begin], "'");
+  return Error(str(context, " at byte ", begin, ": ", what));
+}
+
+// The header as JSON. A tensor named twice is an error (nlohmann would keep the last).
+Json parse_header(const std::string& header, const std::string& path) {
+  std::set<std::string> names;
+  auto refuse_duplicates = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second)
+      throw Error(str("load_safetensors: ", path, ": tensor '", parsed.get<std::string>(),
+                      "': appears twice in the header"));
+    return true;
+  };
+  try {
+    return Json::parse(header, refuse_duplicates);
+  } catch (const Json::parse_error& e) {
+    throw malformed(header, e, str("load_safetensors: ", path, ": malformed JSON header"));
+  }
+}
+
 }  // namespace
 
 // ---- save -------------------------------------------------------------------------
@@ -49,43 +94,34 @@ using File = std::unique_ptr<FILE, int (*)(FILE*)>;
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   // The header first: every entry's offsets follow from the shapes alone.
-  std::string header = "{";
+  Json header = Json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      header += json::quote(k);
-      header += ':';
-      header += json::quote(v);
-      first = false;
-    }
-    header += "},";
+    Json& meta = header["__metadata__"] = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
-  std::set<std::string> names;
   std::vector<Tensor> data;  // contiguous CPU tensors, in file order
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     LOOM_CHECK(!name.empty() && name != "__metadata__", "save_safetensors: ", path, ": invalid tensor name '", name, "'");
-    LOOM_CHECK(names.insert(name).second, "save_safetensors: ", path, ": tensor '", name, "' appears twice");
+    LOOM_CHECK(!header.contains(name), "save_safetensors: ", path, ": tensor '", name, "' appears twice");
     LOOM_CHECK(t.defined(), "save_safetensors: ", path, ": tensor '", name, "' is undefined");
     LOOM_CHECK(t.device().is_cpu(), "save_safetensors: ", path, ": tensor '", name, "' is on ", t.device().str(),
                "; copy it to the CPU first");
     data.push_back(ops::contiguous(t));
-    std::string shape;
-    for (int64_t d : t.shape()) {
-      if (!shape.empty()) shape += ',';
-      shape += std::to_string(d);
-    }
-    // (Appended piece by piece: GCC 12 warns falsely on long `a + b + c` string chains.)
-    header += json::quote(name);
-    header += str(":{\"dtype\":\"", safetensors_dtype(t.dtype()), "\",\"shape\":[", shape, "],\"data_offsets\":[",
-                  offset, ",", offset + t.nbytes(), "]},");
+    Json& entry = header[name] = Json::object();
+    entry["dtype"] = safetensors_dtype(t.dtype());
+    entry["shape"] = t.shape();
+    entry["data_offsets"] = Json::array({offset, offset + t.nbytes()});
     offset += t.nbytes();
   }
-  if (header.back() == ',') header.pop_back();
-  header += "}";
-  header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string text;
+  try {
+    text = header.dump();  // compact: {"__metadata__":{"k":"v"},"a":{"dtype":"F32",...}}
+  } catch (const Json::type_error& e) {
+    throw Error(str("save_safetensors: ", path, ": a tensor name or metadata entry is not valid UTF-8, which JSON "
+                    "requires (", e.what(), ")"));
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
 
   // Then the bytes, into path.tmp; only a complete, flushed file is renamed over path.
   const std::string tmp = path + ".tmp";
@@ -98,9 +134,9 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     throw Error(str("save_safetensors: ", what, " (", tmp, "): ", std::strerror(err), "; ", path, " is unchanged"));
   };
   uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
   if (std::fwrite(len, 1, 8, f.get()) != 8) fail("cannot write");
-  if (std::fwrite(header.data(), 1, header.size(), f.get()) != header.size()) fail("cannot write");
+  if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size()) fail("cannot write");
   for (const Tensor& t : data)
     if (t.nbytes() && std::fwrite(t.raw_data(), 1, t.nbytes(), f.get()) != t.nbytes()) fail("cannot write");
   if (std::fflush(f.get()) != 0 || fsync(fileno(f.get())) != 0) fail("cannot flush");
@@ -142,48 +178,46 @@ SafetensorsFile load_safetensors(const std::string& path) {
              ": cannot read the header");
   const uint64_t data_start = 8 + n, data_size = file_size - data_start;
 
-  Json root = json::parse(header, str("load_safetensors: ", path, ": malformed JSON header"));
-  LOOM_CHECK(root.kind == Json::Object, "load_safetensors: ", path, ": the header is not a JSON object");
+  const Json root = parse_header(header, path);
+  LOOM_CHECK(root.is_object(), "load_safetensors: ", path, ": the header is not a JSON object");
 
   SafetensorsFile out;
   out.path = path;
-  std::set<std::string> names;
-  for (const auto& [name, entry] : root.members) {
+  for (auto member = root.begin(); member != root.end(); ++member) {
+    const std::string& name = member.key();  // (not a structured binding: clang 14 lambdas cannot capture one)
+    const Json& entry = member.value();
     auto bad = [&](const std::string& what) {
       return Error(str("load_safetensors: ", path, ": tensor '", name, "': ", what));
     };
     if (name == "__metadata__") {
-      if (entry.kind != Json::Object) throw bad("__metadata__ must be an object of strings");
-      for (const auto& [k, v] : entry.members) {
-        if (v.kind != Json::String) throw bad("metadata value '" + k + "' is not a string");
-        out.metadata[k] = v.text;
-      }
+      // The format says string values; other writers also put true/false/null
+      // or numbers there. Those are kept as their JSON text ("true", "null", "3").
+      if (!entry.is_object()) throw bad("__metadata__ must be an object");
+      for (const auto& [k, v] : entry.items()) out.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
-    if (!names.insert(name).second) throw bad("appears twice in the header");
-    if (entry.kind != Json::Object) throw bad("entry is not an object");
+    if (!entry.is_object()) throw bad("entry is not an object");
     auto field = [&](const char* key) -> const Json& {
-      for (const auto& [k, v] : entry.members)
-        if (k == key) return v;
-      throw bad(str("missing field \"", key, "\""));
+      auto it = entry.find(key);
+      if (it == entry.end()) throw bad(str("missing field \"", key, "\""));
+      return *it;
     };
     auto as_uint = [&](const Json& v, const char* what) {
-      if (v.kind != Json::Number || v.text.empty() || v.text.size() > 19 ||
-          v.text.find_first_not_of("0123456789") != std::string::npos)
-        throw bad(str(what, " must be a non-negative integer, got '", v.text, "'"));
-      return uint64_t(std::stoull(v.text));
+      if (!v.is_number_unsigned()) throw bad(str(what, " must be a non-negative integer, got '", v.dump(), "'"));
+      return v.get<uint64_t>();
     };
 
     const Json& dtype_json = field("dtype");
+    const std::string dtype_name = dtype_json.is_string() ? dtype_json.get<std::string>() : dtype_json.dump();
     DType dtype = kFloat32;
-    if (dtype_json.kind != Json::String || !dtype_from_safetensors(dtype_json.text, dtype))
-      throw bad("unknown dtype '" + dtype_json.text + "' (loom reads F64, F32, BF16, F16, I32, I64)");
+    if (!dtype_json.is_string() || !dtype_from_safetensors(dtype_name, dtype))
+      throw bad("unknown dtype '" + dtype_name + "' (loom reads F64, F32, BF16, F16, I32, I64)");
 
     const Json& shape_json = field("shape");
-    if (shape_json.kind != Json::Array) throw bad("shape must be an array");
+    if (!shape_json.is_array()) throw bad("shape must be an array");
     Shape shape;
     uint64_t numel = 1;
-    for (const Json& d : shape_json.items) {
+    for (const Json& d : shape_json) {
       uint64_t s = as_uint(d, "shape entries");
       if (s != 0 && numel > (uint64_t(1) << 56) / s) throw bad("shape is too large");
       numel *= s;
@@ -191,11 +225,11 @@ SafetensorsFile load_safetensors(const std::string& path) {
     }
 
     const Json& off = field("data_offsets");
-    if (off.kind != Json::Array || off.items.size() != 2) throw bad("data_offsets must be [begin, end]");
-    const uint64_t begin = as_uint(off.items[0], "data_offsets"), end = as_uint(off.items[1], "data_offsets");
+    if (!off.is_array() || off.size() != 2) throw bad("data_offsets must be [begin, end]");
+    const uint64_t begin = as_uint(off[0], "data_offsets"), end = as_uint(off[1], "data_offsets");
     const uint64_t nbytes = numel * element_size(dtype);
     if (end < begin || end - begin != nbytes)
-      throw bad(str("data_offsets [", begin, ", ", end, "] do not match shape ", shape, " of ", dtype_json.text, " (",
+      throw bad(str("data_offsets [", begin, ", ", end, "] do not match shape ", shape, " of ", dtype_name, " (",
                     nbytes, " bytes)"));
     if (end > data_size)
       throw bad(str("truncated file: data [", begin, ", ", end, ") lies beyond the ", data_size,

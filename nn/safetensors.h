@@ -5,6 +5,8 @@
 //   [N bytes]  JSON: {"<name>": {"dtype": "F32", "shape": [2, 3],
 //                                "data_offsets": [begin, end]}, ...,
 //                     "__metadata__": {"<key>": "<string value>", ...}}
+//              (a non-string metadata value another writer put there, such as
+//              true, false, null or 3, loads as its JSON text: "true", "null", "3")
 //              padded with spaces so that the data starts 8-byte aligned
 //   [rest]     the tensors' raw little-endian bytes, row-major; offsets are
 //              relative to the start of this buffer

@@ -1,5 +1,7 @@
 #include "tensor/device.h"
 
+#include <cstddef>
+
 #include "tensor/error.h"
 
 namespace loom {

@@ -2,6 +2,7 @@
 // always built, the CUDA path only when LOOM_CUDA is on (kernels: a later issue).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace loom {

@@ -3,10 +3,12 @@
 // 7 differ"), never an abort or silent undefined behaviour.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace loom {

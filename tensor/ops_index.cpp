@@ -1,5 +1,6 @@
 // Indexing and joining: index_select / index_add, gather / scatter_add, cat,
 // split and stack. Index ops view x as [outer, n, inner] around the indexed dim.
+#include <algorithm>
 #include <cstring>
 
 #include "tensor/cpu/dispatch.h"

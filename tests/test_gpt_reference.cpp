@@ -10,6 +10,7 @@
 // and loss 1e-5, gradients 1e-4.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -320,6 +321,41 @@ NamedTensors clone_all(const NamedTensors& sd) {
   for (const auto& [n, t] : sd) out.emplace_back(n, ops::clone(t));
   return out;
 }
+
+// Resume is bit-identical: 5 steps straight equal 3 steps, the state dict
+// saved, a new optimizer (from make) that loads it, and 2 more steps. Expects
+// the params bit for bit equal; returns the state dicts for optimizer-specific checks.
+struct ResumeRun {
+  NamedTensors saved, straight_state, resumed_state;
+};
+template <class Optimizer>
+ResumeRun expect_resume_is_bit_identical(
+    const std::function<std::unique_ptr<Optimizer>(const std::vector<Tensor>&)>& make) {
+  std::vector<Tensor> straight = make_params(), resumed = make_params();
+  std::unique_ptr<Optimizer> a = make(straight);
+  for (int t = 1; t <= 5; ++t) {
+    feed_grads(straight, t);
+    a->step();
+  }
+  NamedTensors saved;
+  {
+    std::unique_ptr<Optimizer> b = make(resumed);
+    for (int t = 1; t <= 3; ++t) {
+      feed_grads(resumed, t);
+      b->step();
+    }
+    saved = clone_all(b->state_dict());
+  }
+  std::unique_ptr<Optimizer> c = make(resumed);
+  c->load_state_dict(saved);
+  for (int t = 4; t <= 5; ++t) {
+    feed_grads(resumed, t);
+    c->step();
+  }
+  for (size_t k = 0; k < straight.size(); ++k)
+    EXPECT_EQ(straight[k].to_vector<float>(), resumed[k].to_vector<float>()) << "param " << k;
+  return {saved, a->state_dict(), c->state_dict()};
+}
 }  // namespace
 
 TEST(StateDict, AdamWEntriesAreNamedByGroupAndParamIndex) {
@@ -338,59 +374,19 @@ TEST(StateDict, AdamWEntriesAreNamedByGroupAndParamIndex) {
 }
 
 TEST(StateDict, AdamWResumeIsBitIdentical) {
-  // 5 steps straight ...
-  std::vector<Tensor> straight = make_params();
-  AdamW a(groups_of(straight));
-  for (int t = 1; t <= 5; ++t) {
-    feed_grads(straight, t);
-    a.step();
-  }
-  // ... equals 3 steps, save, a new optimizer that loads, 2 more steps.
-  std::vector<Tensor> resumed = make_params();
-  NamedTensors saved;
-  {
-    AdamW b(groups_of(resumed));
-    for (int t = 1; t <= 3; ++t) {
-      feed_grads(resumed, t);
-      b.step();
-    }
-    saved = clone_all(b.state_dict());
-  }
-  AdamW c(groups_of(resumed));
-  c.load_state_dict(saved);
-  for (int t = 4; t <= 5; ++t) {
-    feed_grads(resumed, t);
-    c.step();
-  }
-  for (size_t k = 0; k < straight.size(); ++k)
-    EXPECT_EQ(straight[k].to_vector<float>(), resumed[k].to_vector<float>()) << "param " << k;
-  NamedTensors sa = a.state_dict(), sc = c.state_dict();
-  for (size_t k = 0; k < sa.size(); ++k)
-    EXPECT_EQ(sa[k].second.to_vector<double>(), sc[k].second.to_vector<double>()) << sa[k].first;
+  ResumeRun r = expect_resume_is_bit_identical<AdamW>(
+      [](const std::vector<Tensor>& ps) { return std::make_unique<AdamW>(groups_of(ps)); });
+  ASSERT_EQ(r.resumed_state.size(), r.straight_state.size());
+  for (size_t k = 0; k < r.straight_state.size(); ++k)
+    EXPECT_EQ(r.straight_state[k].second.to_vector<double>(), r.resumed_state[k].second.to_vector<double>())
+        << r.straight_state[k].first;
 }
 
 TEST(StateDict, SGDMomentumResumeIsBitIdentical) {
-  std::vector<Tensor> straight = make_params(), resumed = make_params();
-  SGD a(groups_of(straight), {.momentum = 0.9, .nesterov = true});
-  SGD b(groups_of(resumed), {.momentum = 0.9, .nesterov = true});
-  for (int t = 1; t <= 5; ++t) {
-    feed_grads(straight, t);
-    a.step();
-  }
-  for (int t = 1; t <= 3; ++t) {
-    feed_grads(resumed, t);
-    b.step();
-  }
-  NamedTensors saved = clone_all(b.state_dict());
-  EXPECT_EQ(saved[0].first, "state.0.0.momentum_buffer");
-  SGD c(groups_of(resumed), {.momentum = 0.9, .nesterov = true});
-  c.load_state_dict(saved);
-  for (int t = 4; t <= 5; ++t) {
-    feed_grads(resumed, t);
-    c.step();
-  }
-  for (size_t k = 0; k < straight.size(); ++k)
-    EXPECT_EQ(straight[k].to_vector<float>(), resumed[k].to_vector<float>()) << "param " << k;
+  ResumeRun r = expect_resume_is_bit_identical<SGD>([](const std::vector<Tensor>& ps) {
+    return std::make_unique<SGD>(groups_of(ps), SGDOptions{.momentum = 0.9, .nesterov = true});
+  });
+  EXPECT_EQ(r.saved[0].first, "state.0.0.momentum_buffer");
 }
 
 namespace {

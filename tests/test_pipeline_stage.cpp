@@ -5,6 +5,7 @@
 // received gradient - reproduce the full GPT's logits, loss and gradients.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "autograd/engine.h"

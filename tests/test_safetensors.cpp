@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 
 #include <unistd.h>
 
@@ -149,6 +150,35 @@ TEST_F(Safetensors, ReadsAHeaderWrittenByAnotherWriter) {
   EXPECT_HAS(error_of([&] { f.at("nope"); }), "no tensor named 'nope'");
 }
 
+TEST_F(Safetensors, ReadsTrueFalseNullAndNumbersInAHeaderFromAnotherTool) {
+  // The format says metadata values are strings, but other writers put JSON
+  // literals there (and extra fields beside a tensor's); loom loads them and
+  // keeps a non-string metadata value as its JSON text.
+  std::string header =
+      "{\"__metadata__\": {\"format\": \"pt\", \"sharded\": true, \"quantized\": false, \"note\": null,"
+      " \"step\": 3, \"lr\": 0.5},"
+      " \"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8], \"requires_grad\": false, \"tag\": null}}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  float w[2] = {1.5f, -2.0f};
+  write_bytes(path("tool.safetensors"), file_bytes(header, std::string(reinterpret_cast<const char*>(w), 8)));
+
+  SafetensorsFile f = load_safetensors(path("tool.safetensors"));
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.at("w").to_vector<float>(), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{
+                            {"format", "pt"}, {"sharded", "true"}, {"quantized", "false"}, {"note", "null"},
+                            {"step", "3"}, {"lr", "0.5"}}));
+}
+
+TEST_F(Safetensors, ADuplicatedTensorNameInAHeaderIsRefused) {
+  std::string header =
+      "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+      " \"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}";
+  write_bytes(path("dup.safetensors"), file_bytes(header, std::string(8, '\0')));
+  EXPECT_HAS(error_of([&] { load_safetensors(path("dup.safetensors")); }),
+             path("dup.safetensors") + ": tensor 'w': appears twice in the header");
+}
+
 // ---- errors ---------------------------------------------------------------------------
 
 TEST_F(Safetensors, MissingFileNamesThePath) {
@@ -261,4 +291,13 @@ TEST_F(Safetensors, SaveRejectsDuplicateAndReservedNames) {
   EXPECT_HAS(error_of([&] { save_safetensors(path("d.safetensors"), {{"__metadata__", zeros({1})}}); }),
              "invalid tensor name '__metadata__'");
   EXPECT_FALSE(fs::exists(path("d.safetensors")));
+}
+
+TEST_F(Safetensors, SaveRefusesBytesThatAreNotUtf8) {
+  // JSON text is UTF-8; a header with a stray 0xff would not load in PyTorch either.
+  std::string msg = error_of([&] { save_safetensors(path("u.safetensors"), {{"w", zeros({1})}}, {{"k", "a\xff"}}); });
+  EXPECT_HAS(msg, path("u.safetensors") + ": a tensor name or metadata entry is not valid UTF-8");
+  msg = error_of([&] { save_safetensors(path("u.safetensors"), {{"w\xc3", zeros({1})}}); });
+  EXPECT_HAS(msg, "not valid UTF-8");
+  EXPECT_FALSE(fs::exists(path("u.safetensors")));
 }

@@ -1,6 +1,8 @@
 #include "parallel/comm/comm_queue.h"
 
 #include <chrono>
+#include <exception>
+#include <utility>
 
 #include "parallel/trace/trace.h"
 #include "parallel/comm/watchdog.h"

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "parallel/comm/comm_queue.h"
 #include "tensor/error.h"

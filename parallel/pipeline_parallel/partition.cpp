@@ -1,6 +1,7 @@
 #include "parallel/pipeline_parallel/partition.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
 
 #include "tensor/error.h"

@@ -16,22 +16,24 @@
 //
 // Every verb returns once its transfers are complete, as picotron's and
 // Megatron's do (they wait on the requests of batch_isend_irecv): no send is
-// left in flight behind the stage's back, and while the stage waits, the
-// group's communication thread has the core to itself (it runs at a low
-// priority, comm_queue.cpp, and a sender's thread starved by its own compute
-// thread would hold the next stage up).
+// left in flight behind the stage's back. While the stage blocks in wait(), its
+// core is idle, so the group's communication thread polls MPI flat out rather
+// than napping between MPI_Tests ("waiting without hogging a core" in
+// comm/process_group_mpi.cpp); the thread runs at the normal priority.
 //
 // Why two process groups. A ProcessGroup runs its operations one at a time, in
-// order, on one thread, and the MPI backend's send is a blocking MPI_Send, which
-// for large messages waits until the receiver has posted its receive. In 1F1B's
-// steady state stage s does send_fwd_recv_bwd while stage s+1 does
-// send_bwd_recv_fwd: on a single group both threads would sit in MPI_Send to
-// each other and neither would ever reach its receive - a deadlock (Megatron
-// avoids it with batch_isend_irecv). So activations travel on one copy of the
-// pp group and gradients on another: each direction has its own FIFO thread,
-// in which every send meets a receive issued in the same order by the peer,
-// and a combined verb queues its send on one and its receive on the other
-// before waiting for both.
+// order, on one thread. The MPI backend's send is an MPI_Isend that the thread
+// then polls (MPI_Test) until it completes, and for large messages it completes
+// only once the receiver has posted its receive; until then the thread takes
+// nothing else from its queue. In 1F1B's steady state stage s does
+// send_fwd_recv_bwd while stage s+1 does send_bwd_recv_fwd: on a single group
+// both threads would sit polling their sends to each other and neither would
+// ever post its receive - a deadlock (Megatron avoids it with
+// batch_isend_irecv, which posts all four transfers at once). So activations
+// travel on one copy of the pp group and gradients on another: each direction
+// has its own FIFO thread, in which every send meets a receive issued in the
+// same order by the peer, and a combined verb queues its send on one and its
+// receive on the other before waiting for both.
 //
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
 // With tracing on (trace.h) every transfer is a span on the communication track.

@@ -65,7 +65,7 @@ class MicroBatchRunner {
     const double t0 = schedule_clock_us();
     auto it = in_flight_.find(mb);
     LOOM_CHECK(it != in_flight_.end(), "pipeline schedule: backward of micro-batch ", mb, " before its forward");
-    auto [input, output] = it->second;
+    const Tensor input = it->second.first, output = it->second.second;
     in_flight_.erase(it);  // the graph is freed by backward; drop our handles too
     if (!stage_.is_last_stage()) expect_received("gradient", mb, output_grad, output.shape());
     Tensor input_grad;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <utility>
 
 namespace loom::parallel {
 

@@ -1,11 +1,13 @@
 #include "parallel/trace/trace.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace loom::parallel::trace {

@@ -12,6 +12,7 @@
 // "relative" meaning max |a - b| / max |b| over a tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>

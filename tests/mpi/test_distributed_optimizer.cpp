@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -356,55 +357,47 @@ TEST(DistributedOptimizer, MarkingAnAllReduceBucketAfterConstructionIsAnError) {
 // See the header comment: a two-rank sum is the same in both collectives.
 bool bitwise_without_clipping() { return world().size() == 2; }
 
-TEST(DistributedOptimizer, Fp32OneBucketNoClipMatchesUnsharded) {
-  Config c{kFloat32, kOneBucket, 0};
-  compare(train_zero(c), train_unsharded(c), bitwise_without_clipping(), "fp32 one bucket, no clip");
-}
+// One case per dtype x buckets x clipping. max_grad_norm 0.5 is below every
+// step's norm here (~10-20): every clipped case clips (asserted).
+struct ZeroCase {
+  const char* name;  // the GoogleTest suffix
+  Config config;
+  std::string what() const {
+    return str(config.dtype == kFloat32 ? "fp32" : "bf16",
+               config.bucket_cap_mb == kOneBucket ? " one bucket" : " small buckets",
+               config.max_grad_norm > 0 ? ", clipped" : ", no clip",
+               config.stats_group_default ? ", default stats group" : "");
+  }
+};
 
-TEST(DistributedOptimizer, Fp32SmallBucketsNoClipMatchesUnsharded) {
-  Config c{kFloat32, kSmallBuckets, 0};
-  compare(train_zero(c), train_unsharded(c), bitwise_without_clipping(), "fp32 small buckets, no clip");
-}
+void PrintTo(const ZeroCase& c, std::ostream* os) { *os << c.what(); }  // for --gtest_list_tests
 
-// max_grad_norm 0.5 is below every step's norm here (~10-20): every step clips.
-TEST(DistributedOptimizer, Fp32OneBucketClippedMatchesUnsharded) {
-  Config c{kFloat32, kOneBucket, 0.5};
+class ZeroMatchesUnsharded : public ::testing::TestWithParam<ZeroCase> {};
+
+TEST_P(ZeroMatchesUnsharded, ParamsMainParamsAndGradNorms) {
+  const Config& c = GetParam().config;
   RunResult ref = train_unsharded(c);
-  for (double n : ref.grad_norms) EXPECT_GT(n, c.max_grad_norm) << "the test must clip";
-  compare(train_zero(c), ref, false, "fp32 one bucket, clipped");
+  if (c.max_grad_norm > 0) {
+    for (double n : ref.grad_norms) EXPECT_GT(n, c.max_grad_norm) << "the test must clip";
+  }
+  const bool bitwise = c.max_grad_norm == 0 && bitwise_without_clipping();
+  compare(train_zero(c), ref, bitwise, GetParam().what());
 }
 
-TEST(DistributedOptimizer, Fp32SmallBucketsClippedMatchesUnsharded) {
-  Config c{kFloat32, kSmallBuckets, 0.5};
-  compare(train_zero(c), train_unsharded(c), false, "fp32 small buckets, clipped");
-}
-
-// Without a grad_stats_group the norm is still a sum over every shard: the
-// optimizer reduces over its dp group (per rank, each would clip differently).
-TEST(DistributedOptimizer, ClippingWithTheDefaultStatsGroupMatchesUnsharded) {
-  Config c{kFloat32, kSmallBuckets, 0.5, /*stats_group_default=*/true};
-  compare(train_zero(c), train_unsharded(c), false, "fp32 small buckets, clipped, default stats group");
-}
-
-TEST(DistributedOptimizer, Bf16OneBucketNoClipMatchesUnsharded) {
-  Config c{kBFloat16, kOneBucket, 0};
-  compare(train_zero(c), train_unsharded(c), bitwise_without_clipping(), "bf16 one bucket, no clip");
-}
-
-TEST(DistributedOptimizer, Bf16SmallBucketsNoClipMatchesUnsharded) {
-  Config c{kBFloat16, kSmallBuckets, 0};
-  compare(train_zero(c), train_unsharded(c), bitwise_without_clipping(), "bf16 small buckets, no clip");
-}
-
-TEST(DistributedOptimizer, Bf16OneBucketClippedMatchesUnsharded) {
-  Config c{kBFloat16, kOneBucket, 0.5};
-  compare(train_zero(c), train_unsharded(c), false, "bf16 one bucket, clipped");
-}
-
-TEST(DistributedOptimizer, Bf16SmallBucketsClippedMatchesUnsharded) {
-  Config c{kBFloat16, kSmallBuckets, 0.5};
-  compare(train_zero(c), train_unsharded(c), false, "bf16 small buckets, clipped");
-}
+INSTANTIATE_TEST_SUITE_P(
+    DistributedOptimizer, ZeroMatchesUnsharded,
+    ::testing::Values(ZeroCase{"Fp32OneBucketNoClip", {kFloat32, kOneBucket, 0}},
+                      ZeroCase{"Fp32SmallBucketsNoClip", {kFloat32, kSmallBuckets, 0}},
+                      ZeroCase{"Fp32OneBucketClipped", {kFloat32, kOneBucket, 0.5}},
+                      ZeroCase{"Fp32SmallBucketsClipped", {kFloat32, kSmallBuckets, 0.5}},
+                      // Without a grad_stats_group the norm is still a sum over every shard: the
+                      // optimizer reduces over its dp group (per rank, each would clip differently).
+                      ZeroCase{"Fp32SmallBucketsClippedDefaultStatsGroup", {kFloat32, kSmallBuckets, 0.5, true}},
+                      ZeroCase{"Bf16OneBucketNoClip", {kBFloat16, kOneBucket, 0}},
+                      ZeroCase{"Bf16SmallBucketsNoClip", {kBFloat16, kSmallBuckets, 0}},
+                      ZeroCase{"Bf16OneBucketClipped", {kBFloat16, kOneBucket, 0.5}},
+                      ZeroCase{"Bf16SmallBucketsClipped", {kBFloat16, kSmallBuckets, 0.5}}),
+    [](const ::testing::TestParamInfo<ZeroCase>& info) { return std::string(info.param.name); });
 
 // ---- memory -----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 // 2.8e-6 per tensor (the key bias ~5e-9 of the model's scale, with kAdam's eps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>

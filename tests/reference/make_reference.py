@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Writes tests/reference/gpt_reference.safetensors: a PyTorch reference for loom's GPT.
 
-llm.c style: PyTorch builds the same GPT as loom's nn/gpt.h (GPT-2 architecture,
-nanoGPT's parameter names, pre-LN, tanh GELU, plain matmul attention, LM head
-tied to wte, float32), initialises it, runs one batch forward and backward,
+llm.c style: PyTorch builds the same GPT as loom's nn/gpt.h (torch_gpt.py beside
+this file, shared with bench/gpt_step.py: GPT-2 architecture, nanoGPT's
+parameter names, pre-LN, tanh GELU, plain matmul attention, LM head tied to
+wte, float32), initialises it, runs one batch forward and backward,
 then takes 10 AdamW steps on that batch. Everything the C++ tests compare
 against goes into one safetensors file (written by hand: struct + json, no
 safetensors package needed):
@@ -29,99 +30,18 @@ Regenerate (Debian's python3-torch; the file is committed, CI never runs this):
 Made with torch 1.13 on CPU, one thread.
 """
 import json
-import math
 import os
 import struct
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from torch_gpt import GPT, GPTConfig, adamw_param_groups, init_gpt2, loss_fn
 
 VOCAB, BLOCK, N_LAYER, N_HEAD, N_EMBD = 65, 16, 2, 2, 32
 B, T = 4, 16
 SEED = 0
 LR, BETAS, EPS, WEIGHT_DECAY, STEPS = 1e-3, (0.9, 0.999), 1e-8, 0.1, 10
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_reference.safetensors")
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_attn = nn.Linear(N_EMBD, 3 * N_EMBD)
-        self.c_proj = nn.Linear(N_EMBD, N_EMBD)
-
-    def forward(self, x):
-        Bx, Tx, C = x.shape
-        hd = C // N_HEAD
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(Bx, Tx, N_HEAD, hd).transpose(1, 2) for t in (q, k, v))  # [B, H, T, hd]
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        mask = torch.tril(torch.ones(Tx, Tx, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(Bx, Tx, C)
-        return self.c_proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c_fc = nn.Linear(N_EMBD, 4 * N_EMBD)
-        self.c_proj = nn.Linear(4 * N_EMBD, N_EMBD)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(N_EMBD)
-        self.attn = CausalSelfAttention()
-        self.ln_2 = nn.LayerNorm(N_EMBD)
-        self.mlp = MLP()
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wte = nn.Embedding(VOCAB, N_EMBD)
-        self.wpe = nn.Embedding(BLOCK, N_EMBD)
-        self.blocks = nn.ModuleList([Block() for _ in range(N_LAYER)])
-        self.ln_f = nn.LayerNorm(N_EMBD)
-        self.lm_head = nn.Linear(N_EMBD, VOCAB, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied: listed once, as wte.weight
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.blocks:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
-
-
-def init_gpt2(model, gen):
-    """GPT-2 init: N(0, 0.02) weights, zero biases, LayerNorm 1/0, residual projections N(0, 0.02/sqrt(2L))."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name == "ln_f.weight":
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            else:
-                std = 0.02 / math.sqrt(2 * N_LAYER) if name.endswith("c_proj.weight") else 0.02
-                p.normal_(0.0, std, generator=gen)
-
-
-def is_decayed(name):
-    return name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))
-
-
-def loss_fn(logits, targets):
-    return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1), ignore_index=-100)
 
 
 DTYPES = {torch.float32: ("F32", "<f4"), torch.int64: ("I64", "<i8")}
@@ -149,7 +69,7 @@ def save_safetensors(path, tensors, metadata):
 def main():
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(SEED)
-    model = GPT()
+    model = GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=N_LAYER, n_head=N_HEAD, n_embd=N_EMBD))
     init_gpt2(model, gen)
     idx = torch.randint(0, VOCAB, (B, T), generator=gen)
     targets = torch.randint(0, VOCAB, (B, T), generator=gen)
@@ -165,11 +85,7 @@ def main():
     grads = [("grad." + name, p.grad.detach().clone()) for name, p in params]
 
     # 10 AdamW steps on the same batch, from the same initial weights.
-    groups = [
-        {"params": [p for n, p in params if is_decayed(n)], "weight_decay": WEIGHT_DECAY},
-        {"params": [p for n, p in params if not is_decayed(n)], "weight_decay": 0.0},
-    ]
-    opt = torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS)
+    opt = torch.optim.AdamW(adamw_param_groups(model, WEIGHT_DECAY), lr=LR, betas=BETAS, eps=EPS)
     losses = []
     for _ in range(STEPS):
         opt.zero_grad(set_to_none=True)
