@@ -40,10 +40,12 @@ configs=(small medium)
 # Name the GEMM libraries: loom's (oneDNN, or OpenBLAS with LOOM_GEMM=openblas)
 # and the OpenBLAS kernels (Debian's PyTorch 1.13 calls libopenblas;
 # OPENBLAS_CORETYPE, when set, overrides its detection).
-core=$(OPENBLAS_VERBOSE=2 "$loom" --config small --warmup 0 --steps 1 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -n 1)
+probe=$(OPENBLAS_VERBOSE=2 "$loom" --config small --warmup 0 --steps 1 2>&1)
+core=$(echo "$probe" | sed -n 's/^Core: //p' | head -n 1)
+gemm=$(echo "$probe" | sed -n 's/.*gemm=\([a-z]*\).*/\1/p' | head -n 1)
 echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) ($(nproc) cores)"
-echo "loom fp32 GEMM: ${LOOM_GEMM:-onednn if built with it}; OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
-echo "torch: $("$py" -c 'import torch; print(torch.__version__, torch.__config__.parallel_info().splitlines()[0])' 2>/dev/null | head -n 1) ($py)"
+echo "loom fp32 GEMM: ${gemm:-unknown}; OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
+echo "torch: $("$py" -c 'import torch; b = torch.backends; print(torch.__version__, "MKL" if b.mkl.is_available() else "no MKL", "oneDNN" if b.mkldnn.is_available() else "no oneDNN")' 2>/dev/null) ($py)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
 rows=()
 for c in "${configs[@]}"; do
