@@ -149,12 +149,11 @@ void set_gemm_library(const std::string& name) {
     cpu::gemm_backend() = cpu::GemmBackend::kOneDNN;
     return;
   }
+  const char* available = "openblas, onednn";
+#else
+  const char* available = "openblas; built without oneDNN";
 #endif
-  LOOM_CHECK(false, "set_gemm_library: unknown or unavailable library '", name, "' (openblas",
-#ifdef LOOM_WITH_DNNL
-             ", onednn",
-#endif
-             ")");
+  LOOM_CHECK(false, "set_gemm_library: unknown or unavailable library '", name, "' (", available, ")");
 }
 std::string gemm_library() {
   return cpu::gemm_backend().load() == cpu::GemmBackend::kOneDNN ? "onednn" : "openblas";
