@@ -5,7 +5,7 @@
 // fp32 runs oneDNN's dnnl_sgemm (Debian's libdnnl-dev) when loom was built
 // with it (LOOM_WITH_DNNL), else OpenBLAS's cblas_sgemm; fp64 (gradient
 // checks) always runs OpenBLAS's cblas_dgemm. Why oneDNN: on an AVX-512 CPU
-// it reaches 90-95% of the FMA ceiling where OpenBLAS 0.3.21 reaches ~50-85%
+// it reaches 90-95% of the FMA ceiling where OpenBLAS 0.3.21 reaches ~50-90%
 // depending on which kernels it picks (bench/gemm prints both side by side).
 // LOOM_GEMM=openblas in the environment (or gemm_backend() below) switches
 // fp32 back to OpenBLAS, for comparisons.
