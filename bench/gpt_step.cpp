@@ -13,6 +13,7 @@
 //
 // Usage: bench_gpt_step [--config small|medium] [--threads N] [--warmup W] [--steps S]
 // Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
+//   gemm=<onednn|openblas>  (the fp32 GEMM library; LOOM_GEMM=openblas picks OpenBLAS)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f\n", config.c_str(), threads, median,
-              double(batch * cfg.block_size) / (median / 1000.0), ms.front());
+  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f gemm=%s\n", config.c_str(), threads,
+              median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(), ops::gemm_library().c_str());
   return 0;
 }

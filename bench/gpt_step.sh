@@ -1,8 +1,8 @@
 #!/bin/bash
 # bench/gpt_step.sh: one GPT training step, loom vs PyTorch, side by side.
 #
-# Runs bench_gpt_step (loom) and bench/gpt_step.py (PyTorch 1.13 from Debian's
-# python3-torch) back to back on the same config and thread count, `rounds`
+# Runs bench_gpt_step (loom) and bench/gpt_step.py (PyTorch; by default 1.13
+# from Debian's python3-torch, PYTHON=... picks another interpreter) back to back on the same config and thread count, `rounds`
 # times alternating, so that whatever else the machine is doing slows both
 # alike. Each run warms up, times `steps` steps and reports its median; the
 # table shows the median over rounds of those medians, tokens/s and the ratio
@@ -15,8 +15,8 @@
 # spinning: with 2 cores shared, a spinning thread takes the core the other
 # side's work needs).
 #
-# Usage: bench/gpt_step.sh [build-dir] [small|medium|all] [rounds] [steps]
-#   defaults: build, all, 3 rounds, 15 steps (medium: 8 steps)
+# Usage: [PYTHON=python3] bench/gpt_step.sh [build-dir] [small|medium|all] [rounds] [steps]
+#   defaults: PYTHON=/usr/bin/python3, build, all, 3 rounds, 15 steps (medium: 8 steps)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,7 +25,7 @@ which="${2:-all}"
 rounds="${3:-3}"
 steps="${4:-}"
 loom="$build/bench/bench_gpt_step"
-py=/usr/bin/python3
+py="${PYTHON:-/usr/bin/python3}"
 [ -x "$loom" ] || { echo "gpt_step.sh: $loom not found (cmake --build $build --target bench_gpt_step)" >&2; exit 1; }
 "$py" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: $py has no torch (apt-get install python3-torch)" >&2; exit 1; }
 
@@ -37,10 +37,15 @@ declare -A default_steps=([small]=15 [medium]=8)
 configs=(small medium)
 [ "$which" = all ] || configs=("$which")
 
-# The ratio follows the GEMM kernels OpenBLAS runs (both sides call the same
-# libopenblas): name them. OPENBLAS_CORETYPE, when set, overrides its detection.
-core=$(OPENBLAS_VERBOSE=2 "$loom" --config small --warmup 0 --steps 1 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -n 1)
-echo "OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
+# Name the GEMM libraries: loom's (oneDNN, or OpenBLAS with LOOM_GEMM=openblas)
+# and the OpenBLAS kernels (Debian's PyTorch 1.13 calls libopenblas;
+# OPENBLAS_CORETYPE, when set, overrides its detection).
+probe=$(OPENBLAS_VERBOSE=2 "$loom" --config small --warmup 0 --steps 1 2>&1)
+core=$(echo "$probe" | sed -n 's/^Core: //p' | head -n 1)
+gemm=$(echo "$probe" | sed -n 's/.*gemm=\([a-z]*\).*/\1/p' | head -n 1)
+echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) ($(nproc) cores)"
+echo "loom fp32 GEMM: ${gemm:-unknown}; OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
+echo "torch: $("$py" -c 'import torch; b = torch.backends; print(torch.__version__, "MKL" if b.mkl.is_available() else "no MKL", "oneDNN" if b.mkldnn.is_available() else "no oneDNN")' 2>/dev/null) ($py)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
 rows=()
 for c in "${configs[@]}"; do
@@ -81,5 +86,5 @@ for row in "${rows[@]}"; do
     printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx %10.2f %10.1f %10.1f\n", c, t, lm, pm, n / (lm / 1000),
       n / (pm / 1000), pm / lm, gflop, gflop / (lm / 1000), gflop / (pm / 1000) }'
 done
-echo "targets (issue 3): small >= 2x, medium >= 1.3x PyTorch's tokens/s"
+echo "targets (issue 19): loom GF/s >= 75% of bench_gemm's ceiling x threads; >= 1.8x PyTorch 1.13's tokens/s"
 echo "FMA ceiling to set the GF/s beside: build/bench/bench_gemm (per thread; x threads for the step)"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(g++ cmake make libeigen3-dev libopenblas-dev nlohmann-json3-dev googletest libgtest-dev libgmock-dev libcli11-dev
+PACKAGES=(g++ cmake make libeigen3-dev libopenblas-dev nlohmann-json3-dev libdnnl-dev googletest libgtest-dev libgmock-dev libcli11-dev
           libopenmpi-dev openmpi-bin fortunes)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -7,6 +7,7 @@
 // the op and the shapes/dtypes involved.
 #pragma once
 
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -140,5 +141,11 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
 // tensor/cpu/gemm.h). n <= 0 leaves the setting as it is.
 void set_num_threads(int n);
 int get_num_threads();
+
+// The library fp32 GEMMs run on: "onednn" (the default when loom was built
+// with oneDNN; LOOM_GEMM=openblas in the environment changes the default) or
+// "openblas". fp64 GEMMs always run OpenBLAS. For comparisons (bench/gemm).
+void set_gemm_library(const std::string& name);
+std::string gemm_library();
 
 }  // namespace loom::ops

@@ -1,5 +1,6 @@
 // matmul: [..., M, K] @ [..., K, N] -> [..., M, N], batch dims broadcast.
-// Each 2-D product is one call to OpenBLAS's cblas_sgemm/dgemm (cpu/gemm.h,
+// Each 2-D product is one call to oneDNN's dnnl_sgemm or OpenBLAS's
+// cblas_sgemm/dgemm (cpu/gemm.h,
 // which also says how the math threads share the work). Transposed operands
 // are passed as transposed (not copied); bf16/fp16 operands are converted to
 // fp32 and the result rounded back.
@@ -13,6 +14,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/error.h"
 #include "tensor/ops.h"
 
 // LP64 BLAS: ints are 32-bit. The CBLAS enums are ints: NoTrans = 111, Trans = 112.
@@ -129,12 +131,32 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 }
 
 // The math threads are OpenMP's (cpu/parallel.h): GEMMs, elementwise and
-// per-row loops all split over them; OpenBLAS itself stays single-threaded.
+// per-row loops all split over them; the GEMM library stays single-threaded.
 void set_num_threads(int n) {
   if (n <= 0) return;
   cpu::blas_single_threaded();
   cpu::thread_setting() = n;
 }
 int get_num_threads() { return cpu::max_threads(); }
+
+void set_gemm_library(const std::string& name) {
+  if (name == "openblas") {
+    cpu::gemm_backend() = cpu::GemmBackend::kOpenBLAS;
+    return;
+  }
+#ifdef LOOM_WITH_DNNL
+  if (name == "onednn") {
+    cpu::gemm_backend() = cpu::GemmBackend::kOneDNN;
+    return;
+  }
+  const char* available = "openblas, onednn";
+#else
+  const char* available = "openblas; built without oneDNN";
+#endif
+  LOOM_CHECK(false, "set_gemm_library: unknown or unavailable library '", name, "' (", available, ")");
+}
+std::string gemm_library() {
+  return cpu::gemm_backend().load() == cpu::GemmBackend::kOneDNN ? "onednn" : "openblas";
+}
 
 }  // namespace loom::ops

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include "tensor/generator.h"
 #include "tensor/ops.h"
@@ -734,6 +736,44 @@ TEST(Threads, LoopsAreBitIdenticalAndGemmsAgreeAtOneAndTwoThreads) {
     for (size_t j = 0; j < a.size(); ++j)
       ASSERT_NEAR(a[j], c[j], 1e-6f * scale) << "GEMM result " << i << ", element " << j;
   }
+}
+
+// fp32 GEMMs run on oneDNN (when built with it) or OpenBLAS
+// (ops::set_gemm_library). Each library, on every transpose, a split over 2
+// threads and a batch of products, must match the fp64 product (OpenBLAS's
+// dgemm) to fp32 rounding of a K = 300 dot product; a wrong transpose or
+// leading dimension would be off by O(1).
+TEST(GemmLibrary, EachLibraryMatchesTheFloat64Product) {
+  const std::string before_lib = ops::gemm_library();
+  const int before_threads = ops::get_num_threads();
+  Generator g(11);
+  Tensor a = randn({2, 130, 300}, g), b = randn({2, 300, 70}, g);
+  Tensor at = ops::transpose(randn({2, 300, 130}, g), 1, 2), bt = ops::transpose(randn({2, 70, 300}, g), 1, 2);
+  std::vector<std::string> libraries = {"openblas"};
+  try {
+    ops::set_gemm_library("onednn");
+    libraries.push_back("onednn");
+  } catch (const Error&) {
+  }
+  EXPECT_THROW(ops::set_gemm_library("mkl"), Error);
+  for (const std::string& lib : libraries) {
+    ops::set_gemm_library(lib);
+    EXPECT_EQ(ops::gemm_library(), lib);
+    for (int threads : {1, 2}) {
+      ops::set_num_threads(threads);
+      for (const auto& [x, y] : {std::pair{a, b}, {a, bt}, {at, b}, {at, bt}}) {
+        std::vector<float> got = ops::matmul(x, y).to_vector<float>();
+        std::vector<double> want = ops::matmul(ops::to(x, kFloat64), ops::to(y, kFloat64)).to_vector<double>();
+        ASSERT_EQ(got.size(), want.size());
+        double scale = 0;
+        for (double v : want) scale = std::max(scale, std::fabs(v));
+        for (size_t j = 0; j < got.size(); ++j)
+          ASSERT_NEAR(got[j], want[j], 1e-5 * scale) << lib << ", " << threads << " threads, element " << j;
+      }
+    }
+  }
+  ops::set_gemm_library(before_lib);
+  ops::set_num_threads(before_threads);
 }
 
 // ---- errors -------------------------------------------------------------------------

@@ -2,26 +2,43 @@
 //
 //   C [M, N] = beta * C + op(A) @ op(B),  row-major, op = transpose or not
 //
-// Each call runs OpenBLAS's single-threaded sgemm/dgemm; threads are ours: a
-// large product is split by rows or columns of C over the math threads
-// (cpu/parallel.h), a batch of small products (matmul) gives each thread
-// whole products. Why
-// not OpenBLAS's own threads: they would be a second thread pool next to the
-// one the elementwise loops use, and an idle OpenBLAS worker spins (yielding)
-// for a long time after each call, taking the core the other pool needs.
+// fp32 runs oneDNN's dnnl_sgemm (Debian's libdnnl-dev) when loom was built
+// with it (LOOM_WITH_DNNL), else OpenBLAS's cblas_sgemm; fp64 (gradient
+// checks) always runs OpenBLAS's cblas_dgemm. Why oneDNN: on an AVX-512 CPU
+// it reaches 90-95% of the FMA ceiling where OpenBLAS 0.3.21 reaches ~50-90%
+// depending on which kernels it picks (bench/gemm prints both side by side).
+// LOOM_GEMM=openblas in the environment (or gemm_backend() below) switches
+// fp32 back to OpenBLAS, for comparisons.
+//
+// Each call runs single-threaded; threads are ours: a large product is split
+// by rows or columns of C over the math threads (cpu/parallel.h), a batch of
+// small products (matmul) gives each thread whole products. Why not the
+// library's own threads: they would be a second thread pool next to the one
+// the elementwise loops use (OpenBLAS's idle workers spin for a long time
+// after each call). oneDNN's Debian build threads with OpenMP, the same
+// runtime as loom: inside loom's parallel region it sees omp_in_parallel()
+// and runs on the calling thread; outside one, gemm_serial sets this thread's
+// OpenMP thread count to 1 for the call, so it never starts a team of its own.
 //
 // Splitting C changes no number by more than rounding: each element of C is
 // the same dot product whichever thread computes it. Whether it is the same
-// bits is OpenBLAS's choice: on some CPUs its kernels sum in an order that
-// depends on the block of C one call computes (an AMD EPYC with OpenBLAS
-// 0.3.21's Haswell kernels: row blocks not a multiple of 24, any column
-// split), so a split GEMM agrees with the unsplit one to rounding only
-// (tests/test_tensor_ops.cpp, Threads.*). Runs with the same --threads are
-// bit-identical.
+// bits is the library's choice: its kernels may sum in an order that depends
+// on the block of C one call computes (OpenBLAS 0.3.21's Haswell kernels on
+// an AMD EPYC: row blocks not a multiple of 24, any column split; oneDNN picks
+// its K blocking from the shape), so a split GEMM agrees with the unsplit one
+// to rounding only (tests/test_tensor_ops.cpp, Threads.*). Runs with the same
+// --threads are bit-identical.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#ifdef LOOM_WITH_DNNL
+#include <dnnl.h>
+#endif
 
 #include "tensor/cpu/parallel.h"
 
@@ -36,17 +53,54 @@ void openblas_set_num_threads(int);
 namespace loom::cpu {
 
 // OpenBLAS runs single-threaded, always (set once, before the first GEMM).
+// oneDNN: no VTune hooks around its JIT kernels (by default each sgemm call
+// also writes an ITT marker, ~1% of a small GPT step).
 inline void blas_single_threaded() {
   static const bool once = [] {
     openblas_set_num_threads(1);
+#ifdef LOOM_WITH_DNNL
+    dnnl_set_jit_profiling_flags(0);
+#endif
     return true;
   }();
   (void)once;
 }
 
+enum class GemmBackend { kOpenBLAS, kOneDNN };
+
+// Which library runs fp32 products: oneDNN when built with it, unless the
+// environment says LOOM_GEMM=openblas. Settable (bench/gemm compares both).
+inline std::atomic<GemmBackend>& gemm_backend() {
+  static std::atomic<GemmBackend> backend{[] {
+#ifdef LOOM_WITH_DNNL
+    const char* env = std::getenv("LOOM_GEMM");
+    return env && std::strcmp(env, "openblas") == 0 ? GemmBackend::kOpenBLAS : GemmBackend::kOneDNN;
+#else
+    return GemmBackend::kOpenBLAS;
+#endif
+  }()};
+  return backend;
+}
+
 // One single-threaded product. lda/ldb/ldc are row strides of the stored matrices.
 inline void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+#ifdef LOOM_WITH_DNNL
+  if (gemm_backend().load(std::memory_order_relaxed) == GemmBackend::kOneDNN) {
+#ifdef _OPENMP
+    // Outside a parallel region oneDNN would start omp_get_max_threads()
+    // threads; this thread's setting goes to 1 for the call and back after.
+    const bool outside = !omp_in_parallel();
+    const int saved = outside ? omp_get_max_threads() : 1;
+    if (outside && saved != 1) omp_set_num_threads(1);
+#endif
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+    if (outside && saved != 1) omp_set_num_threads(saved);
+#endif
+    return;
+  }
+#endif
   cblas_sgemm(101, ta ? 112 : 111, tb ? 112 : 111, int(M), int(N), int(K), 1.0f, A, int(lda), B, int(ldb), beta, C,
               int(ldc));
 }

@@ -11,7 +11,7 @@
 // is then computed by the same code in the same order whatever the thread
 // count, so results are bit-identical at 1 and 2 threads. Reductions across
 // chunks are never split. (GEMMs split C the same way, but their bits are
-// OpenBLAS's: see gemm.h.)
+// the GEMM library's: see gemm.h.)
 //
 // fn must not throw: an exception cannot leave an OpenMP region.
 #pragma once
