@@ -141,7 +141,9 @@ TEST(CheckpointCommit, ARankKilledAtRandomPointsNeverLeavesAMix) {
   std::uniform_real_distribution<double> when(0.3, 1.5);
   int64_t last_step = -1;
   for (int i = 0; i < 6; ++i) {
-    Exec r = launch(when(rng) + (i == 0 ? 1.0 : 0.0), /*resume=*/last_step >= 0);
+    // Until a first checkpoint exists, each try waits a second longer (a slow
+    // build, such as the sanitizers', takes longer to reach its first save).
+    Exec r = launch(when(rng) + (last_step < 0 ? 1.0 + i : 0.0), /*resume=*/last_step >= 0);
     EXPECT_NE(r.status, 0) << "the run was meant to be killed";
     if (!fs::exists(optim::optimizer_path(ck.string()))) continue;  // killed before the first commit
     const int64_t step = expect_complete(ck);
