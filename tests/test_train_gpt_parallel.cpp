@@ -137,8 +137,9 @@ Diff diff_of(const Tensor& a, const Tensor& b) {
   return d;
 }
 
+// tol: per-step loss and grad_norm, relative; param_tol: final params (see the top).
 void expect_same_run(const Result& got, const Result& ref, const char* what, double tol = 1e-5,
-                     double param_tol = 1e-5) {
+                     double param_tol = 1e-5, double norm_tol = 1e-5) {
   ASSERT_EQ(got.status, 0) << what << "\n" << got.output;
   ASSERT_EQ(ref.status, 0) << "reference\n" << ref.output;
   // Both logs hold every step, once, in order.
@@ -154,12 +155,12 @@ void expect_same_run(const Result& got, const Result& ref, const char* what, dou
     EXPECT_LE(rel, tol) << what << ": step " << i << " loss " << got.losses[i] << " vs " << ref.losses[i];
     worst = std::max(worst, rel);
     const double g = got.grad_norms[i], g_ref = ref.grad_norms[i];
-    if (!std::isfinite(g_ref)) {  // an fp16 step skipped on overflow: both must have seen it
-      EXPECT_FALSE(std::isfinite(g)) << what << ": step " << i << " grad_norm " << g << " vs " << g_ref;
+    if (g_ref == 0) {  // an fp16 step skipped on overflow logs 0: both must have skipped it
+      EXPECT_EQ(g, 0) << what << ": step " << i << " grad_norm";
       continue;
     }
     double rel_norm = std::abs(g - g_ref) / std::abs(g_ref);
-    EXPECT_LE(rel_norm, tol) << what << ": step " << i << " grad_norm " << g << " vs " << g_ref;
+    EXPECT_LE(rel_norm, norm_tol) << what << ": step " << i << " grad_norm " << g << " vs " << g_ref;
     worst_norm = std::max(worst_norm, rel_norm);
   }
   ASSERT_EQ(got.weights.tensors.size(), ref.weights.tensors.size());
@@ -442,8 +443,10 @@ void expect_overflow_skipped_everywhere(const std::string& name, const std::stri
   // 5.8e-6 apart, hence 1e-4. Params: Adam-amplified rounding noise (see the
   // top of this file), which fp16's coarser rounding makes ~1e2-1e3 larger
   // than fp32's: measured 5.9e-4 per tensor at worst (attn.c_proj.bias) and
-  // 4.5e-3 of the model's scale for the key bias, hence 1e-2.
-  expect_same_run(par, one, ("fp16 overflow, " + parallel + " vs one process").c_str(), 1e-4, 1e-2);
+  // 4.5e-3 of the model's scale for the key bias, hence 1e-2. The grad norm
+  // (of fp16 gradients) measured 1.4e-4 apart, hence 1e-3 - still far from
+  // the 2x of a dp that sums instead of averaging.
+  expect_same_run(par, one, ("fp16 overflow, " + parallel + " vs one process").c_str(), 1e-4, 1e-2, 1e-3);
 }
 
 TEST(TrainGptParallel, Fp16OverflowSkipsTheStepOnEveryRank) {
