@@ -128,7 +128,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   auto [values, indices] = ops::max(x, dim, keepdim);
-  return record("MaxBackward", {&x}, values, [shape = x.shape(), dim, keepdim, indices](const TensorList& g) {
+  return record("MaxBackward", {&x}, values, [shape = x.shape(), dim, keepdim, indices = indices](const TensorList& g) {
     int64_t d = dim < 0 ? dim + int64_t(shape.size()) : dim;
     Tensor gk = keepdim ? g[0] : ops::unsqueeze(g[0], d);
     Tensor ik = keepdim ? indices : ops::unsqueeze(indices, d);
