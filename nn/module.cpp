@@ -96,7 +96,8 @@ Module::LoadResult Module::load_state_dict(const NamedTensors& state, bool stric
     }
   }
   for (const auto& [name, t] : state) {
-    bool known = std::any_of(params.begin(), params.end(), [&, &name = name](const auto& p) { return p.first == name; });
+    bool known =
+        std::any_of(params.begin(), params.end(), [&, &name = name](const auto& p) { return p.first == name; });
     if (!known) result.unexpected_keys.push_back(name);
   }
 

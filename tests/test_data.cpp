@@ -69,7 +69,8 @@ TEST(Utf8, OverlongSurrogateAndOutOfRangeSequencesAreErrors) {
     EXPECT_NE(msg.find("t: invalid UTF-8 " + c.why), std::string::npos) << msg;
   }
   // The extremes of each length are fine and round-trip.
-  const std::string edges = "\x7F\xC2\x80\xDF\xBF\xE0\xA0\x80\xED\x9F\xBF\xEE\x80\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF";
+  const std::string edges =
+      "\x7F\xC2\x80\xDF\xBF\xE0\xA0\x80\xED\x9F\xBF\xEE\x80\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF";
   std::u32string cps = decode_utf8(edges, "t");
   EXPECT_EQ(cps, (std::u32string{0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF}));
   EXPECT_EQ(encode_utf8(cps), edges);

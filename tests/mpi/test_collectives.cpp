@@ -331,9 +331,9 @@ TEST(Disagreement, BroadcastOfDifferentSizesIsAnErrorOnEveryRank) {
   std::string msg = error_of([&] { world.broadcast(t, S - 1); });
   // The last rank sees rank 0's minimum; every other rank sees the last rank's maximum.
   int other = r == S - 1 ? 0 : S - 1;
-  expect_disagreement(msg, "rank " + std::to_string(r) + " is in broadcast(float32) of " + std::to_string(100 + 10 * r) +
-                               " elements",
-                      "but rank " + std::to_string(other) + " passes " + std::to_string(100 + 10 * other) + " elements");
+  const std::string mine = std::to_string(100 + 10 * r), theirs = std::to_string(100 + 10 * other);
+  expect_disagreement(msg, "rank " + std::to_string(r) + " is in broadcast(float32) of " + mine + " elements",
+                      "but rank " + std::to_string(other) + " passes " + theirs + " elements");
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(size_t(100 + 10 * r), float(r)));  // nothing was received
   expect_group_still_works();
 }

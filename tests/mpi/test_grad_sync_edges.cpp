@@ -38,8 +38,12 @@ class RecordingGroup final : public ProcessGroup {
     return inner_.all_gather_async(out, in);
   }
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override { return inner_.broadcast_async(t, root); }
-  std::shared_ptr<Work> send_async(const Tensor& t, int dst, int tag) override { return inner_.send_async(t, dst, tag); }
-  std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag) override { return inner_.recv_async(t, src, tag); }
+  std::shared_ptr<Work> send_async(const Tensor& t, int dst, int tag) override {
+    return inner_.send_async(t, dst, tag);
+  }
+  std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag) override {
+    return inner_.recv_async(t, src, tag);
+  }
   std::shared_ptr<Work> barrier_async() override { return inner_.barrier_async(); }
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override {
     return inner_.split(color, key, name);
