@@ -61,7 +61,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
   if (!training || p == 0.0) return x;
   auto [y, mask] = ops::dropout(x, p, gen);
-  return record("DropoutBackward", {&x}, y, [mask = mask](const TensorList& g) { return TensorList{ops::mul(g[0], mask)}; });
+  return record("DropoutBackward", {&x}, y,
+                [mask = mask](const TensorList& g) { return TensorList{ops::mul(g[0], mask)}; });
 }
 
 }  // namespace loom::autograd

@@ -26,6 +26,12 @@ std::u32string decode_utf8(const std::string& s, const std::string& where) {
       LOOM_CHECK((cc >> 6) == 0x2, where, ": invalid UTF-8 at byte ", i + size_t(k));
       cp = (cp << 6) | (cc & 0x3f);
     }
+    // Well-formed UTF-8 only (RFC 3629): no overlong forms ("\xC0\x9E" for
+    // U+1E would decode but not round-trip through encode_utf8), no UTF-16
+    // surrogates, nothing past U+10FFFF.
+    static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    LOOM_CHECK(cp >= kMin[len] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), where, ": invalid UTF-8 at byte ",
+               i, " (", cp < kMin[len] ? "overlong encoding" : "not a Unicode scalar value", ")");
     out.push_back(cp);
     i += size_t(len);
   }

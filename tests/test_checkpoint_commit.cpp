@@ -135,7 +135,8 @@ TEST(CheckpointCommit, ARankKilledAtRandomPointsNeverLeavesAMix) {
                            std::to_string(seconds) + " " + LOOM_TRAIN_GPT + args +
                            (resume ? " --resume " + ck.string() : "") + "; else exec " + LOOM_TRAIN_GPT + args +
                            (resume ? " --resume " + ck.string() : "") + "; fi";
-    return shell("timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c '" + rank_cmd + "'");
+    return shell("timeout -k 5 60 " + std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 sh -c '" +
+                 rank_cmd + "'");
   };
   std::mt19937 rng(12345);
   std::uniform_real_distribution<double> when(0.3, 1.5);
@@ -152,7 +153,8 @@ TEST(CheckpointCommit, ARankKilledAtRandomPointsNeverLeavesAMix) {
     last_step = step;
   }
   ASSERT_GE(last_step, 1) << "no checkpoint was ever committed; the kills came too early";
-  Exec on = shell("timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 2 " + std::string(LOOM_TRAIN_GPT) +
+  Exec on = shell("timeout -k 5 60 " + std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " +
+                  std::string(LOOM_TRAIN_GPT) +
                   " --dp 2 --zero --batch 2 --steps " + std::to_string(last_step + 2) + common(d.path) +
                   "--resume " + ck.string() + " --save " + ck.string());
   ASSERT_EQ(on.status, 0) << on.output;

@@ -54,6 +54,28 @@ TEST(Corpus, InvalidUtf8NamesFileAndByte) {
   EXPECT_NE(msg.find("invalid UTF-8 at byte 2"), std::string::npos) << msg;
 }
 
+// Only well-formed UTF-8: what decodes encodes back to the same bytes (the
+// fuzzer in fuzz/fuzz_utf8.cpp found the overlong "\xC0\x9E" decoding to U+1E).
+TEST(Utf8, OverlongSurrogateAndOutOfRangeSequencesAreErrors) {
+  struct Case {
+    std::string bytes, why;
+  };
+  for (const Case& c : {Case{"ab\xC0\x9E", "at byte 2 (overlong encoding)"},
+                        Case{"ab\xE0\x80\xAF", "at byte 2 (overlong encoding)"},
+                        Case{"ab\xF0\x8F\xBF\xBF", "at byte 2 (overlong encoding)"},
+                        Case{"ab\xED\xA0\x80", "at byte 2 (not a Unicode scalar value)"},
+                        Case{"ab\xF4\x90\x80\x80", "at byte 2 (not a Unicode scalar value)"}}) {
+    std::string msg = error_of([&] { decode_utf8(c.bytes, "t"); });
+    EXPECT_NE(msg.find("t: invalid UTF-8 " + c.why), std::string::npos) << msg;
+  }
+  // The extremes of each length are fine and round-trip.
+  const std::string edges =
+      "\x7F\xC2\x80\xDF\xBF\xE0\xA0\x80\xED\x9F\xBF\xEE\x80\x80\xEF\xBF\xBF\xF0\x90\x80\x80\xF4\x8F\xBF\xBF";
+  std::u32string cps = decode_utf8(edges, "t");
+  EXPECT_EQ(cps, (std::u32string{0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF}));
+  EXPECT_EQ(encode_utf8(cps), edges);
+}
+
 TEST(Corpus, MissingAndEmptyFilesAreClearErrors) {
   EXPECT_NE(error_of([] { read_corpus("/nonexistent/corpus.txt"); }).find("'/nonexistent/corpus.txt' does not exist"),
             std::string::npos);

@@ -266,8 +266,13 @@ TEST(AdamW, Bfloat16ParamsAreUpdatedInFp32AndRounded) {
   EXPECT_EQ(adam.state(0, 0).exp_avg.dtype(), kFloat32);
   EXPECT_EQ(p.dtype(), kBFloat16);
   std::vector<float> got = p.to_vector<float>();
-  EXPECT_EQ(got[0], bf16_to_float(float_to_bf16(1.49f)));
-  EXPECT_EQ(got[1], bf16_to_float(float_to_bf16(-0.74f)));
+  // Worked by hand, not with loom's own rounding: in [1, 2) bf16 steps by
+  // 2^-7, and 1.49 lies between 190 * 2^-7 = 1.484375 and 191 * 2^-7 = 1.4921875,
+  // nearer the latter. In [0.5, 1) the step is 2^-8, and 0.74 lies between
+  // 189 * 2^-8 = 0.73828125 and 190 * 2^-8 = 0.7421875, nearer the former.
+  // (Rounding toward zero instead would give 1.484375.)
+  EXPECT_EQ(got[0], 1.4921875f);
+  EXPECT_EQ(got[1], -0.73828125f);
 }
 
 TEST(AdamW, GradSourceReplacesTheAutogradGradient) {

@@ -243,16 +243,35 @@ TEST_F(Safetensors, EveryCorruptedHeaderByteLoadsOrFailsWithALoomError) {
       std::string bad = good;
       bad[pos] = c;
       write_bytes(path("bad.safetensors"), bad);
+      SafetensorsFile f;
       try {
-        load_safetensors(path("bad.safetensors"));
-        ++loads;  // e.g. a changed digit inside a metadata string
+        f = load_safetensors(path("bad.safetensors"));
       } catch (const Error& e) {
         ++errors;
         EXPECT_HAS(std::string(e.what()), path("bad.safetensors"));
+        continue;
       }
+      // It loaded: the byte landed in a name or a metadata string (or was
+      // already c). Then the file still holds the saved tensors, in order, and
+      // at most that one string differs from what was saved.
+      ++loads;
+      SCOPED_TRACE("byte " + std::to_string(pos) + " -> '" + std::string(1, c) + "'");
+      ASSERT_EQ(f.tensors.size(), 2u);
+      const Tensor& a = f.tensors[0].second;
+      const Tensor& b = f.tensors[1].second;
+      EXPECT_EQ(a.dtype(), kFloat32);
+      EXPECT_EQ(a.shape(), (Shape{2, 3}));
+      EXPECT_EQ(a.to_vector<float>(), std::vector<float>(6, 0.f));
+      EXPECT_EQ(b.dtype(), kInt64);
+      EXPECT_EQ(b.shape(), (Shape{4}));
+      EXPECT_EQ(b.to_vector<int64_t>(), std::vector<int64_t>(4, 1));
+      ASSERT_EQ(f.metadata.size(), 1u);
+      const auto& [key, value] = *f.metadata.begin();
+      int changed = (f.tensors[0].first != "a") + (f.tensors[1].first != "b") + (key != "k") + (value != "v\\n");
+      EXPECT_LE(changed, 1) << f.tensors[0].first << " " << f.tensors[1].first << " " << key << " " << value;
     }
   EXPECT_GT(errors, 0);
-  EXPECT_EQ(errors + loads, int(n) * 4);
+  EXPECT_GT(loads, 0);  // the check above ran
 }
 
 // ---- atomic save ----------------------------------------------------------------------

@@ -28,6 +28,9 @@ namespace loom::parallel {
 #define mpiCheck(call) ::loom::parallel::mpi_check((call), #call, __FILE__, __LINE__)
 void mpi_check(int code, const char* call, const char* file, int line);
 
+// Which collective a rank is about to run (arrive() compares it across ranks).
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier };
+
 class MpiProcessGroup final : public ProcessGroup {
  public:
   // Takes ownership of comm (freed by shutdown()).
@@ -52,7 +55,10 @@ class MpiProcessGroup final : public ProcessGroup {
   void shutdown();
 
  private:
-  void arrive();
+  // Waits for every rank to arrive at this collective; throws loom::Error on
+  // every rank when they are about to run different collectives, dtypes or
+  // element counts (count: of the input that must match across ranks).
+  void arrive(Collective kind, int64_t count, DType dtype, ReduceOp op = ReduceOp::Sum);
   void progress(MPI_Request& request, MPI_Status* status = MPI_STATUS_IGNORE);
 
   MPI_Comm comm_;

@@ -168,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(EveryDType, Collectives, ::testing::ValuesIn(kAllDTypes
 // opposite order to the sends: matching is by tag, not arrival.
 TEST(PointToPoint, TagsSelectTheMessage) {
   ProcessGroup& world = parallel::world();
-  if (world.size() == 1) return;
+  if (world.size() == 1) GTEST_SKIP() << "point to point needs a second rank";
   Tensor a = from_vector<float>({1, 2}), b = from_vector<float>({3, 4, 5});
   if (world.rank() == 0) {
     world.send(a, 1, /*tag=*/1);
@@ -186,7 +186,7 @@ TEST(PointToPoint, TagsSelectTheMessage) {
 // receive is posted (the rendezvous protocol).
 TEST(PointToPoint, LargeMessage) {
   ProcessGroup& world = parallel::world();
-  if (world.size() == 1) return;
+  if (world.size() == 1) GTEST_SKIP() << "point to point needs a second rank";
   const int64_t n = 1 << 20;
   if (world.rank() == 0) {
     world.send(ops::to(arange(n), kFloat32), 1);
@@ -204,7 +204,7 @@ TEST(PointToPoint, LargeMessage) {
 // elements, rank 0 sends 3.
 TEST(PointToPoint, ShortMessageIsAnErrorOnWait) {
   ProcessGroup& world = parallel::world();
-  if (world.size() == 1) return;
+  if (world.size() == 1) GTEST_SKIP() << "point to point needs a second rank";
   if (world.rank() == 0) {
     world.send(from_vector<float>({1, 2, 3}), 1);
   } else if (world.rank() == 1) {
@@ -293,4 +293,91 @@ TEST(Split, EvenAndOddRanks) {
   if (none) {
     EXPECT_EQ(none->size(), S - 1);
   }
+}
+
+// ---- ranks that disagree ---------------------------------------------------------
+// Every collective first compares what each rank is about to run (which op, its
+// dtype and element count). A mismatch is an error on every rank, naming the
+// group, this rank's call and another rank's - not a hang, not MPI reading past
+// a buffer (two dp ranks with different vocabularies used to corrupt the heap
+// in the parameter broadcast). The group stays usable afterwards.
+
+namespace {
+
+// Expects msg to be the disagreement error of rank r, in `call`, naming `other`.
+void expect_disagreement(const std::string& msg, const std::string& here, const std::string& other) {
+  EXPECT_NE(msg.find("ranks disagree on group world (size " + std::to_string(parallel::world().size()) + "): " +
+                     here),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(other), std::string::npos) << msg;
+}
+
+void expect_group_still_works() {
+  ProcessGroup& world = parallel::world();
+  Tensor t = full({3}, 1.0);
+  world.all_reduce(t);
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(3, float(world.size())));
+}
+
+}  // namespace
+
+// Rank r broadcasts 100 + 10 r floats; root is the last rank, the largest buffer.
+TEST(Disagreement, BroadcastOfDifferentSizesIsAnErrorOnEveryRank) {
+  ProcessGroup& world = parallel::world();
+  const int r = world.rank(), S = world.size();
+  if (S == 1) GTEST_SKIP() << "needs a second rank to disagree with";
+  Tensor t = full({100 + 10 * r}, double(r));
+  std::string msg = error_of([&] { world.broadcast(t, S - 1); });
+  // The last rank sees rank 0's minimum; every other rank sees the last rank's maximum.
+  int other = r == S - 1 ? 0 : S - 1;
+  const std::string mine = std::to_string(100 + 10 * r), theirs = std::to_string(100 + 10 * other);
+  expect_disagreement(msg, "rank " + std::to_string(r) + " is in broadcast(float32) of " + mine + " elements",
+                      "but rank " + std::to_string(other) + " passes " + theirs + " elements");
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(size_t(100 + 10 * r), float(r)));  // nothing was received
+  expect_group_still_works();
+}
+
+TEST(Disagreement, AllReduceOfDifferentDTypes) {
+  ProcessGroup& world = parallel::world();
+  const int r = world.rank();
+  if (world.size() == 1) GTEST_SKIP() << "needs a second rank to disagree with";
+  Tensor t = zeros({8}, r == 0 ? kFloat32 : kFloat64);
+  std::string msg = error_of([&] { world.all_reduce(t); });
+  if (r == 0) {
+    expect_disagreement(msg, "rank 0 is in all_reduce(sum, float32)", "but rank 1 is in all_reduce(sum, float64)");
+  } else {
+    expect_disagreement(msg, "rank " + std::to_string(r) + " is in all_reduce(sum, float64)",
+                        "but rank 0 is in all_reduce(sum, float32)");
+  }
+  expect_group_still_works();
+}
+
+// Rank 0 all-reduces while the others broadcast the same 16 floats.
+TEST(Disagreement, DifferentCollectives) {
+  ProcessGroup& world = parallel::world();
+  const int r = world.rank();
+  if (world.size() == 1) GTEST_SKIP() << "needs a second rank to disagree with";
+  Tensor t = zeros({16});
+  std::string msg = error_of([&] { r == 0 ? world.all_reduce(t, ReduceOp::Max) : world.broadcast(t, 0); });
+  expect_disagreement(msg, "rank " + std::to_string(r) + " is in " + (r == 0 ? "all_reduce(max" : "broadcast(float32)"),
+                      r == 0 ? "but rank 1 is in broadcast(float32)" : "but rank 0 is in all_reduce(max, float32)");
+  expect_group_still_works();
+}
+
+// all_gather and reduce_scatter compare the per-rank block: rank r's is 4 + r.
+TEST(Disagreement, AllGatherAndReduceScatterBlocks) {
+  ProcessGroup& world = parallel::world();
+  const int r = world.rank(), S = world.size();
+  if (S == 1) GTEST_SKIP() << "needs a second rank to disagree with";
+  int other = r == S - 1 ? 0 : S - 1;
+  std::string theirs = "but rank " + std::to_string(other) + " passes " + std::to_string(4 + other) + " elements";
+  std::string msg = error_of([&] { world.all_gather(zeros({S * (4 + r)}), zeros({4 + r})); });
+  expect_disagreement(msg, "rank " + std::to_string(r) + " is in all_gather(float32) of " + std::to_string(4 + r),
+                      theirs);
+  msg = error_of([&] { world.reduce_scatter(zeros({4 + r}), zeros({S * (4 + r)})); });
+  expect_disagreement(msg, "rank " + std::to_string(r) + " is in reduce_scatter(sum, float32) of " +
+                               std::to_string(S * (4 + r)),
+                      "but rank " + std::to_string(other) + " passes " + std::to_string(S * (4 + other)) + " elements");
+  expect_group_still_works();
 }

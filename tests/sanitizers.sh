@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# CI's sanitizer stages (.ci/run calls this after tests/run_all.sh):
+#   asan  the whole suite (single-process and multi-rank tests) built with
+#         AddressSanitizer + UndefinedBehaviorSanitizer in build-asan; any
+#         finding aborts the test that hit it (-fno-sanitize-recover). Leaks are
+#         checked too, except what Open MPI's own init keeps (tests/lsan.supp).
+#   tsan  ThreadSanitizer on the multi-rank data-parallel test (the compute
+#         thread and the communication threads share buckets and gradients),
+#         2 ranks over shared memory; only that target is built, in build-tsan.
+#   fuzz  libFuzzer (clang) on the safetensors header reader and the UTF-8
+#         decoder, FUZZ_SECONDS each (default 45) from the seeds in fuzz/corpus.
+# Usage: bash tests/sanitizers.sh [asan] [tsan] [fuzz]   (none: all three)
+# Each stage prints its wall time; builds go through ccache when it is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# gcc's sanitizer runtimes come with g++; libFuzzer comes with clang's runtime package.
+missing=()
+for p in clang libclang-rt-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "sanitizers: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(asan tsan fuzz)
+jobs=$(nproc)
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Sanitizer builds need neither the benchmarks nor -march=native's exact
+# timings; -O1 -g keeps stack traces readable and the suite fast enough.
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_BUILD_BENCH=OFF "${launcher[@]}")
+supp="$PWD/tests/lsan.supp"
+
+timed() {  # timed NAME CMD...: runs CMD, then prints "[sanitizers] NAME: N s"
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "[sanitizers] $name: $((SECONDS - start)) s"
+}
+
+asan() {
+  local flags="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+  # Exported before the build: gtest_discover_tests runs the binaries then.
+  # (Not detect_stack_use_after_return: its fake stack frames break the
+  # 64-byte-aligned vector stores -march=native emits for row_sum's 16 lanes.)
+  # fast_unwind_on_malloc=0: full allocation stacks, so that a leak of Open
+  # MPI's init is seen through libmpi's frames (its plugins are dlclosed by
+  # then, and the fast unwinder stops at the first frame without a frame pointer).
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0:allocator_may_return_null=1"
+  export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0:fast_unwind_on_malloc=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  timed asan-configure cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+  timed asan-build cmake --build build-asan -j"$jobs"
+  timed asan-ctest ctest --test-dir build-asan --output-on-failure -j"$jobs"
+}
+
+tsan() {
+  local flags="-O1 -g -fsanitize=thread"
+  # MPI itself is not instrumented: its internal threads and shared-memory
+  # transport are invisible to TSan, so it sees only loom's own threads.
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+  timed tsan-configure cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
+  timed tsan-build cmake --build build-tsan -j"$jobs" --target mpi_data_parallel
+  timed tsan-run env LOOM_COLLECTIVE_TIMEOUT=240 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+    timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x TSAN_OPTIONS -np 2 \
+    build-tsan/tests/mpi/mpi_data_parallel
+}
+
+fuzz() {
+  local seconds=${FUZZ_SECONDS:-45}
+  # The libraries get coverage instrumentation (fuzzer-no-link); only the two
+  # fuzz targets link libFuzzer's main.
+  timed fuzz-configure cmake -S . -B build-fuzz "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ \
+    -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_FUZZ=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+    >/dev/null
+  timed fuzz-build cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_utf8
+  export ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  for target in safetensors utf8; do
+    # New inputs go to a scratch copy, so the committed seeds stay as they are.
+    local corpus
+    corpus=$(mktemp -d)
+    cp fuzz/corpus/$target/* "$corpus"/
+    timed fuzz-$target build-fuzz/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=4096 -timeout=10 \
+      -print_final_stats=1 -artifact_prefix=build-fuzz/ "$corpus"
+    rm -rf "$corpus"
+  done
+}
+
+for stage in "${stages[@]}"; do
+  case $stage in
+    asan | tsan | fuzz) timed "$stage (total)" "$stage" ;;
+    *) echo "sanitizers.sh: unknown stage '$stage' (asan, tsan, fuzz)" >&2; exit 2 ;;
+  esac
+done
