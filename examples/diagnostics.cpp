@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "examples/evaluate.h"
 #include "examples/progress.h"
@@ -13,11 +15,26 @@
 
 namespace loom::train {
 
+namespace {
+
+// Whether progress may rewrite one line in place (\r). Under mpirun a rank's
+// stdout is a pty that Open MPI forwards, so isatty() says yes even when
+// mpirun's own output goes to a file: there, whole lines (LOOM_PROGRESS=tty
+// asks for the one-line display anyway).
+bool stdout_is_a_terminal() {
+  const char* forced = std::getenv("LOOM_PROGRESS");
+  if (forced && std::string(forced) == "tty") return true;
+  if (forced && std::string(forced) == "lines") return false;
+  return isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_SIZE");
+}
+
+}  // namespace
+
 Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
                          const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
                          int64_t tokens_per_step)
     : a_(a), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end), tokens_per_step_(tokens_per_step),
-      rank0_(pgm.global_rank() == 0), tty_(rank0_ && isatty(fileno(stdout))) {
+      rank0_(pgm.global_rank() == 0), tty_(rank0_ && stdout_is_a_terminal()) {
   if (rank0_ && !a.log.empty()) {
     log_.open(a.log, start > 0 ? std::ios::app : std::ios::trunc);
     LOOM_CHECK(log_.good(), "--log: cannot open '", a.log, "' for writing");

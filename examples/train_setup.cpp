@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "autograd/engine.h"
@@ -72,10 +73,15 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
     throw Error(str("--data ", a.data, " does not fit the vocabulary of the checkpoint --resume ", a.resume, ": ",
                     e.what(), "; resume with the corpus the checkpoint was trained on"));
   }
-  data::TextDataset ds(std::move(ids), cfg.block_size);
-  say(rank0, "data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(), (long long)ds.train_tokens(),
-      (long long)ds.val_tokens(), (long long)tok.vocab_size());
-  return Corpus{std::move(tok), std::move(ds), cfg};
+  std::optional<data::TextDataset> ds;
+  try {
+    ds.emplace(std::move(ids), cfg.block_size);
+  } catch (const Error& e) {  // a corpus too short for one block: name the file
+    throw Error(str("--data ", a.data, ": ", e.what()));
+  }
+  say(rank0, "data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(), (long long)ds->train_tokens(),
+      (long long)ds->val_tokens(), (long long)tok.vocab_size());
+  return Corpus{std::move(tok), std::move(*ds), cfg};
 }
 
 ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {

@@ -23,8 +23,8 @@ struct Exec {
   std::string output;
 };
 
-Exec run(const std::string& args) {
-  std::string cmd = std::string(LOOM_TRAIN_GPT) + " " + args + " 2>&1";
+Exec run_command(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -32,6 +32,8 @@ Exec run(const std::string& args) {
   int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+Exec run(const std::string& args) { return run_command(std::string(LOOM_TRAIN_GPT) + " " + args); }
 
 // Work directories, removed when the test process ends (LOOM_KEEP_WORK_DIRS=1 keeps them).
 std::vector<fs::path>& work_dirs() {
@@ -182,6 +184,8 @@ TEST(TrainGpt, BadInputFailsWithAClearMessage) {
   Exec short_corpus = run("--steps 1 --block 16 --data " + (d / "short.txt").string());
   EXPECT_EQ(short_corpus.status, 1);
   EXPECT_NE(short_corpus.output.find("shorter than block_size + 1 = 17"), std::string::npos) << short_corpus.output;
+  EXPECT_NE(short_corpus.output.find("--data " + (d / "short.txt").string() + ": "), std::string::npos)
+      << short_corpus.output;
 
   std::ofstream(d / "trunc.safetensors") << "12345";
   Exec bad_ckpt = run("--steps 1" + kSmall + "--data " + corpus(d).string() + " --resume " + (d / "trunc.safetensors").string());
@@ -227,7 +231,7 @@ TEST(TrainGpt, BadInputFailsWithAClearMessage) {
 
   Exec bad_heads = run("--steps 1 --embd 30 --heads 4" + std::string(" --data ") + corpus(d).string());
   EXPECT_EQ(bad_heads.status, 1);
-  EXPECT_NE(bad_heads.output.find("n_embd 30 is not divisible by n_head 4"), std::string::npos) << bad_heads.output;
+  EXPECT_NE(bad_heads.output.find("--embd 30 must be divisible by --heads 4"), std::string::npos) << bad_heads.output;
 }
 
 // Every flag is checked before any work (no "data:" line yet), with loom's
@@ -351,4 +355,16 @@ TEST(TrainGpt, ACorpusOutsideTheCheckpointsVocabularyIsNamed) {
   EXPECT_NE(r.output.find("--data " + (d / "other.txt").string() + " does not fit the vocabulary of the checkpoint"),
             std::string::npos)
       << r.output;
+}
+
+// Under mpirun a rank's stdout is a pty Open MPI forwards, so isatty() says yes
+// even when mpirun's output goes to a pipe or file: progress must still come
+// as whole lines, with no \r rewriting one line in place.
+TEST(TrainGpt, UnderMpirunProgressComesAsWholeLines) {
+  fs::path d = temp_dir("mpirun_lines");
+  Exec r = run_command(std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 1 " + LOOM_TRAIN_GPT +
+                       " --steps 3" + kSmall + "--data " + corpus(d).string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step     3/3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << "a \\r in the output of a run under mpirun";
 }
