@@ -6,16 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ cmake make libeigen3-dev libopenblas-dev nlohmann-json3-dev libdnnl-dev googletest libgtest-dev libgmock-dev libcli11-dev
           libopenmpi-dev openmpi-bin fortunes)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -q
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
-fi
+bash examples/apt_install.sh "${PACKAGES[@]}"
 
 # mpirun refuses to run as root unless told it is fine (CI and containers run as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

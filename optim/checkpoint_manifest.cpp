@@ -103,30 +103,30 @@ void remove_stale_pieces(const std::string& path, int64_t step) {
   }
 }
 
-int64_t parse_int(const std::string& value, const std::string& file, const std::string& key) {
+// The whole string must be the number: std::stoll("6x") would read 6.
+template <class T, class Parse>
+static T parse_strictly(const std::string& value, const std::string& file, const std::string& key, const char* what,
+                        Parse parse) {
   size_t used = 0;
-  int64_t v = 0;
+  T v{};
   try {
-    v = std::stoll(value, &used);
+    v = parse(value, &used);
   } catch (...) {
     used = 0;
   }
   LOOM_CHECK(!value.empty() && used == value.size() && !std::isspace(static_cast<unsigned char>(value[0])),
-             "checkpoint '", file, "': '", key, "' = '", value, "' is not an integer");
+             "checkpoint '", file, "': '", key, "' = '", value, "' is not ", what);
   return v;
 }
 
+int64_t parse_int(const std::string& value, const std::string& file, const std::string& key) {
+  return parse_strictly<int64_t>(value, file, key, "an integer",
+                                 [](const std::string& s, size_t* used) { return std::stoll(s, used); });
+}
+
 double parse_double(const std::string& value, const std::string& file, const std::string& key) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(value, &used);
-  } catch (...) {
-    used = 0;
-  }
-  LOOM_CHECK(!value.empty() && used == value.size() && !std::isspace(static_cast<unsigned char>(value[0])),
-             "checkpoint '", file, "': '", key, "' = '", value, "' is not a number");
-  return v;
+  return parse_strictly<double>(value, file, key, "a number",
+                                [](const std::string& s, size_t* used) { return std::stod(s, used); });
 }
 
 }  // namespace loom::optim

@@ -15,16 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # gcc's sanitizer runtimes come with g++; libFuzzer comes with clang's runtime package.
-missing=()
-for p in clang libclang-rt-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "sanitizers: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -q
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
-fi
+bash examples/apt_install.sh clang libclang-rt-14-dev
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(asan tsan fuzz)
 jobs=$(nproc)
