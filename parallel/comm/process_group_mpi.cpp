@@ -134,72 +134,19 @@ void MpiProcessGroup::progress(MPI_Request& request, MPI_Status* status) {
 
 // ---- arriving: every rank agrees on what runs next -------------------------------
 // Every rank calls arrive() before every collective (whether or not anyone
-// waits here: the sequence of collectives must be the same on all ranks). The
-// "barrier" is a small non-blocking all-reduce of what this rank is about to
-// run - which collective, its reduce op, dtype and element count - so ranks
-// that disagree (two dp ranks built models of different vocabularies) get an
-// error on every rank instead of MPI reading past one rank's buffer. It costs
-// what the Ibarrier it replaces cost: one latency-bound exchange of 32 bytes.
-//
-// Each field f travels as two MAXLOC pairs, (f, rank) and (-f, rank): the max
-// and the min over ranks, each with a rank that holds it. Counts fit in an int
-// (check_tensor refuses more than 2^31 - 1 elements).
-
-namespace {
-
-// What a rank is about to run, packed into one int: kind, reduce op, dtype.
-int signature(Collective kind, ReduceOp op, DType dtype) {
-  return (int(kind) * 4 + int(op)) * 16 + int(dtype);
-}
-
-const char* collective_name(Collective kind) {
-  switch (kind) {
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllGather: return "all_gather";
-    case Collective::Broadcast: return "broadcast";
-    case Collective::Barrier: return "barrier";
-  }
-  return "?";
-}
-
-// "all_reduce(sum, float32)", from a signature.
-std::string describe_call(int sig) {
-  auto kind = Collective(sig / 64);
-  auto op = ReduceOp(sig / 16 % 4);
-  auto dtype = DType(sig % 16);
-  if (kind == Collective::Barrier) return "barrier";
-  if (kind == Collective::AllReduce || kind == Collective::ReduceScatter)
-    return str(collective_name(kind), "(", reduce_op_name(op), ", ", dtype_name(dtype), ")");
-  return str(collective_name(kind), "(", dtype_name(dtype), ")");
-}
-
-}  // namespace
+// waits here: the sequence of collectives must be the same on all ranks): a
+// small non-blocking all-reduce of what it is about to run (agreement.h), so
+// ranks that disagree get an error on every rank instead of MPI reading past
+// one rank's buffer. It costs what a barrier costs: one exchange of 32 bytes.
 
 void MpiProcessGroup::arrive(Collective kind, int64_t count, DType dtype, ReduceOp op) {
   if (size_ == 1) return;
-  int sig = signature(kind, op, dtype);
-  int n = int(count);
-  // (max, its rank), (-min, its rank) of the signature, then of the count.
-  int pairs[8] = {sig, rank_, -sig, rank_, n, rank_, -n, rank_};
-  int r[8];
+  CallAgreement call(kind, op, dtype, count, rank_);
+  int reduced[8];
   MPI_Request request;
-  mpiCheck(MPI_Iallreduce(pairs, r, 4, MPI_2INT, MPI_MAXLOC, comm_, &request));
+  mpiCheck(MPI_Iallreduce(call.pairs, reduced, 4, MPI_2INT, MPI_MAXLOC, comm_, &request));
   progress(request);
-  // Every rank sees the same max and min, so all of them throw or none does.
-  int sig_max = r[0], sig_min = -r[2], n_max = r[4], n_min = -r[6];
-  if (sig_max == sig && sig_min == sig && n_max == n && n_min == n) return;
-  std::string here = str("ranks disagree on group ", name_, " (size ", size_, "): rank ", rank_, " is in ",
-                         describe_call(sig));
-  const char* why = " (every rank must run the same collectives, on the same dtypes and element counts, in the "
-                    "same order)";
-  if (sig_max != sig || sig_min != sig) {
-    bool max = sig_max != sig;
-    throw Error(str(here, " but rank ", r[max ? 1 : 3], " is in ", describe_call(max ? sig_max : sig_min), why));
-  }
-  bool max = n_max != n;
-  throw Error(str(here, " of ", n, " elements but rank ", r[max ? 5 : 7], " passes ", max ? n_max : n_min,
-                  " elements", why));
+  call.check(reduced, name_, size_);
 }
 
 // ---- collectives: checked here, on the caller's thread; run on the queue -------

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "parallel/comm/agreement.h"
 #include "parallel/comm/comm_queue.h"
 #include "parallel/comm/process_group.h"
 
@@ -27,9 +28,6 @@ namespace loom::parallel {
 // and MPI's message when a call fails (communicators use MPI_ERRORS_RETURN).
 #define mpiCheck(call) ::loom::parallel::mpi_check((call), #call, __FILE__, __LINE__)
 void mpi_check(int code, const char* call, const char* file, int line);
-
-// Which collective a rank is about to run (arrive() compares it across ranks).
-enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier };
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
