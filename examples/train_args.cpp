@@ -88,7 +88,7 @@ fs::path existing_ancestor(fs::path dir) {
 void check_writable(const char* flag, const std::string& path, bool create_dirs) {
   if (path.empty()) return;
   const fs::path p(path);
-  LOOM_CHECK(!p.has_filename() == false && !fs::is_directory(p), flag, " '", path,
+  LOOM_CHECK(p.has_filename() && !fs::is_directory(p), flag, " '", path,
              "' is a directory; give a file path, e.g. '", (p / "ckpt.safetensors").string(), "'");
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   const fs::path base = create_dirs ? existing_ancestor(dir) : dir;
@@ -138,7 +138,7 @@ void validate(const Args& a) {
   check_positive("--bucket-mb", a.bucket_mb);
   check_range<int64_t>("--grad-accum", a.grad_accum, 1, kMaxSize);
   check_range<int64_t>("--microbatches", a.microbatches, 0, kMaxSize, " (0: --pp)");
-  check_positive("--loss-scale", a.loss_scale);
+  check_range("--loss-scale", a.loss_scale, 1.0, 1e30, " (fp16's scaler stops below 1)");
   check_range("--loss-scale-growth", a.loss_scale_growth, 1.0, 1e6);
   check_range("--loss-scale-backoff", a.loss_scale_backoff, 1e-6, 1.0);
   check_range<int64_t>("--loss-scale-window", a.loss_scale_window, 1, int64_t(1) << 40);

@@ -253,6 +253,7 @@ TEST(TrainGpt, EveryFlagIsCheckedBeforeTrainingWithItsRange) {
       {"--dropout 1", "--dropout must be in [0, 0.99], got 1"},
       {"--bucket-mb 0", "--bucket-mb must be a finite number > 0, got 0"},
       {"--loss-scale-backoff 2", "--loss-scale-backoff must be in [1e-06, 1], got 2"},
+      {"--loss-scale 0.5", "--loss-scale must be in [1, 1e+30] (fp16's scaler stops below 1), got 0.5"},
       // 1e20 does not fit int64: CLI11 reads the largest int64, which is out of range too.
       {"--layers 99999999999999999999", "--layers must be in [1, 4096], got 9223372036854775807"},
       {"--layers 4 --embd 1000000",
