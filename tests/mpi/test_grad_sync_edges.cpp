@@ -4,12 +4,14 @@
 // wait()), and the shared-weight handler on a copy that got no gradient.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "autograd/variable.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/data_parallel/bucket.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
 #include "parallel/pipeline_parallel/shared_weights.h"
 #include "tensor/ops.h"
 
@@ -186,4 +188,29 @@ TEST(SharedWeights, ACopyWithoutAGradientContributesZeros) {
   handler.all_reduce_grads();
   ASSERT_TRUE(autograd::grad(w).defined()) << "rank " << world().rank();
   EXPECT_EQ(autograd::grad(w).to_vector<float>(), (std::vector<float>{1, 2, 3})) << "rank " << world().rank();
+}
+
+// A bf16 shared weight under bucketed dp that hands gradients back to the
+// params: after the sum over the embedding group, .grad is refreshed from the
+// summed fp32 main_grad (rounded to bf16 once), not left at this copy's own
+// part. Rank r's part is (r + 1) x [1, 2, 3]; each rank is a dp group of one.
+TEST(SharedWeights, AHalfPrecisionCopysGradIsRefreshedFromTheSum) {
+  if (world().size() == 1) GTEST_SKIP() << "a weight shared by one rank is skipped";
+  std::unique_ptr<ProcessGroup> solo = world().split(world().rank(), 0, "solo_dp");
+  Tensor w = zeros({3}, kBFloat16);
+  autograd::set_requires_grad(w);
+  DataParallelBucket dp({{"w", w}}, *solo, BucketOptions{.grads_to_params = true});
+  const float r = float(world().rank() + 1);
+  ops::copy_(dp.main_grad(w), from_vector<float>({r, 2 * r, 3 * r}));
+  autograd::set_grad(w, ops::to(dp.main_grad(w), kBFloat16));  // this copy's own part, as after its backward
+  SharedWeightGradHandler handler;
+  handler.add(w, world());
+  handler.all_reduce_grads(&dp);
+  // Sum over n ranks of (r + 1) = n (n + 1) / 2, exact in bf16 for n <= 4.
+  const int n = world().size();
+  const float s = float(n * (n + 1) / 2);
+  EXPECT_EQ(dp.main_grad(w).to_vector<float>(), (std::vector<float>{s, 2 * s, 3 * s}));
+  EXPECT_EQ(autograd::grad(w).dtype(), kBFloat16);
+  EXPECT_EQ(ops::to(autograd::grad(w), kFloat32).to_vector<float>(), (std::vector<float>{s, 2 * s, 3 * s}))
+      << "rank " << world().rank() << ": .grad still holds this copy's own part";
 }
