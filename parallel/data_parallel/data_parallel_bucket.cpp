@@ -1,9 +1,8 @@
 #include "parallel/data_parallel/data_parallel_bucket.h"
 
-#include "parallel/trace/trace.h"
-
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
