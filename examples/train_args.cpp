@@ -77,7 +77,8 @@ void check_positive(const char* flag, double v, const char* why = "") {
 
 // The closest directory that exists at or above p (p's own directory part).
 fs::path existing_ancestor(fs::path dir) {
-  if (dir.empty()) dir = ".";
+  // Absolute first: a relative "out" has no parent path, but the working directory is its parent.
+  dir = fs::absolute(dir.empty() ? fs::path(".") : dir);
   while (!fs::exists(dir) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
   return dir;
 }

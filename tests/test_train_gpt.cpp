@@ -369,3 +369,17 @@ TEST(TrainGpt, UnderMpirunProgressComesAsWholeLines) {
   EXPECT_NE(r.output.find("step     3/3"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find('\r'), std::string::npos) << "a \\r in the output of a run under mpirun";
 }
+
+// --save creates the directories it needs, relative or absolute, as README's
+// main command (`--save out/gpt.safetensors` on a fresh checkout) relies on.
+TEST(TrainGpt, SaveCreatesMissingDirectories) {
+  fs::path d = temp_dir("save_dirs");
+  Exec relative = run_command("cd " + d.string() + " && " + LOOM_TRAIN_GPT + " --steps 1" + kSmall + "--data " +
+                              corpus(d).string() + " --save out/gpt.safetensors");
+  ASSERT_EQ(relative.status, 0) << relative.output;
+  EXPECT_TRUE(fs::exists(d / "out" / "gpt.safetensors"));
+  Exec absolute = run("--steps 1" + kSmall + "--data " + corpus(d).string() + " --save " +
+                      (d / "a" / "b" / "gpt.safetensors").string());
+  ASSERT_EQ(absolute.status, 0) << absolute.output;
+  EXPECT_TRUE(fs::exists(d / "a" / "b" / "gpt.safetensors"));
+}
