@@ -1,11 +1,12 @@
 #include "optim/checkpoint_manifest.h"
 
 #include <cctype>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "parallel/comm/handshake.h"
 #include "tensor/error.h"
 
 namespace fs = std::filesystem;
@@ -38,18 +39,16 @@ std::string piece_path(const std::string& path, int64_t step, const std::string&
 CheckpointPiece describe_piece(const std::string& file_path) {
   std::ifstream in(file_path, std::ios::binary);
   LOOM_CHECK(in, "checkpoint: cannot read '", file_path, "'");
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64: xor each byte in, multiply by the prime
+  parallel::Fingerprint f;
   int64_t bytes = 0;
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), std::streamsize(buf.size()));
     const std::streamsize n = in.gcount();
-    for (std::streamsize i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(buf[size_t(i)])) * 0x100000001b3ull;
+    f.add(buf.data(), size_t(n));
     bytes += n;
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return {fs::path(file_path).filename().string(), bytes, hex};
+  return {fs::path(file_path).filename().string(), bytes, f.hex()};
 }
 
 std::string encode_pieces(const std::vector<CheckpointPiece>& pieces) {

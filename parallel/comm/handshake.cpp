@@ -112,13 +112,21 @@ void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::
              "); every rank must be started with the same flags and data:", diffs);
 }
 
-std::string fingerprint(const void* data, size_t bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bit: offset basis, then xor and multiply by the prime
+void Fingerprint::add(const void* data, size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;  // xor the byte in, times the FNV prime
+}
+
+std::string Fingerprint::hex() const {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+std::string fingerprint(const void* data, size_t bytes) {
+  Fingerprint f;
+  f.add(data, bytes);
+  return f.hex();
 }
 
 }  // namespace loom::parallel

@@ -14,6 +14,8 @@
 // waiting in a later collective).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +35,14 @@ void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::
 // all_gathers). Collective over group.
 std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::string& mine);
 
-// A 64-bit FNV-1a hash of bytes, as 16 hex digits: a cheap fingerprint of a
-// corpus for the handshake (equal text, equal hash; a difference shows).
-std::string fingerprint(const void* data, size_t bytes);
+// A 64-bit FNV-1a hash, fed in pieces, as 16 hex digits: a cheap fingerprint
+// of a corpus for the handshake, and of checkpoint pieces for their manifest
+// (equal bytes, equal hash; a difference shows).
+struct Fingerprint {
+  uint64_t h = 0xcbf29ce484222325ull;  // the offset basis
+  void add(const void* data, size_t bytes);
+  std::string hex() const;
+};
+std::string fingerprint(const void* data, size_t bytes);  // of one buffer
 
 }  // namespace loom::parallel
