@@ -29,7 +29,7 @@ double evaluate_pipeline(parallel::PipelineStage& stage, parallel::PipelineP2P& 
     data::Batch b = ds.sample("val", eb.batch, gen);
     mbs.push_back({b.x, b.y});
   }
-  auto loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  auto loss_fn = [&stage](const Tensor& logits, const Tensor& y) { return stage.loss(logits, y); };
   double loss = parallel::eval_step_pipeline(stage, p2p, mbs, loss_fn);
   stage.train();
   return loss;

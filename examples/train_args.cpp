@@ -38,12 +38,15 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--sample", a.sample, "characters of generated text to print at the end");
   app.add_option("--temperature", a.temperature, "sampling temperature");
   app.add_option("--top-k", a.top_k, "sample from the k most likely characters (0: all)");
-  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp)");
+  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
   app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
       ->check(CLI::IsMember({"naive", "bucket"}));
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step");
-  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp)");
+  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp*tp)");
+  app.add_option("--tp", a.tp, "tensor-parallel ranks splitting each matmul (Megatron-style; divides --heads)");
+  app.add_flag("--sequence-parallel", a.sequence_parallel,
+               "with --tp: layernorms and the residual stream sharded along the sequence (Megatron-SP)");
   app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (0: pp)");
   app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
@@ -136,6 +139,17 @@ void validate(const Args& a) {
   check_range<int64_t>("--top-k", a.top_k, 0, kMaxSize, " (0: all)");
   check_range("--dp", a.dp, 1, 65536);
   check_range("--pp", a.pp, 1, 65536);
+  check_range("--tp", a.tp, 1, 65536);
+  // Tensor parallelism splits heads, the MLP and (with --sequence-parallel) the
+  // sequence: each must divide. The vocabulary is padded instead (gpt.h).
+  LOOM_CHECK(a.heads % a.tp == 0, "--tp ", a.tp, " must divide --heads ", a.heads,
+             " (attention is split by heads)");
+  LOOM_CHECK(!a.sequence_parallel || a.tp > 1, "--sequence-parallel needs --tp > 1");
+  LOOM_CHECK(!a.sequence_parallel || a.block % a.tp == 0, "--sequence-parallel: --tp ", a.tp,
+             " must divide --block ", a.block, " (each rank holds block / tp positions)");
+  LOOM_CHECK(a.tp == 1 || a.dropout == 0, "--dropout ", a.dropout, " with --tp ", a.tp,
+             ": dropout under tensor parallelism is not supported yet (matching tp = 1's masks needs a "
+             "position-keyed generator); use --dropout 0");
   check_positive("--bucket-mb", a.bucket_mb);
   check_range<int64_t>("--grad-accum", a.grad_accum, 1, kMaxSize);
   check_range<int64_t>("--microbatches", a.microbatches, 0, kMaxSize, " (0: --pp)");

@@ -25,7 +25,8 @@ struct Args {
   int64_t sample = 300, top_k = 0;
   double temperature = 0.8;
   // parallelism
-  int dp = 1, pp = 1;
+  int dp = 1, pp = 1, tp = 1;
+  bool sequence_parallel = false;
   std::string dp_mode = "bucket";
   double bucket_mb = 25.0;
   int64_t grad_accum = 1, microbatches = 0;

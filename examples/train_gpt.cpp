@@ -3,7 +3,7 @@
 // checkpoints and a sample of generated text at the end.
 //
 // run() reads like picotron's train.py: process grid (then the corpus) ->
-// model or pipeline stage -> dtype -> tied-embedding handler -> data parallel
+// model or pipeline stage (its layers' tp shards with --tp) -> dtype -> tied-embedding handler -> data parallel
 // -> optimizer (fp32 main params, sharded with --zero) -> resume -> loop.
 // The wrapping order is the lesson; each wrapper is one helper in
 // train_setup.h that says what it builds and why. The loop's training section
@@ -13,6 +13,7 @@
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
 //   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero --memory-report
+//   mpirun -np 4 build/examples/train_gpt --tp 2 --pp 2 --sequence-parallel   # each matmul split over 2 ranks
 //
 // Batches: --batch is the micro-batch one rank runs at a time; the global batch
 // is dp x batch x grad-accum sequences, drawn identically on every rank, and
@@ -37,14 +38,14 @@ int run(const train::Args& a, const std::string& flags) {
   train::validate(a);                     // every flag's range and every output path, before any work
   train::check_ranks_agree_on_flags(flags);  // every rank started alike, before the first collective
   // ---- the wrapping order -----------------------------------------------------------------
-  parallel::ProcessGroupManager pgm(a.dp, a.pp);  // the grid of ranks: world = dp x pp
+  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp);  // the grid of ranks: world = dp x pp x tp
   ops::set_num_threads(a.threads);
   if (!a.trace.empty()) parallel::trace::start(pgm.world());
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
   train::ModelOrStage m = train::build_model_or_stage(corpus.cfg, a, pgm);  // the GPT, or this rank's stage
   const DType dtype = train::parse_dtype(a.dtype);
   if (dtype != kFloat32) m.net().to(dtype);  // bf16/fp16 params and activations; fp32 main params below
-  parallel::SharedWeightGradHandler tied = train::tied_embedding_handler(m, pgm);  // first <-> last stage
+  parallel::SharedWeightGradHandler tied = train::tied_embedding_handler(m, pgm);  // first <-> last stage (+ SP)
   train::DataParallelWrap dp = train::wrap_data_parallel(m, tied, a, pgm);  // + the fp32 main_grad buffer
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = train::make_optimizer(m, dp, a, pgm);  // AdamW; ZeRO-1
   Generator data_gen(a.seed);                                   // draws the global batches

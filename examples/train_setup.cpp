@@ -11,12 +11,15 @@
 
 #include "autograd/engine.h"
 #include "optim/checkpoint.h"
+#include "optim/checkpoint_tensor_parallel.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/param_groups.h"
 #include "parallel/comm/handshake.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/pipeline_parallel/partition.h"
+#include "parallel/tensor_parallel/gpt.h"
+#include "parallel/tensor_parallel/replicas.h"
 
 namespace loom::train {
 
@@ -86,29 +89,46 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
 
 ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {
   ModelOrStage m;
-  if (pgm.pp_size() > 1) {
+  if (pgm.pp_size() > 1 || pgm.tp_size() > 1) {
     parallel::StagePartition parts =
         a.partition == "balanced"
             ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size())
             : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size());
-    m.stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())][0]);
+    // With --tp each layer of the stage is split over the tp group (a tp run
+    // without --pp is one stage holding every layer).
+    m.stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())][0],
+                                                        parallel::StageTensorParallel{&pgm.tp_group(),
+                                                                                      a.sequence_parallel});
     m.p2p = std::make_unique<parallel::PipelineP2P>(pgm.pp_group());
   } else {
     m.model = std::make_shared<nn::GPT>(cfg);
   }
   const bool rank0 = pgm.global_rank() == 0;
+  const std::string where = pgm.pp_size() > 1 && pgm.tp_size() > 1 ? " on pipeline stage 0, tp rank 0"
+                            : pgm.pp_size() > 1                    ? " on pipeline stage 0"
+                            : pgm.tp_size() > 1                    ? " on tp rank 0"
+                                                                   : "";
   say(rank0, "model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n",
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
-      (long long)m.net().num_parameters(), m.pipelined() ? " on pipeline stage 0" : "",
-      dtype_name(parse_dtype(a.dtype)));
-  if (m.pipelined())
+      (long long)m.net().num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
+  if (pgm.pp_size() > 1)
     say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(), a.schedule.c_str(),
         a.partition.c_str());
+  if (pgm.tp_size() > 1)
+    say(rank0, "tensor parallel: %d ranks (heads, MLP and vocabulary split; vocab padded to %lld)%s\n",
+        pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
+        a.sequence_parallel ? ", sequence parallel" : "");
   return m;
 }
 
 parallel::SharedWeightGradHandler tied_embedding_handler(ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
-  return m.pipelined() ? parallel::tied_embedding_handler(*m.stage, pgm) : parallel::SharedWeightGradHandler{};
+  if (!m.pipelined()) return {};
+  parallel::SharedWeightGradHandler shared = parallel::tied_embedding_handler(*m.stage, pgm);
+  // Sequence parallelism: each tp rank's layernorms and row-parallel biases saw
+  // T/tp of the tokens, so their gradients are summed over tp like the tied
+  // embedding's over its group (Megatron's allreduce_layernorm_grads).
+  for (const Tensor& p : m.stage->sequence_parallel_partial_params()) shared.add(p, pgm.tp_group());
+  return shared;
 }
 
 void DataParallelWrap::zero_grad(nn::Module& net) {
@@ -133,7 +153,8 @@ DataParallelWrap wrap_data_parallel(ModelOrStage& m, const parallel::SharedWeigh
     auto bucketed = std::make_unique<parallel::DataParallelBucket>(m.net().named_parameters(), pgm.dp_group(), bo);
     // Under ZeRO the tied embedding's bucket is still all-reduced: the
     // shared-weight handler needs its whole gradient (shared_weights.h).
-    if (a.zero && !tied.empty()) bucketed->bucket_manager().all_reduce_bucket_of(m.stage->embedding_weight());
+    if (a.zero)
+      for (const Tensor& p : tied.params()) bucketed->bucket_manager().all_reduce_bucket_of(p);
     w.bucket = bucketed.get();
     w.dp = std::move(bucketed);
   }
@@ -156,6 +177,9 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(ModelOrStage& m, 
   // The norm counts the tied weight once: the last stage's copy is left out.
   if (m.pipelined() && m.stage->is_last_stage() && !m.stage->is_first_stage())
     mp.not_counted.push_back(m.stage->embedding_weight());
+  // And tensor parallelism's replicated params once: tp rank 0's copies (all tp ranks' are equal).
+  if (m.pipelined() && pgm.tp_rank() != 0)
+    for (const auto& [name, p] : m.stage->tp_replicated_params()) mp.not_counted.push_back(p);
   std::vector<optim::ParamGroup> groups = optim::gpt_param_groups(m.net(), a.lr, a.weight_decay);
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   if (a.zero) {
@@ -178,7 +202,9 @@ void finish_param_sync(optim::MixedPrecisionOptimizer& opt) {
 int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, ModelOrStage& m, Generator& data_gen) {
   if (a.resume.empty()) return 0;
   // Every rank reads the manifest and the shards it needs.
-  optim::TrainState s = optim::load_checkpoint(a.resume, opt, m.net().named_parameters());
+  const bool tp = m.pipelined() && m.stage->tensor_parallel();
+  optim::TrainState s =
+      optim::load_checkpoint(a.resume, opt, m.net().named_parameters(), tp ? &m.stage->shard_maps() : nullptr);
   LOOM_CHECK(s.step <= a.steps, "--steps ", a.steps, " is below the step of the checkpoint --resume ", a.resume, " (",
              s.step, " steps done); to train further pass --steps > ", s.step);
   data_gen.set_state(s.data_rng);
@@ -199,13 +225,24 @@ void save(const Args& a, int64_t steps_done, const Corpus& c, ModelOrStage& m, o
   }
   pgm.world().barrier();  // the directory exists before any rank writes its shard
   // Replicas hold identical optimizer state: dp rank 0 writes it, or every rank its own ZeRO shard.
-  optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, m.net().named_parameters(),
-                         {steps_done, data_gen.state()}, pgm.world(), a.zero || pgm.dp_rank() == 0);
+  // Under tp, each stage's state joined into full tensors, written by its tp rank 0 of dp rank 0.
+  const nn::NamedTensors params = m.net().named_parameters();
+  if (m.pipelined() && m.stage->tensor_parallel()) {
+    // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
+    parallel::check_tp_replicas_identical(m.stage->tp_replicated_params(), pgm.tp_group());
+    nn::NamedTensors joined = optim::full_optimizer_fragments(
+        opt, params, {&m.stage->shard_maps(), &pgm.tp_group(), &pgm.dp_group(), a.zero});
+    optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, params, {steps_done, data_gen.state()},
+                           pgm.world(), pgm.tp_rank() == 0 && pgm.dp_rank() == 0, &joined);
+  } else {
+    optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, params, {steps_done, data_gen.state()},
+                           pgm.world(), a.zero || pgm.dp_rank() == 0);
+  }
   say(rank0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(), (long long)steps_done);
 }
 
 BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::ProcessGroupManager& pgm) {
-  const bool pipelined = pgm.pp_size() > 1;
+  const bool pipelined = pgm.pp_size() > 1;  // (a tp stage without --pp accumulates --grad-accum micro-batches)
   LOOM_CHECK(!pipelined || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
   const int64_t K = pipelined ? (a.microbatches > 0 ? a.microbatches : pgm.pp_size()) : a.grad_accum;
   const BatchPlan plan{K, int64_t(pgm.dp_size()) * a.batch * K, int64_t(pgm.dp_rank()) * a.batch * K};

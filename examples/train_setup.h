@@ -43,11 +43,14 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world);
 
 // What this rank trains: the whole GPT on one process, or with --pp only its
 // stage's slice of [embedding, block_0 .. block_{L-1}, head]
-// (parallel/pipeline_parallel/partition.h), plus the p2p link to its neighbours.
+// (parallel/pipeline_parallel/partition.h), plus the p2p link to its
+// neighbours. With --tp the stage's layers are this rank's tp shards
+// (tensor_parallel/gpt.h); without --pp that is one stage of every layer, run
+// by the same schedule code (one stage, no transfers).
 struct ModelOrStage {
-  std::shared_ptr<nn::GPT> model;                  // without --pp
-  std::shared_ptr<parallel::PipelineStage> stage;  // with --pp
-  std::unique_ptr<parallel::PipelineP2P> p2p;      // with --pp
+  std::shared_ptr<nn::GPT> model;                  // without --pp or --tp
+  std::shared_ptr<parallel::PipelineStage> stage;  // with --pp or --tp
+  std::unique_ptr<parallel::PipelineP2P> p2p;      // with --pp or --tp (a group of one without --pp)
   bool pipelined() const { return stage != nullptr; }
   nn::Module& net() const { return pipelined() ? static_cast<nn::Module&>(*stage) : *model; }
 };
@@ -55,6 +58,8 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
 
 // The tied embedding across the first and last pipeline stage (Megatron's
 // embedding group); empty without a pipeline, or when one stage holds both.
+// With --sequence-parallel also the layernorms and row-parallel biases, whose
+// gradients are summed over the tp group.
 parallel::SharedWeightGradHandler tied_embedding_handler(ModelOrStage& m, parallel::ProcessGroupManager& pgm);
 
 // The data-parallel wrapper, which also owns the fp32 main_grad buffer.

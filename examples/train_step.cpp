@@ -45,7 +45,7 @@ parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, 
   std::vector<parallel::MicroBatch> micro;
   for (const data::Batch& mb : mbs) micro.push_back({mb.x, mb.y});
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
-    return opt.scale_loss(nn::cross_entropy_loss(logits, y));
+    return opt.scale_loss(stage.loss(logits, y));  // vocab-parallel with --tp
   };
   parallel::PipelineStepResult r = schedule == "afab"
                                        ? parallel::train_step_pipeline_afab(stage, p2p, micro, loss_fn, dp)

@@ -8,6 +8,7 @@
 
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
+#include "optim/checkpoint_tensor_parallel.h"
 #include "parallel/comm/handshake.h"
 #include "tensor/ops.h"
 
@@ -39,6 +40,22 @@ std::unordered_map<const TensorImpl*, std::string> names_by_tensor(const nn::Nam
 
 const char* kKinds[] = {"main", "exp_avg", "exp_avg_sq"};
 
+// This rank's optimizer state as saved: per main param, "<kind>/<param name>/<first element>".
+nn::NamedTensors optimizer_fragments(const MixedPrecisionOptimizer& opt, const nn::NamedTensors& params) {
+  auto names = names_by_tensor(params);
+  nn::NamedTensors shard;
+  for (size_t i = 0; i < opt.main_params().size(); ++i) {
+    const MainParam& m = opt.main_params()[i];
+    const AdamWState& st = opt.adam_state(i);
+    const std::string key = str("/", name_of(m, names), "/", m.start);
+    shard.push_back({str("main", key), m.main});
+    shard.push_back({str("exp_avg", key), st.exp_avg});
+    shard.push_back({str("exp_avg_sq", key), st.exp_avg_sq});
+    shard.push_back({str("step", key), st.step});
+  }
+  return shard;
+}
+
 }  // namespace
 
 std::string optimizer_path(const std::string& model_path) { return strip_ext(model_path) + ".optim.safetensors"; }
@@ -46,7 +63,7 @@ std::string optimizer_path(const std::string& model_path) { return strip_ext(mod
 void save_checkpoint(const std::string& path, const nn::NamedTensors& model_state, const nn::GPTConfig& cfg,
                      const std::string& vocab_utf8, const MixedPrecisionOptimizer& opt,
                      const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
-                     bool write_shard) {
+                     bool write_shard, const nn::NamedTensors* fragments) {
   LOOM_CHECK(!path.empty() && !path.ends_with("/") && !std::filesystem::is_directory(path), "checkpoint: '", path,
              "' names a directory; give a file path such as ", path, path.ends_with("/") ? "" : "/",
              "gpt.safetensors");
@@ -56,19 +73,9 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
   //    checkpoint stays whole on disk until the new manifest replaces it.
   std::string mine;
   if (write_shard) {
-    auto names = names_by_tensor(params);
-    nn::NamedTensors shard;
-    for (size_t i = 0; i < opt.main_params().size(); ++i) {
-      const MainParam& m = opt.main_params()[i];
-      const AdamWState& st = opt.adam_state(i);
-      const std::string key = str("/", name_of(m, names), "/", m.start);
-      shard.push_back({str("main", key), m.main});
-      shard.push_back({str("exp_avg", key), st.exp_avg});
-      shard.push_back({str("exp_avg_sq", key), st.exp_avg_sq});
-      shard.push_back({str("step", key), st.step});
-    }
     const std::string file = optim::piece_path(path, step, "optim." + std::to_string(world.rank()));
-    nn::save_safetensors(file, shard, {{"format", "loom-optimizer-shard"}, {"step", step_str}});
+    nn::save_safetensors(file, fragments ? *fragments : optimizer_fragments(opt, params),
+                         {{"format", "loom-optimizer-shard"}, {"step", step_str}});
     mine = optim::encode_pieces({optim::describe_piece(file)});
   }
   // 2. Every rank's piece, gathered on rank 0 (also the barrier: the manifest
@@ -178,8 +185,8 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
   return c;
 }
 
-TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt,
-                           const nn::NamedTensors& params) {
+TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt, const nn::NamedTensors& params,
+                           const parallel::ShardMaps* tp_maps) {
   // 1. The manifest, every piece verified: train state, loss scale, the shard files.
   const std::string index_path = optimizer_path(path);
   nn::SafetensorsFile index = read_manifest(path);
@@ -198,11 +205,7 @@ TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt
   }
 
   // 2. Every fragment in every shard: "<kind>/<param name>/<first element>".
-  struct Fragment {
-    int64_t start;
-    Tensor t;
-    std::string file;
-  };
+  using Fragment = OptimizerFragment;
   std::map<std::pair<std::string, std::string>, std::vector<Fragment>> fragments;  // (kind, name) -> pieces
   const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
   std::stringstream list(index.metadata.at("shards"));
@@ -228,6 +231,18 @@ TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt
     const AdamWState& st = opt.adam_state(i);
     const std::string name = name_of(m, names);
     const Tensor dst[] = {m.main, st.exp_avg, st.exp_avg_sq};
+    if (tp_maps) {  // a tp shard: the whole tensor joined from the fragments, this rank's elements cut out of it
+      const parallel::ShardMap& map = tp_maps->at(name);
+      for (int k = 0; k < 3; ++k) {
+        Tensor whole = join_fragments(fragments[{kKinds[k], name}], numel_of(map.full_shape),
+                                      str(kKinds[k], "/", name), index_path);
+        ops::copy_(dst[k], ops::narrow(parallel::cut_shard(whole, map), 0, m.start, m.end - m.start));
+      }
+      const auto& steps = fragments[{"step", name}];
+      LOOM_CHECK(!steps.empty(), "checkpoint '", index_path, "': no step/", name, " (AdamW's step count)");
+      ops::copy_(st.step, steps.front().t);
+      continue;
+    }
     for (int k = 0; k < 3; ++k) {
       // Fragments may overlap: a tied weight's two pipeline copies are both
       // saved (bit-identical). Count each element once.

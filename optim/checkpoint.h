@@ -28,6 +28,7 @@
 #include "nn/gpt.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/tensor_parallel/shard_map.h"
 
 namespace loom::optim {
 
@@ -41,19 +42,21 @@ std::string optimizer_path(const std::string& model_path);  // the index: PATH.o
 // Collective over world. model_state: the whole GPT's parameters (read on
 // world rank 0 only); params: this rank's named parameters (to name the
 // optimizer's main params); write_shard: this rank's optimizer state is not a
-// replica of a lower dp rank's.
+// replica of a lower dp rank's. fragments: the shard to write instead of
+// opt's own (tensor parallelism's joined state, checkpoint_tensor_parallel.h).
 void save_checkpoint(const std::string& path, const nn::NamedTensors& model_state, const nn::GPTConfig& cfg,
                      const std::string& vocab_utf8, const MixedPrecisionOptimizer& opt,
                      const nn::NamedTensors& params, const TrainState& state, parallel::ProcessGroup& world,
-                     bool write_shard);
+                     bool write_shard, const nn::NamedTensors* fragments = nullptr);
 
 // Reads just the config and vocabulary (to build the model before loading).
 nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8);
 
 // Fills opt's main params and AdamW state from the shards, copies the main
 // params into the model params (collective over dp under ZeRO-1) and returns
-// the train state. Errors name the file and the tensor.
-TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt,
-                           const nn::NamedTensors& params);
+// the train state. Errors name the file and the tensor. tp_maps: with tensor
+// parallelism, where each param's shard lies in the full tensor.
+TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt, const nn::NamedTensors& params,
+                           const parallel::ShardMaps* tp_maps = nullptr);
 
 }  // namespace loom::optim

@@ -15,9 +15,10 @@ namespace {
 // (pp rank 0 already holds wte.weight, the first stage's). Stages register
 // their parameters in the full model's order (pipeline_stage.cpp), so these
 // lists, concatenated in stage order, are nn::GPT(cfg).named_parameters().
+// With tp the stage's shards are first joined into full tensors (collective over tp).
 nn::NamedTensors stage_entries(PipelineStage& stage, int pp_rank) {
   nn::NamedTensors out;
-  for (auto& [name, t] : stage.state_dict())
+  for (auto& [name, t] : stage.full_state_dict())
     if (pp_rank == 0 || name != "wte.weight") out.emplace_back(name, t);
   return out;
 }
@@ -72,6 +73,8 @@ nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_grou
              ") do not match pipeline rank ", rank, " of ", size);
   NoGradGuard no_grad;
   nn::NamedTensors mine = stage_entries(stage, rank);
+  // Every tp rank now holds the same full tensors; tp rank 0's pipeline gathers them.
+  if (stage.tensor_parallel() && stage.tp_group()->rank() != 0) return {};
 
   if (rank != 0) {
     std::vector<int64_t> meta = describe(mine);

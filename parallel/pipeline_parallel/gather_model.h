@@ -17,8 +17,10 @@
 
 namespace loom::parallel {
 
-// Collective over pp_group (stage order: pp rank s holds stage s). Returns on
-// pp rank 0 the full GPT's state dict - the names and order of
+// Collective over pp_group (stage order: pp rank s holds stage s), and with
+// tensor parallelism over each stage's tp group first (the shards joined;
+// only tp rank 0's pipeline then gathers). Returns on pp rank 0 (tp rank 0)
+// the full GPT's state dict - the names and order of
 // nn::GPT(cfg).named_parameters(), wte.weight once, the first stage's - as
 // fresh copies owned by the caller, each in its parameter's dtype; on every
 // other rank an empty list.

@@ -88,11 +88,8 @@ class MicroBatchRunner {
                t.defined() ? t.describe() : std::string("nothing"), " as the ", what, " of micro-batch ", mb,
                ", expected shape ", want, "; do all ranks run the same model and batch flags?");
   }
-  // [b, T, C]: micro-batch mb's rows and tokens, the model's width.
-  Shape activation_shape(int mb) const {
-    const Shape& x = mbs_[size_t(mb)].x.shape();
-    return {x[0], x[1], stage_.config().n_embd};
-  }
+  // [b, T, C]: micro-batch mb's rows and tokens (T / tp under sequence parallelism), the model's width.
+  Shape activation_shape(int mb) const { return stage_.activation_shape(mbs_[size_t(mb)].x.shape()); }
 
   // After the last transfer: give every stage the mean loss.
   PipelineStepResult finish() {

@@ -4,6 +4,8 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "nn/loss.h"
+#include "parallel/tensor_parallel/gpt.h"
 
 namespace loom::parallel {
 
@@ -41,8 +43,15 @@ void register_layer(nn::Module& stage, const std::string& prefix, const std::sha
 
 }  // namespace
 
-PipelineStage::PipelineStage(const nn::GPTConfig& cfg, LayerRange range)
-    : cfg_(cfg), range_(range), layers_(nn::build_gpt_layers(cfg, range.start, range.end)) {
+PipelineStage::PipelineStage(const nn::GPTConfig& cfg, LayerRange range, StageTensorParallel tp)
+    : cfg_(cfg), range_(range) {
+  if (tp.tp && tp.tp->size() > 1) {
+    tp_ = tp;
+    layers_ = build_tensor_parallel_gpt_layers(cfg, range.start, range.end, *tp.tp, tp.sequence_parallel);
+    shard_maps_ = tensor_parallel_shard_maps(cfg, range.start, range.end, *tp.tp, tp.sequence_parallel);
+  } else {
+    layers_ = nn::build_gpt_layers(cfg, range.start, range.end);
+  }
   for (int64_t i = range.start; i < range.end; ++i)
     register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[size_t(i - range.start)]);
 }
@@ -74,9 +83,51 @@ void PipelineStage::train(bool on) {
 }
 
 Tensor PipelineStage::embedding_weight() const {
+  if (tensor_parallel()) {
+    if (is_first_stage()) return std::static_pointer_cast<TensorParallelEmbedding>(layers_.front())->wte->weight;
+    if (is_last_stage()) return std::static_pointer_cast<TensorParallelHead>(layers_.back())->wte->weight;
+    return Tensor();
+  }
   if (is_first_stage()) return std::static_pointer_cast<nn::GPTEmbedding>(layers_.front())->wte->weight;
   if (is_last_stage()) return std::static_pointer_cast<nn::GPTHead>(layers_.back())->wte->weight;
   return Tensor();
+}
+
+Shape PipelineStage::activation_shape(const Shape& ids) const {
+  LOOM_CHECK(ids.size() == 2, "PipelineStage::activation_shape: token ids must be [B, T], got ", ids);
+  const int64_t T = tp_.sequence_parallel ? ids[1] / tp_.tp->size() : ids[1];
+  return {ids[0], T, cfg_.n_embd};
+}
+
+Tensor PipelineStage::loss(const Tensor& logits, const Tensor& targets) const {
+  LOOM_CHECK(is_last_stage(), "PipelineStage::loss: layers [", range_.start, ", ", range_.end,
+             ") are not the last stage; only it has logits");
+  if (!tensor_parallel()) return nn::cross_entropy_loss(logits, targets);
+  const auto& head = static_cast<const TensorParallelHead&>(*layers_.back());
+  return tensor_parallel_loss(logits, targets, head, cfg_.vocab_size);
+}
+
+nn::NamedTensors PipelineStage::tp_replicated_params() const {
+  nn::NamedTensors out;
+  for (const auto& [name, p] : named_parameters())
+    if (auto it = shard_maps_.find(name); it != shard_maps_.end() && it->second.replicated) out.emplace_back(name, p);
+  return out;
+}
+
+std::vector<Tensor> PipelineStage::sequence_parallel_partial_params() const {
+  std::vector<Tensor> out;
+  if (!tp_.sequence_parallel) return out;
+  for (const auto& [name, p] : named_parameters())
+    if (auto it = shard_maps_.find(name); it != shard_maps_.end() && it->second.replicated && name != "wpe.weight")
+      out.push_back(p);
+  return out;
+}
+
+nn::NamedTensors PipelineStage::full_state_dict() {
+  if (!tensor_parallel()) return state_dict();
+  nn::NamedTensors out;
+  for (const auto& [name, t] : state_dict()) out.emplace_back(name, gather_full(t, shard_maps_.at(name), *tp_.tp));
+  return out;
 }
 
 std::vector<int64_t> gpt_layer_param_counts(const nn::GPTConfig& cfg) {

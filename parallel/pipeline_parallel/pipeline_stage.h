@@ -19,6 +19,11 @@
 // (kept equal to the first stage's by the shared-weight handler,
 // shared_weights.h). Checkpoints and optimizer groups therefore treat a stage
 // like a slice of the full model; a consumer merging stages keeps one wte.
+//
+// With tensor parallelism (tp > 1) every layer of the stage is split over the
+// tp group (tensor_parallel/gpt.h): this rank holds its shards, under the same
+// names, and the last stage's loss is the vocab-parallel cross-entropy. With
+// pp = 1 a tp run is one stage holding every layer.
 #pragma once
 
 #include <memory>
@@ -26,13 +31,22 @@
 
 #include "nn/gpt.h"
 #include "parallel/pipeline_parallel/partition.h"
+#include "parallel/tensor_parallel/shard_map.h"
 
 namespace loom::parallel {
 
+// The tp group the stage's layers are split over (null or size 1: none), and
+// whether they run sequence-parallel (Megatron-SP).
+struct StageTensorParallel {
+  ProcessGroup* tp = nullptr;
+  bool sequence_parallel = false;
+};
+
 class PipelineStage : public nn::Module {
  public:
-  // Builds layers [range.start, range.end) of the GPT of cfg, and nothing else.
-  PipelineStage(const nn::GPTConfig& cfg, LayerRange range);
+  // Builds layers [range.start, range.end) of the GPT of cfg, and nothing else:
+  // this rank's tp shards of them when tp.tp has more than one rank.
+  PipelineStage(const nn::GPTConfig& cfg, LayerRange range, StageTensorParallel tp = {});
 
   bool is_first_stage() const { return range_.start == 0; }
   bool is_last_stage() const { return range_.end == cfg_.num_layers(); }
@@ -53,6 +67,30 @@ class PipelineStage : public nn::Module {
   // (token ids have none).
   Tensor backward(const Tensor& input, const Tensor& output, const Tensor& output_grad);
 
+  // The activation sent between stages for token ids of shape [B, T]:
+  // [B, T, C], or [B, T / tp, C] under sequence parallelism (this rank's part of the sequence).
+  Shape activation_shape(const Shape& ids) const;
+
+  // The loss of the last stage's logits against targets [B, T]: the mean
+  // cross-entropy (with tp, vocab-parallel over logits [B, T, V_pad / tp]).
+  Tensor loss(const Tensor& logits, const Tensor& targets) const;
+
+  // ---- tensor parallelism (all empty / identity without it) ----
+  bool tensor_parallel() const { return tp_.tp != nullptr; }
+  ProcessGroup* tp_group() const { return tp_.tp; }
+  bool sequence_parallel() const { return tp_.sequence_parallel; }
+  const ShardMaps& shard_maps() const { return shard_maps_; }
+  // The params every tp rank holds whole: layernorms, row-parallel biases, wpe.
+  // Counted once in the grad norm (tp rank 0's copies).
+  nn::NamedTensors tp_replicated_params() const;
+  // Under sequence parallelism, those whose gradients are partial sums over
+  // tp (each rank saw T/tp of the tokens): all but wpe, which is added before
+  // the scatter along T. Summed over tp after backward.
+  std::vector<Tensor> sequence_parallel_partial_params() const;
+  // state_dict() with every tp shard joined into its full tensor (gather_full).
+  // Collective over tp; without tp, state_dict() itself.
+  nn::NamedTensors full_state_dict();
+
   // Also sets the layer objects themselves (the embedding and the head are
   // registered through their sub-modules, not as children).
   void train(bool on = true) override;
@@ -66,6 +104,8 @@ class PipelineStage : public nn::Module {
   nn::GPTConfig cfg_;
   LayerRange range_;
   std::vector<std::shared_ptr<nn::Layer>> layers_;
+  StageTensorParallel tp_;
+  ShardMaps shard_maps_;
 };
 
 // Parameter count of each GPT layer, the weights partition_balanced cuts by:

@@ -13,6 +13,12 @@ void SharedWeightGradHandler::add(const Tensor& param, ProcessGroup& group) {
   shared_.push_back({param, &group});
 }
 
+std::vector<Tensor> SharedWeightGradHandler::params() const {
+  std::vector<Tensor> out;
+  for (const auto& entry : shared_) out.push_back(entry.first);
+  return out;
+}
+
 void SharedWeightGradHandler::broadcast_params() {
   std::vector<std::shared_ptr<Work>> works;
   for (auto& [p, group] : shared_)

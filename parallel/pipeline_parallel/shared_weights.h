@@ -32,6 +32,7 @@ class SharedWeightGradHandler {
   // group registers its copy, in the same order.
   void add(const Tensor& param, ProcessGroup& group);
   bool empty() const { return shared_.empty(); }
+  std::vector<Tensor> params() const;  // every registered copy, in order
 
   // Makes every copy equal to group rank 0's (at setup). Collective over each group.
   void broadcast_params();

@@ -78,7 +78,13 @@ std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const n
   LOOM_CHECK(!sp || cfg.block_size % tp.size() == 0, "sequence parallelism: block_size ", cfg.block_size,
              " does not split over tp = ", tp.size());
   // The full layers first (each from its own generator, nn/gpt.h), then each cut to this rank's shards.
-  std::vector<std::shared_ptr<nn::Layer>> full = nn::build_gpt_layers(cfg, begin, end), out;
+  return cut_gpt_layers_for_tp(nn::build_gpt_layers(cfg, begin, end), cfg, begin, tp, sp);
+}
+
+std::vector<std::shared_ptr<nn::Layer>> cut_gpt_layers_for_tp(const std::vector<std::shared_ptr<nn::Layer>>& full,
+                                                              const nn::GPTConfig& cfg, int64_t begin,
+                                                              ProcessGroup& tp, bool sp) {
+  std::vector<std::shared_ptr<nn::Layer>> out;
   std::shared_ptr<VocabParallelEmbedding> embedding_wte;
   for (size_t k = 0; k < full.size(); ++k) {
     const int64_t i = begin + int64_t(k);

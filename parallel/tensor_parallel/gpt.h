@@ -55,6 +55,13 @@ std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const n
                                                                          int64_t end, ProcessGroup& tp,
                                                                          bool sequence_parallel = false);
 
+// The same from full layers already built (nn::build_gpt_layers(cfg, begin,
+// ...)): each cut to this rank's shards. shard_map.h cuts layers whose
+// weights hold their own element indices, to learn where each shard came from.
+std::vector<std::shared_ptr<nn::Layer>> cut_gpt_layers_for_tp(const std::vector<std::shared_ptr<nn::Layer>>& full,
+                                                              const nn::GPTConfig& cfg, int64_t begin,
+                                                              ProcessGroup& tp, bool sequence_parallel = false);
+
 // The loss of the head's logits [B, T, V_pad/tp] against targets [B, T]: the
 // mean cross-entropy over the true vocabulary, as nn's cross_entropy_loss of the full logits.
 Tensor tensor_parallel_loss(const Tensor& logits, const Tensor& targets, const TensorParallelHead& head,

@@ -9,16 +9,21 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
+#include "tests/error_of.h"
 #include "nn/loss.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/pipeline_parallel/pipeline_stage.h"
 #include "parallel/tensor_parallel/block.h"
 #include "parallel/tensor_parallel/cross_entropy.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/layers.h"
 #include "parallel/tensor_parallel/mappings.h"
+#include "parallel/tensor_parallel/replicas.h"
+#include "parallel/tensor_parallel/shard_map.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -269,3 +274,52 @@ TEST_P(TensorParallelGptTest, LossAndGradientsEqualTheFullGpt) {
 }
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelGptTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "sequence_parallel" : "tensor_parallel"; });
+
+// The shard maps (shard_map.h) against the full GPT: every shard joined by
+// gather_full is the full model's tensor, bit for bit, and cut_shard of the
+// full tensor is the shard - for every parameter, including c_attn's regrouped
+// rows and the padded vocabulary (V = 10 over tp = 4: 12 rows, 2 of padding).
+TEST(TensorParallel, ShardMapsJoinEveryShardIntoTheFullModelAndCutItBack) {
+  nn::GPTConfig cfg{10, 8, 2, 4, 8, 0.0, 21};
+  nn::GPT full(cfg);
+  std::map<std::string, Tensor> want;
+  for (auto& [name, p] : full.named_parameters()) want[name] = p;
+  PipelineStage stage(cfg, {0, cfg.num_layers()}, {&tp(), false});
+  nn::NamedTensors joined = stage.full_state_dict();
+  ASSERT_EQ(joined.size(), want.size());
+  const std::set<std::string> replicated = {"wpe.weight", "ln_f.weight", "ln_f.bias"};
+  for (auto& [name, t] : joined) {
+    EXPECT_EQ(t.shape(), want.at(name).shape()) << name;
+    EXPECT_EQ(t.to_vector<float>(), want.at(name).to_vector<float>()) << name << ": joined shards";
+  }
+  int params = 0;
+  for (auto& [name, p] : stage.named_parameters()) {
+    if (tp().size() == 1) break;  // no maps without a split
+    const ShardMap& map = stage.shard_maps().at(name);
+    EXPECT_EQ(ops::reshape(cut_shard(want.at(name), map), p.shape()).to_vector<float>(), p.to_vector<float>()) << name;
+    const bool expect_replicated = replicated.count(name) || name.find("ln_") != std::string::npos ||
+                                   name.find("c_proj.bias") != std::string::npos;
+    EXPECT_EQ(map.replicated, expect_replicated) << name;
+    ++params;
+  }
+  if (tp().size() > 1) {
+    EXPECT_EQ(params, int(want.size()));
+  }
+}
+
+// A replicated param whose copies differ by one bit on one rank is named on every rank.
+TEST(TensorParallel, ReplicatedParamsThatDriftApartAreNamed) {
+  if (tp().size() == 1) GTEST_SKIP() << "needs 2 or more tp ranks (runs at np 2 and 4)";
+  nn::GPTConfig cfg{10, 8, 2, 4, 8, 0.0, 21};
+  PipelineStage stage(cfg, {0, cfg.num_layers()}, {&tp(), false});
+  check_tp_replicas_identical(stage.tp_replicated_params(), tp());  // as built: identical
+  for (auto& [name, p] : stage.tp_replicated_params())
+    if (name == "blocks.1.ln_2.bias" && tp().rank() == 1) {
+      NoGradGuard no_grad;
+      float* v = p.data<float>();
+      v[0] = std::nextafter(v[0], 1.0f);
+    }
+  const std::string msg = test::error_of([&] { check_tp_replicas_identical(stage.tp_replicated_params(), tp()); });
+  EXPECT_NE(msg.find("blocks.1.ln_2.bias"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("blocks.0.ln_1.weight"), std::string::npos) << "only the drifted param is named: " << msg;
+}
