@@ -11,6 +11,7 @@
 #include "nn/generate.h"
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/gather_model.h"
+#include "parallel/tensor_parallel/shard_map.h"
 #include "parallel/trace/trace.h"
 
 namespace loom::train {
@@ -62,6 +63,14 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
         optim::predict_memory(m_.net().num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
     std::string table = optim::memory_report(mine, predicted, pgm_.world());
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
+    if (rank0_ && m_.pipelined() && m_.stage->tensor_parallel()) {
+      // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
+      const parallel::TensorParallelParamCount c = parallel::count_params(m_.stage->shard_maps(), pgm_.tp_size());
+      std::printf("tensor parallel, rank 0's stage: params per rank = (split %lld + vocab padding %lld) / tp %d "
+                  "+ replicated %lld = %lld (measured %lld)\n",
+                  (long long)c.split, (long long)c.padding, c.tp, (long long)c.replicated, (long long)c.per_rank(),
+                  (long long)m_.net().num_parameters());
+    }
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
   total_ms_ += ms;

@@ -628,3 +628,65 @@ TEST(TrainGptParallel, TensorParallelThatDoesNotDivideTheHeadsIsNamed) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--tp 4 must divide --heads 2"), std::string::npos) << r.output;
 }
+
+// --memory-report under tp: the table's rows as without tp (each rank's own
+// params, fp32: 4 + 4 + 8 bytes each), and the line that says where the count
+// comes from: 1/tp of the split tensors plus the replicated ones, equal to the
+// parameters the rank holds, and about half of the one-process model.
+TEST(TrainGptParallel, MemoryReportUnderTensorParallelShowsTheSplit) {
+  expect_memory_report("memory_tp2", "--tp 2 --batch 16", 16.0);
+  Result r = train("memory_tp2_line", 2, "--tp 2 --batch 16 --memory-report");
+  ASSERT_EQ(r.status, 0) << r.output;
+  long long split = 0, padding = 0, replicated = 0, per_rank = 0, measured = 0;
+  int tp = 0;
+  const size_t at = r.output.find("tensor parallel, rank 0's stage");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at,
+                        "tensor parallel, rank 0's stage: params per rank = (split %lld + vocab padding %lld) / tp %d "
+                        "+ replicated %lld = %lld (measured %lld)",
+                        &split, &padding, &tp, &replicated, &per_rank, &measured),
+            6)
+      << r.output.substr(at, 200);
+  EXPECT_EQ(tp, 2);
+  EXPECT_EQ(per_rank, measured);
+  EXPECT_EQ(per_rank, (split + padding) / 2 + replicated);
+  // The whole model, as one process counts it (the checkpoint's tensors).
+  long long whole = 0;
+  for (const auto& [name, t] : single_process_batch16().weights.tensors) whole += t.numel();
+  EXPECT_EQ(split + replicated, whole);
+  EXPECT_LT(measured, whole * 0.6) << "a tp 2 rank holds a little over half of the model";
+}
+
+// The trace of a tp run shows the tp collectives on each rank's communication
+// row, inside the forward (F) and the backward (B) spans of its compute row:
+// Megatron's all-reduces, where they happen.
+TEST(TrainGptParallel, TensorParallelTraceShowsTheCollectivesInsideForwardAndBackward) {
+  fs::path trace = work_dir() / "trace_tp.json";
+  Result r = train("traced_tp", 2, "--tp 2 --batch 16 --trace " + trace.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  struct Span {
+    std::string name;
+    double ts, dur;
+    int pid;
+  };
+  std::vector<Span> spans;
+  std::ifstream f(trace);
+  for (std::string line; std::getline(f, line);) {
+    if (line.find("\"ph\": \"X\"") == std::string::npos) continue;
+    const size_t a = line.find("\"name\": \"") + 9, b = line.find('"', a);
+    Span s{line.substr(a, b - a), field(line, "ts"), field(line, "dur"), int(field(line, "pid"))};
+    spans.push_back(s);
+  }
+  for (int pid : {0, 1}) {
+    int in_forward = 0, in_backward = 0;
+    for (const Span& c : spans) {
+      if (c.pid != pid || c.name.find(" tp (size 2)") == std::string::npos) continue;
+      for (const Span& s : spans)
+        if (s.pid == pid && (s.name == "F0" || s.name == "B0") && c.ts >= s.ts && c.ts <= s.ts + s.dur)
+          (s.name == "F0" ? in_forward : in_backward)++;
+    }
+    // Per step 2 layers x 2 all-reduces + the embedding's and the loss's forward, 2 x 2 + the head's backward.
+    EXPECT_GE(in_forward, 4) << "rank " << pid << ": tp collectives inside forward";
+    EXPECT_GE(in_backward, 4) << "rank " << pid << ": tp collectives inside backward";
+  }
+}

@@ -72,4 +72,20 @@ Tensor cut_shard(const Tensor& full_tensor, const ShardMap& map) {
   return ops::index_select(with_padding, 0, map.index);  // flat [shard numel]
 }
 
+TensorParallelParamCount count_params(const ShardMaps& maps, int tp_size) {
+  TensorParallelParamCount c;
+  c.tp = tp_size;
+  for (const auto& entry : maps) {
+    const ShardMap& map = entry.second;
+    const int64_t full_numel = numel_of(map.full_shape);
+    if (map.replicated) {
+      c.replicated += full_numel;
+    } else {
+      c.split += full_numel;
+      c.padding += map.index.numel() * tp_size - full_numel;
+    }
+  }
+  return c;
+}
+
 }  // namespace loom::parallel

@@ -48,4 +48,15 @@ Tensor gather_full(const Tensor& shard, const ShardMap& map, ProcessGroup& tp);
 // index_select by the map, zeros on padding. No communication.
 Tensor cut_shard(const Tensor& full, const ShardMap& map);
 
+// A stage's parameters under tp, from its maps (--memory-report's formula line):
+// per rank = (split + vocabulary padding) / tp + replicated.
+struct TensorParallelParamCount {
+  int64_t split = 0;       // elements of the full tensors that are split over tp
+  int64_t padding = 0;     // zero rows added to the vocabulary (gpt.h), all ranks together
+  int64_t replicated = 0;  // elements every tp rank holds whole
+  int tp = 1;
+  int64_t per_rank() const { return (split + padding) / tp + replicated; }
+};
+TensorParallelParamCount count_params(const ShardMaps& maps, int tp_size);
+
 }  // namespace loom::parallel
