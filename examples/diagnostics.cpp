@@ -8,6 +8,7 @@
 
 #include "examples/evaluate.h"
 #include "examples/progress.h"
+#include "examples/teach_symptoms.h"
 #include "nn/generate.h"
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/gather_model.h"
@@ -72,6 +73,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                   (long long)m_.net().num_parameters());
     }
   }
+  const std::string symptom = teach_symptom(step, stepped.grad_norm, m_, pgm_);  // --teach-break only
+  if (!symptom.empty()) std::printf("%s%s", tty_ ? "\n" : "", symptom.c_str());
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
   total_ms_ += ms;
   const bool eval_now = a_.eval_every > 0 && ((step + 1) % a_.eval_every == 0 || step + 1 == a_.steps);

@@ -1,4 +1,5 @@
 #include "examples/train_args.h"
+#include "parallel/teach/teach_break.h"
 
 #include <unistd.h>
 
@@ -63,6 +64,9 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--loss-scale-growth", a.loss_scale_growth, "fp16: factor the scale grows by after the window");
   app.add_option("--loss-scale-backoff", a.loss_scale_backoff, "fp16: factor the scale shrinks by on an overflow");
   app.add_option("--inject-overflow", a.inject_overflow, "testing: put an inf into rank 0's gradient at this step (-1: never)");
+  app.add_option("--teach-break", a.teach_break,
+                 "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
+                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group");
 }
 
 namespace {
@@ -158,6 +162,7 @@ void validate(const Args& a) {
   check_range("--loss-scale-backoff", a.loss_scale_backoff, 1e-6, 1.0);
   check_range<int64_t>("--loss-scale-window", a.loss_scale_window, 1, int64_t(1) << 40);
   check_range<int64_t>("--inject-overflow", a.inject_overflow, -1, kMaxSteps, " (-1: never)");
+  teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);
   check_writable("--log", a.log, /*create_dirs=*/false);

@@ -38,6 +38,8 @@ struct Args {
   bool zero = false, memory_report = false;
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
+  // teaching
+  std::string teach_break = "none";
 };
 
 void add_options(CLI::App& app, Args& a);

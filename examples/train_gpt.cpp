@@ -28,6 +28,7 @@
 #include "examples/train_step.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
 
 using namespace loom;
@@ -37,6 +38,7 @@ namespace {
 int run(const train::Args& a, const std::string& flags) {
   train::validate(a);                     // every flag's range and every output path, before any work
   train::check_ranks_agree_on_flags(flags);  // every rank started alike, before the first collective
+  teach::set_break(teach::parse_break(a.teach_break));  // --teach-break: a classic bug on purpose (default: none)
   // ---- the wrapping order -----------------------------------------------------------------
   parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp);  // the grid of ranks: world = dp x pp x tp
   ops::set_num_threads(a.threads);
@@ -77,7 +79,8 @@ int run(const train::Args& a, const std::string& flags) {
     }
     // ---- TRAINING SECTION END: what follows reports, evaluates and saves; no number of the run changes
     diag.step_done(step, loss, lr, stepped, g.events);
-    train::stop_if_diverged(step, loss, stepped);  // NaN never reaches a checkpoint
+    train::check_ranks_agree_on_skip(step, stepped, *opt, pgm);  // fp16: every rank skipped, or none did
+    train::stop_if_diverged(step, loss, stepped);                // NaN never reaches a checkpoint
     if (a.save_every > 0 && (step + 1) % a.save_every == 0 && step + 1 < end)
       train::save(a, step + 1, corpus, m, *opt, data_gen, pgm);
   }

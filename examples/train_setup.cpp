@@ -18,6 +18,7 @@
 #include "parallel/data_parallel/data_parallel_naive.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/pipeline_parallel/partition.h"
+#include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/replicas.h"
 
@@ -174,6 +175,8 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(ModelOrStage& m, 
   // The norm and found_inf are reduced over the ranks that together hold each
   // gradient once: the pipeline stages, and under ZeRO every dp shard too.
   mp.grad_stats_group = a.zero ? &pgm.world() : m.pipelined() ? &pgm.model_parallel_group() : nullptr;
+  // --teach-break found-inf-wrong-group: only this stage's dp replicas, so stages decide alone.
+  if (teach::broken(teach::Break::FoundInfWrongGroup)) mp.grad_stats_group = &pgm.dp_group();
   // The norm counts the tied weight once: the last stage's copy is left out.
   if (m.pipelined() && m.stage->is_last_stage() && !m.stage->is_first_stage())
     mp.not_counted.push_back(m.stage->embedding_weight());
@@ -250,6 +253,14 @@ BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::Proces
       "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
       (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
   return plan;
+}
+
+void check_ranks_agree_on_skip(int64_t step, const optim::StepResult& s, const optim::MixedPrecisionOptimizer& opt,
+                               parallel::ProcessGroupManager& pgm) {
+  if (!opt.scaler() || pgm.world().size() == 1) return;  // only fp16's loss scaler skips steps
+  parallel::check_ranks_agree(pgm.world(), {{str("step ", step + 1, " skipped for overflow"), s.skipped ? "yes" : "no"}},
+                              "whether to skip the step (found_inf must be reduced over every rank holding "
+                              "part of the model, or the stages step different models)");
 }
 
 void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s) {

@@ -106,6 +106,13 @@ struct BatchPlan {
 };
 BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::ProcessGroupManager& pgm);
 
+// Under fp16 a step skipped for overflow must be skipped by every rank (one
+// found_inf, reduced over the model's ranks): a rank that decided alone is
+// reported and the run stops, naming the ranks on each side, instead of
+// training stages of different models (or hanging in ZeRO's all-gather).
+void check_ranks_agree_on_skip(int64_t step, const optim::StepResult& s, const optim::MixedPrecisionOptimizer& opt,
+                               parallel::ProcessGroupManager& pgm);
+
 // A non-finite loss or grad norm on a step that was not skipped for fp16
 // overflow (GradScaler's floor covers those) stops the run naming the step -
 // before any save, so a good checkpoint is never overwritten with NaN weights.

@@ -3,6 +3,7 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "nn/loss.h"
+#include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
 
 namespace loom::train {
@@ -59,7 +60,8 @@ StepGradients forward_backward(ModelOrStage& m, const std::vector<data::Batch>& 
                                parallel::SharedWeightGradHandler& tied) {
   if (!m.pipelined()) return {accumulate_gradients(*m.model, mbs, opt, dp.dp.get()), {}};
   parallel::PipelineStepResult r = pipeline_gradients(*m.stage, *m.p2p, mbs, schedule, opt, dp.dp.get());
-  tied.all_reduce_grads(dp.bucket);  // after backward and the data-parallel sync
+  // After backward and the data-parallel sync. (--teach-break skip-tied-sync: the copies drift apart.)
+  if (!teach::broken(teach::Break::SkipTiedSync)) tied.all_reduce_grads(dp.bucket);
   return {r.loss, std::move(r.events)};
 }
 

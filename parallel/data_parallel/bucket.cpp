@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "parallel/teach/teach_break.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -92,6 +93,8 @@ void BucketManager::mark_param_ready(const Tensor& p) {
 void BucketManager::launch(Bucket& b) {
   // picotron's Bucket.sync_gradient: the mean over dp ranks of the summed
   // gradients. The buffer is not touched again until wait() returns.
+  // The bug: dividing by dp here as well (as if the loss were already divided by the world size).
+  if (teach::broken(teach::Break::DpDivideTwice)) ops::mul_(b.grad_data, 1.0 / double(group_.size()));
   if (b.all_reduce) {
     b.work = group_.all_reduce_async(b.grad_data, ReduceOp::Avg);
   } else {

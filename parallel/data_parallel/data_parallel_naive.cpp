@@ -2,6 +2,7 @@
 
 #include "autograd/accumulate_grad.h"
 #include "autograd/variable.h"
+#include "parallel/teach/teach_break.h"
 
 namespace loom::parallel {
 
@@ -22,6 +23,10 @@ void DataParallelNaive::all_reduce_grad(const Tensor& param) {
   if (!require_backward_grad_sync_) return;  // no_sync: keep the local gradient
   // The gradient - not the parameter (picotron's bug) - summed over the dp
   // ranks and divided by their number: the mean over the global batch.
+  if (teach::broken(teach::Break::DpAllReduceParam)) {
+    dp_group_.all_reduce(param, ReduceOp::Avg);  // the bug: the params agree, each rank steps its own gradient
+    return;
+  }
   dp_group_.all_reduce(autograd::grad(param), ReduceOp::Avg);
 }
 

@@ -1,0 +1,73 @@
+#include "examples/teach_symptoms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "parallel/teach/teach_break.h"
+#include "tensor/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace loom::train {
+
+namespace {
+
+using teach::Break;
+
+// max over params of max |p - p on dp rank 0|, the same on every rank of dp.
+double dp_replica_distance(nn::Module& net, parallel::ProcessGroup& dp) {
+  double worst = 0;
+  for (const Tensor& p : net.parameters()) {
+    Tensor rank0 = ops::clone(p);
+    dp.broadcast(rank0, /*root=*/0);
+    const std::vector<double> a = p.to_vector<double>(), b = rank0.to_vector<double>();
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  }
+  Tensor w = full({1}, worst, kFloat64);
+  dp.all_reduce(w, parallel::ReduceOp::Max);
+  return w.item<double>();
+}
+
+// || wte of the first stage - the last stage's copy ||, on every rank of the
+// embedding group (0 on middle stages and without a pipeline).
+double tied_copies_distance(ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
+  if (!m.pipelined() || !pgm.in_embedding_group() || pgm.embedding_group().size() == 1) return 0;
+  parallel::ProcessGroup& group = pgm.embedding_group();
+  const Tensor mine = m.stage->embedding_weight();
+  Tensor first = ops::clone(mine);
+  group.broadcast(first, /*root=*/0);  // group rank 0: the first stage
+  double sum = 0;
+  const std::vector<double> a = mine.to_vector<double>(), b = first.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) sum += (a[i] - b[i]) * (a[i] - b[i]);
+  Tensor d = full({1}, std::sqrt(sum), kFloat64);
+  group.all_reduce(d, parallel::ReduceOp::Max);
+  return d.item<double>();
+}
+
+}  // namespace
+
+std::string teach_symptom(int64_t step, double grad_norm, ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
+  NoGradGuard no_grad;
+  char line[256] = "";
+  if (teach::broken(Break::DpAllReduceParam)) {
+    const double d = dp_replica_distance(m.net(), pgm.dp_group());
+    std::snprintf(line, sizeof line,
+                  "teach-break dp-allreduce-param: step %lld: the dp replicas differ by max |param - rank 0's| = %.3e"
+                  " (0 when the gradients are averaged)\n",
+                  (long long)step + 1, d);
+  } else if (teach::broken(Break::SkipTiedSync)) {
+    const double d = tied_copies_distance(m, pgm);
+    std::snprintf(line, sizeof line,
+                  "teach-break skip-tied-sync: step %lld: ||wte(first stage) - wte(last stage's copy)|| = %.3e"
+                  " (0 when the embedding group sums their gradients)\n",
+                  (long long)step + 1, d);
+  } else if (teach::broken(Break::DpDivideTwice)) {
+    std::snprintf(line, sizeof line,
+                  "teach-break dp-divide-twice: step %lld: grad norm %.4g, 1/%d of the true one (AdamW hides it "
+                  "from the loss)\n",
+                  (long long)step + 1, grad_norm, pgm.dp_size());
+  }
+  return pgm.global_rank() == 0 ? std::string(line) : std::string();
+}
+
+}  // namespace loom::train

@@ -1,0 +1,25 @@
+// What train_gpt prints under --teach-break (parallel/teach/teach_break.h):
+// the symptom of the bug, measured on the run, next to the value it has when
+// the code is right. Collective over the ranks that hold what is compared;
+// called on every rank after each step, and a no-op without --teach-break.
+//
+//   dp-allreduce-param   max |param - dp rank 0's| over every param: the dp
+//                        replicas are one model only while this is 0
+//   skip-tied-sync       || wte (first stage) - wte (last stage's copy) ||: the
+//                        tied embedding is one weight only while this is 0
+//   dp-divide-twice      the grad norm, which is 1/dp of the one without the
+//                        flag (AdamW's update barely changes, so the loss hides it)
+//   found-inf-wrong-group  nothing to print: check_ranks_agree_on_skip stops the
+//                        run on the first step the stages disagree on
+#pragma once
+
+#include <string>
+
+#include "examples/train_setup.h"
+
+namespace loom::train {
+
+// The symptom line for this step on world rank 0 ("" elsewhere, and without --teach-break).
+std::string teach_symptom(int64_t step, double grad_norm, ModelOrStage& m, parallel::ProcessGroupManager& pgm);
+
+}  // namespace loom::train

@@ -1,0 +1,34 @@
+// Break it on purpose: train_gpt --teach-break NAME reproduces a classic bug of
+// distributed training, so that a learner sees what goes wrong and how it shows.
+// Each bug is one `if (teach::broken(...))` beside the correct line it replaces,
+// so reading the right code also shows the wrong one. With no --teach-break
+// (the default, Break::None) no branch is taken and no number changes.
+//
+//   dp-allreduce-param    DataParallelNaive's hook all-reduces the parameter
+//                         instead of its gradient (picotron issue #39): the
+//                         replicas step on their own gradients and drift apart
+//   dp-divide-twice       each bucket is divided by dp before its averaging
+//                         all-reduce: gradients 1/dp too small (AdamW hides it
+//                         from the loss; the logged grad norm shows it)
+//   skip-tied-sync        the tied embedding's gradient is not summed over the
+//                         embedding group: the first stage's wte and the last
+//                         stage's copy drift apart (train_gpt prints the distance)
+//   found-inf-wrong-group found_inf and the grad norm reduced over the dp group
+//                         instead of the model-parallel group: under fp16, stages
+//                         disagree on skipping a step (detected, reported, stopped)
+#pragma once
+
+#include <string>
+
+namespace loom::teach {
+
+enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup };
+
+// "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
+Break parse_break(const std::string& name);
+const char* break_name(Break b);
+
+void set_break(Break b);     // once, at start-up (train_gpt); process-wide
+bool broken(Break b);        // is this bug switched on?
+
+}  // namespace loom::teach

@@ -1,0 +1,96 @@
+// train_gpt --teach-break NAME (parallel/teach/teach_break.h): each classic bug,
+// reproduced on purpose, shows the symptom a learner should learn to recognise,
+// and the test asserts that symptom on the run's own numbers. Without the flag
+// every parity test in test_train_gpt_parallel.cpp is the counter-example.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+// The numbers after `prefix` on every line of output that has it, in order.
+std::vector<double> numbers_after(const std::string& output, const std::string& prefix) {
+  std::vector<double> out;
+  for (size_t at = output.find(prefix); at != std::string::npos; at = output.find(prefix, at + 1))
+    out.push_back(std::stod(output.substr(at + prefix.size())));
+  return out;
+}
+
+}  // namespace
+
+// picotron issue #39: the hook all-reduces the parameter, not its gradient. The
+// params agree right after each hook, then every rank steps on its own
+// micro-batch's gradient, and the replicas are no longer one model.
+TEST(TeachBreak, AllReducingTheParamInsteadOfTheGradLetsTheReplicasDrift) {
+  Result r = train("teach_dp_param", 2, "--dp 2 --dp-mode naive --batch 8 --teach-break dp-allreduce-param");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> d = numbers_after(r.output, "the dp replicas differ by max |param - rank 0's| = ");
+  ASSERT_EQ(d.size(), 10u) << r.output;
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_GT(d[i], 1e-5) << "step " << i + 1;
+  // And the run is not the single-process run any more.
+  const Result& ref = single_process_batch16();
+  double worst = 0;
+  for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(r.losses[i] - ref.losses[i]) / ref.losses[i]);
+  EXPECT_GT(worst, 1e-4) << "the losses should leave the single-process run's";
+  std::printf("[ measured ] dp-allreduce-param: replicas differ by %.2e after step 1, %.2e after step 10; "
+              "worst loss rel. difference %.2e\n", d.front(), d.back(), worst);
+}
+
+// Dividing by dp twice: every gradient is 1/dp of the true one. AdamW's update
+// m / sqrt(v) does not see a constant factor, so the losses stay close; the
+// logged grad norm (before clipping) is exactly half at dp 2.
+TEST(TeachBreak, DividingByDpTwiceHalvesTheGradNorm) {
+  Result r = train("teach_div2", 2, "--dp 2 --batch 8 --teach-break dp-divide-twice");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Result& ref = single_process_batch16();
+  ASSERT_EQ(r.grad_norms.size(), 10u);
+  EXPECT_NEAR(r.grad_norms[0] / ref.grad_norms[0], 0.5, 1e-5) << "step 1: the same params, half the gradient";
+  EXPECT_NEAR(r.losses[0], ref.losses[0], 1e-6 * ref.losses[0]);
+  EXPECT_NE(r.output.find("teach-break dp-divide-twice: step 1: grad norm"), std::string::npos) << r.output;
+  std::printf("[ measured ] dp-divide-twice: grad norm ratio at step 1 %.6f, loss at step 10 %.5f vs %.5f\n",
+              r.grad_norms[0] / ref.grad_norms[0], r.losses[9], ref.losses[9]);
+}
+
+// Skipping the tied embedding's gradient sum: the first stage's wte learns from
+// the embedding lookup only, the last stage's copy from the LM head only, and
+// the one weight becomes two.
+TEST(TeachBreak, SkippingTheTiedEmbeddingSyncLetsTheCopiesDriftApart) {
+  Result r = train("teach_tied", 2, "--pp 2 --microbatches 2 --batch 8 --teach-break skip-tied-sync");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> d = numbers_after(r.output, "||wte(first stage) - wte(last stage's copy)|| = ");
+  ASSERT_EQ(d.size(), 10u) << r.output;
+  EXPECT_GT(d.front(), 0.0) << "apart after the first step";
+  EXPECT_GT(d.back(), d.front()) << "and further apart as training goes on";
+  std::printf("[ measured ] skip-tied-sync: ||wte copies|| %.3e after step 1, %.3e after step 10\n", d.front(),
+              d.back());
+}
+
+// found_inf over the dp group alone: with an inf in stage 0's gradient
+// (--inject-overflow) stage 0 skips the step and stage 1 does not. The run
+// stops at that step, naming it and the ranks on each side - no hang, no
+// silently different stages.
+TEST(TeachBreak, FoundInfOverTheWrongGroupIsDetectedNotAHang) {
+  Result r = train("teach_found_inf", 2,
+                   "--pp 2 --microbatches 2 --batch 8 --dtype fp16 --inject-overflow 2 "
+                   "--teach-break found-inf-wrong-group");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "timed out: a hang, not a detection";
+  EXPECT_NE(r.output.find("whether to skip the step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 3 skipped for overflow: 'yes' on rank 0; 'no' on rank 1"), std::string::npos)
+      << r.output;
+}
+
+TEST(TeachBreak, AnUnknownBugNamesTheKnownOnes) {
+  Result r = train("teach_unknown", 1, "--teach-break off-by-one");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--teach-break: unknown bug 'off-by-one'; one of: none, dp-allreduce-param"),
+            std::string::npos)
+      << r.output;
+}
