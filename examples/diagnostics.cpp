@@ -87,7 +87,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   }
   StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,
                  stepped.loss_scale, stepped.skipped, opt_.scaler() ? opt_.scaler()->scale() : 1.0, eval_now, val,
-                 total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0};
+                 total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0,
+                 double(memory_stats().live_bytes) / (1 << 20), double(memory_stats().peak_bytes) / (1 << 20)};
   if (log_.is_open()) log_ << json_line(rep) << std::flush;
   if (tty_) print_progress(rep, /*tty=*/true);
   else if (rank0_ &&

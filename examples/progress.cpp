@@ -25,7 +25,8 @@ std::string json_line(const StepReport& r) {
                     ", \"lr\": " + number(r.lr, "%.17g") + ", \"tokens_per_s\": " + number(r.tokens_per_s, "%.1f") +
                     ", \"ms\": " + number(r.ms, "%.3f") + ", \"grad_norm\": " + number(r.grad_norm, "%.9g") +
                     ", \"loss_scale\": " + number(r.loss_scale, "%.17g") +
-                    ", \"skipped\": " + (r.skipped ? "true" : "false");
+                    ", \"skipped\": " + (r.skipped ? "true" : "false") +
+                    ", \"live_mib\": " + number(r.live_mib, "%.3f") + ", \"peak_mib\": " + number(r.peak_mib, "%.3f");
   if (r.evaluated) out += ", \"val_loss\": " + (std::isfinite(r.val_loss) ? std::to_string(r.val_loss) : "null");
   return out + "}\n";
 }

@@ -19,6 +19,7 @@ struct StepReport {
   bool evaluated;
   double val_loss;            // when evaluated
   double eta_s;               // seconds left
+  double live_mib, peak_mib;  // this process's allocator: bytes live after the step, peak so far (MiB)
 };
 
 std::string json_line(const StepReport& r);  // with its trailing newline

@@ -152,8 +152,16 @@ TEST(TrainGpt, WritesOneJsonLinePerStepAndCheckpointFiles) {
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {
-    for (const char* key : {"\"step\": ", "\"loss\": ", "\"lr\": ", "\"tokens_per_s\": ", "\"ms\": "})
+    for (const char* key : {"\"step\": ", "\"loss\": ", "\"lr\": ", "\"tokens_per_s\": ", "\"ms\": ",
+                            "\"live_mib\": ", "\"peak_mib\": "})
       EXPECT_NE(line.find(key), std::string::npos) << key << " missing in " << line;
+    // The allocator's view (bench/plot_run.py draws it): the model is live, and the peak is at least that.
+    const size_t live_at = line.find("\"live_mib\": "), peak_at = line.find("\"peak_mib\": ");
+    if (live_at != std::string::npos && peak_at != std::string::npos) {
+      const double live = std::stod(line.substr(live_at + 12)), peak = std::stod(line.substr(peak_at + 12));
+      EXPECT_GT(live, 0.0) << line;
+      EXPECT_GE(peak, live) << line;
+    }
     EXPECT_EQ(line.find("val_loss") != std::string::npos, n == 4) << line;
     ++n;
   }
