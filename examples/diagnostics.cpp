@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "examples/evaluate.h"
@@ -28,6 +30,17 @@ bool stdout_is_a_terminal() {
   if (forced && std::string(forced) == "tty") return true;
   if (forced && std::string(forced) == "lines") return false;
   return isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_SIZE");
+}
+
+// path's contents replaced all at once: written to path.tmp, then renamed over it.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    LOOM_CHECK(f.good(), "cannot write '", tmp, "'");
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace
@@ -62,8 +75,10 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     optim::MemoryBreakdown mine = optim::measure_memory(m_.net().parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         optim::predict_memory(m_.net().num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
-    std::string table = optim::memory_report(mine, predicted, pgm_.world());
+    std::string json;
+    std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
+    if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json);
     if (rank0_ && m_.pipelined() && m_.stage->tensor_parallel()) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
       const parallel::TensorParallelParamCount c = parallel::count_params(m_.stage->shard_maps(), pgm_.tp_size());

@@ -58,6 +58,7 @@ void add_options(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--zero", a.zero, "shard the optimizer state over the dp ranks (ZeRO-1, distributed optimizer)");
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
+  app.add_option("--memory-json", a.memory_json, "write --memory-report's ledger as JSON to this file (implies it)");
   app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
   app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean steps before the loss scale doubles")
       ;
@@ -167,6 +168,7 @@ void validate(const Args& a) {
   check_writable("--save", a.save, /*create_dirs=*/true);
   check_writable("--log", a.log, /*create_dirs=*/false);
   check_writable("--trace", a.trace, /*create_dirs=*/false);
+  check_writable("--memory-json", a.memory_json, /*create_dirs=*/false);
 }
 
 }  // namespace loom::train

@@ -36,6 +36,7 @@ struct Args {
   // precision and the optimizer
   std::string dtype = "fp32";
   bool zero = false, memory_report = false;
+  std::string memory_json;  // --memory-report's ledger as JSON too
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
   // teaching

@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   CLI::App app{"train_gpt: train a character-level GPT with loom"};
   train::add_options(app, a);
   CLI11_PARSE(app, argc, argv);
+  a.memory_report |= !a.memory_json.empty();  // --memory-json implies --memory-report
   // parallel::run: on a plain launch a world of one; under mpirun an exception on
   // any rank prints "[loom rank R] error: ..." and ends the whole job with exit 1.
   const std::string flags = app.config_to_str(/*default_also=*/true, /*write_description=*/false);

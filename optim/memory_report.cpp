@@ -45,7 +45,7 @@ MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool ze
 }
 
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
-                          parallel::ProcessGroup& world) {
+                          parallel::ProcessGroup& world, std::string* json) {
   constexpr int kFields = 9;
   Tensor row = from_vector(std::vector<int64_t>{mine.num_params, mine.params, predicted.params, mine.grads,
                                                 predicted.grads, mine.optimizer, predicted.optimizer,
@@ -70,6 +70,19 @@ std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& p
                   (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]),
                   double(f[1] + f[3] + f[5]) / n, double(f[2] + f[4] + f[6]) / n, mib(f[7]), mib(f[8]));
     out += line;
+  }
+  if (json) {
+    auto pair = [](const char* key, int64_t measured, int64_t predicted) {
+      return str("\"", key, "\": {\"measured\": ", measured, ", \"predicted\": ", predicted, "}");
+    };
+    *json = "{\"ranks\": [";
+    for (int r = 0; r < world.size(); ++r) {
+      const int64_t* f = v.data() + size_t(r) * kFields;
+      *json += str(r == 0 ? "\n" : ",\n", "  {\"rank\": ", r, ", \"num_params\": ", f[0], ", ", pair("params", f[1], f[2]),
+                   ", ", pair("grads", f[3], f[4]), ", ", pair("optimizer", f[5], f[6]),
+                   ", \"activations_peak\": ", f[7], ", \"live\": ", f[8], "}");
+    }
+    *json += "\n]}\n";
   }
   return out;
 }

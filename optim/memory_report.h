@@ -42,8 +42,10 @@ struct MemoryPrediction {
 MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool zero);
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
-// the table on rank 0, "" elsewhere.
+// the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),
+// {"ranks": [{"rank": 0, "num_params": N, "params": {"measured": B, "predicted": B},
+// "grads": {...}, "optimizer": {...}, "activations_peak": B, "live": B}, ...]}, in bytes.
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
-                          parallel::ProcessGroup& world);
+                          parallel::ProcessGroup& world, std::string* json = nullptr);
 
 }  // namespace loom::optim
