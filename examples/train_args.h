@@ -35,6 +35,7 @@ struct Args {
   // precision and the optimizer
   std::string dtype = "fp32";
   bool zero = false, memory_report = false;
+  bool overlap_param_gather = false;  // --zero: wait for each bucket's param all-gather in its first layer's forward
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
 };
