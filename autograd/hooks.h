@@ -7,6 +7,7 @@
 //
 //   RemovableHandle h = grad_accumulator(w)->register_hook(fn);  // fn runs each backward
 //   h.remove();   // or let h go out of scope: fn never runs again
+// nn::Module's forward pre-hooks use the same list and handle (nn/module.h).
 #pragma once
 
 #include <algorithm>

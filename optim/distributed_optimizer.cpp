@@ -168,7 +168,6 @@ void DistributedOptimizer::wait_param_gather(int b) {
   w = nullptr;
 }
 
-
 void DistributedOptimizer::refresh_model_params() {
   finish_param_sync();
   for (size_t b = 0; b < bucket_mains_.size(); ++b) {

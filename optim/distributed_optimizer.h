@@ -99,11 +99,11 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
 
   const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
   const Tensor& param_buffer() const { return param_buffer_; }
-  // True when buckets are stepped inside the backward callback (zero_overlap.h).
+  // True when buckets are stepped as their reduce-scatters finish (zero_overlap.h).
   bool steps_early() const { return overlap_ != nullptr; }
 
  private:
-  friend class ZeroOverlap;  // steps buckets from the backward callback
+  friend class ZeroOverlap;  // steps buckets from the dp sync's end
   struct Layout;  // the param buffer, main params and ranges, built before the base class
   DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                        MixedPrecisionOptions options, Layout layout);
