@@ -7,6 +7,7 @@
 //
 //   RemovableHandle h = grad_accumulator(w)->register_hook(fn);  // fn runs each backward
 //   h.remove();   // or let h go out of scope: fn never runs again
+// nn::Module's forward pre-hooks use the same list and handle (nn/module.h).
 #pragma once
 
 #include <algorithm>
@@ -23,24 +24,35 @@ namespace loom::autograd {
 // fn(param): runs after param's gradient has been accumulated.
 using GradHook = std::function<void(Tensor& param)>;
 
-// The hooks of one AccumulateGrad node, or one param's post-accumulate hooks,
-// run in registration order. A hook may remove hooks (itself included) while
-// they run; hooks added while they run wait for the next backward.
-class HookList {
+// What a RemovableHandle needs of a hook list: a way to take one hook out.
+class HookListBase {
  public:
-  uint64_t add(GradHook fn) {
+  virtual ~HookListBase() = default;
+  virtual void remove(uint64_t id) = 0;
+};
+
+// The hooks of one AccumulateGrad node, or one param's post-accumulate hooks
+// (HookList), or one module's forward pre-hooks (nn/module.h), run in
+// registration order with the arguments given to run(). A hook may remove
+// hooks (itself included) while they run; hooks added while they run wait for
+// the next run().
+template <class... Args>
+class HookListOf : public HookListBase {
+ public:
+  using Fn = std::function<void(Args...)>;
+  uint64_t add(Fn fn) {
     hooks_.emplace_back(next_id_, std::move(fn));
     return next_id_++;
   }
-  void remove(uint64_t id) {
+  void remove(uint64_t id) override {
     for (auto& [hook_id, fn] : hooks_)
       if (hook_id == id) fn = nullptr;  // a tombstone while run() is iterating
     if (running_ == 0) compact();
   }
-  void run(Tensor& param) {
+  void run(Args... args) {
     struct Running {
-      HookList& list;
-      explicit Running(HookList& l) : list(l) { ++list.running_; }
+      HookListOf& list;
+      explicit Running(HookListOf& l) : list(l) { ++list.running_; }
       ~Running() {
         if (--list.running_ == 0) list.compact();
       }
@@ -48,8 +60,8 @@ class HookList {
     const size_t n = hooks_.size();
     for (size_t i = 0; i < n; ++i) {
       if (!hooks_[i].second) continue;  // removed by an earlier hook of this pass
-      GradHook fn = hooks_[i].second;   // a copy: the hook may remove itself
-      fn(param);
+      Fn fn = hooks_[i].second;         // a copy: the hook may remove itself
+      fn(args...);
     }
   }
   size_t size() const { return hooks_.size(); }
@@ -59,10 +71,11 @@ class HookList {
     hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(), [](const auto& h) { return !h.second; }),
                  hooks_.end());
   }
-  std::vector<std::pair<uint64_t, GradHook>> hooks_;  // (id, fn)
+  std::vector<std::pair<uint64_t, Fn>> hooks_;  // (id, fn)
   uint64_t next_id_ = 0;
   int running_ = 0;  // nesting depth of run()
 };
+using HookList = HookListOf<Tensor&>;  // gradient hooks: fn(param)
 
 // Owns one registered hook; destroying (or remove()-ing) it unregisters the
 // hook. Move-only: moving hands the registration on.
@@ -71,7 +84,7 @@ class [[nodiscard]] RemovableHandle {
   RemovableHandle() = default;
   // keep_alive: what must live for the hook to keep firing (an AccumulateGrad
   // node, which its param's meta holds only weakly); null for none.
-  RemovableHandle(const std::shared_ptr<HookList>& hooks, uint64_t id, std::shared_ptr<void> keep_alive = nullptr)
+  RemovableHandle(const std::shared_ptr<HookListBase>& hooks, uint64_t id, std::shared_ptr<void> keep_alive = nullptr)
       : hooks_(hooks), id_(id), keep_alive_(std::move(keep_alive)) {}
   ~RemovableHandle() { remove(); }
   RemovableHandle(RemovableHandle&& other) noexcept { *this = std::move(other); }
@@ -96,7 +109,7 @@ class [[nodiscard]] RemovableHandle {
   bool active() const { return !hooks_.expired(); }
 
  private:
-  std::weak_ptr<HookList> hooks_;
+  std::weak_ptr<HookListBase> hooks_;
   uint64_t id_ = 0;
   std::shared_ptr<void> keep_alive_;
 };

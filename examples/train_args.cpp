@@ -57,6 +57,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--zero", a.zero, "shard the optimizer state over the dp ranks (ZeRO-1, distributed optimizer)");
+  app.add_flag("--overlap-param-gather", a.overlap_param_gather,
+               "--zero: overlap the param all-gathers with the next forward (Megatron's overlap_param_gather)");
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
   app.add_option("--memory-json", a.memory_json, "write --memory-report's ledger as JSON to this file (implies it)");
   app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
@@ -164,6 +166,7 @@ void validate(const Args& a) {
   check_range<int64_t>("--loss-scale-window", a.loss_scale_window, 1, int64_t(1) << 40);
   check_range<int64_t>("--inject-overflow", a.inject_overflow, -1, kMaxSteps, " (-1: never)");
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
+  LOOM_CHECK(!a.overlap_param_gather || a.zero, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);
   check_writable("--log", a.log, /*create_dirs=*/false);

@@ -37,6 +37,7 @@ struct Args {
   std::string dtype = "fp32";
   bool zero = false, memory_report = false;
   std::string memory_json;  // --memory-report's ledger as JSON too
+  bool overlap_param_gather = false;  // --zero: wait for each bucket's param all-gather in its first layer's forward
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
   // teaching

@@ -61,7 +61,9 @@ int run(const train::Args& a, const std::string& flags) {
     diag.step_begins(step);
     const double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, a.lr * a.min_lr_ratio);
     opt->set_lr(lr);
-    train::finish_param_sync(*opt);  // ZeRO: last step's all-gathered params are in place before this forward
+    // ZeRO: last step's all-gathered params are in place before this forward
+    // (with --overlap-param-gather each layer waits for its own, in its forward pre-hook).
+    if (!a.overlap_param_gather) train::finish_param_sync(*opt);
     dp.zero_grad(m.net());           // at the top of the step, as picotron's train.py and llm.c do
     if (step == a.inject_overflow) train::inject_overflow(dp, pgm);  // a test aid: an inf in rank 0's gradient
     // This rank's rows of the global batch, as K micro-batches; only the last

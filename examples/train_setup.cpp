@@ -186,14 +186,18 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(ModelOrStage& m, 
   std::vector<optim::ParamGroup> groups = optim::gpt_param_groups(m.net(), a.lr, a.weight_decay);
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   if (a.zero) {
-    opt = std::make_unique<optim::DistributedOptimizer>(groups, *dp.bucket, mp);
+    auto zero = std::make_unique<optim::DistributedOptimizer>(groups, *dp.bucket, mp);
+    // Each layer's forward pre-hook waits for its own buckets' all-gathers (param_gather_overlap.h).
+    if (a.overlap_param_gather) zero->overlap_param_gather(m.pipelined() ? m.stage->layers() : m.model->layers());
+    opt = std::move(zero);
   } else {
     optim::Optimizer::GradSource main_grad;
     if (parallel::DataParallelBucket* b = dp.bucket) main_grad = [b](const Tensor& p) { return b->main_grad(p); };
     opt = std::make_unique<optim::MixedPrecisionOptimizer>(groups, mp, main_grad);
   }
   if (pgm.global_rank() == 0)
-    std::printf("optimizer: AdamW on fp32 main params%s%s\n", a.zero ? ", sharded over dp (ZeRO-1)" : "",
+    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero ? ", sharded over dp (ZeRO-1)" : "",
+                a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 mp.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;
 }

@@ -102,7 +102,7 @@ GPT::GPT(const GPTConfig& cfg) : cfg_(cfg), layers_(build_gpt_layers(cfg, 0, cfg
 
 Tensor GPT::forward(const Tensor& idx) {
   Tensor x = idx;
-  for (const auto& layer : layers_) x = layer->forward(x);
+  for (const auto& layer : layers_) x = (*layer)(x);  // runs each layer's forward pre-hooks
   return x;
 }
 

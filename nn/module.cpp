@@ -61,6 +61,10 @@ int64_t Module::num_parameters() const {
   return n;
 }
 
+autograd::RemovableHandle Module::register_forward_pre_hook(ForwardPreHook fn) {
+  return autograd::RemovableHandle(forward_pre_hooks_, forward_pre_hooks_->add(std::move(fn)));
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -12,12 +12,14 @@
 // the name met first. state_dict() has the same entries in the same order.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "autograd/hooks.h"
 #include "tensor/tensor.h"
 
 namespace loom::nn {
@@ -51,6 +53,14 @@ class Module : public std::enable_shared_from_this<Module> {
   const NamedTensors& named_own_parameters() const { return params_; }
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
 
+  // fn(module, input) runs before each call of this module's forward (PyTorch's
+  // register_forward_pre_hook), while the returned handle lives. Where a module
+  // must wait for something its forward reads: ZeRO's overlapped param
+  // all-gather (optim/param_gather_overlap.h) waits there for its bucket.
+  using ForwardPreHook = std::function<void(Module& module, const Tensor& input)>;
+  autograd::RemovableHandle register_forward_pre_hook(ForwardPreHook fn);
+  void run_forward_pre_hooks(const Tensor& input) { forward_pre_hooks_->run(*this, input); }
+
   // Training mode (dropout active) for this module and every descendant.
   virtual void train(bool on = true);
   void eval() { train(false); }
@@ -83,14 +93,22 @@ class Module : public std::enable_shared_from_this<Module> {
 
   NamedTensors params_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::shared_ptr<autograd::HookListOf<Module&, const Tensor&>> forward_pre_hooks_ =
+      std::make_shared<autograd::HookListOf<Module&, const Tensor&>>();
   bool training_ = true;
 };
 
 // One Tensor -> Tensor step of a model. A GPT is the list
 // [embedding, block_0 ... block_{L-1}, head] of Layers (nn/gpt.h), so a
 // pipeline stage is just a contiguous slice of that list.
+// Calling a layer, layer(x), runs its forward pre-hooks and then forward(x)
+// (PyTorch's Module.__call__); forward(x) alone runs no hook.
 struct Layer : Module {
   virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) {
+    run_forward_pre_hooks(x);
+    return forward(x);
+  }
 };
 
 // Children registered under their index: "0", "1", ... (PyTorch's nn.ModuleList).

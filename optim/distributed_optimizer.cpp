@@ -122,7 +122,10 @@ StepResult DistributedOptimizer::step() {
     return result;
   }
   if (!unscale_and_clip(grads, result)) return result;  // skipped: params unchanged, nothing to gather
-  for (size_t b = 0; b < bucket_mains_.size(); ++b) step_bucket(int(b));
+  // Last bucket first: it holds the first layers (buckets are in reverse
+  // module order), so its all-gather, first in the dp group's queue, is done
+  // first, for the next forward to read (param_gather_overlap.h).
+  for (int b = int(bucket_mains_.size()) - 1; b >= 0; --b) step_bucket(b);
   return result;
 }
 
@@ -150,6 +153,19 @@ void DistributedOptimizer::finish_param_sync() {
     if (w) w->wait();
     w = nullptr;
   }
+}
+
+void DistributedOptimizer::overlap_param_gather(const std::vector<std::shared_ptr<nn::Layer>>& layers) {
+  LOOM_CHECK(!gather_overlap_, "DistributedOptimizer::overlap_param_gather: already on");
+  gather_overlap_ = std::make_unique<ParamGatherOverlap>(*this, layers);
+}
+
+void DistributedOptimizer::wait_param_gather(int b) {
+  std::shared_ptr<parallel::Work>& w = gathers_.at(size_t(b));
+  if (!w) return;
+  parallel::trace::Span span(str("wait for param all-gather ", b));
+  w->wait();
+  w = nullptr;
 }
 
 void DistributedOptimizer::refresh_model_params() {

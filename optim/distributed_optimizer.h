@@ -28,7 +28,9 @@
 //                   shard of the param buffer
 //   all-gather      per bucket, async, while the next bucket is stepped; the
 //                   params are views into the param buffer, so
-//                   finish_param_sync() must run before the next forward
+//                   finish_param_sync() must run before the next forward -
+//                   or, with overlap_param_gather(), each layer's forward
+//                   pre-hook waits for its own buckets (param_gather_overlap.h)
 // Without clipping and loss scaling the step starts earlier still, bucket by
 // bucket inside backward: optim/zero_overlap.h.
 #pragma once
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "optim/mixed_precision_optimizer.h"
+#include "optim/param_gather_overlap.h"
 #include "optim/zero_overlap.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
 
@@ -81,13 +84,26 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   // Main params -> param buffer shard -> all-gather. Collective over dp.
   void refresh_model_params() override;
 
+  // Megatron's overlap_param_gather: from now on the next forward waits for
+  // each bucket's all-gather in the pre-hook of the first of `layers` (forward
+  // order) that reads it, instead of finish_param_sync() waiting for all
+  // before the forward (param_gather_overlap.h). Call once, before training.
+  void overlap_param_gather(const std::vector<std::shared_ptr<nn::Layer>>& layers);
+  bool overlaps_param_gather() const { return gather_overlap_ != nullptr; }
+  // Waits for bucket b's all-gather if it is still in flight (a no-op after).
+  void wait_param_gather(int b);
+  // Bucket b's all-gather was launched and not yet waited for.
+  bool param_gather_pending(int b) const { return gathers_.at(size_t(b)) != nullptr; }
+  const parallel::BucketManager& bucket_manager() const { return dp_.bucket_manager(); }
+  const std::vector<Tensor>& bucketed_params() const { return dp_.params(); }
+
   const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
   const Tensor& param_buffer() const { return param_buffer_; }
-  // True when buckets are stepped inside the backward callback (zero_overlap.h).
+  // True when buckets are stepped as their reduce-scatters finish (zero_overlap.h).
   bool steps_early() const { return overlap_ != nullptr; }
 
  private:
-  friend class ZeroOverlap;  // steps buckets from the backward callback
+  friend class ZeroOverlap;  // steps buckets from the dp sync's end
   struct Layout;  // the param buffer, main params and ranges, built before the base class
   DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                        MixedPrecisionOptions options, Layout layout);
@@ -102,6 +118,7 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   std::vector<std::vector<size_t>> bucket_mains_;  // [bucket] -> main params in it
   std::vector<std::shared_ptr<parallel::Work>> gathers_;  // in-flight param all-gathers
   std::unique_ptr<ZeroOverlap> overlap_;           // when it applies (zero_overlap.h)
+  std::unique_ptr<ParamGatherOverlap> gather_overlap_;  // overlap_param_gather() (param_gather_overlap.h)
 };
 
 }  // namespace loom::optim

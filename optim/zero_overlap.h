@@ -11,8 +11,8 @@
 //   every bucket      a bucket all-reduced for the tied embedding's handler
 //   reduce-scattered  (BucketManager::all_reduce_bucket_of) waits for that
 //                     handler, which runs after backward
-// Then DataParallelBucket's after-backward callback, which waits for the
-// buckets in order, steps bucket b's owned ranges and launches its param
+// Then DataParallelBucket's finish_grad_sync() (the after-backward callback;
+// in a pipeline, after the schedule), which waits for the buckets in order, steps bucket b's owned ranges and launches its param
 // all-gather the moment b's reduce-scatter is done, while later buckets are
 // still being reduced:
 //   comm      | reduce-scatter b0 | reduce-scatter b1 | gather b0 | gather b1 |
@@ -36,7 +36,7 @@ class ZeroOverlap {
   // The three conditions above.
   static bool applies(const MixedPrecisionOptions& options, const parallel::BucketManager& buckets);
 
-  // Steps opt's buckets from dp's after-backward callback until destroyed.
+  // Steps opt's buckets from dp's finish_grad_sync() until destroyed.
   ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket& dp);
   ~ZeroOverlap();
   ZeroOverlap(const ZeroOverlap&) = delete;

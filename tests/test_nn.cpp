@@ -97,6 +97,36 @@ TEST(Module, OwnParametersComeBeforeChildrenDepthFirst) {
   EXPECT_EQ(names, (std::vector<std::string>{"own", "a.p", "list.0.p", "list.1.p"}));
 }
 
+// Forward pre-hooks (PyTorch's register_forward_pre_hook): calling a layer runs
+// them in registration order with the module and its input, before forward;
+// the handle removes its hook; forward() called directly runs none.
+TEST(Module, ForwardPreHooksRunBeforeForwardUntilTheirHandleGoes) {
+  GPTConfig cfg = small_config(2);
+  GPT model(cfg);
+  Tensor idx = token_batch(cfg, 2, 8);
+  std::vector<std::string> log;
+  Layer& block0 = *model.layers()[1];
+  auto first = block0.register_forward_pre_hook([&](Module& m, const Tensor& x) {
+    EXPECT_EQ(&m, &block0);
+    EXPECT_EQ(x.shape(), (Shape{2, 8, 32}));  // the embedding's output: [B, T, C]
+    log.push_back("first");
+  });
+  {
+    auto second = model.layers()[1]->register_forward_pre_hook([&](Module&, const Tensor&) { log.push_back("second"); });
+    auto head = model.layers().back()->register_forward_pre_hook([&](Module&, const Tensor&) { log.push_back("head"); });
+    Tensor logits = model.forward(idx);  // runs each layer as layer(x)
+    EXPECT_EQ(log, (std::vector<std::string>{"first", "second", "head"}));
+  }
+  log.clear();
+  model.forward(idx);
+  EXPECT_EQ(log, (std::vector<std::string>{"first"})) << "the other handles went out of scope";
+  first.remove();
+  log.clear();
+  model.forward(idx);
+  block0.forward(model.layers()[0]->forward(idx));
+  EXPECT_TRUE(log.empty());
+}
+
 // ---- GPT parameters --------------------------------------------------------------------
 
 TEST(GPT, NamedParametersOfATwoLayerModelAreNanoGPTsInOrder) {

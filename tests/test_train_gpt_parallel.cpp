@@ -159,6 +159,33 @@ TEST(TrainGptParallel, ZeroWithPipelineMatchesOneProcess) {
                   single_process_batch16(), "--dp 2 --pp 2 --zero");
 }
 
+// --overlap-param-gather (optim/param_gather_overlap.h): each layer waits for
+// its own buckets' param all-gathers in its forward pre-hook, with clipping on
+// (the default --grad-clip 1.0) and many buckets. The same numbers as one
+// process, and bit for bit those of --zero without it (only the waits move).
+TEST(TrainGptParallel, ZeroOverlapParamGatherMatchesOneProcess) {
+  Result overlapped = train("zero_dp2_opg", 2, "--dp 2 --batch 8 --zero --bucket-mb 0.01 --overlap-param-gather");
+  expect_same_run(overlapped, single_process_batch16(), "--dp 2 --zero --overlap-param-gather");
+  Result plain = train("zero_dp2_small", 2, "--dp 2 --batch 8 --zero --bucket-mb 0.01");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  EXPECT_EQ(overlapped.losses, plain.losses);
+  EXPECT_EQ(overlapped.grad_norms, plain.grad_norms);
+  EXPECT_NE(overlapped.output.find("param all-gathers overlapped with forward"), std::string::npos) << overlapped.output;
+}
+
+TEST(TrainGptParallel, ZeroOverlapParamGatherWithPipelineMatchesOneProcess) {
+  expect_same_run(train("zero_dp2_pp2_opg", 4,
+                        "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero --bucket-mb 0.01 --overlap-param-gather"),
+                  single_process_batch16(), "--dp 2 --pp 2 --zero --overlap-param-gather");
+}
+
+TEST(TrainGptParallel, OverlapParamGatherWithoutZeroIsRefused) {
+  Result r = train("opg_no_zero", 1, "--batch 16 --overlap-param-gather");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero"),
+            std::string::npos) << r.output;
+}
+
 // Sharded checkpoints: 5 steps, save, resume on a different dp size (the
 // shards are gathered from the files and re-split), 5 more steps. The resumed
 // run appends to the same log, so its 10 losses are compared with the
@@ -245,6 +272,13 @@ void expect_overflow_skipped_everywhere(const std::string& name, const std::stri
 TEST(TrainGptParallel, Fp16OverflowSkipsTheStepOnEveryRank) {
   expect_overflow_skipped_everywhere("fp16_overflow",
                                      "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero --bucket-mb 0.01");
+}
+
+// Loss scaling with the param all-gathers overlapped: the skipped step launches
+// no all-gather, and the next forward's hooks find none to wait for.
+TEST(TrainGptParallel, Fp16OverflowWithOverlappedParamGatherSkipsTheStepOnEveryRank) {
+  expect_overflow_skipped_everywhere(
+      "fp16_overflow_opg", "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero --bucket-mb 0.01 --overlap-param-gather");
 }
 
 TEST(TrainGptParallel, Fp16OverflowOnOneStageSkipsTheStepOnBothStages) {

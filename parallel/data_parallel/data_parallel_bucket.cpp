@@ -24,8 +24,9 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
   move_grad_to_main_grad(param);
   if (!require_backward_grad_sync_) return;  // no_sync: just accumulate
   // 2. After this backward, wait for the buckets (queued once per backward; the
-  //    engine runs it before backward() returns, so `this` is still there).
-  if (!callback_queued_) {
+  //    engine runs it before backward() returns, so `this` is still there) -
+  //    unless the caller finishes the sync itself (defer_grad_sync()).
+  if (!callback_queued_ && finish_sync_in_backward_) {
     autograd::Engine::queue_callback([this] { finish_grad_sync(); });
     callback_queued_ = true;
   }
@@ -45,6 +46,7 @@ void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
 
 void DataParallelBucket::finish_grad_sync() {
   callback_queued_ = false;
+  if (synced_) return;
   {
     trace::Span span("wait for gradient all-reduce");  // the exposed communication
     buckets_->wait(on_bucket_reduced_);

@@ -11,7 +11,9 @@
 //   2. When every param of a bucket is ready, the bucket's all-reduce (average
 //      over dp) is launched asynchronously; backward goes on with earlier layers
 //      while the dp group's communication thread runs it.
-//   3. The callback runs after backward: it waits for every bucket, then
+//   3. The callback runs after backward (or, under defer_grad_sync(), the
+//      caller runs finish_grad_sync() later: a pipeline schedule, after its
+//      last send_backward): it waits for every bucket, then
 //      writes the averaged gradient back as .grad for the optimizer - for an
 //      fp32 param .grad *is* its main_grad view (no copy; picotron does
 //      `param.grad = param.main_grad`), for a bf16/fp16 param .grad is a copy
@@ -70,7 +72,12 @@ class DataParallelBucket : public DataParallel {
   // before the next step's first backward (Megatron's zero_grad_buffer).
   void reset();
 
-  // Runs inside the after-backward callback as soon as bucket i's reduction is
+  // Waits for every bucket's reduction and hands the gradients over (step 3
+  // above). Runs as the after-backward callback, or where the caller puts it
+  // under defer_grad_sync(). A no-op when already done since reset().
+  void finish_grad_sync() override;
+
+  // Runs inside finish_grad_sync() as soon as bucket i's reduction is
   // done, while later buckets may still be in flight: where a distributed
   // optimizer can step that bucket's shard early (PyTorch's ZeRO + DDP hook).
   void set_on_bucket_reduced(std::function<void(int bucket)> fn) { on_bucket_reduced_ = std::move(fn); }
@@ -84,7 +91,6 @@ class DataParallelBucket : public DataParallel {
  private:
   void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
   void move_grad_to_main_grad(const Tensor& param);
-  void finish_grad_sync();                         // the engine callback
 
   ProcessGroup& dp_group_;
   BucketOptions options_;

@@ -29,9 +29,10 @@ void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group);
 // (DDP's no_sync()); the first backward after it syncs the accumulated sum.
 //   { auto guard = dp.no_sync(); backward(loss_micro_0); }
 //   backward(loss_micro_1);   // all-reduces the sum of both micro-batches
+// (In general: a flag switched off while the guard lives; defer_grad_sync() below uses it too.)
 class NoSyncGuard {
  public:
-  explicit NoSyncGuard(bool& require_sync) : flag_(require_sync), prev_(require_sync) { flag_ = false; }
+  explicit NoSyncGuard(bool& flag) : flag_(flag), prev_(flag) { flag_ = false; }
   ~NoSyncGuard() { flag_ = prev_; }
   NoSyncGuard(const NoSyncGuard&) = delete;
   NoSyncGuard& operator=(const NoSyncGuard&) = delete;
@@ -40,6 +41,7 @@ class NoSyncGuard {
   bool& flag_;
   bool prev_;
 };
+using DeferSyncGuard = NoSyncGuard;
 
 // What a training loop (train_gpt, the pipeline schedules) needs from either
 // data-parallel wrapper, so it can be written once for both.
@@ -50,6 +52,23 @@ class DataParallel {
   [[nodiscard]] virtual NoSyncGuard no_sync() = 0;
   // Clears this step's gradients before the next step's first backward.
   virtual void zero_grad() = 0;
+
+  // Where a synced backward's reductions are waited for. By default at the end
+  // of that backward (an engine callback, as DDP does). A pipeline schedule
+  // defers it for its last backward and calls finish_grad_sync() after its last
+  // transfer (Megatron's finalize_model_grads): a stage then sends its last
+  // gradient upstream without first waiting for its own dp reduction, which
+  // stays in flight while the earlier stages finish their backwards.
+  //   { auto defer = dp.defer_grad_sync(); backward(loss_last); }  // launches, does not wait
+  //   send_backward(...);
+  //   dp.finish_grad_sync();                                       // waits
+  [[nodiscard]] virtual DeferSyncGuard defer_grad_sync() { return DeferSyncGuard(finish_sync_in_backward_); }
+  // Waits for the deferred reductions. A no-op for a wrapper that finishes
+  // every reduction inside its hooks (DataParallelNaive).
+  virtual void finish_grad_sync() {}
+
+ protected:
+  bool finish_sync_in_backward_ = true;  // false while a DeferSyncGuard lives
 };
 
 }  // namespace loom::parallel

@@ -59,7 +59,8 @@ class MicroBatchRunner {
 
   // Micro-batch mb's backward from output_grad (received; undefined on the
   // last stage, which starts from its loss). Returns d loss / d input, to send
-  // upstream. Every backward but the last micro-batch's skips the dp sync.
+  // upstream. Every backward but the last micro-batch's skips the dp sync; the
+  // last launches it, and finish() waits for it after the last transfer.
   Tensor backward(int mb, const Tensor& output_grad) {
     trace::Span span(str("B", mb));
     const double t0 = schedule_clock_us();
@@ -72,6 +73,9 @@ class MicroBatchRunner {
     auto run = [&] { input_grad = stage_.backward(input, output, output_grad); };
     if (dp_ && mb + 1 < num_microbatches()) {
       auto no_sync = dp_->no_sync();
+      run();
+    } else if (dp_) {
+      auto defer = dp_->defer_grad_sync();  // the reductions launch here; finish() waits
       run();
     } else {
       run();
@@ -91,9 +95,14 @@ class MicroBatchRunner {
   // [b, T, C]: micro-batch mb's rows and tokens (T / tp under sequence parallelism), the model's width.
   Shape activation_shape(int mb) const { return stage_.activation_shape(mbs_[size_t(mb)].x.shape()); }
 
-  // After the last transfer: give every stage the mean loss.
+  // After the last transfer: finish the dp gradient sync, give every stage the
+  // mean loss. The sync waits here, not inside the last backward (Megatron's
+  // finalize_model_grads after the schedule): there it would hold back this
+  // stage's last send_backward, and stage s - 1's last backward with it, so the
+  // pipeline's cool-down would grow by every stage's exposed dp time in turn.
   PipelineStepResult finish() {
     LOOM_CHECK(in_flight_.empty(), "pipeline schedule: ", in_flight_.size(), " micro-batches never ran backward");
+    if (dp_) dp_->finish_grad_sync();
     return {broadcast_mean_loss(p2p_, loss_sum_, num_microbatches()), std::move(events_)};
   }
 

@@ -21,7 +21,9 @@
 // backwards are those of the mean over the whole batch (the same as one big
 // batch, or gradient accumulation). With data parallelism (dp × pp), every
 // backward but the last runs inside dp->no_sync(): the gradients are synced
-// once, during micro-batch m-1's backward (the last one on every stage).
+// once, launched bucket by bucket during micro-batch m-1's backward (the last
+// one on every stage) and waited for after the schedule's last transfer
+// (dp->finish_grad_sync(), Megatron's order), off the pipeline's critical path.
 //
 // Each forward and backward is recorded as a trace span F<mb> / B<mb>
 // (trace.h) and as a ScheduleEvent, for --print-schedule (schedule_diagram.h).

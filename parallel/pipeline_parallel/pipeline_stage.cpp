@@ -61,7 +61,7 @@ Tensor PipelineStage::forward(const Tensor& input) {
              "): input is undefined");
   if (!is_first_stage()) autograd::set_requires_grad(input);
   Tensor x = input;
-  for (const auto& layer : layers_) x = layer->forward(x);
+  for (const auto& layer : layers_) x = (*layer)(x);  // runs each layer's forward pre-hooks
   return x;
 }
 

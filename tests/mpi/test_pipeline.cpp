@@ -16,10 +16,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
@@ -341,5 +343,82 @@ TEST(Pipeline, CombinedTransfersOfLargeTensorsDoNotDeadlock) {
     Tensor act = p2p.send_bwd_recv_fwd(full({n}, -double(r), kFloat32), 0, 0);
     ASSERT_TRUE(act.defined());
     EXPECT_EQ(act.to_vector<float>()[0], float(r));  // 1 + (r - 1)
+  }
+}
+
+// ---- the data-parallel gradient sync, after the schedule ----------------------------
+
+// DataParallelBucket as the schedule sees it, plus a record of when it is told
+// to finish the sync, and a wait of kSlowSync inside that finish: a dp
+// reduction that takes that long to come back (a slow network).
+constexpr auto kSlowSync = std::chrono::milliseconds(300);
+class RecordingDataParallel : public DataParallel {
+ public:
+  explicit RecordingDataParallel(DataParallelBucket& inner) : inner_(inner) {}
+  NoSyncGuard no_sync() override { return inner_.no_sync(); }
+  DeferSyncGuard defer_grad_sync() override { return inner_.defer_grad_sync(); }
+  void zero_grad() override { inner_.zero_grad(); }
+  void finish_grad_sync() override {
+    ++calls;
+    // The last backward launched every bucket's all-reduce and waited for none.
+    for (const Bucket& b : inner_.bucket_manager().buckets()) EXPECT_TRUE(b.work != nullptr);
+    start_us = schedule_clock_us();
+    std::this_thread::sleep_for(kSlowSync);
+    inner_.finish_grad_sync();
+    end_us = schedule_clock_us();
+  }
+  int calls = 0;
+  double start_us = 0, end_us = 0;
+
+ private:
+  DataParallelBucket& inner_;
+};
+
+// Megatron's order: the synced (last) backward launches the bucket
+// all-reduces, the stage sends its last gradient upstream, and only then
+// waits for the reductions. So stage s - 1 starts its last backward while
+// stage s is still inside its (slow) sync; with the sync inside the last
+// backward, as before, it could start only once stage s's sync had ended,
+// and the cool-down grew by every stage's sync in turn.
+TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
+  const int dp = world_size() >= 4 ? 2 : 1, pp = world_size() / dp;
+  ProcessGroupManager pgm(dp, pp);
+  nn::GPTConfig cfg = config(6);
+  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0]);
+  PipelineP2P p2p(pgm.pp_group());
+  DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
+  RecordingDataParallel dp_wrap(bucket);
+  const int m = 4;
+  Batch b = global_batch(0, int64_t(dp) * m * kRowsPerMicroBatch);
+  std::vector<MicroBatch> mbs;
+  for (int i = 0; i < m; ++i) {
+    int64_t r = (int64_t(pgm.dp_rank()) * m + i) * kRowsPerMicroBatch;
+    mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
+  }
+  LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  for (auto schedule : {train_step_pipeline_afab, train_step_pipeline_1f1b}) {
+    dp_wrap.calls = 0;
+    PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, &dp_wrap);
+    ASSERT_EQ(dp_wrap.calls, 1) << "the schedule finishes the sync once, after its last transfer";
+    const ScheduleEvent& last_b = r.events.back();
+    ASSERT_EQ(last_b.kind, 'B');
+    EXPECT_GE(dp_wrap.start_us, last_b.end_us) << "the sync finishes after the last backward";
+    // Every stage's (last backward start, sync start, sync end), on every stage.
+    Tensor mine = from_vector<double>({last_b.start_us, dp_wrap.start_us, dp_wrap.end_us});
+    Tensor all = zeros({3 * pp}, kFloat64);
+    pgm.pp_group().all_gather(all, mine);
+    std::vector<double> t = all.to_vector<double>();
+    for (int s = 1; s < pp; ++s) {
+      const double upstream_last_b_start = t[size_t(3 * (s - 1))], sync_end = t[size_t(3 * s + 2)];
+      // Stage s - 1's last backward needs stage s's last gradient: it started
+      // while stage s was still waiting for its dp reduction (300 ms of margin).
+      EXPECT_LT(upstream_last_b_start, sync_end) << "stage " << s - 1 << " waited for stage " << s << "'s dp sync";
+    }
+    // The gradients are synced: each dp replica holds the same average.
+    Tensor g = ops::contiguous(bucket.bucket_manager().buffer());
+    Tensor mean = ops::clone(g);
+    pgm.dp_group().all_reduce(mean, ReduceOp::Avg);
+    EXPECT_EQ(g.to_vector<float>(), mean.to_vector<float>());
+    bucket.reset();
   }
 }
