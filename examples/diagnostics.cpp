@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -66,9 +67,15 @@ void Diagnostics::backward_done() { peak_ = memory_stats().peak_bytes; }
 
 void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
                             const parallel::StageEvents& events) {
-  if (a_.print_schedule && m_.pipelined() && step == start_) {
-    std::string report = parallel::schedule_report(pgm_.pp_group(), events, a_.schedule);
-    if (rank0_) std::printf("%s\n", report.c_str());
+  // The picture is of the second step when there is one: the first is slowed by one-time work
+  // (oneDNN's kernel JIT, first allocations) that would fill it.
+  const int64_t svg_step = std::min(start_ + 1, end_ - 1);
+  const bool text_now = a_.print_schedule && step == start_, svg_now = !a_.schedule_svg.empty() && step == svg_step;
+  if ((text_now || svg_now) && m_.pipelined()) {
+    std::string svg;
+    std::string report = parallel::schedule_report(pgm_.pp_group(), events, a_.schedule, &svg);
+    if (rank0_ && text_now) std::printf("%s\n", report.c_str());
+    if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg);
   }
   if (a_.memory_report && step == start_) {
     finish_param_sync(opt_);

@@ -53,6 +53,7 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
       ->check(CLI::IsMember({"uniform", "balanced"}));
   app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
+  app.add_option("--schedule-svg", a.schedule_svg, "with --pp: draw step 2's schedule (step 1's if only one), in time, to this SVG file");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -172,6 +173,7 @@ void validate(const Args& a) {
   check_writable("--log", a.log, /*create_dirs=*/false);
   check_writable("--trace", a.trace, /*create_dirs=*/false);
   check_writable("--memory-json", a.memory_json, /*create_dirs=*/false);
+  check_writable("--schedule-svg", a.schedule_svg, /*create_dirs=*/false);
 }
 
 }  // namespace loom::train

@@ -32,6 +32,7 @@ struct Args {
   int64_t grad_accum = 1, microbatches = 0;
   std::string schedule = "1f1b", partition = "uniform";
   bool print_schedule = false;
+  std::string schedule_svg;  // the first step's schedule as a picture
   std::string trace;
   // precision and the optimizer
   std::string dtype = "fp32";

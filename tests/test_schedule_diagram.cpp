@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/trace/schedule_diagram.h"
+#include "parallel/trace/schedule_svg.h"
 
 using namespace loom;
 using namespace loom::parallel;
@@ -58,4 +59,26 @@ TEST(ScheduleDiagram, BubbleFractions) {
   // bubbles 0.4 and 0.6, mean 0.5.
   std::vector<StageEvents> stages{{{'F', 0, 0, 2}, {'B', 0, 6, 10}}, {{'F', 0, 2, 3}, {'B', 0, 3, 6}}};
   EXPECT_DOUBLE_EQ(measured_bubble_fraction(stages), 0.5);
+}
+
+// The picture (schedule_svg.h): one box per event at its measured time, forwards
+// blue and backwards green, time scaled so the step spans the row (80 px to 980 px).
+TEST(ScheduleSvg, DrawsEveryEventAtItsTime) {
+  // Two stages, one micro-batch: F0 on stage 0 [0, 10), F0 on stage 1 [10, 20),
+  // B0 on stage 1 [20, 40), B0 on stage 0 [40, 60) microseconds.
+  std::vector<loom::parallel::StageEvents> stages = {{{'F', 0, 0, 10}, {'B', 0, 40, 60}},
+                                                     {{'F', 0, 10, 20}, {'B', 0, 20, 40}}};
+  const std::string svg = loom::parallel::schedule_svg(stages, "1f1b, pp 2, m 1", "bubble: measured 0.500");
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(count("fill=\"#6fa8dc\""), 2);  // the forwards
+  EXPECT_EQ(count("fill=\"#93c47d\""), 2);  // the backwards
+  // 900 px for 60 us: stage 1's B0 starts at 80 + 20 x 15 = 380 and is 20 x 15 = 300 wide.
+  EXPECT_NE(svg.find("<rect x=\"380.0\" y=\"74.0\" width=\"300.0\""), std::string::npos) << svg;
+  EXPECT_NE(svg.find("bubble: measured 0.500"), std::string::npos);
+  EXPECT_NE(svg.find(">1f1b, pp 2, m 1<"), std::string::npos);
 }

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <utility>
+
+#include "parallel/trace/schedule_svg.h"
 
 namespace loom::parallel {
 
@@ -118,7 +121,8 @@ std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEven
   return stages;
 }
 
-std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, const std::string& schedule_name) {
+std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, const std::string& schedule_name,
+                            std::string* svg) {
   std::vector<StageEvents> stages = gather_schedule(pp_group, mine);
   if (pp_group.rank() != 0) return "";
   const int p = int(stages.size());
@@ -129,7 +133,9 @@ std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, con
   std::snprintf(bubble, sizeof bubble,
                 "bubble: measured %.3f (from timestamps), theory (p - 1)/(m + p - 1) = %d/%d = %.3f\n",
                 measured_bubble_fraction(stages), p - 1, m + p - 1, theoretical_bubble_fraction(p, m));
-  return render_schedule(stages, str(schedule_name, ", pp ", p, ", m ", m)) + bubble;
+  const std::string title = str(schedule_name, ", pp ", p, ", m ", m);
+  if (svg) *svg = schedule_svg(stages, title, std::string(bubble, std::strlen(bubble) - 1));  // without the \n
+  return render_schedule(stages, title) + bubble;
 }
 
 }  // namespace loom::parallel

@@ -51,7 +51,8 @@ double theoretical_bubble_fraction(int pp_size, int num_microbatches);  // (p - 
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine);
 
 // Collective over pp_group: the --print-schedule text (diagram and bubble line)
-// on pp rank 0, "" elsewhere.
-std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, const std::string& schedule_name);
+// on pp rank 0, "" elsewhere; svg: also the picture (schedule_svg.h), on pp rank 0.
+std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, const std::string& schedule_name,
+                            std::string* svg = nullptr);
 
 }  // namespace loom::parallel
