@@ -70,6 +70,9 @@ def main():
         print(f"rank {pid}: {s['steps']} optimizer steps")
         for name, (n, kib) in sorted(s["per_step"].items()):
             print(f"  {n:6.1f} per step {kib:8.0f} KiB per step  {name}")
+        if s["dp_comm_ms"] == 0:
+            print("  no data-parallel gradient collectives (dp = 1)")
+            continue
         if not s["async"]:  # DataParallelNaive: the hook itself waits, inside backward
             print(f"  dp gradient collectives: {s['dp_comm_ms']:.1f} ms in all, synchronous (no 'wait for' "
                   f"span): backward stopped for each one, none of it hidden")
