@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Summarise a train_gpt --trace file: what ran per step, and how much of the
+communication overlapped backward.
+
+  /usr/bin/python3 docs/trace_summary.py trace.json
+
+Per rank it prints every collective that runs every step (its name without the
+sequence number) with how many times it ran per optimizer step and the KiB it
+carried (sizes as the trace rounds them), then the time of the data-parallel
+collectives, the share of it hidden
+behind backward's compute (inside `backward` or a pipeline B<i> span, but not
+inside a "wait for ..." span, where the compute thread blocks on them), and
+the time per step the compute thread spent in "wait for ..." spans: the
+overlap the bucketed and ZeRO chapters are about. A trace without any "wait
+for" span ran synchronous collectives (--dp-mode naive: the hook returns when
+its all-reduce is done), so none of their time was hidden.
+"""
+import collections
+import json
+import re
+import sys
+
+
+def overlap(a, b, intervals):
+    """Microseconds of [a, b) covered by the (disjoint) intervals."""
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in intervals)
+
+
+def summarise(events):
+    """events: the trace's traceEvents. Returns {pid: dict} (see main)."""
+    spans = [e for e in events if e.get("ph") == "X"]
+    out = {}
+    for pid in sorted({e["pid"] for e in spans}):
+        mine = [e for e in spans if e["pid"] == pid]
+        compute = [e for e in mine if e["tid"] == 0]
+        start = min((e["ts"] for e in compute), default=0)  # setup (broadcasts, handshake) left out
+        comm = [e for e in mine if e["tid"] == 1 and e["ts"] >= start]
+        steps = sum(1 for e in compute if e["name"] == "optimizer step") or 1
+        backward = [(e["ts"], e["ts"] + e["dur"]) for e in compute
+                    if e["name"] == "backward" or re.fullmatch(r"B\d+", e["name"])]
+        counts, kib = collections.Counter(), collections.Counter()
+        for e in comm:  # "all_reduce(avg, float32) dp (size 2) #7 (27 KiB)"
+            m = re.match(r"(.*?) #\d+ \((\d+) KiB\)", e["name"])
+            name = m.group(1) if m else e["name"]
+            counts[name] += 1
+            kib[name] += int(m.group(2)) if m else 0
+        # The compute thread blocked on communication: spans named "wait for ...".
+        waits = [(e["ts"], e["ts"] + e["dur"]) for e in compute if e["name"].startswith("wait for")]
+        total = hidden = 0.0
+        for e in comm:
+            if not re.match(r"(all_reduce|reduce_scatter|all_gather)\(", e["name"]) or " dp " not in e["name"] \
+                    or "float64" in e["name"]:  # the logged loss, not a gradient
+                continue
+            a, b = e["ts"], e["ts"] + e["dur"]
+            total += b - a
+            # hidden: while backward computed (inside backward, not inside a wait)
+            hidden += overlap(a, b, backward) - overlap(a, b, waits)
+        out[pid] = {"steps": steps, "per_step": {k: (v / steps, kib[k] / steps) for k, v in counts.items()},
+                    "dp_comm_ms": total / 1e3, "dp_comm_hidden": hidden / total if total else 0.0,
+                    "wait_ms_per_step": sum(y - x for x, y in waits) / 1e3 / steps, "async": bool(waits)}
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        events = json.load(f)["traceEvents"]
+    for pid, s in summarise(events).items():
+        print(f"rank {pid}: {s['steps']} optimizer steps")
+        for name, (n, kib) in sorted(s["per_step"].items()):
+            print(f"  {n:6.1f} per step {kib:8.0f} KiB per step  {name}")
+        if s["dp_comm_ms"] == 0:
+            print("  no data-parallel gradient collectives (dp = 1)")
+            continue
+        if not s["async"]:  # DataParallelNaive: the hook itself waits, inside backward
+            print(f"  dp gradient collectives: {s['dp_comm_ms']:.1f} ms in all, synchronous (no 'wait for' "
+                  f"span): backward stopped for each one, none of it hidden")
+            continue
+        print(f"  dp gradient/param collectives: {s['dp_comm_ms']:.1f} ms in all, "
+              f"{100 * s['dp_comm_hidden']:.0f}% of it hidden behind backward's compute; "
+              f"compute waited {s['wait_ms_per_step']:.2f} ms per step")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Keeps docs/ honest: every anchor a chapter gives must still point somewhere.
+
+  /usr/bin/python3 tests/docs/check_docs.py REPO [TRAIN_GPT]
+
+Checks, over docs/*.md (CTest: docs_check, label docs):
+  paths     every `path/with/a/slash.ext` in backticks, and every relative
+            Markdown link, names a file or folder of the repo (build/ outputs
+            and absolute paths are not repo files and are skipped)
+  symbols   in `path/to/file.h` (`Symbol`, `Class::method`), each symbol's
+            every ::-part occurs as a whole word in that file
+  flags     every --flag after train_gpt on a command line of a ```sh block is
+            one of TRAIN_GPT --help's (or, without TRAIN_GPT, one that
+            examples/train_args.cpp declares)
+  shape     each chapter has a "Read:" line, a ```sh block and an Exercise
+            section; docs/README.md and README.md link every chapter
+  tool      docs/trace_summary.py, run on a small made-up trace, gives the
+            numbers worked out by hand
+Exits 1 listing every problem (file:line: what), 0 when there is none.
+"""
+import os
+import re
+import subprocess
+import sys
+
+PATH_RE = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*<>-]+)+/?)`")
+ANCHOR_RE = re.compile(r"`([A-Za-z0-9_./-]+\.[A-Za-z0-9]+)`\s*\(((?:\s*`[^`]+`\s*,?)+)\)")
+LINK_RE = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0}  # how many anchors were checked, for the summary line
+
+
+def repo_file(repo, path):
+    return os.path.exists(os.path.join(repo, path.rstrip("/")))
+
+
+def skip_path(path):
+    # build outputs, files a command writes, globs and placeholders are not repo files
+    return path.startswith(("build/", "/", "out/", "http")) or any(c in path for c in "*<>")
+
+
+def known_flags(repo, train_gpt):
+    if train_gpt:
+        out = subprocess.run([train_gpt, "--help"], capture_output=True, text=True, timeout=60).stdout
+        flags = set(FLAG_RE.findall(out))
+        if "--steps" in flags:
+            return flags
+    with open(os.path.join(repo, "examples/train_args.cpp")) as f:
+        return set(re.findall(r'"(--[a-z][a-z0-9-]*)"', f.read()))
+
+
+def command_lines(text):
+    """(line number, command) for each line of a ```sh block, continuations joined."""
+    out, in_sh, pending, start = [], False, "", 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            in_sh = not in_sh and line.strip() in ("```sh", "```bash")
+            continue
+        if not in_sh:
+            continue
+        if not pending:
+            start = n
+        pending += line.rstrip("\\") + " "
+        if not line.endswith("\\"):
+            out.append((start, pending.split(" #")[0]))  # a trailing comment is not part of it
+            pending = ""
+    return out
+
+
+def check_chapter(repo, path, text, flags, problems):
+    name = os.path.relpath(path, repo)
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
+        for p in PATH_RE.findall(line):
+            if skip_path(p):
+                continue
+            CHECKED["paths"] += 1
+            if not repo_file(repo, p):
+                problems.append(f"{name}:{n}: `{p}` is not a file of the repo")
+        for link in LINK_RE.findall(line):
+            if "://" in link or link.startswith("mailto:"):
+                continue
+            target = os.path.normpath(os.path.join(os.path.dirname(path), link))
+            if not os.path.exists(target):
+                problems.append(f"{name}:{n}: link ({link}) leads nowhere")
+        for p, syms in ANCHOR_RE.findall(line):
+            full = os.path.join(repo, p)
+            if skip_path(p) or not os.path.isfile(full):
+                continue  # a missing file is reported above
+            with open(full, errors="replace") as f:
+                body = f.read()
+            for sym in re.findall(r"`([^`]+)`", syms):
+                CHECKED["symbols"] += 1
+                parts = [s for s in re.split(r"::|\.", sym.replace("()", "")) if s]
+                missing = [s for s in parts if not re.search(r"(?<![\w])" + re.escape(s) + r"(?![\w])", body)]
+                if missing:
+                    problems.append(f"{name}:{n}: `{sym}` does not occur in {p}")
+    for n, cmd in command_lines(text):
+        if "train_gpt" not in cmd:
+            continue
+        for flag in FLAG_RE.findall(cmd.split("train_gpt", 1)[1]):
+            CHECKED["flags"] += 1
+            if flag not in flags:
+                problems.append(f"{name}:{n}: train_gpt has no flag {flag}")
+    if not os.path.basename(path) == "README.md":
+        if not any(line.startswith("Read:") for line in lines):
+            problems.append(f"{name}: no 'Read:' line (the files to read, with their symbols)")
+        if not command_lines(text):
+            problems.append(f"{name}: no ```sh block (the command to run)")
+        if not re.search(r"^#+ .*Exercise", text, re.M):
+            problems.append(f"{name}: no Exercise section")
+
+
+def check_trace_summary(repo, problems):
+    sys.path.insert(0, os.path.join(repo, "docs"))
+    import trace_summary  # noqa: E402
+
+    def x(name, ts, dur, tid):
+        return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+
+    # One step: backward [0, 100) with a wait [80, 100); two 8 KiB all-reduces,
+    # [50, 90) (30 us of it while backward computed) and [90, 110) (none).
+    events = [x("forward", -50, 50, 0), x("backward", 0, 100, 0), x("wait for gradient all-reduce", 80, 20, 0),
+              x("optimizer step", 110, 10, 0),
+              x("all_reduce(avg, float32) dp (size 2) #1 (8 KiB)", 50, 40, 1),
+              x("all_reduce(avg, float32) dp (size 2) #2 (8 KiB)", 90, 20, 1)]
+    s = trace_summary.summarise(events)[0]
+    want = {"steps": 1, "dp_comm_ms": 0.06, "dp_comm_hidden": 0.5, "wait_ms_per_step": 0.02}
+    for k, v in want.items():
+        if abs(s[k] - v) > 1e-9:
+            problems.append(f"docs/trace_summary.py: {k} = {s[k]} on the made-up trace, by hand {v}")
+    if s["per_step"].get("all_reduce(avg, float32) dp (size 2)") != (2.0, 16.0):
+        problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 all-reduces, 16 KiB")
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    repo = os.path.abspath(sys.argv[1])
+    flags = known_flags(repo, sys.argv[2] if len(sys.argv) == 3 else None)
+    docs = os.path.join(repo, "docs")
+    chapters = sorted(f for f in os.listdir(docs) if f.endswith(".md") and f != "README.md")
+    problems = []
+    if not chapters:
+        problems.append("docs/: no chapters")
+    index = ""
+    if os.path.isfile(os.path.join(docs, "README.md")):
+        with open(os.path.join(docs, "README.md")) as fh:
+            index = fh.read()
+        check_chapter(repo, os.path.join(docs, "README.md"), index, flags, problems)
+    else:
+        problems.append("docs/README.md: missing (the reading order)")
+    for f in chapters:
+        path = os.path.join(docs, f)
+        with open(path) as fh:
+            check_chapter(repo, path, fh.read(), flags, problems)
+    with open(os.path.join(repo, "README.md")) as fh:
+        readme = fh.read()
+    for c in chapters:
+        if f"]({c})" not in index:
+            problems.append(f"docs/README.md: does not link the chapter {c}")
+        if f"](docs/{c})" not in readme:
+            problems.append(f"README.md: does not link the chapter docs/{c}")
+    check_trace_summary(repo, problems)
+    for p in problems:
+        print(p)
+    print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
+          f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
