@@ -52,7 +52,8 @@ void Diagnostics::backward_done() { peak_ = memory_stats().peak_bytes; }
 void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
                             const parallel::StageEvents& events) {
   if (a_.print_schedule && m_.pipelined() && step == start_) {
-    std::string report = parallel::schedule_report(pgm_.pp_group(), events, a_.schedule);
+    std::string report =
+        parallel::schedule_report(pgm_.pp_group(), events, a_.virtual_stages > 1 ? "interleaved 1f1b" : a_.schedule);
     if (rank0_) std::printf("%s\n", report.c_str());
   }
   if (a_.memory_report && step == start_) {

@@ -31,6 +31,7 @@ struct Args {
   int64_t grad_accum = 1, microbatches = 0;
   std::string schedule = "1f1b", partition = "uniform";
   bool print_schedule = false;
+  int virtual_stages = 1;  // model chunks per pipeline rank: interleaved 1F1B when > 1
   std::string trace;
   // precision and the optimizer
   std::string dtype = "fp32";

@@ -87,11 +87,12 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
 ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {
   ModelOrStage m;
   if (pgm.pp_size() > 1) {
+    // --virtual-stages v: v chunks per rank, for interleaved 1F1B.
     parallel::StagePartition parts =
         a.partition == "balanced"
-            ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size())
-            : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size());
-    m.stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())][0]);
+            ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size(), a.virtual_stages)
+            : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size(), a.virtual_stages);
+    m.stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())]);
     m.p2p = std::make_unique<parallel::PipelineP2P>(pgm.pp_group());
   } else {
     m.model = std::make_shared<nn::GPT>(cfg);
@@ -102,7 +103,9 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
       (long long)m.net().num_parameters(), m.pipelined() ? " on pipeline stage 0" : "",
       dtype_name(parse_dtype(a.dtype)));
   if (m.pipelined())
-    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(), a.schedule.c_str(),
+    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(),
+        a.virtual_stages > 1 ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
+                             : a.schedule.c_str(),
         a.partition.c_str());
   return m;
 }

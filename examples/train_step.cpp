@@ -3,6 +3,7 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "nn/loss.h"
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/trace/trace.h"
 
 namespace loom::train {
@@ -47,9 +48,10 @@ parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, 
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
     return opt.scale_loss(nn::cross_entropy_loss(logits, y));
   };
-  parallel::PipelineStepResult r = schedule == "afab"
-                                       ? parallel::train_step_pipeline_afab(stage, p2p, micro, loss_fn, dp)
-                                       : parallel::train_step_pipeline_1f1b(stage, p2p, micro, loss_fn, dp);
+  parallel::PipelineStepResult r =
+      stage.num_chunks() > 1 ? parallel::train_step_pipeline_interleaved(stage, p2p, micro, loss_fn, dp)  // --virtual-stages
+      : schedule == "afab"   ? parallel::train_step_pipeline_afab(stage, p2p, micro, loss_fn, dp)
+                             : parallel::train_step_pipeline_1f1b(stage, p2p, micro, loss_fn, dp);
   r.loss /= opt.scaler() ? opt.scaler()->scale() : 1.0;  // a power of two: exact
   return r;
 }

@@ -42,29 +42,40 @@ void register_layer(nn::Module& stage, const std::string& prefix, const std::sha
 }  // namespace
 
 PipelineStage::PipelineStage(const nn::GPTConfig& cfg, LayerRange range)
-    : cfg_(cfg), range_(range), layers_(nn::build_gpt_layers(cfg, range.start, range.end)) {
-  for (int64_t i = range.start; i < range.end; ++i)
-    register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[size_t(i - range.start)]);
+    : PipelineStage(cfg, std::vector<LayerRange>{range}) {}
+
+PipelineStage::PipelineStage(const nn::GPTConfig& cfg, std::vector<LayerRange> chunks)
+    : cfg_(cfg), chunks_(std::move(chunks)) {
+  LOOM_CHECK(!chunks_.empty(), "PipelineStage: no layers");
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const LayerRange r = chunks_[c];
+    LOOM_CHECK(r.start < r.end && (c == 0 || chunks_[c - 1].end <= r.start), "PipelineStage: chunk ", c,
+               " [", r.start, ", ", r.end, ") is empty or not after the chunk before it");
+    first_layer_.push_back(layers_.size());
+    for (auto& layer : nn::build_gpt_layers(cfg, r.start, r.end)) layers_.push_back(layer);
+    for (int64_t i = r.start; i < r.end; ++i)
+      register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[first_layer_[c] + size_t(i - r.start)]);
+  }
 }
 
-Tensor PipelineStage::forward(const Tensor& input) {
-  LOOM_CHECK(input.defined(), "PipelineStage::forward: layers [", range_.start, ", ", range_.end,
-             "): input is undefined");
-  if (!is_first_stage()) autograd::set_requires_grad(input);
+Tensor PipelineStage::forward(const Tensor& input, int chunk) {
+  const LayerRange r = range(chunk);
+  LOOM_CHECK(input.defined(), "PipelineStage::forward: layers [", r.start, ", ", r.end, "): input is undefined");
+  if (!chunk_is_first(chunk)) autograd::set_requires_grad(input);
   Tensor x = input;
-  for (const auto& layer : layers_) x = layer->forward(x);
+  for (size_t k = 0; k < size_t(r.size()); ++k) x = layers_[first_layer_[size_t(chunk)] + k]->forward(x);
   return x;
 }
 
-Tensor PipelineStage::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad) {
+Tensor PipelineStage::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk) {
   if (output_grad.defined()) {
     autograd::backward({output}, {output_grad});
   } else {
-    LOOM_CHECK(is_last_stage() && output.numel() == 1, "PipelineStage::backward: layers [", range_.start, ", ",
-               range_.end, ") got no output gradient; only the last stage starts from its (scalar) loss");
+    LOOM_CHECK(chunk_is_last(chunk) && output.numel() == 1, "PipelineStage::backward: layers [", range(chunk).start,
+               ", ", range(chunk).end, ") got no output gradient; only the last stage starts from its (scalar) loss");
     autograd::backward(output);
   }
-  if (is_first_stage()) return Tensor();
+  if (chunk_is_first(chunk)) return Tensor();
   return autograd::grad(input);
 }
 

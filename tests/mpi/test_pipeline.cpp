@@ -31,6 +31,7 @@
 #include "parallel/data_parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
 #include "optim/clip_grad.h"
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/process_group_manager.h"
 #include "parallel/pipeline_parallel/shared_weights.h"
@@ -60,6 +61,8 @@ struct Setup {
   int dp = 1, pp = 1;
   std::string schedule = "1f1b", partition = "uniform", dp_mode = "bucket";
   int m = 4;  // micro-batches per dp rank
+  int v = 1;  // model chunks per stage: interleaved 1F1B when > 1
+  int64_t blocks = 0;  // 0: 6 blocks (uniform) or 5 (balanced)
 };
 
 struct Batch {
@@ -108,9 +111,9 @@ bool tied_copies_identical(PipelineStage& stage, ProcessGroupManager& pgm) {
 // weights -> data parallel -> optimizer.
 Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   ProcessGroupManager pgm(s.dp, s.pp);
-  StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp)
-                                                 : partition_balanced(gpt_layer_param_counts(cfg), s.pp);
-  PipelineStage stage(cfg, part[size_t(pgm.pp_rank())][0]);
+  StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp, s.v)
+                                                 : partition_balanced(gpt_layer_param_counts(cfg), s.pp, s.v);
+  PipelineStage stage(cfg, part[size_t(pgm.pp_rank())]);
   PipelineP2P p2p(pgm.pp_group());
   SharedWeightGradHandler shared = tied_embedding_handler(stage, pgm);
   std::unique_ptr<DataParallel> dp;
@@ -137,7 +140,8 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
       int64_t r = first_row + i * kRowsPerMicroBatch;
       mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
     }
-    auto schedule = s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
+    auto schedule = s.v > 1 ? train_step_pipeline_interleaved
+                    : s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
     LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
     PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
     shared.all_reduce_grads(bucket);
@@ -159,8 +163,9 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
 }
 
 void expect_matches_single_process(const Setup& s) {
-  SCOPED_TRACE(str("dp ", s.dp, " x pp ", s.pp, ", ", s.schedule, ", ", s.partition, " partition, m ", s.m));
-  nn::GPTConfig cfg = config(s.partition == "uniform" ? 6 : 5);
+  SCOPED_TRACE(str("dp ", s.dp, " x pp ", s.pp, " x v ", s.v, ", ", s.schedule, ", ", s.partition, " partition, m ",
+                   s.m, ", ", s.dp_mode));
+  nn::GPTConfig cfg = config(s.blocks > 0 ? s.blocks : s.partition == "uniform" ? 6 : 5);
   const int64_t global_rows = int64_t(s.dp) * s.m * kRowsPerMicroBatch;
   Run want = reference(cfg, global_rows);
   Run got = pipeline(s, cfg, global_rows);
@@ -228,6 +233,44 @@ TEST(Pipeline, DataParallelTimesPipelineMatchesSingleProcess) {
     expect_matches_single_process({2, world_size() / 2, schedule, "uniform", "bucket", 3});
     expect_matches_single_process({2, world_size() / 2, schedule, "uniform", "naive", 3});
   }
+}
+
+// ---- interleaved 1F1B (virtual stages) ----------------------------------------------------
+
+// Each rank holds v chunks; a micro-batch goes round the ring of ranks v times.
+// On 2 ranks: pp 2 x v 2 with m 4 (warm-up, steady 1F1B and cool-down) and m 2
+// (= pp: every forward first), pp 2 x v 3 on 4 blocks (6 layers, one per
+// chunk: the embedding and the head are chunks of their own). On 4 ranks:
+// dp 2 x pp 2 x v 2 with both dp wrappers (bucketed: synced in the last
+// backward; naive: in each chunk's last), and pp 4 x v 2.
+TEST(Pipeline, InterleavedMatchesSingleProcess) {
+  if (world_size() == 2) {
+    expect_matches_single_process({1, 2, "1f1b", "uniform", "bucket", 4, 2});
+    expect_matches_single_process({1, 2, "1f1b", "uniform", "bucket", 2, 2});
+    expect_matches_single_process({1, 2, "1f1b", "uniform", "bucket", 4, 3, 4});
+    expect_matches_single_process({1, 2, "1f1b", "balanced", "bucket", 6, 2});
+  } else if (world_size() == 4) {
+    expect_matches_single_process({2, 2, "1f1b", "uniform", "bucket", 4, 2});
+    expect_matches_single_process({2, 2, "1f1b", "uniform", "naive", 2, 2});
+    expect_matches_single_process({1, 4, "1f1b", "uniform", "bucket", 4, 2});
+  }
+}
+
+TEST(Pipeline, InterleavedNeedsMicroBatchesAMultipleOfTheStages) {
+  if (world_size() == 1) GTEST_SKIP() << "a pipeline";
+  nn::GPTConfig cfg = config(6);
+  const int p = world_size();
+  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), p, 2)[size_t(parallel::world().rank())]);
+  PipelineP2P p2p(parallel::world());
+  std::vector<MicroBatch> mbs(size_t(p + 1), {zeros({2, kT}, kInt64), zeros({2, kT}, kInt64)});
+  LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  std::string err;
+  try {
+    train_step_pipeline_interleaved(stage, p2p, mbs, loss_fn);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find(str(p + 1, " micro-batches are not a multiple of pp ", p)), std::string::npos) << err;
 }
 
 // ---- shared weights and the model-parallel gradient norm --------------------------------
