@@ -3,13 +3,15 @@
 // sends an activation [b, T, C] downstream and receives its gradient back,
 // stage 1 receives the activation and sends the gradient (the same shape)
 // back, N times. The time per round trip / 2 is the cost of one transfer:
-// the comm threads' queueing, the header and the payload messages. Twice:
-//   single transfers   each verb on its own: a header with every tensor, and
-//                      the send waited for before the verb returns;
-//   in a schedule      between begin_schedule() and end_schedule(), as the
-//                      schedules run them: the header with the first tensor of
-//                      each channel only, and sends left to their channel's
-//                      thread (waited for at the end).
+// the comm threads' queueing, the header and the payload messages. Three times:
+//   single transfers   each verb on its own: a header with every tensor
+//                      (what every transfer cost before headers were cached);
+//   in a schedule      between begin_schedule() and end_schedule(), as AFAB
+//                      and 1F1B run them: the header with the first tensor of
+//                      each channel only;
+//   async sends        the same with begin_schedule(async_sends), as the
+//                      interleaved schedule runs them: sends left to their
+//                      channel's thread, waited for at the end.
 //
 // Usage: mpirun -np 2 build/bench/bench_pipeline_p2p [--n 2000] [--batch 4] [--block 64] [--embd 128]
 #include <chrono>
@@ -51,21 +53,21 @@ int main(int argc, char** argv) {
       }
     };
     // us per transfer, over n round trips.
-    auto time = [&](bool in_schedule) {
+    auto time = [&](bool in_schedule, bool async_sends) {
       world.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      if (in_schedule) p2p.begin_schedule();
+      if (in_schedule) p2p.begin_schedule(async_sends);
       round_trips(n);
       if (in_schedule) p2p.end_schedule();
       return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / double(2 * n);
     };
     round_trips(50);  // warm-up
-    const double single = time(false), scheduled = time(true);
+    const double single = time(false, false), scheduled = time(true, false), async = time(true, true);
     if (world.rank() == 0)
-      std::printf("p2p [%lld, %lld, %lld] float32 (%.1f KB), %lld round trips: %.1f us per transfer as single "
-                  "transfers, %.1f us in a schedule (%.2fx)\n",
+      std::printf("p2p [%lld, %lld, %lld] float32 (%.1f KB), %lld round trips, us per transfer: single transfers "
+                  "%.1f, in a schedule %.1f (%.2fx), with async sends %.1f (%.2fx)\n",
                   (long long)batch, (long long)block, (long long)embd, double(act.nbytes()) / 1024, (long long)n,
-                  single, scheduled, single / scheduled);
+                  single, scheduled, single / scheduled, async, single / async);
     return 0;
   });
 }

@@ -45,7 +45,8 @@ std::vector<ScheduledOp> interleaved_order(int p, int rank, int v, int m) {
 PipelineStepResult train_step_pipeline_interleaved(PipelineStage& stage, PipelineP2P& p2p,
                                                    const std::vector<MicroBatch>& micro_batches,
                                                    const LossFn& loss_fn, DataParallel* dp) {
-  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp);
+  // Sends left in flight: around the ring every stage sends before it receives (pipeline_p2p.h).
+  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp, /*async_sends=*/true);
   const int m = run.num_microbatches();
   const std::vector<ScheduledOp> order = interleaved_order(p2p.pp_size(), p2p.pp_rank(), stage.num_chunks(), m);
   // When the gradients are synced over dp (see the header).

@@ -28,9 +28,9 @@
 // Transfers. The output of chunk c on rank p - 1 is the input of chunk c + 1
 // on rank 0: the p2p links form a ring (pipeline_p2p.h's recv_activation /
 // send_gradient, ...). Megatron posts each step's sends and receives together
-// in lock-step; here every send is asynchronous and each direction of each
-// link has its own thread, so a rank simply receives each input right before
-// the forward or backward that needs it. The order of each link's messages is
+// in lock-step; here every send is asynchronous (begin_schedule's async_sends)
+// and each direction of each link has its own thread, so a rank simply
+// receives each input right before the forward or backward that needs it. The order of each link's messages is
 // the same on both ends (the forwards' order restricted to the chunks that
 // send), which is all the FIFO channels need.
 //

@@ -132,14 +132,15 @@ void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
 
 // ---- a schedule's transfers ------------------------------------------------------
 
-void PipelineP2P::begin_schedule() {
+void PipelineP2P::begin_schedule(bool async_sends) {
   pending_.clear();  // only a schedule that threw leaves sends behind
   forget_shapes();
   in_schedule_ = true;
+  async_sends_ = async_sends;
 }
 
 void PipelineP2P::end_schedule() {
-  in_schedule_ = false;
+  in_schedule_ = async_sends_ = false;
   finish_sends();  // every send delivered: the peers have received all of this step
   forget_shapes();
 }
@@ -150,12 +151,12 @@ void PipelineP2P::forget_shapes() {
 }
 
 void PipelineP2P::finish_sends() {
-  if (!in_schedule_) {
+  if (!async_sends_) {
     for (PendingSend& s : pending_) wait(s);
     pending_.clear();
     return;
   }
-  // In a schedule: let go of the sends already delivered (and their payloads).
+  // Asynchronous sends: let go of the ones already delivered (and their payloads).
   std::erase_if(pending_, [&](PendingSend& s) {
     if (!s.payload->is_completed() || (s.header && !s.header->is_completed())) return false;
     wait(s);  // rethrows a failed send

@@ -30,17 +30,26 @@
 // header [ndim, dtype, dim_0, ..., dim_{ndim-1}, 0...], so a stage needs no
 // fixed-shape assumption (picotron passes tensor_shapes around instead).
 //
-// Inside a schedule (begin_schedule() .. end_schedule(), which every schedule calls)
-// transfers get cheaper:
-//  - the header travels once per channel, with the first transfer; later ones
-//    are the payload alone, received into the cached shape (ColossalAI's
-//    "pipeline can receive tensor shape" cache). Every micro-batch of a step
-//    has the same shape; a send of another shape within a schedule is an error.
-//  - sends are asynchronous: the stage goes on computing while the channel's
-//    thread delivers them; end_schedule() waits for them (each
-//    keeps its own payload tensor alive, so no buffer is reused before that).
-// Outside a schedule every verb returns once its transfers are complete and every
-// tensor carries its header, as picotron's and Megatron's verbs do.
+// Inside a schedule (begin_schedule() .. end_schedule(), which every schedule
+// calls) the header travels once per channel, with the first transfer; later
+// ones are the payload alone, received into the cached shape (ColossalAI's
+// "pipeline can receive tensor shape" cache): one message per transfer
+// instead of two. Every micro-batch of a step has the same shape; a send of
+// another shape within a schedule is an error.
+//
+// Sends. Every verb returns once its transfers are complete, as picotron's and
+// Megatron's do (they wait on the requests of batch_isend_irecv); a combined
+// verb posts its receive before it waits for its send. The interleaved
+// schedule instead opens its schedule with async_sends: a send is left to its
+// channel's thread and the stage goes on computing; end_schedule() waits for
+// the sends (each keeps its own payload alive, so no buffer is reused before
+// that). Around a ring that is what keeps large transfers from deadlocking:
+// every stage sends before it receives. Why not always: with MPI a send
+// progresses only while its thread polls, and a send nobody waits for polls
+// politely (naps of 20-200 us, comm/process_group_mpi.cpp) so as not to take
+// the compute thread's core - measured here, 1F1B with asynchronous sends ran
+// 3x slower than with sends waited for (bench/README.md, bench_pipeline_p2p).
+// A backend that progresses sends by itself (NCCL on its stream) loses nothing.
 //
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
 // With tracing on (trace.h) every transfer is a span on the communication track.
@@ -82,10 +91,11 @@ class PipelineP2P {
   Tensor recv_gradient(int mb, int chunk);                       // <- next rank
   void send_gradient(const Tensor& input_grad, int mb, int chunk);  // -> previous rank
 
-  // One schedule's transfers: headers once per channel, sends asynchronous
-  // (see above). begin_schedule() also drops what a schedule that threw left
-  // behind; end_schedule() waits for the sends and forgets the cached shapes.
-  void begin_schedule();
+  // One schedule's transfers: headers once per channel, and with async_sends
+  // sends left in flight (see above). begin_schedule() also drops what a
+  // schedule that threw left behind; end_schedule() waits for the sends and
+  // forgets the cached shapes.
+  void begin_schedule(bool async_sends = false);
   void end_schedule();
 
  private:
@@ -102,13 +112,13 @@ class PipelineP2P {
   void wait(PendingSend& s);
   void forget_shapes();
   Channel& ring(const std::unique_ptr<Channel>& c, const char* verb) const;  // c, or an error when pp is 1
-  void finish_sends();  // outside a schedule: every send, now; inside: the ones already delivered
+  void finish_sends();  // every send, now; with async_sends only the ones already delivered
 
   ProcessGroup& pp_group_;
   int rank_, size_;
   std::unique_ptr<Channel> act_out_, act_in_, grad_out_, grad_in_;
   std::vector<PendingSend> pending_;
-  bool in_schedule_ = false;
+  bool in_schedule_ = false, async_sends_ = false;
   bool verbose_ = false;
 };
 

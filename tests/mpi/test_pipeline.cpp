@@ -386,3 +386,53 @@ TEST(Pipeline, CombinedTransfersOfLargeTensorsDoNotDeadlock) {
     EXPECT_EQ(act.to_vector<float>()[0], float(r));  // 1 + (r - 1)
   }
 }
+
+TEST(Pipeline, RingTransfersOfLargeTensorsDoNotDeadlockInASchedule) {
+  // 8 MB each way around the ring, every stage sending before it receives, as
+  // the interleaved schedule's stages do (rank p - 1 sends to rank 0). With a
+  // blocking send every stage would wait in its send for a receive its peer
+  // never reaches; with async_sends they are left to their channel's thread.
+  if (world_size() == 1) GTEST_SKIP() << "a ring";
+  PipelineP2P p2p(parallel::world());
+  const int r = p2p.pp_rank(), p = p2p.pp_size();
+  const int64_t n = 2 << 20;
+  p2p.begin_schedule(/*async_sends=*/true);
+  p2p.send_activation(full({n}, 1.0 + r, kFloat32), 0, 0);
+  p2p.send_gradient(full({n}, -(1.0 + r), kFloat32), 0, 0);
+  Tensor act = p2p.recv_activation(0, 0), grad = p2p.recv_gradient(0, 0);
+  p2p.end_schedule();
+  EXPECT_EQ(act.to_vector<float>()[size_t(n - 1)], float(1 + (r - 1 + p) % p));  // from the previous rank
+  EXPECT_EQ(grad.to_vector<float>()[0], -float(1 + (r + 1) % p));              // from the next rank
+}
+
+TEST(Pipeline, AScheduleAnnouncesEachChannelsShapeOnce) {
+  // In a schedule the header goes with the first tensor of each channel only,
+  // so a later tensor of another shape cannot be announced: the sender stops,
+  // naming both shapes. The next schedule announces afresh.
+  if (world_size() != 2) GTEST_SKIP() << "a two-stage exchange";
+  PipelineP2P p2p(parallel::world());
+  for (int schedule = 0; schedule < 2; ++schedule) {
+    const Shape shape{2, schedule + 3};
+    p2p.begin_schedule();
+    if (p2p.is_first_stage()) {
+      p2p.send_forward(full(shape, 1.0), 0);
+      p2p.send_forward(full(shape, 2.0), 1);  // the same shape: payload only
+      std::string err;
+      try {
+        p2p.send_forward(full({4}, 3.0), 2);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      EXPECT_NE(err.find(str("send_forward: stage 0 sends [4] float32 in a schedule whose first transfer on this "
+                             "channel was ", shape_str(shape), " float32")),
+                std::string::npos)
+          << err;
+    } else {
+      Tensor a = p2p.recv_forward(0), b = p2p.recv_forward(1);
+      EXPECT_EQ(a.shape(), shape);
+      EXPECT_EQ(b.shape(), shape);
+      EXPECT_EQ(b.to_vector<float>().back(), 2.0f);
+    }
+    p2p.end_schedule();
+  }
+}
