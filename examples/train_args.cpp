@@ -143,7 +143,8 @@ void validate(const Args& a) {
   check_range<int64_t>("--microbatches", a.microbatches, 0, kMaxSize, " (0: --pp)");
   check_range("--virtual-stages", a.virtual_stages, 1, 4096);
   if (a.virtual_stages > 1) {  // interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h)
-    LOOM_CHECK(a.pp >= 2, "--virtual-stages ", a.virtual_stages, " interleaves the chunks of a pipeline; it needs --pp >= 2");
+    LOOM_CHECK(a.pp >= 2, "--virtual-stages ", a.virtual_stages,
+               " interleaves the chunks of a pipeline; it needs --pp >= 2");
     LOOM_CHECK(a.schedule == "1f1b", "--virtual-stages ", a.virtual_stages, " runs interleaved 1F1B; --schedule ",
                a.schedule, " has no interleaved form");
     const int64_t m = a.microbatches > 0 ? a.microbatches : a.pp;

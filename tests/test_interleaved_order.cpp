@@ -22,7 +22,10 @@ namespace {
 std::vector<ScheduledOp> ops_of(const std::string& s) {
   std::vector<ScheduledOp> out;
   std::stringstream in(s);
-  for (std::string w; in >> w;) out.push_back({w[0], std::stoi(w.substr(1, w.find('.') - 1)), std::stoi(w.substr(w.find('.') + 1))});
+  for (std::string w; in >> w;) {
+    const size_t dot = w.find('.');
+    out.push_back({w[0], std::stoi(w.substr(1, dot - 1)), std::stoi(w.substr(dot + 1))});
+  }
   return out;
 }
 
