@@ -1,5 +1,6 @@
 // bench_pipeline_memory: what 1F1B buys over all-forward-all-backward (GPipe),
-// measured, and how big the pipeline bubble really is.
+// and interleaved 1F1B (--v chunks per stage) over 1F1B, measured, and how big
+// the pipeline bubble really is.
 //
 // pp = the number of ranks; each rank is one stage of a GPT (balanced
 // partition by parameter count). Each schedule runs the same steps of m
@@ -12,7 +13,7 @@
 //     most p - s on stage s. Target: 1F1B's peak <= (p / m) x AFAB's + 10%.
 //   bubble: 1 - (time in F and B) / (step time), per stage, averaged (the
 //     ScheduleEvent timestamps; schedule_diagram.h), beside the theory
-//     (p - 1)/(m + p - 1). Target: within 0.05. Ranks share the machine's
+//     (p - 1)/(m + p - 1), for v chunks (p - 1)/(v m + p - 1). Target: within 0.05. Ranks share the machine's
 //     cores: with more stages than cores, stages that run at the same time
 //     slow each other down, which the theory does not know about.
 //   --simulate-ms F: every stage's forward also sleeps F ms and its backward
@@ -22,7 +23,8 @@
 //     schedule's and the transfers' own, even with 4 stages on 2 cores.
 //
 // Usage: mpirun -np 2 build/bench/bench_pipeline_memory [--m 8] [--layers 8] [--embd 128]
-//        [--heads 4] [--block 64] [--batch 4] [--steps 3] [--simulate-ms F] [--trace pipeline.json]
+//        [--heads 4] [--block 64] [--batch 4] [--steps 3] [--v 2] [--simulate-ms F] [--trace pipeline.json]
+// (--v 1 skips the interleaved run; m must be a multiple of pp for it.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +39,7 @@
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
@@ -59,9 +62,12 @@ Tensor simulated_compute(const Tensor& x, std::chrono::microseconds f) {
 // A stage whose every micro-batch also "computes" for f forward and 2f backward.
 class SimulatedStage : public PipelineStage {
  public:
-  SimulatedStage(const nn::GPTConfig& cfg, LayerRange range, std::chrono::microseconds f)
-      : PipelineStage(cfg, range), f_(f) {}
-  Tensor forward(const Tensor& input) override { return simulated_compute(PipelineStage::forward(input), f_); }
+  SimulatedStage(const nn::GPTConfig& cfg, std::vector<LayerRange> chunks, std::chrono::microseconds f)
+      : PipelineStage(cfg, std::move(chunks)), f_(f) {}
+  // A chunk is 1/v of the stage: it computes for 1/v of the time.
+  Tensor forward(const Tensor& input, int chunk = 0) override {
+    return simulated_compute(PipelineStage::forward(input, chunk), f_ / num_chunks());
+  }
 
  private:
   std::chrono::microseconds f_;
@@ -70,12 +76,15 @@ class SimulatedStage : public PipelineStage {
 struct Measured {
   double peak_mb = 0;  // this stage's largest peak over the measured steps
   double bubble = 0;   // mean over the measured steps (the same on every rank)
+  double step_ms = 0;  // the schedule's wall time, mean over the measured steps
   std::string diagram;  // the last step's --print-schedule text (pp rank 0)
 };
 
 Measured measure(const char* name, PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
                  int steps) {
-  auto schedule = std::string(name) == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
+  auto schedule = std::string(name) == "afab"   ? train_step_pipeline_afab
+                  : std::string(name) == "1f1b" ? train_step_pipeline_1f1b
+                                                : train_step_pipeline_interleaved;
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   std::vector<Tensor> params = stage.parameters();
   Measured out;
@@ -84,11 +93,14 @@ Measured measure(const char* name, PipelineStage& stage, PipelineP2P& p2p, const
     p2p.pp_group().barrier();  // every stage starts together, as in a training loop after the optimizer step
     reset_peak_memory_stats();
     const int64_t live_before = memory_stats().live_bytes;
+    const auto t0 = std::chrono::steady_clock::now();
     PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, nullptr);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double peak = double(memory_stats().peak_bytes - live_before) / (1 << 20);
     std::vector<StageEvents> all = gather_schedule(p2p.pp_group(), r.events);
     if (step < 0) continue;
     out.peak_mb = std::max(out.peak_mb, peak);
+    out.step_ms += ms / steps;
     Tensor bubble = full({}, p2p.pp_rank() == 0 ? measured_bubble_fraction(all) : 0.0, kFloat64);
     p2p.pp_group().broadcast(bubble, 0);
     out.bubble += bubble.item<double>() / steps;
@@ -108,33 +120,38 @@ std::vector<double> gather(ProcessGroup& g, double v) {
 
 int main(int argc, char** argv) {
   return parallel::run(argc, argv, [&] {
-    int m = 8, steps = 3;
+    int m = 8, steps = 3, v = 2;
     nn::GPTConfig cfg{64, 64, 8, 4, 128, 0.0, 1};
     int64_t batch = 4;
     double simulate_ms = 0;
     std::string trace_path;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string k = argv[i];
-      int64_t v = std::atoll(argv[i + 1]);
+      int64_t value = std::atoll(argv[i + 1]);
       if (k == "--trace") trace_path = argv[i + 1];
-      else if (k == "--m") m = int(v);
-      else if (k == "--layers") cfg.n_layer = v;
-      else if (k == "--embd") cfg.n_embd = v;
-      else if (k == "--heads") cfg.n_head = v;
-      else if (k == "--block") cfg.block_size = v;
-      else if (k == "--batch") batch = v;
-      else if (k == "--steps") steps = int(v);
+      else if (k == "--m") m = int(value);
+      else if (k == "--layers") cfg.n_layer = value;
+      else if (k == "--embd") cfg.n_embd = value;
+      else if (k == "--heads") cfg.n_head = value;
+      else if (k == "--block") cfg.block_size = value;
+      else if (k == "--batch") batch = value;
+      else if (k == "--steps") steps = int(value);
+      else if (k == "--v") v = int(value);
       else if (k == "--simulate-ms") simulate_ms = std::atof(argv[i + 1]);
       else LOOM_CHECK(false, "bench_pipeline_memory: unknown option ", k);
     }
     ops::set_num_threads(1);
     ProcessGroup& world = parallel::world();
     const int p = world.size();
-    LayerRange range = partition_balanced(gpt_layer_param_counts(cfg), p)[size_t(world.rank())][0];
     const auto simulated = std::chrono::microseconds(int64_t(simulate_ms * 1000));
-    std::unique_ptr<PipelineStage> owned = simulate_ms > 0 ? std::make_unique<SimulatedStage>(cfg, range, simulated)
-                                                           : std::make_unique<PipelineStage>(cfg, range);
-    PipelineStage& stage = *owned;
+    // This rank's stage: v chunks of a balanced partition into p v parts.
+    auto make_stage = [&](int v) -> std::unique_ptr<PipelineStage> {
+      std::vector<LayerRange> chunks = partition_balanced(gpt_layer_param_counts(cfg), p, v)[size_t(world.rank())];
+      if (simulate_ms > 0) return std::make_unique<SimulatedStage>(cfg, chunks, simulated);
+      return std::make_unique<PipelineStage>(cfg, chunks);
+    };
+    std::unique_ptr<PipelineStage> stage = make_stage(1);
+    const LayerRange range = stage->range();
     PipelineP2P p2p(world);
 
     Generator g(7);
@@ -144,10 +161,16 @@ int main(int argc, char** argv) {
                      randint(0, cfg.vocab_size, {batch, cfg.block_size}, g)});
 
     if (!trace_path.empty()) trace::start(world);
-    Measured afab = measure("afab", stage, p2p, mbs, steps);
-    Measured ofob = measure("1f1b", stage, p2p, mbs, steps);
+    Measured afab = measure("afab", *stage, p2p, mbs, steps);
+    Measured ofob = measure("1f1b", *stage, p2p, mbs, steps);
+    Measured inter;
+    if (v > 1) {
+      stage = make_stage(v);
+      inter = measure("interleaved 1f1b", *stage, p2p, mbs, steps);
+    }
     if (!trace_path.empty()) trace::write(world, trace_path);
     std::vector<double> afab_mb = gather(world, afab.peak_mb), ofob_mb = gather(world, ofob.peak_mb);
+    std::vector<double> inter_mb = gather(world, inter.peak_mb);
     std::vector<double> first = gather(world, double(range.start)), last = gather(world, double(range.end));
     if (world.rank() != 0) return 0;
 
@@ -155,19 +178,19 @@ int main(int argc, char** argv) {
                 (long long)cfg.n_layer, (long long)cfg.n_embd, (long long)cfg.n_head, (long long)cfg.block_size,
                 (long long)cfg.vocab_size, (long long)batch, p, m);
     if (simulate_ms > 0)
-      std::printf("simulated compute: every stage's F also sleeps %.2f ms, its B %.2f ms\n", simulate_ms,
-                  2 * simulate_ms);
+      std::printf("simulated compute: every stage's F also sleeps %.2f ms, its B %.2f ms (a chunk 1/v of that)\n",
+                  simulate_ms, 2 * simulate_ms);
     std::printf("\n");
-    std::printf("%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str());
+    std::printf("%s\n%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str(), inter.diagram.c_str());
     const double target = double(p) / double(m);
     std::printf("peak activation memory per stage (MB; 1f1b/afab, target <= p/m = %.3f, + 10%% = %.3f)\n", target,
                 target * 1.1);
-    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok\n");
+    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok   interleaved v %d\n", v);
     for (int s = 0; s < p; ++s) {
       double ratio = ofob_mb[size_t(s)] / afab_mb[size_t(s)];
-      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s\n", s, int(first[size_t(s)]),
+      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s   %8.1f\n", s, int(first[size_t(s)]),
                   int(last[size_t(s)]), afab_mb[size_t(s)], ofob_mb[size_t(s)], ratio, std::min(p - s, m), m,
-                  ratio <= target * 1.1 ? "yes" : "NO");
+                  ratio <= target * 1.1 ? "yes" : "NO", inter_mb[size_t(s)]);
     }
     const double theory = theoretical_bubble_fraction(p, m);
     std::printf("\nbubble fraction (mean over %d steps; theory (p - 1)/(m + p - 1) = %.3f, target within 0.05)\n",
@@ -176,6 +199,14 @@ int main(int argc, char** argv) {
                 std::abs(afab.bubble - theory) <= 0.05 ? "ok" : "OUT");
     std::printf("  1f1b  %.3f  (%+.3f)  %s\n", ofob.bubble, ofob.bubble - theory,
                 std::abs(ofob.bubble - theory) <= 0.05 ? "ok" : "OUT");
+    if (v > 1) {
+      const double vt = theoretical_bubble_fraction(p, m, v);
+      std::printf("  interleaved v %d  %.3f  (theory (p - 1)/(v m + p - 1) = %.3f: %+.3f)  %s\n", v, inter.bubble, vt,
+                  inter.bubble - vt, std::abs(inter.bubble - vt) <= 0.05 ? "ok" : "OUT");
+    }
+    std::printf("\nstep time (rank 0, mean): afab %.3f ms, 1f1b %.3f ms", afab.step_ms, ofob.step_ms);
+    if (v > 1) std::printf(", interleaved v %d %.3f ms", v, inter.step_ms);
+    std::printf("\n");
     return 0;
   });
 }

@@ -73,7 +73,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   const bool text_now = a_.print_schedule && step == start_, svg_now = !a_.schedule_svg.empty() && step == svg_step;
   if ((text_now || svg_now) && m_.pipelined()) {
     std::string svg;
-    std::string report = parallel::schedule_report(pgm_.pp_group(), events, a_.schedule, &svg);
+    std::string report = parallel::schedule_report(
+        pgm_.pp_group(), events, a_.virtual_stages > 1 ? "interleaved 1f1b" : a_.schedule, &svg);
     if (rank0_ && text_now) std::printf("%s\n", report.c_str());
     if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg);
   }

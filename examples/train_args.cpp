@@ -52,6 +52,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
       ->check(CLI::IsMember({"uniform", "balanced"}));
+  app.add_option("--virtual-stages", a.virtual_stages,
+                 "model chunks per pipeline rank; > 1: interleaved 1F1B (--microbatches a multiple of --pp)");
   app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
   app.add_option("--schedule-svg", a.schedule_svg, "with --pp: draw step 2's schedule (step 1's if only one), in time, to this SVG file");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
@@ -161,6 +163,16 @@ void validate(const Args& a) {
   check_positive("--bucket-mb", a.bucket_mb);
   check_range<int64_t>("--grad-accum", a.grad_accum, 1, kMaxSize);
   check_range<int64_t>("--microbatches", a.microbatches, 0, kMaxSize, " (0: --pp)");
+  check_range("--virtual-stages", a.virtual_stages, 1, 4096);
+  if (a.virtual_stages > 1) {  // interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h)
+    LOOM_CHECK(a.pp >= 2, "--virtual-stages ", a.virtual_stages,
+               " interleaves the chunks of a pipeline; it needs --pp >= 2");
+    LOOM_CHECK(a.schedule == "1f1b", "--virtual-stages ", a.virtual_stages, " runs interleaved 1F1B; --schedule ",
+               a.schedule, " has no interleaved form");
+    const int64_t m = a.microbatches > 0 ? a.microbatches : a.pp;
+    LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
+               "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
+  }
   check_range("--loss-scale", a.loss_scale, 1.0, 1e30, " (fp16's scaler stops below 1)");
   check_range("--loss-scale-growth", a.loss_scale_growth, 1.0, 1e6);
   check_range("--loss-scale-backoff", a.loss_scale_backoff, 1e-6, 1.0);

@@ -33,6 +33,7 @@ struct Args {
   std::string schedule = "1f1b", partition = "uniform";
   bool print_schedule = false;
   std::string schedule_svg;  // the first step's schedule as a picture
+  int virtual_stages = 1;  // model chunks per pipeline rank: interleaved 1F1B when > 1
   std::string trace;
   // precision and the optimizer
   std::string dtype = "fp32";

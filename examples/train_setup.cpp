@@ -91,15 +91,15 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
 ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {
   ModelOrStage m;
   if (pgm.pp_size() > 1 || pgm.tp_size() > 1) {
+    // --virtual-stages v: v chunks per rank, for interleaved 1F1B.
     parallel::StagePartition parts =
         a.partition == "balanced"
-            ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size())
-            : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size());
+            ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), pgm.pp_size(), a.virtual_stages)
+            : parallel::partition_uniform(cfg.num_layers(), pgm.pp_size(), a.virtual_stages);
     // With --tp each layer of the stage is split over the tp group (a tp run
     // without --pp is one stage holding every layer).
-    m.stage = std::make_shared<parallel::PipelineStage>(cfg, parts[size_t(pgm.pp_rank())][0],
-                                                        parallel::StageTensorParallel{&pgm.tp_group(),
-                                                                                      a.sequence_parallel});
+    m.stage = std::make_shared<parallel::PipelineStage>(
+        cfg, parts[size_t(pgm.pp_rank())], parallel::StageTensorParallel{&pgm.tp_group(), a.sequence_parallel});
     m.p2p = std::make_unique<parallel::PipelineP2P>(pgm.pp_group());
   } else {
     m.model = std::make_shared<nn::GPT>(cfg);
@@ -113,7 +113,9 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
       (long long)m.net().num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
   if (pgm.pp_size() > 1)
-    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(), a.schedule.c_str(),
+    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(),
+        a.virtual_stages > 1 ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
+                             : a.schedule.c_str(),
         a.partition.c_str());
   if (pgm.tp_size() > 1)
     say(rank0, "tensor parallel: %d ranks (heads, MLP and vocabulary split; vocab padded to %lld)%s\n",

@@ -3,6 +3,7 @@
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "nn/loss.h"
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
 
@@ -48,9 +49,11 @@ parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, 
   auto loss_fn = [&](const Tensor& logits, const Tensor& y) {
     return opt.scale_loss(stage.loss(logits, y));  // vocab-parallel with --tp
   };
-  parallel::PipelineStepResult r = schedule == "afab"
-                                       ? parallel::train_step_pipeline_afab(stage, p2p, micro, loss_fn, dp)
-                                       : parallel::train_step_pipeline_1f1b(stage, p2p, micro, loss_fn, dp);
+  // --virtual-stages v > 1: a stage of v chunks, interleaved 1F1B.
+  parallel::PipelineStepResult r =
+      stage.num_chunks() > 1 ? parallel::train_step_pipeline_interleaved(stage, p2p, micro, loss_fn, dp)
+      : schedule == "afab"   ? parallel::train_step_pipeline_afab(stage, p2p, micro, loss_fn, dp)
+                             : parallel::train_step_pipeline_1f1b(stage, p2p, micro, loss_fn, dp);
   r.loss /= opt.scaler() ? opt.scaler()->scale() : 1.0;  // a power of two: exact
   return r;
 }

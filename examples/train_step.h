@@ -34,7 +34,8 @@ std::vector<data::Batch> micro_batches(const data::Batch& global, int64_t first_
 double accumulate_gradients(nn::GPT& model, const std::vector<data::Batch>& mbs,
                             const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp);
 
-// schedule: "afab" or "1f1b". The loss is the last stage's, the same on every stage.
+// schedule: "afab" or "1f1b"; a stage of several chunks (--virtual-stages) runs
+// interleaved 1F1B. The loss is the last stage's, the same on every stage.
 parallel::PipelineStepResult pipeline_gradients(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p,
                                                 const std::vector<data::Batch>& mbs, const std::string& schedule,
                                                 const optim::MixedPrecisionOptimizer& opt, parallel::DataParallel* dp);

@@ -73,6 +73,35 @@ TEST(PipelineStage, ParameterNamesAreTheFullModelsNames) {
   EXPECT_EQ(names(all), names(gpt));
 }
 
+// Virtual stages: rank 0 of pp 2 x v 3 over the 6 layers holds layers 0, 2
+// and 4, rank 1 layers 1, 3 and 5. Names stay the full model's, in layer
+// order; forward(x, c) runs chunk c alone; the embedding and the head are
+// wherever their chunk is.
+TEST(PipelineStage, ChunksKeepTheModelsNamesAndRunOneAtATime) {
+  PipelineStage rank0(kCfg, std::vector<LayerRange>{{0, 1}, {2, 3}, {4, 5}});
+  PipelineStage rank1(kCfg, std::vector<LayerRange>{{1, 2}, {3, 4}, {5, 6}});
+  std::vector<std::string> want0{"wte.weight", "wpe.weight"}, want1;
+  for (int i : {1, 3})
+    for (auto& n : block_names(i)) want0.push_back(n);
+  for (int i : {0, 2})
+    for (auto& n : block_names(i)) want1.push_back(n);
+  for (const char* n : {"ln_f.weight", "ln_f.bias", "wte.weight"}) want1.push_back(n);
+  EXPECT_EQ(names(rank0), want0);
+  EXPECT_EQ(names(rank1), want1);
+  EXPECT_EQ(rank0.num_chunks(), 3);
+  EXPECT_TRUE(rank0.is_first_stage() && !rank0.is_last_stage() && rank0.chunk_is_first(0) && !rank0.chunk_is_first(1));
+  EXPECT_TRUE(rank1.is_last_stage() && rank1.chunk_is_last(2) && !rank1.chunk_is_last(1));
+
+  // The six chunks in virtual-stage order are the whole model (each output
+  // detached, as a transfer to the next virtual stage would leave it).
+  nn::GPT gpt(kCfg);
+  Generator g(3);
+  Tensor x = randint(0, 32, {2, 16}, g);
+  Tensor h = x;
+  for (int c = 0; c < 3; ++c) h = autograd::detach(rank1.forward(autograd::detach(rank0.forward(h, c)), c));
+  EXPECT_LE(rel_diff(h, gpt.forward(x)), 1e-6);
+}
+
 TEST(PipelineStage, ParametersEqualTheFullModels) {
   nn::GPT gpt(kCfg);
   std::map<std::string, Tensor> full;

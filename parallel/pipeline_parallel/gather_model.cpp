@@ -1,5 +1,6 @@
 #include "parallel/pipeline_parallel/gather_model.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -11,27 +12,43 @@ namespace loom::parallel {
 
 namespace {
 
+// One entry of the full state and the GPT layer it belongs to.
+struct Entry {
+  int64_t layer;
+  std::string name;
+  Tensor t;
+};
+
 // What one stage contributes: its state dict without the last stage's wte copy
-// (pp rank 0 already holds wte.weight, the first stage's). Stages register
-// their parameters in the full model's order (pipeline_stage.cpp), so these
-// lists, concatenated in stage order, are nn::GPT(cfg).named_parameters().
-// With tp the stage's shards are first joined into full tensors (collective over tp).
-nn::NamedTensors stage_entries(PipelineStage& stage, int pp_rank) {
-  nn::NamedTensors out;
+// (pp rank 0 already holds wte.weight, the first stage's), each entry with its
+// layer. A stage holds its layers in the model's order, but with chunks
+// (virtual stages) not contiguously: rank 0 of pp 2 x v 2 has layers 0, 1 and
+// 4, 5. So rank 0 orders the gathered entries by layer, which gives
+// nn::GPT(cfg).named_parameters()'s order. With tp the stage's shards are
+// first joined into full tensors (collective over tp).
+std::vector<Entry> stage_entries(PipelineStage& stage, int pp_rank) {
+  std::map<std::string, int64_t> layer_of;
+  size_t k = 0;
+  for (const LayerRange& r : stage.chunks())
+    for (int64_t i = r.start; i < r.end; ++i, ++k)
+      for (auto& [name, t] : stage.layers()[k]->named_parameters())
+        layer_of.emplace(nn::gpt_layer_prefix(stage.config(), i) + name, i);  // wte: the embedding's, layer 0
+  std::vector<Entry> out;
   for (auto& [name, t] : stage.full_state_dict())
-    if (pp_rank == 0 || name != "wte.weight") out.emplace_back(name, t);
+    if (pp_rank == 0 || name != "wte.weight") out.push_back({layer_of.at(name), name, t});
   return out;
 }
 
 // The metadata a stage sends ahead of its tensors, so that rank 0 needs to
 // know nothing about the other stages (their layer ranges may come from a
 // balanced partition it never computed). One int64 list:
-//   [count, then per tensor: dtype, ndim, dim_0 .. dim_{ndim-1}, name length, name chars...]
+//   [count, then per tensor: layer, dtype, ndim, dim_0 .. dim_{ndim-1}, name length, name chars...]
 // Names travel as one char per int64: wasteful, but a few hundred bytes per
 // stage, against megabytes of weights.
-std::vector<int64_t> describe(const nn::NamedTensors& entries) {
+std::vector<int64_t> describe(const std::vector<Entry>& entries) {
   std::vector<int64_t> meta{int64_t(entries.size())};
-  for (const auto& [name, t] : entries) {
+  for (const auto& [layer, name, t] : entries) {
+    meta.push_back(layer);
     meta.push_back(int64_t(t.dtype()));
     meta.push_back(t.dim());
     meta.insert(meta.end(), t.shape().begin(), t.shape().end());
@@ -42,11 +59,12 @@ std::vector<int64_t> describe(const nn::NamedTensors& entries) {
 }
 
 // The inverse: empty tensors of the announced names, shapes and dtypes, to receive into.
-nn::NamedTensors allocate_described(const std::vector<int64_t>& meta) {
-  nn::NamedTensors out;
+std::vector<Entry> allocate_described(const std::vector<int64_t>& meta) {
+  std::vector<Entry> out;
   size_t i = 0;
   const int64_t count = meta.at(i++);
   for (int64_t k = 0; k < count; ++k) {
+    const int64_t layer = meta.at(i++);
     const auto dtype = DType(meta.at(i++));
     const int64_t ndim = meta.at(i++);
     Shape shape(meta.begin() + std::ptrdiff_t(i), meta.begin() + std::ptrdiff_t(i + size_t(ndim)));
@@ -54,7 +72,7 @@ nn::NamedTensors allocate_described(const std::vector<int64_t>& meta) {
     const int64_t len = meta.at(i++);
     std::string name;
     for (int64_t c = 0; c < len; ++c) name.push_back(char(meta.at(i++)));
-    out.emplace_back(name, empty(shape, dtype));
+    out.push_back({layer, name, empty(shape, dtype)});
   }
   return out;
 }
@@ -69,10 +87,10 @@ nn::NamedTensors allocate_described(const std::vector<int64_t>& meta) {
 nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_group) {
   const int rank = pp_group.rank(), size = pp_group.size();
   LOOM_CHECK(stage.is_first_stage() == (rank == 0) && stage.is_last_stage() == (rank == size - 1),
-             "gather_stage_states: stage layers [", stage.range().start, ", ", stage.range().end,
+             "gather_stage_states: stage layers [", stage.range().start, ", ", stage.chunks().back().end,
              ") do not match pipeline rank ", rank, " of ", size);
   NoGradGuard no_grad;
-  nn::NamedTensors mine = stage_entries(stage, rank);
+  std::vector<Entry> mine = stage_entries(stage, rank);
   // Every tp rank now holds the same full tensors; tp rank 0's pipeline gathers them.
   if (stage.tensor_parallel() && stage.tp_group()->rank() != 0) return {};
 
@@ -80,24 +98,28 @@ nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_grou
     std::vector<int64_t> meta = describe(mine);
     pp_group.send(from_vector<int64_t>({int64_t(meta.size())}), 0);
     pp_group.send(from_vector<int64_t>(meta), 0);
-    for (const auto& [name, t] : mine) pp_group.send(ops::contiguous(t), 0);
+    for (const Entry& e : mine) pp_group.send(ops::contiguous(e.t), 0);
     return {};
   }
 
   // Rank 0: copies of its own entries (the caller owns the result, and a
   // snapshot must not change when training goes on), then every other stage's.
-  nn::NamedTensors full;
-  for (const auto& [name, t] : mine) full.emplace_back(name, ops::clone(t));
+  std::vector<Entry> all;
+  for (const Entry& e : mine) all.push_back({e.layer, e.name, ops::clone(e.t)});
   for (int src = 1; src < size; ++src) {
     Tensor length = empty({1}, kInt64);
     pp_group.recv(length, src);
     Tensor meta = empty({length.item<int64_t>()}, kInt64);
     pp_group.recv(meta, src);
-    for (auto& [name, t] : allocate_described(meta.to_vector<int64_t>())) {
-      pp_group.recv(t, src);
-      full.emplace_back(name, t);
+    for (Entry& e : allocate_described(meta.to_vector<int64_t>())) {
+      pp_group.recv(e.t, src);
+      all.push_back(std::move(e));
     }
   }
+  // The full model's order: by layer, and within a layer as its stage listed them.
+  std::stable_sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) { return a.layer < b.layer; });
+  nn::NamedTensors full;
+  for (Entry& e : all) full.emplace_back(std::move(e.name), std::move(e.t));
   return full;
 }
 
@@ -110,7 +132,7 @@ void load_stage_state(PipelineStage& stage, const nn::NamedTensors& full) {
     if (it == by_name.end()) missing += str(missing.empty() ? "" : ", ", name);
     else mine.emplace_back(name, it->second);
   }
-  LOOM_CHECK(missing.empty(), "load_stage_state: stage layers [", stage.range().start, ", ", stage.range().end,
+  LOOM_CHECK(missing.empty(), "load_stage_state: stage layers [", stage.range().start, ", ", stage.chunks().back().end,
              "): the state has no entry ", missing);
   // Strict: checks every shape before copying anything; copies without recording a graph.
   stage.load_state_dict(mine);

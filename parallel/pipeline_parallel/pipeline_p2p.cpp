@@ -1,5 +1,6 @@
 #include "parallel/pipeline_parallel/pipeline_p2p.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -16,104 +17,204 @@ namespace {
 constexpr int64_t kMaxDims = 8;
 constexpr int64_t kHeaderSize = 2 + kMaxDims;
 constexpr int kHeaderTag = 0, kPayloadTag = 1;
+// In a channel's two-rank group the sender is group rank 0, the receiver 1.
+constexpr int kSender = 0, kReceiver = 1;
 
-std::string span_name(const char* verb, int mb) { return str(verb, " mb", mb); }
+// "send_forward mb3", or with chunks "send_activation mb3.1" (Megatron's virtual micro-batch).
+std::string span_name(const char* verb, int mb, int chunk) {
+  return chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk);
+}
 
 }  // namespace
 
+// One direction of one link of the ring: `stage` is the pp rank at the other end.
+struct PipelineP2P::Channel {
+  std::unique_ptr<ProcessGroup> group;
+  int stage = 0;
+  bool cached = false;  // in a schedule, once the header has gone by
+  Shape shape;
+  DType dtype = kFloat32;
+};
+
 PipelineP2P::PipelineP2P(ProcessGroup& pp_group)
     : pp_group_(pp_group), rank_(pp_group.rank()), size_(pp_group.size()) {
-  fwd_group_ = pp_group.split(0, rank_, pp_group.name() + "_fwd");
-  bwd_group_ = pp_group.split(0, rank_, pp_group.name() + "_bwd");
   const char* v = std::getenv("LOOM_VERBOSE");
   verbose_ = v && *v && std::string(v) != "0";
+  if (size_ == 1) return;  // one stage: nothing to talk to
+  // Link k: k -> k + 1 for activations, k -> k - 1 for gradients (around the
+  // ring). Each split is collective over pp_group; the two ranks of the link
+  // join it, the sender first.
+  auto make = [&](int from, int to, const std::string& name, std::unique_ptr<Channel>& out,
+                  std::unique_ptr<Channel>& in) {
+    const bool member = rank_ == from || rank_ == to;
+    std::unique_ptr<ProcessGroup> g = pp_group.split(member ? 0 : -1, rank_ == from ? kSender : kReceiver, name);
+    if (!member) return;
+    auto c = std::make_unique<Channel>();
+    c->group = std::move(g);
+    c->stage = rank_ == from ? to : from;
+    (rank_ == from ? out : in) = std::move(c);
+  };
+  for (int k = 0; k < size_; ++k) {
+    make(k, (k + 1) % size_, str(pp_group.name(), "_act", k), act_out_, act_in_);
+    make(k, (k - 1 + size_) % size_, str(pp_group.name(), "_grad", k), grad_out_, grad_in_);
+  }
 }
+
+PipelineP2P::~PipelineP2P() = default;
 
 // ---- the verbs -------------------------------------------------------------------
 
 Tensor PipelineP2P::recv_forward(int mb) {
   if (is_first_stage()) return Tensor();
-  return recv(*fwd_group_, rank_ - 1, "recv_forward", mb);
+  return recv(*act_in_, "recv_forward", mb, -1);
 }
 
 void PipelineP2P::send_forward(const Tensor& output, int mb) {
   if (is_last_stage()) return;
-  PendingSend s = post_send(*fwd_group_, rank_ + 1, output, "send_forward", mb);
-  wait(s);
+  send(*act_out_, output, "send_forward", mb, -1);
+  finish_sends();
 }
 
 Tensor PipelineP2P::recv_backward(int mb) {
   if (is_last_stage()) return Tensor();
-  return recv(*bwd_group_, rank_ + 1, "recv_backward", mb);
+  return recv(*grad_in_, "recv_backward", mb, -1);
 }
 
 void PipelineP2P::send_backward(const Tensor& input_grad, int mb) {
   if (is_first_stage()) return;
-  PendingSend s = post_send(*bwd_group_, rank_ - 1, input_grad, "send_backward", mb);
-  wait(s);
+  send(*grad_out_, input_grad, "send_backward", mb, -1);
+  finish_sends();
 }
 
-// The send is queued on the activation group and the receive on the gradient
-// group, so the next stage's send_bwd_recv_fwd (gradient send, activation
-// receive) meets both, whatever order the two threads run them in.
+// The send and the receive run on different channels, so the next stage's
+// send_bwd_recv_fwd (gradient send, activation receive) meets both, whatever
+// order the threads run them in. The receive is posted before this waits for the send.
 Tensor PipelineP2P::send_fwd_recv_bwd(const Tensor& output, int send_mb, int recv_mb) {
   if (is_last_stage()) return Tensor();
-  PendingSend s = post_send(*fwd_group_, rank_ + 1, output, "send_forward", send_mb);
-  Tensor grad = recv(*bwd_group_, rank_ + 1, "recv_backward", recv_mb);
-  wait(s);
+  send(*act_out_, output, "send_forward", send_mb, -1);
+  Tensor grad = recv(*grad_in_, "recv_backward", recv_mb, -1);
+  finish_sends();
   return grad;
 }
 
 Tensor PipelineP2P::send_bwd_recv_fwd(const Tensor& input_grad, int send_mb, int recv_mb) {
   if (is_first_stage()) return Tensor();
-  PendingSend s = post_send(*bwd_group_, rank_ - 1, input_grad, "send_backward", send_mb);
-  Tensor input = recv(*fwd_group_, rank_ - 1, "recv_forward", recv_mb);
-  wait(s);
+  send(*grad_out_, input_grad, "send_backward", send_mb, -1);
+  Tensor input = recv(*act_in_, "recv_forward", recv_mb, -1);
+  finish_sends();
   return input;
+}
+
+// ---- the ring --------------------------------------------------------------------
+
+PipelineP2P::Channel& PipelineP2P::ring(const std::unique_ptr<Channel>& c, const char* verb) const {
+  LOOM_CHECK(c != nullptr, verb, ": a pipeline of one stage has no ring to send around");
+  return *c;
+}
+
+Tensor PipelineP2P::recv_activation(int mb, int chunk) {
+  return recv(ring(act_in_, "recv_activation"), "recv_activation", mb, chunk);
+}
+
+void PipelineP2P::send_activation(const Tensor& output, int mb, int chunk) {
+  send(ring(act_out_, "send_activation"), output, "send_activation", mb, chunk);
+  finish_sends();
+}
+
+Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
+  return recv(ring(grad_in_, "recv_gradient"), "recv_gradient", mb, chunk);
+}
+
+void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
+  send(ring(grad_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk);
+  finish_sends();
+}
+
+// ---- a schedule's transfers ------------------------------------------------------
+
+void PipelineP2P::begin_schedule(bool async_sends) {
+  pending_.clear();  // only a schedule that threw leaves sends behind
+  forget_shapes();
+  in_schedule_ = true;
+  async_sends_ = async_sends;
+}
+
+void PipelineP2P::end_schedule() {
+  in_schedule_ = async_sends_ = false;
+  finish_sends();  // every send delivered: the peers have received all of this step
+  forget_shapes();
+}
+
+void PipelineP2P::forget_shapes() {
+  for (Channel* c : {act_out_.get(), act_in_.get(), grad_out_.get(), grad_in_.get()})
+    if (c) c->cached = false;
+}
+
+void PipelineP2P::finish_sends() {
+  if (!async_sends_) {
+    for (PendingSend& s : pending_) wait(s);
+    pending_.clear();
+    return;
+  }
+  // Asynchronous sends: let go of the ones already delivered (and their payloads).
+  std::erase_if(pending_, [&](PendingSend& s) {
+    if (!s.payload->is_completed() || (s.header && !s.header->is_completed())) return false;
+    wait(s);  // rethrows a failed send
+    return true;
+  });
 }
 
 // ---- one transfer ----------------------------------------------------------------
 
-PipelineP2P::PendingSend PipelineP2P::post_send(ProcessGroup& group, int peer, const Tensor& t, const char* verb,
-                                                int mb) {
+void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk) {
   LOOM_CHECK(t.defined(), verb, ": stage ", rank_, ", micro-batch ", mb, ": the tensor to send is undefined");
   LOOM_CHECK(t.dim() <= kMaxDims, verb, ": ", t.describe(), " has more than ", kMaxDims, " dims");
   // Outside the graph (the sender keeps its own handle for backward), contiguous for MPI.
   Tensor payload = ops::contiguous(autograd::detach(t));
-  std::vector<int64_t> header(kHeaderSize, 0);
-  header[0] = payload.dim();
-  header[1] = int64_t(payload.dtype());
-  for (int64_t d = 0; d < payload.dim(); ++d) header[size_t(2 + d)] = payload.size(d);
   if (verbose_)
-    std::fprintf(stderr, "[rank %d] %s -> stage %d mb %d %s %s\n", world().rank(), verb, peer, mb,
+    std::fprintf(stderr, "[rank %d] %s -> stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,
                  shape_str(payload.shape()).c_str(), dtype_name(payload.dtype()));
   PendingSend s;
   s.start_us = trace::enabled() ? trace::now_us() : 0;
-  s.span = span_name(verb, mb);
-  s.header = group.send_async(from_vector(header), peer, kHeaderTag);
-  s.payload = group.send_async(payload, peer, kPayloadTag);
-  return s;
+  s.span = span_name(verb, mb, chunk);
+  if (c.cached) {
+    LOOM_CHECK(payload.shape() == c.shape && payload.dtype() == c.dtype, verb, ": stage ", rank_, " sends ",
+               payload.describe(), " in a schedule whose first transfer on this channel was ", shape_str(c.shape),
+               " ", dtype_name(c.dtype), "; every micro-batch of a step must have the same shape");
+  } else {
+    std::vector<int64_t> header(kHeaderSize, 0);
+    header[0] = payload.dim();
+    header[1] = int64_t(payload.dtype());
+    for (int64_t d = 0; d < payload.dim(); ++d) header[size_t(2 + d)] = payload.size(d);
+    s.header = c.group->send_async(from_vector(header), kReceiver, kHeaderTag);
+    c.shape = payload.shape(), c.dtype = payload.dtype(), c.cached = in_schedule_;
+  }
+  s.payload = c.group->send_async(payload, kReceiver, kPayloadTag);
+  pending_.push_back(std::move(s));
 }
 
 void PipelineP2P::wait(PendingSend& s) {
-  s.header->wait();
+  if (s.header) s.header->wait();
   s.payload->wait();
   if (trace::enabled()) trace::record(s.span, s.start_us, trace::now_us(), trace::kComm);
 }
 
-Tensor PipelineP2P::recv(ProcessGroup& group, int peer, const char* verb, int mb) {
+Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
   const double start = trace::enabled() ? trace::now_us() : 0;
-  Tensor header = zeros({kHeaderSize}, kInt64);
-  group.recv(header, peer, kHeaderTag);
-  std::vector<int64_t> h = header.to_vector<int64_t>();
-  LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxDims && h[1] >= 0 && h[1] <= int64_t(DType::Int64), verb, ": stage ", rank_,
-             " got a malformed header from stage ", peer, " (ndim ", h[0], ", dtype ", h[1], ")");
-  Tensor t = empty(Shape(h.begin() + 2, h.begin() + 2 + h[0]), DType(h[1]));
-  group.recv(t, peer, kPayloadTag);
+  if (!c.cached) {
+    Tensor header = zeros({kHeaderSize}, kInt64);
+    c.group->recv(header, kSender, kHeaderTag);
+    std::vector<int64_t> h = header.to_vector<int64_t>();
+    LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxDims && h[1] >= 0 && h[1] <= int64_t(DType::Int64), verb, ": stage ",
+               rank_, " got a malformed header from stage ", c.stage, " (ndim ", h[0], ", dtype ", h[1], ")");
+    c.shape = Shape(h.begin() + 2, h.begin() + 2 + h[0]), c.dtype = DType(h[1]), c.cached = in_schedule_;
+  }
+  Tensor t = empty(c.shape, c.dtype);
+  c.group->recv(t, kSender, kPayloadTag);
   if (verbose_)
-    std::fprintf(stderr, "[rank %d] %s <- stage %d mb %d %s %s\n", world().rank(), verb, peer, mb,
+    std::fprintf(stderr, "[rank %d] %s <- stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,
                  shape_str(t.shape()).c_str(), dtype_name(t.dtype()));
-  if (trace::enabled()) trace::record(span_name(verb, mb), start, trace::now_us(), trace::kComm);
+  if (trace::enabled()) trace::record(span_name(verb, mb, chunk), start, trace::now_us(), trace::kComm);
   return t;
 }
 

@@ -9,31 +9,47 @@
 //
 // At the ends of the pipeline the verbs that would cross it do nothing: the
 // first stage receives no activation (it reads token ids), the last sends none.
+// The interleaved schedule (interleaved_schedule.h) also crosses the ends: the
+// last rank's chunk c feeds the first rank's chunk c + 1. Its verbs take the
+// ring, rank p - 1's next being rank 0, and always transfer:
+//   recv_activation / send_activation (<- prev, -> next)   recv_gradient / send_gradient (<- next, -> prev)
 //
-// Shape and dtype travel as metadata: every tensor is preceded by a small
-// int64 header [ndim, dtype, dim_0, ..., dim_{ndim-1}, 0...], so a stage needs
-// no fixed-shape assumption (picotron passes tensor_shapes around instead).
+// Channels. Every link of the ring, in each direction, is its own two-rank
+// process group in which one rank only sends and the other only receives
+// (4 per rank: activations in and out, gradients in and out). A ProcessGroup
+// runs its operations one at a time on one FIFO thread, and an MPI send of a
+// large message completes only once the receiver has posted its receive; on a
+// shared thread a send could sit in front of the receive its own peer is
+// waiting for. Around a ring every stage sends at once: with one group per
+// direction all the threads would sit in their sends - a deadlock (Megatron
+// avoids it with batch_isend_irecv, which posts all transfers at once). With a
+// thread per channel a send never blocks a receive: the schedule only needs
+// each channel's receives in the order of its sends.
 //
-// Every verb returns once its transfers are complete, as picotron's and
-// Megatron's do (they wait on the requests of batch_isend_irecv): no send is
-// left in flight behind the stage's back. While the stage blocks in wait(), its
-// core is idle, so the group's communication thread polls MPI flat out rather
-// than napping between MPI_Tests ("waiting without hogging a core" in
-// comm/process_group_mpi.cpp); the thread runs at the normal priority.
+// Shape and dtype travel as metadata: a tensor is preceded by a small int64
+// header [ndim, dtype, dim_0, ..., dim_{ndim-1}, 0...], so a stage needs no
+// fixed-shape assumption (picotron passes tensor_shapes around instead).
 //
-// Why two process groups. A ProcessGroup runs its operations one at a time, in
-// order, on one thread. The MPI backend's send is an MPI_Isend that the thread
-// then polls (MPI_Test) until it completes, and for large messages it completes
-// only once the receiver has posted its receive; until then the thread takes
-// nothing else from its queue. In 1F1B's steady state stage s does
-// send_fwd_recv_bwd while stage s+1 does send_bwd_recv_fwd: on a single group
-// both threads would sit polling their sends to each other and neither would
-// ever post its receive - a deadlock (Megatron avoids it with
-// batch_isend_irecv, which posts all four transfers at once). So activations
-// travel on one copy of the pp group and gradients on another: each direction
-// has its own FIFO thread, in which every send meets a receive issued in the
-// same order by the peer, and a combined verb queues its send on one and its
-// receive on the other before waiting for both.
+// Inside a schedule (begin_schedule() .. end_schedule(), which every schedule
+// calls) the header travels once per channel, with the first transfer; later
+// ones are the payload alone, received into the cached shape (ColossalAI's
+// "pipeline can receive tensor shape" cache): one message per transfer
+// instead of two. Every micro-batch of a step has the same shape; a send of
+// another shape within a schedule is an error.
+//
+// Sends. Every verb returns once its transfers are complete, as picotron's and
+// Megatron's do (they wait on the requests of batch_isend_irecv); a combined
+// verb posts its receive before it waits for its send. The interleaved
+// schedule instead opens its schedule with async_sends: a send is left to its
+// channel's thread and the stage goes on computing; end_schedule() waits for
+// the sends (each keeps its own payload alive, so no buffer is reused before
+// that). Around a ring that is what keeps large transfers from deadlocking:
+// every stage sends before it receives. Why not always: with MPI a send
+// progresses only while its thread polls, and a send nobody waits for polls
+// politely (naps of 20-200 us, comm/process_group_mpi.cpp) so as not to take
+// the compute thread's core - measured here, 1F1B with asynchronous sends ran
+// 3x slower than with sends waited for (bench/README.md, bench_pipeline_p2p).
+// A backend that progresses sends by itself (NCCL on its stream) loses nothing.
 //
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
 // With tracing on (trace.h) every transfer is a span on the communication track.
@@ -49,8 +65,9 @@ namespace loom::parallel {
 
 class PipelineP2P {
  public:
-  // Collective over pp_group (stage order): makes the two direction groups.
+  // Collective over pp_group (stage order): makes the channel groups.
   explicit PipelineP2P(ProcessGroup& pp_group);
+  ~PipelineP2P();
   PipelineP2P(const PipelineP2P&) = delete;
   PipelineP2P& operator=(const PipelineP2P&) = delete;
 
@@ -68,22 +85,40 @@ class PipelineP2P {
   Tensor send_fwd_recv_bwd(const Tensor& output, int send_mb, int recv_mb);
   Tensor send_bwd_recv_fwd(const Tensor& input_grad, int send_mb, int recv_mb);
 
+  // The ring (chunk: the model chunk the tensor belongs to, for the messages).
+  Tensor recv_activation(int mb, int chunk);                     // <- previous rank
+  void send_activation(const Tensor& output, int mb, int chunk);  // -> next rank
+  Tensor recv_gradient(int mb, int chunk);                       // <- next rank
+  void send_gradient(const Tensor& input_grad, int mb, int chunk);  // -> previous rank
+
+  // One schedule's transfers: headers once per channel, and with async_sends
+  // sends left in flight (see above). begin_schedule() also drops what a
+  // schedule that threw left behind; end_schedule() waits for the sends and
+  // forgets the cached shapes.
+  void begin_schedule(bool async_sends = false);
+  void end_schedule();
+
  private:
+  struct Channel;
   struct PendingSend {
-    std::shared_ptr<Work> header, payload;
-    std::string span;  // trace span name, "send_forward mb3"
+    std::shared_ptr<Work> header, payload;  // header: null when the shape was cached
+    std::string span;                       // trace span name, "send_forward mb3"
     double start_us;
   };
-  // Queues the header, then the payload, on group's thread.
-  PendingSend post_send(ProcessGroup& group, int peer, const Tensor& t, const char* verb, int mb);
+  // Queues the header (unless cached), then the payload, on the channel's thread.
+  void send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk);
+  // Receives the header (unless cached), then a tensor of the shape and dtype it announces.
+  Tensor recv(Channel& c, const char* verb, int mb, int chunk);
   void wait(PendingSend& s);
-  // Receives the header, then a tensor of the shape and dtype it announces.
-  Tensor recv(ProcessGroup& group, int peer, const char* verb, int mb);
+  void forget_shapes();
+  Channel& ring(const std::unique_ptr<Channel>& c, const char* verb) const;  // c, or an error when pp is 1
+  void finish_sends();  // every send, now; with async_sends only the ones already delivered
 
   ProcessGroup& pp_group_;
   int rank_, size_;
-  std::unique_ptr<ProcessGroup> fwd_group_;  // activations: stage s -> s + 1
-  std::unique_ptr<ProcessGroup> bwd_group_;  // gradients:   stage s + 1 -> s
+  std::unique_ptr<Channel> act_out_, act_in_, grad_out_, grad_in_;
+  std::vector<PendingSend> pending_;
+  bool in_schedule_ = false, async_sends_ = false;
   bool verbose_ = false;
 };
 

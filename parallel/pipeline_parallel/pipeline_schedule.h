@@ -16,10 +16,12 @@
 // (cool-down). Same bubble as AFAB, but a stage holds at most p - s
 // micro-batches' activations instead of m: the memory saving is the point.
 //
-// Both schedules: the loss exists on the last stage only; each micro-batch's
-// loss is scaled by 1/m before backward, so the gradients summed over the m
-// backwards are those of the mean over the whole batch (the same as one big
-// batch, or gradient accumulation). With data parallelism (dp × pp), every
+// Both schedules (and the interleaved one, interleaved_schedule.h) run each
+// micro-batch through a MicroBatchRunner (microbatch_runner.h): the loss exists
+// on the last stage only; each micro-batch's loss is scaled by 1/m before
+// backward, so the gradients summed over the m backwards are those of the mean
+// over the whole batch (the same as one big batch, or gradient accumulation).
+// With data parallelism (dp × pp), every
 // backward but the last runs inside dp->no_sync(): the gradients are synced
 // once, launched bucket by bucket during micro-batch m-1's backward (the last
 // one on every stage) and waited for after the schedule's last transfer

@@ -44,36 +44,46 @@ void register_layer(nn::Module& stage, const std::string& prefix, const std::sha
 }  // namespace
 
 PipelineStage::PipelineStage(const nn::GPTConfig& cfg, LayerRange range, StageTensorParallel tp)
-    : cfg_(cfg), range_(range) {
-  if (tp.tp && tp.tp->size() > 1) {
-    tp_ = tp;
-    layers_ = build_tensor_parallel_gpt_layers(cfg, range.start, range.end, *tp.tp, tp.sequence_parallel);
-    shard_maps_ = tensor_parallel_shard_maps(cfg, range.start, range.end, *tp.tp, tp.sequence_parallel);
-  } else {
-    layers_ = nn::build_gpt_layers(cfg, range.start, range.end);
+    : PipelineStage(cfg, std::vector<LayerRange>{range}, tp) {}
+
+PipelineStage::PipelineStage(const nn::GPTConfig& cfg, std::vector<LayerRange> chunks, StageTensorParallel tp)
+    : cfg_(cfg), chunks_(std::move(chunks)) {
+  LOOM_CHECK(!chunks_.empty(), "PipelineStage: no layers");
+  const bool split = tp.tp && tp.tp->size() > 1;  // tensor parallel: each layer's tp shards
+  if (split) tp_ = tp;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const LayerRange r = chunks_[c];
+    LOOM_CHECK(r.start < r.end && (c == 0 || chunks_[c - 1].end <= r.start), "PipelineStage: chunk ", c,
+               " [", r.start, ", ", r.end, ") is empty or not after the chunk before it");
+    first_layer_.push_back(layers_.size());
+    for (auto& layer : split ? build_tensor_parallel_gpt_layers(cfg, r.start, r.end, *tp.tp, tp.sequence_parallel)
+                             : nn::build_gpt_layers(cfg, r.start, r.end))
+      layers_.push_back(layer);
+    if (split) shard_maps_.merge(tensor_parallel_shard_maps(cfg, r.start, r.end, *tp.tp, tp.sequence_parallel));
+    for (int64_t i = r.start; i < r.end; ++i)
+      register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[first_layer_[c] + size_t(i - r.start)]);
   }
-  for (int64_t i = range.start; i < range.end; ++i)
-    register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[size_t(i - range.start)]);
 }
 
-Tensor PipelineStage::forward(const Tensor& input) {
-  LOOM_CHECK(input.defined(), "PipelineStage::forward: layers [", range_.start, ", ", range_.end,
-             "): input is undefined");
-  if (!is_first_stage()) autograd::set_requires_grad(input);
+Tensor PipelineStage::forward(const Tensor& input, int chunk) {
+  const LayerRange r = range(chunk);
+  LOOM_CHECK(input.defined(), "PipelineStage::forward: layers [", r.start, ", ", r.end, "): input is undefined");
+  if (!chunk_is_first(chunk)) autograd::set_requires_grad(input);
   Tensor x = input;
-  for (const auto& layer : layers_) x = (*layer)(x);  // runs each layer's forward pre-hooks
+  // (*layer)(x): forward with the layer's forward pre-hooks (--overlap-param-gather's waits)
+  for (size_t k = 0; k < size_t(r.size()); ++k) x = (*layers_[first_layer_[size_t(chunk)] + k])(x);
   return x;
 }
 
-Tensor PipelineStage::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad) {
+Tensor PipelineStage::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk) {
   if (output_grad.defined()) {
     autograd::backward({output}, {output_grad});
   } else {
-    LOOM_CHECK(is_last_stage() && output.numel() == 1, "PipelineStage::backward: layers [", range_.start, ", ",
-               range_.end, ") got no output gradient; only the last stage starts from its (scalar) loss");
+    LOOM_CHECK(chunk_is_last(chunk) && output.numel() == 1, "PipelineStage::backward: layers [", range(chunk).start,
+               ", ", range(chunk).end, ") got no output gradient; only the last stage starts from its (scalar) loss");
     autograd::backward(output);
   }
-  if (is_first_stage()) return Tensor();
+  if (chunk_is_first(chunk)) return Tensor();
   return autograd::grad(input);
 }
 
@@ -100,7 +110,7 @@ Shape PipelineStage::activation_shape(const Shape& ids) const {
 }
 
 Tensor PipelineStage::loss(const Tensor& logits, const Tensor& targets) const {
-  LOOM_CHECK(is_last_stage(), "PipelineStage::loss: layers [", range_.start, ", ", range_.end,
+  LOOM_CHECK(is_last_stage(), "PipelineStage::loss: layers [", range().start, ", ", chunks_.back().end,
              ") are not the last stage; only it has logits");
   if (!tensor_parallel()) return nn::cross_entropy_loss(logits, targets);
   const auto& head = static_cast<const TensorParallelHead&>(*layers_.back());

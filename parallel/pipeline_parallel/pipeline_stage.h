@@ -24,6 +24,13 @@
 // tp group (tensor_parallel/gpt.h): this rank holds its shards, under the same
 // names, and the last stage's loss is the vocab-parallel cross-entropy. With
 // pp = 1 a tp run is one stage holding every layer.
+//
+// With virtual stages (interleaved 1F1B, partition.h) a rank holds v model
+// chunks, each a range of layers: forward(input, chunk) runs chunk c's layers.
+// All chunks' parameters live in this one Module, still under the full
+// model's names and in the model's layer order (rank 0 of pp 2 x v 2 over 8
+// layers: wte, wpe, blocks.0, blocks.3, blocks.4), so the data-parallel
+// wrapper, the optimizer and the checkpoint see one list, as before.
 #pragma once
 
 #include <memory>
@@ -47,25 +54,33 @@ class PipelineStage : public nn::Module {
   // Builds layers [range.start, range.end) of the GPT of cfg, and nothing else:
   // this rank's tp shards of them when tp.tp has more than one rank.
   PipelineStage(const nn::GPTConfig& cfg, LayerRange range, StageTensorParallel tp = {});
+  // Builds the layers of every chunk (ascending, non-overlapping ranges), and nothing else.
+  PipelineStage(const nn::GPTConfig& cfg, std::vector<LayerRange> chunks, StageTensorParallel tp = {});
 
-  bool is_first_stage() const { return range_.start == 0; }
-  bool is_last_stage() const { return range_.end == cfg_.num_layers(); }
-  LayerRange range() const { return range_; }
+  // Holds the embedding (the first virtual stage) / the head (the last one).
+  bool is_first_stage() const { return chunks_.front().start == 0; }
+  bool is_last_stage() const { return chunks_.back().end == cfg_.num_layers(); }
+  int num_chunks() const { return int(chunks_.size()); }
+  bool chunk_is_first(int chunk) const { return range(chunk).start == 0; }
+  bool chunk_is_last(int chunk) const { return range(chunk).end == cfg_.num_layers(); }
+  LayerRange range(int chunk = 0) const { return chunks_.at(size_t(chunk)); }
+  const std::vector<LayerRange>& chunks() const { return chunks_; }
   const nn::GPTConfig& config() const { return cfg_; }
+  // Every chunk's layers, chunk after chunk: layers()[k] is layer chunks()[0].start + k, and so on.
   const std::vector<std::shared_ptr<nn::Layer>>& layers() const { return layers_; }
 
-  // Runs the layers in order. On every stage but the first, input is a tensor
-  // received from the previous stage: a leaf, which this marks requires_grad so
-  // that backward leaves d loss / d input in its .grad. Virtual so that a
-  // subclass can add work to every micro-batch (bench_pipeline_memory's
-  // simulated compute, which times the schedule alone).
-  virtual Tensor forward(const Tensor& input);
+  // Runs chunk's layers in order. On every virtual stage but the first, input
+  // is a tensor received from the previous one: a leaf, which this marks
+  // requires_grad so that backward leaves d loss / d input in its .grad.
+  // Virtual so that a subclass can add work to every micro-batch
+  // (bench_pipeline_memory's simulated compute, which times the schedule alone).
+  virtual Tensor forward(const Tensor& input, int chunk = 0);
 
   // picotron's PipelineParallel.backward: backward(output, output_grad), or on
   // the last stage (output = the scalar loss, output_grad undefined) plain
   // backward(loss). Returns input's gradient, undefined on the first stage
   // (token ids have none).
-  Tensor backward(const Tensor& input, const Tensor& output, const Tensor& output_grad);
+  Tensor backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk = 0);
 
   // The activation sent between stages for token ids of shape [B, T]:
   // [B, T, C], or [B, T / tp, C] under sequence parallelism (this rank's part of the sequence).
@@ -102,10 +117,11 @@ class PipelineStage : public nn::Module {
 
  private:
   nn::GPTConfig cfg_;
-  LayerRange range_;
+  std::vector<LayerRange> chunks_;
   std::vector<std::shared_ptr<nn::Layer>> layers_;
   StageTensorParallel tp_;
   ShardMaps shard_maps_;
+  std::vector<size_t> first_layer_;  // chunk c's layers are layers_[first_layer_[c] ..]
 };
 
 // Parameter count of each GPT layer, the weights partition_balanced cuts by:

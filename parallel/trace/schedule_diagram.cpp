@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "parallel/trace/schedule_svg.h"
@@ -16,9 +17,33 @@ double schedule_clock_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+
+int num_chunks(const std::vector<StageEvents>& stages) {
+  int v = 1;
+  for (const StageEvents& evs : stages)
+    for (const ScheduleEvent& e : evs) v = std::max(v, e.chunk + 1);
+  return v;
+}
+
+// What event e on stage s waits for: (stage, chunk), or stage -1 for nothing.
+// Forwards come from the stage before (around the ring to the chunk before),
+// backwards from the stage after (around the ring to the chunk after).
+std::pair<int, int> dependency(const ScheduleEvent& e, int s, int p, int v) {
+  if (e.kind == 'F') {
+    if (s > 0) return {s - 1, e.chunk};
+    return e.chunk > 0 ? std::pair{p - 1, e.chunk - 1} : std::pair{-1, 0};
+  }
+  if (s < p - 1) return {s + 1, e.chunk};
+  return e.chunk < v - 1 ? std::pair{0, e.chunk + 1} : std::pair{-1, 0};
+}
+
+}  // namespace
+
 std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages) {
-  const int p = int(stages.size());
-  std::vector<std::map<std::pair<char, int>, int>> end_slot(static_cast<size_t>(p));  // (kind, mb) -> slot after it
+  const int p = int(stages.size()), v = num_chunks(stages);
+  // (kind, mb, chunk) -> the slot after it
+  std::vector<std::map<std::tuple<char, int, int>, int>> end_slot(static_cast<size_t>(p));
   std::vector<std::vector<int>> slots(static_cast<size_t>(p));
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   std::vector<int> stage_free(static_cast<size_t>(p), 0);
@@ -35,16 +60,16 @@ std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& sta
       const StageEvents& evs = stages[size_t(s)];
       while (next[size_t(s)] < evs.size()) {
         const ScheduleEvent& e = evs[next[size_t(s)]];
-        const int dep = e.kind == 'F' ? s - 1 : s + 1;
+        const auto [dep, dep_chunk] = dependency(e, s, p, v);
         int ready = 0;
-        if (dep >= 0 && dep < p) {
-          auto it = end_slot[size_t(dep)].find({e.kind, e.mb});
+        if (dep >= 0) {
+          auto it = end_slot[size_t(dep)].find({e.kind, e.mb, dep_chunk});
           if (it == end_slot[size_t(dep)].end()) break;  // not yet placed: come back on the next sweep
           ready = it->second;
         }
         int slot = std::max(stage_free[size_t(s)], ready);
         slots[size_t(s)][next[size_t(s)]++] = slot;
-        end_slot[size_t(s)][{e.kind, e.mb}] = slot + 1;
+        end_slot[size_t(s)][{e.kind, e.mb, e.chunk}] = slot + 1;
         stage_free[size_t(s)] = slot + 1;
         --remaining, progress = true;
       }
@@ -57,18 +82,22 @@ std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& sta
 
 std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title) {
   std::vector<std::vector<int>> slots = schedule_slots(stages);
-  int max_mb = 0, num_slots = 0;
+  const bool chunks = num_chunks(stages) > 1;
+  auto cell = [&](const ScheduleEvent& e) {
+    return chunks ? str(e.kind, e.mb, ".", e.chunk) : str(e.kind, e.mb);
+  };
+  size_t width = 0;  // "F12" is 3 wide, "F12.1" 5
+  int num_slots = 0;
   for (size_t s = 0; s < stages.size(); ++s)
     for (size_t k = 0; k < stages[s].size(); ++k) {
-      max_mb = std::max(max_mb, stages[s][k].mb);
+      width = std::max(width, cell(stages[s][k]).size());
       num_slots = std::max(num_slots, slots[s][k] + 1);
     }
-  const size_t width = std::to_string(max_mb).size() + 1;  // "F12" is 3 wide
-  std::string out = title + " (F<i>/B<i>: forward/backward of micro-batch i; . idle)\n";
+  std::string out = title + (chunks ? " (F<i>.<c>/B<i>.<c>: forward/backward of micro-batch i on chunk c; . idle)\n"
+                                    : " (F<i>/B<i>: forward/backward of micro-batch i; . idle)\n");
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<std::string> row(size_t(num_slots), ".");
-    for (size_t k = 0; k < stages[s].size(); ++k)
-      row[size_t(slots[s][k])] = stages[s][k].kind + std::to_string(stages[s][k].mb);
+    for (size_t k = 0; k < stages[s].size(); ++k) row[size_t(slots[s][k])] = cell(stages[s][k]);
     out += "stage " + std::to_string(s) + " |";
     for (std::string& cell : row) out += " " + cell + std::string(width - cell.size(), ' ');
     while (!out.empty() && out.back() == ' ') out.pop_back();
@@ -91,32 +120,32 @@ double measured_bubble_fraction(const std::vector<StageEvents>& stages) {
   return sum / double(stages.size());
 }
 
-double theoretical_bubble_fraction(int pp_size, int num_microbatches) {
-  return double(pp_size - 1) / double(num_microbatches + pp_size - 1);
+double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks) {
+  return double(pp_size - 1) / double(num_chunks * num_microbatches + pp_size - 1);
 }
 
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine) {
   // Counts first, then every stage's events padded to the longest (all_gather needs equal sizes):
-  // 4 doubles per event (kind, mb, start, end).
+  // 5 doubles per event (kind, mb, start, end, chunk).
   const int p = pp_group.size();
   Tensor counts = zeros({p}, kInt64);
   pp_group.all_gather(counts, from_vector<int64_t>({int64_t(mine.size())}));
   std::vector<int64_t> n = counts.to_vector<int64_t>();
   const int64_t longest = std::max<int64_t>(1, *std::max_element(n.begin(), n.end()));
-  std::vector<double> flat(size_t(longest * 4), 0.0);
+  std::vector<double> flat(size_t(longest * 5), 0.0);
   for (size_t k = 0; k < mine.size(); ++k) {
-    flat[4 * k] = double(mine[k].kind), flat[4 * k + 1] = double(mine[k].mb);
-    flat[4 * k + 2] = mine[k].start_us, flat[4 * k + 3] = mine[k].end_us;
+    flat[5 * k] = double(mine[k].kind), flat[5 * k + 1] = double(mine[k].mb);
+    flat[5 * k + 2] = mine[k].start_us, flat[5 * k + 3] = mine[k].end_us, flat[5 * k + 4] = double(mine[k].chunk);
   }
-  Tensor all = zeros({p * longest * 4}, kFloat64);
+  Tensor all = zeros({p * longest * 5}, kFloat64);
   pp_group.all_gather(all, from_vector(flat));
   if (pp_group.rank() != 0) return {};
   std::vector<double> v = all.to_vector<double>();
   std::vector<StageEvents> stages(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s)
     for (int64_t k = 0; k < n[size_t(s)]; ++k) {
-      const double* e = &v[size_t((s * longest + k) * 4)];
-      stages[size_t(s)].push_back({char(e[0]), int(e[1]), e[2], e[3]});
+      const double* e = &v[size_t((s * longest + k) * 5)];
+      stages[size_t(s)].push_back({char(e[0]), int(e[1]), e[2], e[3], int(e[4])});
     }
   return stages;
 }
@@ -125,15 +154,22 @@ std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, con
                             std::string* svg) {
   std::vector<StageEvents> stages = gather_schedule(pp_group, mine);
   if (pp_group.rank() != 0) return "";
-  const int p = int(stages.size());
+  const int p = int(stages.size()), v = num_chunks(stages);
   const int m = int(std::count_if(stages[0].begin(), stages[0].end(), [](const ScheduleEvent& e) {
     return e.kind == 'F';
-  }));
-  char bubble[160];
-  std::snprintf(bubble, sizeof bubble,
-                "bubble: measured %.3f (from timestamps), theory (p - 1)/(m + p - 1) = %d/%d = %.3f\n",
-                measured_bubble_fraction(stages), p - 1, m + p - 1, theoretical_bubble_fraction(p, m));
-  const std::string title = str(schedule_name, ", pp ", p, ", m ", m);
+  })) / v;
+  char bubble[240];
+  if (v == 1)
+    std::snprintf(bubble, sizeof bubble,
+                  "bubble: measured %.3f (from timestamps), theory (p - 1)/(m + p - 1) = %d/%d = %.3f\n",
+                  measured_bubble_fraction(stages), p - 1, m + p - 1, theoretical_bubble_fraction(p, m));
+  else
+    std::snprintf(bubble, sizeof bubble,
+                  "bubble: measured %.3f (from timestamps), theory (p - 1)/(v m + p - 1) = %d/%d = %.3f "
+                  "(Megatron's bubble/compute (p - 1)/(v m) = %d/%d = %.3f)\n",
+                  measured_bubble_fraction(stages), p - 1, v * m + p - 1, theoretical_bubble_fraction(p, m, v),
+                  p - 1, v * m, double(p - 1) / double(v * m));
+  const std::string title = str(schedule_name, ", pp ", p, v > 1 ? str(", v ", v) : "", ", m ", m);
   if (svg) *svg = schedule_svg(stages, title, std::string(bubble, std::strlen(bubble) - 1));  // without the \n
   return render_schedule(stages, title) + bubble;
 }

@@ -15,6 +15,14 @@
 // measured bubble uses the real timestamps: per stage 1 - busy / step time,
 // averaged over stages. With p stages, m micro-batches and equal stages the
 // theory is (p - 1)/(m + p - 1) (GPipe, Huang et al. 2019), for AFAB and 1F1B alike.
+//
+// Interleaved 1F1B (v model chunks per stage) logs the chunk too: F3.1 is the
+// forward of micro-batch 3 on chunk 1. F<i>.<c> on stage 0 waits for
+// F<i>.<c-1> on the last stage (the ring), B<i>.<c> on the last stage for
+// B<i>.<c+1> on stage 0. Each slot is then a chunk's work, 1/v of a stage's,
+// so the flush costs p - 1 of v m slots: the bubble is (p - 1)/(v m + p - 1)
+// of the step, which Megatron writes as bubble/compute = (p - 1)/(v m)
+// (Narayanan et al. 2021).
 #pragma once
 
 #include <string>
@@ -29,6 +37,7 @@ struct ScheduleEvent {
   int mb = 0;             // micro-batch
   double start_us = 0;    // CLOCK_MONOTONIC (steady_clock): shared by the ranks of one machine
   double end_us = 0;
+  int chunk = 0;          // model chunk (virtual stages); 0 without them
 };
 using StageEvents = std::vector<ScheduleEvent>;  // one stage's events, in execution order
 
@@ -39,13 +48,14 @@ double schedule_clock_us();
 // order is impossible (an event waits for one that never comes).
 std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages);
 
-// The diagram text (title line, one row per stage).
+// The diagram text (title line, one row per stage; cells F3.1 when there are chunks).
 std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title);
 
 // 1 - busy / span per stage, averaged over stages; span is the first start to
 // the last end over all stages.
 double measured_bubble_fraction(const std::vector<StageEvents>& stages);
-double theoretical_bubble_fraction(int pp_size, int num_microbatches);  // (p - 1)/(m + p - 1)
+// (p - 1)/(v m + p - 1); v = 1: (p - 1)/(m + p - 1).
+double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks = 1);
 
 // Collective over pp_group: every stage's events, on pp rank 0 (empty elsewhere).
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine);

@@ -43,6 +43,9 @@ std::string schedule_svg(const std::vector<StageEvents>& stages, const std::stri
   for (const StageEvents& s : stages)
     for (const ScheduleEvent& e : s) t0 = std::min(t0, e.start_us), t1 = std::max(t1, e.end_us);
   LOOM_CHECK(t1 > t0, "schedule_svg: the stages recorded no events");
+  bool chunked = false;  // interleaved 1F1B: label F3.1 (micro-batch 3, chunk 1)
+  for (const StageEvents& s : stages)
+    for (const ScheduleEvent& e : s) chunked |= e.chunk > 0;
   const double scale = (kWidth - kLeft - kRight) / (t1 - t0);  // pixels per microsecond
   const double height = kTop + kRow * double(stages.size()) + 50;
 
@@ -58,7 +61,8 @@ std::string schedule_svg(const std::vector<StageEvents>& stages, const std::stri
            "\" height=\"" + number(kBox) + "\" fill=\"#eeeeee\"/>\n";
     for (const ScheduleEvent& e : stages[s]) {
       const double x = kLeft + (e.start_us - t0) * scale, w = std::max(1.0, (e.end_us - e.start_us) * scale);
-      const std::string label = std::string(1, e.kind) + std::to_string(e.mb);
+      const std::string label =
+          std::string(1, e.kind) + std::to_string(e.mb) + (chunked ? "." + std::to_string(e.chunk) : "");
       svg += "<g><title>" + label + ": " + number((e.end_us - e.start_us) / 1000.0) + " ms</title>";
       svg += "<rect x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" + number(w) + "\" height=\"" +
              number(kBox) + "\" fill=\"" + (e.kind == 'F' ? "#6fa8dc" : "#93c47d") + "\" stroke=\"#333333\"/>";

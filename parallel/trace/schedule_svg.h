@@ -1,7 +1,7 @@
 // The schedule of the step actually run, as a picture (SVG, opens in any
 // browser): one row per pipeline stage, time running left to right, each
 // forward and backward a box at its measured start and end, labelled with its
-// micro-batch, and the idle time left blank - the bubble, seen. Forwards are
+// micro-batch (and chunk, F3.1, under interleaved 1F1B), and the idle time left blank - the bubble, seen. Forwards are
 // blue, backwards green (a backward takes about twice a forward, which the
 // boxes show); under the rows, the bubble measured beside the theory.
 //

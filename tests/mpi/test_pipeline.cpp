@@ -33,6 +33,7 @@
 #include "parallel/data_parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
 #include "optim/clip_grad.h"
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/process_group_manager.h"
 #include "parallel/pipeline_parallel/shared_weights.h"
@@ -62,6 +63,8 @@ struct Setup {
   int dp = 1, pp = 1;
   std::string schedule = "1f1b", partition = "uniform", dp_mode = "bucket";
   int m = 4;  // micro-batches per dp rank
+  int v = 1;  // model chunks per stage: interleaved 1F1B when > 1
+  int64_t blocks = 0;  // 0: 6 blocks (uniform) or 5 (balanced)
 };
 
 struct Batch {
@@ -110,9 +113,9 @@ bool tied_copies_identical(PipelineStage& stage, ProcessGroupManager& pgm) {
 // weights -> data parallel -> optimizer.
 Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   ProcessGroupManager pgm(s.dp, s.pp);
-  StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp)
-                                                 : partition_balanced(gpt_layer_param_counts(cfg), s.pp);
-  PipelineStage stage(cfg, part[size_t(pgm.pp_rank())][0]);
+  StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp, s.v)
+                                                 : partition_balanced(gpt_layer_param_counts(cfg), s.pp, s.v);
+  PipelineStage stage(cfg, part[size_t(pgm.pp_rank())]);
   PipelineP2P p2p(pgm.pp_group());
   SharedWeightGradHandler shared = tied_embedding_handler(stage, pgm);
   std::unique_ptr<DataParallel> dp;
@@ -139,7 +142,8 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
       int64_t r = first_row + i * kRowsPerMicroBatch;
       mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
     }
-    auto schedule = s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
+    auto schedule = s.v > 1 ? train_step_pipeline_interleaved
+                    : s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
     LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
     PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
     shared.all_reduce_grads(bucket);
@@ -161,8 +165,9 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
 }
 
 void expect_matches_single_process(const Setup& s) {
-  SCOPED_TRACE(str("dp ", s.dp, " x pp ", s.pp, ", ", s.schedule, ", ", s.partition, " partition, m ", s.m));
-  nn::GPTConfig cfg = config(s.partition == "uniform" ? 6 : 5);
+  SCOPED_TRACE(str("dp ", s.dp, " x pp ", s.pp, " x v ", s.v, ", ", s.schedule, ", ", s.partition, " partition, m ",
+                   s.m, ", ", s.dp_mode));
+  nn::GPTConfig cfg = config(s.blocks > 0 ? s.blocks : s.partition == "uniform" ? 6 : 5);
   const int64_t global_rows = int64_t(s.dp) * s.m * kRowsPerMicroBatch;
   Run want = reference(cfg, global_rows);
   Run got = pipeline(s, cfg, global_rows);
@@ -230,6 +235,44 @@ TEST(Pipeline, DataParallelTimesPipelineMatchesSingleProcess) {
     expect_matches_single_process({2, world_size() / 2, schedule, "uniform", "bucket", 3});
     expect_matches_single_process({2, world_size() / 2, schedule, "uniform", "naive", 3});
   }
+}
+
+// ---- interleaved 1F1B (virtual stages) ----------------------------------------------------
+
+// Each rank holds v chunks; a micro-batch goes round the ring of ranks v times.
+// On 2 ranks: pp 2 x v 2 with m 4 (warm-up, steady 1F1B and cool-down) and m 2
+// (= pp: every forward first), pp 2 x v 3 on 4 blocks (6 layers, one per
+// chunk: the embedding and the head are chunks of their own). On 4 ranks:
+// dp 2 x pp 2 x v 2 with both dp wrappers (bucketed: synced in the last
+// backward; naive: in each chunk's last), and pp 4 x v 2.
+TEST(Pipeline, InterleavedMatchesSingleProcess) {
+  if (world_size() == 2) {
+    expect_matches_single_process({1, 2, "1f1b", "uniform", "bucket", 4, 2});
+    expect_matches_single_process({1, 2, "1f1b", "uniform", "bucket", 2, 2});
+    expect_matches_single_process({1, 2, "1f1b", "uniform", "bucket", 4, 3, 4});
+    expect_matches_single_process({1, 2, "1f1b", "balanced", "bucket", 6, 2});
+  } else if (world_size() == 4) {
+    expect_matches_single_process({2, 2, "1f1b", "uniform", "bucket", 4, 2});
+    expect_matches_single_process({2, 2, "1f1b", "uniform", "naive", 2, 2});
+    expect_matches_single_process({1, 4, "1f1b", "uniform", "bucket", 4, 2});
+  }
+}
+
+TEST(Pipeline, InterleavedNeedsMicroBatchesAMultipleOfTheStages) {
+  if (world_size() == 1) GTEST_SKIP() << "a pipeline";
+  nn::GPTConfig cfg = config(6);
+  const int p = world_size();
+  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), p, 2)[size_t(parallel::world().rank())]);
+  PipelineP2P p2p(parallel::world());
+  std::vector<MicroBatch> mbs(size_t(p + 1), {zeros({2, kT}, kInt64), zeros({2, kT}, kInt64)});
+  LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  std::string err;
+  try {
+    train_step_pipeline_interleaved(stage, p2p, mbs, loss_fn);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find(str(p + 1, " micro-batches are not a multiple of pp ", p)), std::string::npos) << err;
 }
 
 // ---- shared weights and the model-parallel gradient norm --------------------------------
@@ -420,5 +463,53 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
     pgm.dp_group().all_reduce(mean, ReduceOp::Avg);
     EXPECT_EQ(g.to_vector<float>(), mean.to_vector<float>());
     bucket.reset();
+
+TEST(Pipeline, RingTransfersOfLargeTensorsDoNotDeadlockInASchedule) {
+  // 8 MB each way around the ring, every stage sending before it receives, as
+  // the interleaved schedule's stages do (rank p - 1 sends to rank 0). With a
+  // blocking send every stage would wait in its send for a receive its peer
+  // never reaches; with async_sends they are left to their channel's thread.
+  if (world_size() == 1) GTEST_SKIP() << "a ring";
+  PipelineP2P p2p(parallel::world());
+  const int r = p2p.pp_rank(), p = p2p.pp_size();
+  const int64_t n = 2 << 20;
+  p2p.begin_schedule(/*async_sends=*/true);
+  p2p.send_activation(full({n}, 1.0 + r, kFloat32), 0, 0);
+  p2p.send_gradient(full({n}, -(1.0 + r), kFloat32), 0, 0);
+  Tensor act = p2p.recv_activation(0, 0), grad = p2p.recv_gradient(0, 0);
+  p2p.end_schedule();
+  EXPECT_EQ(act.to_vector<float>()[size_t(n - 1)], float(1 + (r - 1 + p) % p));  // from the previous rank
+  EXPECT_EQ(grad.to_vector<float>()[0], -float(1 + (r + 1) % p));              // from the next rank
+}
+
+TEST(Pipeline, AScheduleAnnouncesEachChannelsShapeOnce) {
+  // In a schedule the header goes with the first tensor of each channel only,
+  // so a later tensor of another shape cannot be announced: the sender stops,
+  // naming both shapes. The next schedule announces afresh.
+  if (world_size() != 2) GTEST_SKIP() << "a two-stage exchange";
+  PipelineP2P p2p(parallel::world());
+  for (int schedule = 0; schedule < 2; ++schedule) {
+    const Shape shape{2, schedule + 3};
+    p2p.begin_schedule();
+    if (p2p.is_first_stage()) {
+      p2p.send_forward(full(shape, 1.0), 0);
+      p2p.send_forward(full(shape, 2.0), 1);  // the same shape: payload only
+      std::string err;
+      try {
+        p2p.send_forward(full({4}, 3.0), 2);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+      EXPECT_NE(err.find(str("send_forward: stage 0 sends [4] float32 in a schedule whose first transfer on this "
+                             "channel was ", shape_str(shape), " float32")),
+                std::string::npos)
+          << err;
+    } else {
+      Tensor a = p2p.recv_forward(0), b = p2p.recv_forward(1);
+      EXPECT_EQ(a.shape(), shape);
+      EXPECT_EQ(b.shape(), shape);
+      EXPECT_EQ(b.to_vector<float>().back(), 2.0f);
+    }
+    p2p.end_schedule();
   }
 }
