@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "bench/simulated_stage.h"
 #include "bench/slow_group.h"
 #include "nn/loss.h"
 #include "parallel/comm/distributed.h"
@@ -43,27 +44,9 @@
 
 using namespace loom;
 using namespace loom::parallel;
+using loom::bench::SimulatedStage;
 
 namespace {
-
-// The identity, but its forward sleeps f and its backward 2f.
-Tensor simulated_compute(const Tensor& x, std::chrono::microseconds f) {
-  std::this_thread::sleep_for(f);
-  return autograd::record("SimulatedCompute", {&x}, ops::view(x, x.shape()), [f](const autograd::TensorList& g) {
-    std::this_thread::sleep_for(2 * f);
-    return autograd::TensorList{g[0]};
-  });
-}
-
-class SimulatedStage : public PipelineStage {
- public:
-  SimulatedStage(const nn::GPTConfig& cfg, LayerRange range, std::chrono::microseconds f)
-      : PipelineStage(cfg, range), f_(f) {}
-  Tensor forward(const Tensor& input) override { return simulated_compute(PipelineStage::forward(input), f_); }
-
- private:
-  std::chrono::microseconds f_;
-};
 
 // The old order, for comparison: ignores defer_grad_sync(), so the wrapped
 // DataParallelBucket finishes its sync in the last backward's engine callback.
@@ -112,7 +95,7 @@ int main(int argc, char** argv) {
     const int dp = 2, pp = world / 2;
     ProcessGroupManager pgm(dp, pp);
     LayerRange range = partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0];
-    SimulatedStage stage(cfg, range, std::chrono::microseconds(int64_t(simulate_ms * 1000)));
+    SimulatedStage stage(cfg, {range}, std::chrono::microseconds(int64_t(simulate_ms * 1000)));
     PipelineP2P p2p(pgm.pp_group());
     bench::SlowProcessGroup slow_dp(pgm.dp_group(), std::chrono::microseconds(int64_t(comm_ms * 1000)));
     DataParallelBucket bucket(stage.named_parameters(), slow_dp, BucketOptions{});

@@ -38,6 +38,7 @@
 #include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
+#include "bench/simulated_stage.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
@@ -46,32 +47,9 @@
 
 using namespace loom;
 using namespace loom::parallel;
+using loom::bench::SimulatedStage;
 
 namespace {
-
-// The identity, but its forward sleeps f and its backward 2f (a backward costs
-// about two forwards): compute of a fixed duration that leaves the core free.
-Tensor simulated_compute(const Tensor& x, std::chrono::microseconds f) {
-  std::this_thread::sleep_for(f);
-  return autograd::record("SimulatedCompute", {&x}, ops::view(x, x.shape()), [f](const autograd::TensorList& g) {
-    std::this_thread::sleep_for(2 * f);
-    return autograd::TensorList{g[0]};
-  });
-}
-
-// A stage whose every micro-batch also "computes" for f forward and 2f backward.
-class SimulatedStage : public PipelineStage {
- public:
-  SimulatedStage(const nn::GPTConfig& cfg, std::vector<LayerRange> chunks, std::chrono::microseconds f)
-      : PipelineStage(cfg, std::move(chunks)), f_(f) {}
-  // A chunk is 1/v of the stage: it computes for 1/v of the time.
-  Tensor forward(const Tensor& input, int chunk = 0) override {
-    return simulated_compute(PipelineStage::forward(input, chunk), f_ / num_chunks());
-  }
-
- private:
-  std::chrono::microseconds f_;
-};
 
 struct Measured {
   double peak_mb = 0;  // this stage's largest peak over the measured steps

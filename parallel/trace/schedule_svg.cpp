@@ -61,8 +61,7 @@ std::string schedule_svg(const std::vector<StageEvents>& stages, const std::stri
            "\" height=\"" + number(kBox) + "\" fill=\"#eeeeee\"/>\n";
     for (const ScheduleEvent& e : stages[s]) {
       const double x = kLeft + (e.start_us - t0) * scale, w = std::max(1.0, (e.end_us - e.start_us) * scale);
-      const std::string label =
-          std::string(1, e.kind) + std::to_string(e.mb) + (chunked ? "." + std::to_string(e.chunk) : "");
+      const std::string label = chunked ? str(e.kind, e.mb, ".", e.chunk) : str(e.kind, e.mb);
       svg += "<g><title>" + label + ": " + number((e.end_us - e.start_us) / 1000.0) + " ms</title>";
       svg += "<rect x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" + number(w) + "\" height=\"" +
              number(kBox) + "\" fill=\"" + (e.kind == 'F' ? "#6fa8dc" : "#93c47d") + "\" stroke=\"#333333\"/>";

@@ -463,6 +463,8 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
     pgm.dp_group().all_reduce(mean, ReduceOp::Avg);
     EXPECT_EQ(g.to_vector<float>(), mean.to_vector<float>());
     bucket.reset();
+  }
+}
 
 TEST(Pipeline, RingTransfersOfLargeTensorsDoNotDeadlockInASchedule) {
   // 8 MB each way around the ring, every stage sending before it receives, as
