@@ -92,7 +92,7 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "\npipeline: bubble (p - 1) / (v m) = %d / (%d x %lld) = %.1f%%\n", g.pp - 1, g.virtual_stages,
       (long long)b.micro_batches, 100 * bubble_fraction(g, b.micro_batches));
 
-  say(out, "\ncommunication per step per rank (ring: all-reduce 2(n-1)/n, all-gather/reduce-scatter (n-1)/n on the wire)\n");
+  say(out, "\ncommunication per step per rank (tp and pp: pipeline rank 0; ring: all-reduce 2(n-1)/n, all-gather/reduce-scatter (n-1)/n on the wire)\n");
   say(out, "  group     link          ops     payload     on wire       time   what\n");
   const StagePlan& first = s.stages.front();
   traffic_line(out, first.tp, double(b.micro_batches), mc);

@@ -65,7 +65,10 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
 
   const StagePlan& big = s.stages[size_t(biggest)];
   s.dp = dp_per_step(big.memory.num_params, g, mc);
-  const double zero_gather = g.zero ? s.dp.seconds / 2 : 0;  // the params' all-gather, after the step
+  // ZeRO's all-gather of the updated params comes after the optimizer step: none of it overlaps.
+  const double zero_gather = g.zero ? all_gather_seconds(double(dtype_bytes(g.dtype)) * double(big.memory.num_params),
+                                                         g.dp, link_for_span(mc, int64_t(g.tp) * g.dp))
+                                    : 0;
   s.dp_exposed_s = zero_gather + std::max(0.0, s.dp.seconds - zero_gather - big.compute.backward_s);
   s.embedding = embedding_per_step(m, g, mc);
   s.embedding_s = s.embedding.seconds;
