@@ -19,10 +19,8 @@ double model_flops_per_step(const ModelShape& m, const Grid& g, const Batch& b) 
 }
 
 double rank_flops_per_s(const Machine& mc, const Grid& g) {
-  // On one machine (this CPU) every rank runs on it: beyond one rank per
-  // core, ranks share cores. A GPU cluster gives each rank its own device.
-  const double share = mc.one_node ? std::max(1.0, double(g.world()) / double(mc.devices_per_node)) : 1.0;
-  return mc.peak_tflops(g.dtype) * 1e12 * mc.efficiency / share;
+  // every rank computes at one device's (one core's) rate; sharing is step_time's cores bound
+  return mc.peak_tflops(g.dtype) * 1e12 * mc.efficiency;
 }
 
 StageCompute stage_compute(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, int stage) {

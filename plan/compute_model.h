@@ -36,8 +36,9 @@ struct StageCompute {
 };
 StageCompute stage_compute(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, int stage);
 
-// FLOP/s one rank reaches: peak x efficiency, divided when ranks outnumber
-// the cores or devices they run on (this CPU with 4 ranks on 2 cores).
+// FLOP/s one rank reaches while it computes: peak x efficiency. (When ranks
+// outnumber this CPU's cores, they take turns: step_time.h bounds the step by
+// all ranks' compute over the cores.)
 double rank_flops_per_s(const Machine& mc, const Grid& g);
 
 }  // namespace loom::plan

@@ -74,7 +74,7 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "machine: %s\n  %.4g TFLOP/s %s peak x %.2f efficiency per rank%s, %.0f GB, memory %.0f GB/s, links %.0f / %.0f GB/s"
       " (inside / across nodes, x %.2f), %d per node\n",
       mc.name.c_str(), mc.peak_tflops(g.dtype), g.dtype.c_str(), mc.efficiency,
-      mc.one_node && g.world() > mc.devices_per_node ? " (ranks share the cores)" : "", mc.memory_gb, mc.memory_bw_gbs,
+      mc.one_node && g.world() > mc.devices_per_node ? " (more ranks than cores: they take turns)" : "", mc.memory_gb, mc.memory_bw_gbs,
       mc.intra_gbs, mc.inter_gbs, mc.link_efficiency, mc.devices_per_node);
 
   say(out, "\nmemory per rank (params/grads/optimizer: loom's bytes per param; activations: Korthikanti et al. 2022)\n");
@@ -104,9 +104,10 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "\nstep time: %s = pipeline %s (bubble %s) + dp exposed %s + embedding %s + optimizer %s\n",
       seconds(t).c_str(), seconds(s.pipeline_s).c_str(), seconds(s.bubble_s).c_str(), seconds(s.dp_exposed_s).c_str(),
       seconds(s.embedding_s).c_str(), seconds(s.optimizer_s).c_str());
-  say(out, "  shares: compute %.0f%%, tp %.0f%%, pp p2p %.0f%%, bubble %.0f%%, dp %.0f%%, embedding %.0f%%, optimizer %.0f%%\n",
+  say(out, "  shares: compute %.0f%%, tp %.0f%%, pp p2p %.0f%%, bubble %.0f%%, dp %.0f%%, embedding %.0f%%, optimizer %.0f%%%s\n",
       100 * s.compute_s / t, 100 * s.tp_s / t, 100 * s.pp_s / t, 100 * s.bubble_s / t, 100 * s.dp_exposed_s / t,
-      100 * s.embedding_s / t, 100 * s.optimizer_s / t);
+      100 * s.embedding_s / t, 100 * s.optimizer_s / t,
+      s.cores_s > 0 ? (", taking turns on the cores " + std::to_string(int(100 * s.cores_s / t)) + "%").c_str() : "");
   say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
       s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
   say(out, "binds: %s\n", s.binds.c_str());

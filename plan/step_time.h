@@ -22,6 +22,9 @@
 //           copy), plus 8 per param for the grad norm and the zeroing of the
 //           grad buffer, at the device's memory bandwidth.
 //
+// On this CPU with more ranks than cores, T_pipeline is at least every
+// rank's compute over the cores (ranks waiting for messages yield theirs).
+//
 //   step = T_pipeline + dp exposed + embedding + optimizer
 //   MFU  = model FLOPs per step / (step x ranks x peak)   (Chowdhery et al.
 //          2022, PaLM, appendix B; no recomputation counted)
@@ -52,6 +55,7 @@ struct StepPlan {
   double pipeline_s = 0, bubble_s = 0, dp_exposed_s = 0, embedding_s = 0, optimizer_s = 0, step_s = 0;
   double compute_s = 0;           // the slowest stage's pure compute over the step
   double tp_s = 0, pp_s = 0;      // their time on the critical path over the step
+  double cores_s = 0;             // this CPU: what taking turns on too few cores adds
   double model_flops = 0, hardware_flops = 0, mfu = 0, hfu = 0;
   double tokens_per_s = 0;
   int worst_memory_stage = 0;

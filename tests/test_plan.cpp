@@ -261,3 +261,17 @@ TEST(PlanAgainstRun, MemoryOfPipelineAndTensorParallel) {
   g.sequence_parallel = true;
   expect_plan_matches_run(g, "--pp 2 --tp 2 --sequence-parallel");
 }
+
+TEST(PlanStep, RanksBeyondTheCoresTakeTurns) {
+  // A 2-core machine with free communication: tp 4 splits the work four ways,
+  // but only 2 ranks compute at a time, so the step is the work over 2 cores.
+  Machine mc;
+  mc.one_node = true, mc.devices_per_node = 2;
+  mc.peak_tflops_32 = 1, mc.efficiency = 1;
+  mc.memory_bw_gbs = 1e12, mc.intra_gbs = mc.inter_gbs = 1e12, mc.latency_us = mc.inter_latency_us = 0;
+  const Batch b{8, 1};
+  const double work_s = model_flops_per_step(tiny(), grid(1, 1, 1), b) / 1e12;
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 1), b, mc).pipeline_s / work_s, 1.0, 1e-9);
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 2), b, mc).pipeline_s / work_s, 0.5, 1e-6);  // one rank a core
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 4), b, mc).pipeline_s / work_s, 0.5, 1e-6);  // two ranks a core
+}
