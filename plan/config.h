@@ -1,0 +1,46 @@
+// What loom_plan is asked about: a GPT's shape, the batch, the parallel grid
+// and the precision - the same knobs as train_gpt's flags (--layers, --embd,
+// --heads, --block, --batch, --microbatches, --dp, --pp, --tp, --zero,
+// --dtype, --sequence-parallel), plus two that train_gpt does not have yet
+// (virtual stages and activation recomputation) so that published runs
+// (Megatron-LM's) can be described.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::plan {
+
+struct ModelShape {
+  int64_t layers = 4;    // L: transformer blocks
+  int64_t width = 128;   // h (C in loom's code): the residual stream
+  int64_t heads = 4;     // a
+  int64_t vocab = 65;    // V (padded to a multiple of tp, as loom's vocab-parallel embedding does)
+  int64_t seq = 64;      // s: tokens per sequence (block size)
+};
+
+struct Grid {
+  int dp = 1, pp = 1, tp = 1;
+  int virtual_stages = 1;       // v: model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B
+  bool zero = false;            // ZeRO-1: optimizer state sharded over dp
+  bool sequence_parallel = false;
+  bool recompute = false;       // full activation recomputation (Megatron --recompute-granularity full)
+  std::string dtype = "fp32";   // fp32 | bf16 | fp16: params and activations
+  std::string schedule = "1f1b";  // 1f1b | afab: how many micro-batches' activations a stage holds
+  // How layers are cut into stages: "uniform" and "balanced" are train_gpt's
+  // --partition over [embedding, blocks, head]; "blocks" is Megatron-LM's:
+  // the blocks evenly, the embedding joining the first stage, the head the last.
+  std::string partition = "uniform";
+  int world() const { return dp * pp * tp; }
+};
+
+struct Batch {
+  int64_t micro_batch = 16;  // b: sequences per micro-batch per dp rank (train_gpt --batch)
+  int64_t micro_batches = 1; // m: per step (train_gpt --microbatches, or --grad-accum without pp)
+  int64_t tokens_per_step(const ModelShape& s, const Grid& g) const { return int64_t(g.dp) * micro_batch * micro_batches * s.seq; }
+};
+
+// Bytes of one element of the model's dtype (params and activations).
+int dtype_bytes(const std::string& dtype);
+
+}  // namespace loom::plan

@@ -1,0 +1,90 @@
+// loom_plan: predict a training run you cannot afford from the formulas in
+// plan/ - per-rank memory, the pipeline bubble, each group's communication,
+// the step time, MFU, and which constraint binds.
+//
+//   build/plan/loom_plan --layers 4 --embd 128 --heads 4 --block 64 --batch 16 --dp 2 --machine cpu
+//   build/plan/loom_plan --model gpt3-175b --machine a100 --tp 8 --pp 12 --dp 16 --batch 1
+//       --microbatches 96 --dtype bf16 --recompute
+//
+// The flags are train_gpt's (same names, same meaning: --batch is the
+// micro-batch per dp rank), plus the machine and a few knobs train_gpt lacks.
+// --calibrate-ms: the measured step time of the same model on ONE rank here,
+// one micro-batch of --batch sequences per step;
+// the efficiency is set so that the one-rank plan matches it, and the grid
+// asked for is predicted from there (docs/plan.md).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "plan/report.h"
+#include "tensor/error.h"
+
+using namespace loom::plan;
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom_plan: predict memory, communication, step time and MFU of a GPT training run"};
+  ModelShape m;
+  Grid g;
+  Batch b;
+  std::string machine = "cpu", model;
+  double efficiency = 0, calibrate_ms = 0, latency_us = -1, gflops = 0, memory_gb = 0;
+  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200)")
+      ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m"}));
+  app.add_option("--layers", m.layers, "transformer blocks (L)");
+  app.add_option("--embd", m.width, "width (h)");
+  app.add_option("--heads", m.heads, "attention heads (a)");
+  app.add_option("--vocab", m.vocab, "vocabulary size (V)");
+  app.add_option("--block", m.seq, "sequence length (s)");
+  app.add_option("--batch", b.micro_batch, "sequences per micro-batch per dp rank (b)");
+  app.add_option("--microbatches", b.micro_batches, "micro-batches per step (m; --grad-accum without pp)");
+  app.add_option("--dp", g.dp, "data-parallel ranks");
+  app.add_option("--pp", g.pp, "pipeline stages");
+  app.add_option("--tp", g.tp, "tensor-parallel ranks");
+  app.add_option("--virtual-stages", g.virtual_stages, "model chunks per pipeline rank (interleaved 1F1B)");
+  app.add_flag("--zero", g.zero, "ZeRO-1: shard the optimizer state over dp");
+  app.add_flag("--sequence-parallel", g.sequence_parallel, "Megatron's sequence parallelism (with --tp)");
+  app.add_flag("--recompute", g.recompute, "full activation recomputation");
+  app.add_option("--dtype", g.dtype, "params and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--schedule", g.schedule, "pipeline schedule")->check(CLI::IsMember({"1f1b", "afab"}));
+  app.add_option("--partition", g.partition, "layers into stages: train_gpt's uniform / balanced, or Megatron's blocks")
+      ->check(CLI::IsMember({"uniform", "balanced", "blocks"}));
+  app.add_option("--machine", machine, "h100, a100, or cpu (this machine, measured)")
+      ->check(CLI::IsMember({"h100", "a100", "cpu"}));
+  app.add_option("--efficiency", efficiency, "fraction of peak a layer's math reaches (default: the machine's)");
+  app.add_option("--calibrate-ms", calibrate_ms, "measured one-rank step time of this model here: sets --efficiency");
+  app.add_option("--latency-us", latency_us, "per-message latency of every link");
+  app.add_option("--gflops", gflops, "cpu: per-core GFLOP/s instead of measuring");
+  app.add_option("--memory-gb", memory_gb, "capacity per device instead of the table's");
+  CLI11_PARSE(app, argc, argv);
+
+  if (model == "gpt3-175b") m = {96, 12288, 96, 51200, 2048};
+  if (model == "gpt2-124m") m = {12, 768, 12, 50257, 1024};
+  if (b.micro_batches < 1) b.micro_batches = 1;
+  try {
+    LOOM_CHECK(m.heads % g.tp == 0, "--tp ", g.tp, " must divide --heads ", m.heads);
+    LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp x --virtual-stages exceeds the ",
+               m.layers + 2, " layers (embedding + blocks + head)");
+    Machine mc = machine == "cpu" ? measure_this_cpu(m, b) : machine_by_name(machine);
+    if (gflops > 0) mc.peak_tflops_16 = mc.peak_tflops_32 = gflops / 1e3;
+    if (latency_us >= 0) mc.latency_us = mc.inter_latency_us = latency_us;
+    if (memory_gb > 0) mc.memory_gb = memory_gb;
+    if (efficiency > 0) mc.efficiency = efficiency;
+    if (calibrate_ms > 0) {
+      // One rank: step = compute / efficiency + optimizer, so efficiency =
+      // compute at efficiency 1 / (measured - optimizer).
+      Grid one = g;
+      one.dp = one.pp = one.tp = 1, one.virtual_stages = 1, one.zero = false, one.sequence_parallel = false;
+      Machine ideal = mc;
+      ideal.efficiency = 1;
+      const StepPlan p = plan_step(m, one, Batch{b.micro_batch, 1}, ideal);
+      mc.efficiency = p.pipeline_s / (calibrate_ms / 1e3 - p.optimizer_s);
+      std::printf("calibrated: one rank measured %.1f ms -> efficiency %.3f of %.4g GFLOP/s\n", calibrate_ms,
+                  mc.efficiency, mc.peak_tflops(g.dtype) * 1e3);
+    }
+    std::fputs(report(m, g, b, mc, plan_step(m, g, b, mc)).c_str(), stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom_plan: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

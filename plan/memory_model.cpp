@@ -1,0 +1,91 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "optim/memory_report.h"
+#include "parallel/pipeline_parallel/partition.h"
+#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/tensor_parallel/gpt.h"
+
+namespace loom::plan {
+
+int dtype_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
+
+std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Grid& g) {
+  std::vector<std::vector<int64_t>> out(size_t(g.pp));
+  if (g.partition == "blocks") {  // Megatron-LM: blocks 1..L evenly, then the embedding and the head added
+    parallel::StagePartition parts = parallel::partition_uniform(m.layers, g.pp, g.virtual_stages);
+    for (int s = 0; s < g.pp; ++s)
+      for (const parallel::LayerRange& r : parts[size_t(s)])
+        for (int64_t i = r.start; i < r.end; ++i) out[size_t(s)].push_back(i + 1);
+    out.front().insert(out.front().begin(), 0);
+    out.back().push_back(m.layers + 1);
+    return out;
+  }
+  nn::GPTConfig cfg;
+  cfg.vocab_size = m.vocab, cfg.block_size = m.seq, cfg.n_layer = m.layers, cfg.n_head = m.heads, cfg.n_embd = m.width;
+  parallel::StagePartition parts =
+      g.partition == "balanced"
+          ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), g.pp, g.virtual_stages)
+          : parallel::partition_uniform(m.layers + 2, g.pp, g.virtual_stages);
+  for (int s = 0; s < g.pp; ++s)
+    for (const parallel::LayerRange& r : parts[size_t(s)])
+      for (int64_t i = r.start; i < r.end; ++i) out[size_t(s)].push_back(i);
+  return out;
+}
+
+int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
+  const int64_t h = m.width, t = g.tp;
+  const int64_t V = t > 1 ? parallel::padded_vocab_size(m.vocab, g.tp) : m.vocab;
+  const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
+  const bool has_embedding = items.front() == 0;
+  int64_t n = 0;
+  for (int64_t i : items) {
+    if (i == 0) n += V * h / t + m.seq * h;                               // wte split, wpe whole
+    else if (i == m.layers + 1) n += 2 * h + (has_embedding ? 0 : V * h / t);  // ln_f, tied wte
+    else n += (12 * h * h + 7 * h) / t + 6 * h;                           // one block
+  }
+  return n;
+}
+
+double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t micro_batch) {
+  const double s = double(m.seq), b = double(micro_batch), h = double(m.width), a = double(m.heads),
+               t = double(g.tp);
+  const double scale = dtype_bytes(g.dtype) / 2.0;  // the formula counts 16-bit activations
+  double per_sbh;
+  if (g.recompute) per_sbh = g.sequence_parallel ? 2 / t : 2;
+  else if (g.sequence_parallel) per_sbh = (34 + 5 * a * s / h) / t;
+  else per_sbh = 10 + 24 / t + 5 * a * s / (h * t);  // = 34 + 5as/h at t = 1
+  return s * b * h * per_sbh * scale;
+}
+
+double micro_batches_in_flight(const Grid& g, int64_t micro_batches, int stage) {
+  const double m = double(micro_batches), p = double(g.pp), v = double(g.virtual_stages);
+  if (g.schedule == "afab") return m;
+  double n = std::min(m, p - stage);  // 1F1B: warm-up forwards before the first backward
+  if (g.virtual_stages > 1) n *= 1 + (p - 1) / (p * v);
+  return std::min(n, m);  // never more than every micro-batch
+}
+
+RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, int stage) {
+  RankMemory r;
+  r.num_params = params_on_stage(m, g, stage);
+  const DType dt = g.dtype == "fp32" ? kFloat32 : g.dtype == "bf16" ? kBFloat16 : kFloat16;
+  const optim::MemoryPrediction p = optim::predict_memory(r.num_params, dt, g.dp, g.zero);
+  r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
+
+  const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
+  const int64_t blocks = int64_t(std::count_if(items.begin(), items.end(),
+                                               [&](int64_t i) { return i >= 1 && i <= m.layers; }));
+  // With recomputation one layer's full activations also exist during its backward.
+  const double one_layer = activation_bytes_per_layer(m, g, b.micro_batch);
+  Grid full = g;
+  full.recompute = false;
+  r.activations = double(blocks) * one_layer * micro_batches_in_flight(g, b.micro_batches, stage) +
+                  (g.recompute ? activation_bytes_per_layer(m, full, b.micro_batch) : 0);
+  if (items.back() == m.layers + 1)  // fp32 logits and their gradient, vocab split over tp
+    r.activations += 2.0 * 4 * double(m.seq) * double(b.micro_batch) * double(m.vocab) / g.tp;
+  return r;
+}
+
+}  // namespace loom::plan

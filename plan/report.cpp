@@ -1,0 +1,117 @@
+#include "plan/report.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+namespace loom::plan {
+
+namespace {
+
+void say(std::string& out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  out += buf;
+}
+
+// "emb + 3 blocks + head": what a pipeline rank holds.
+std::string stage_items(const ModelShape& m, const Grid& g, int stage) {
+  int64_t blocks = 0;
+  bool emb = false, head = false;
+  const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
+  for (int64_t i : items) {
+    if (i == 0) emb = true;
+    else if (i == m.layers + 1) head = true;
+    else ++blocks;
+  }
+  return std::string(emb ? "emb + " : "") + std::to_string(blocks) + " blk" + (head ? " + head" : "");
+}
+
+std::string bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
+  return buf;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.2f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  return buf;
+}
+
+void traffic_line(std::string& out, const GroupTraffic& t, double per_step, const Machine& mc) {
+  if (t.ops == 0) return;
+  say(out, "  %-9s %-10s %6.0f  %10s  %10s  %9s   %s\n", t.group.c_str(),
+      mc.one_node ? "shm" : t.inter_node ? "InfiniBand" : "NVLink", t.ops * per_step,
+      bytes(t.payload * per_step).c_str(), bytes(t.wire * per_step).c_str(), seconds(t.seconds * per_step).c_str(),
+      t.what.c_str());
+}
+
+}  // namespace
+
+int64_t total_params(const ModelShape& m) {
+  const int64_t h = m.width;
+  return m.vocab * h + m.seq * h + m.layers * (12 * h * h + 13 * h) + 2 * h;
+}
+
+std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s) {
+  std::string out;
+  say(out, "model: GPT %lld layers, width %lld, %lld heads, vocab %lld, seq %lld: %.4g parameters\n",
+      (long long)m.layers, (long long)m.width, (long long)m.heads, (long long)m.vocab, (long long)m.seq,
+      double(total_params(m)));
+  say(out, "grid: dp %d x pp %d x tp %d = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
+      g.tp, g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), g.zero ? ", ZeRO-1" : "",
+      g.sequence_parallel ? ", sequence parallel" : "", g.recompute ? ", full recomputation" : "");
+  say(out, "batch: micro-batch %lld x %lld micro-batches x dp %d = %lld sequences, %lld tokens per step\n",
+      (long long)b.micro_batch, (long long)b.micro_batches, g.dp, (long long)(g.dp * b.micro_batch * b.micro_batches),
+      (long long)b.tokens_per_step(m, g));
+  say(out, "machine: %s\n  %.4g TFLOP/s %s peak x %.2f efficiency per rank%s, %.0f GB, memory %.0f GB/s, links %.0f / %.0f GB/s"
+      " (inside / across nodes, x %.2f), %d per node\n",
+      mc.name.c_str(), mc.peak_tflops(g.dtype), g.dtype.c_str(), mc.efficiency,
+      mc.one_node && g.world() > mc.devices_per_node ? " (more ranks than cores: they take turns)" : "", mc.memory_gb, mc.memory_bw_gbs,
+      mc.intra_gbs, mc.inter_gbs, mc.link_efficiency, mc.devices_per_node);
+
+  say(out, "\nmemory per rank (params/grads/optimizer: loom's bytes per param; activations: Korthikanti et al. 2022)\n");
+  say(out, "  pp rank  holds                params      params     grads  optimizer  activations      total\n");
+  for (int st = 0; st < g.pp; ++st) {
+    const RankMemory& r = s.stages[size_t(st)].memory;
+    say(out, "  %7d  %-18s %10lld  %10s %9s %10s  %11s  %9s%s\n", st, stage_items(m, g, st).c_str(),
+        (long long)r.num_params, bytes(double(r.params)).c_str(), bytes(double(r.grads)).c_str(),
+        bytes(double(r.optimizer)).c_str(), bytes(r.activations).c_str(), bytes(r.total()).c_str(),
+        r.total() > mc.memory_gb * 1e9 ? "  > capacity!" : "");
+  }
+  say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
+      micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
+
+  say(out, "\npipeline: bubble (p - 1) / (v m) = %d / (%d x %lld) = %.1f%%\n", g.pp - 1, g.virtual_stages,
+      (long long)b.micro_batches, 100 * bubble_fraction(g, b.micro_batches));
+
+  say(out, "\ncommunication per step per rank (tp and pp: pipeline rank 0; ring: all-reduce 2(n-1)/n, all-gather/reduce-scatter (n-1)/n on the wire)\n");
+  say(out, "  group     link          ops     payload     on wire       time   what\n");
+  const StagePlan& first = s.stages.front();
+  traffic_line(out, first.tp, double(b.micro_batches), mc);
+  traffic_line(out, first.pp, double(b.micro_batches), mc);
+  traffic_line(out, s.dp, 1, mc);
+  traffic_line(out, s.embedding, 1, mc);
+
+  const double t = s.step_s;
+  say(out, "\nstep time: %s = pipeline %s (bubble %s) + dp exposed %s + embedding %s + optimizer %s\n",
+      seconds(t).c_str(), seconds(s.pipeline_s).c_str(), seconds(s.bubble_s).c_str(), seconds(s.dp_exposed_s).c_str(),
+      seconds(s.embedding_s).c_str(), seconds(s.optimizer_s).c_str());
+  say(out, "  shares: compute %.0f%%, tp %.0f%%, pp p2p %.0f%%, bubble %.0f%%, dp %.0f%%, embedding %.0f%%, optimizer %.0f%%%s\n",
+      100 * s.compute_s / t, 100 * s.tp_s / t, 100 * s.pp_s / t, 100 * s.bubble_s / t, 100 * s.dp_exposed_s / t,
+      100 * s.embedding_s / t, 100 * s.optimizer_s / t,
+      s.cores_s > 0 ? (", taking turns on the cores " + std::to_string(int(100 * s.cores_s / t)) + "%").c_str() : "");
+  say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
+      s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
+  say(out, "binds: %s\n", s.binds.c_str());
+  return out;
+}
+
+}  // namespace loom::plan

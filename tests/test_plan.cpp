@@ -1,0 +1,277 @@
+// The planner's formulas (plan/) on cases worked out by hand, and its memory
+// prediction against what loom's allocator measures in real train_gpt runs
+// (--memory-report): parameters per rank exactly, bytes of params + grads +
+// optimizer state within 1% (the gap is the gradient buffer's bucket padding).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "plan/report.h"
+
+namespace fs = std::filesystem;
+using namespace loom::plan;
+
+namespace {
+
+ModelShape tiny(int64_t vocab = 65) { return {4, 128, 4, vocab, 64}; }  // train_gpt's default shape
+Grid grid(int dp, int pp, int tp) {
+  Grid g;
+  g.dp = dp, g.pp = pp, g.tp = tp;
+  return g;
+}
+
+}  // namespace
+
+TEST(PlanMemory, ParamsOfTheWholeModelAreNanoGPTsCount) {
+  // V h + s h + L (12 h^2 + 13 h) + 2 h at V 111 (the fortunes corpus):
+  // 14208 + 8192 + 4 x 198272 + 256 = 815744, what train_gpt prints for it.
+  EXPECT_EQ(params_on_stage(tiny(111), grid(1, 1, 1), 0), 815744);
+  EXPECT_EQ(total_params(tiny(111)), 815744);
+}
+
+TEST(PlanMemory, TensorParallelSplitsWeightsAndPadsTheVocabulary) {
+  // tp 2, V 65 -> 66 rows: embedding 66 x 128 / 2 + 64 x 128 = 12416; a block
+  // (12 x 128^2 + 7 x 128) / 2 + 6 x 128 = 99520; ln_f 256 (wte tied, same stage).
+  EXPECT_EQ(params_on_stage(tiny(), grid(1, 1, 2), 0), 12416 + 4 * 99520 + 256);
+}
+
+TEST(PlanMemory, PipelineStagesGetConsecutiveLayersAndTheTiedEmbeddingTwice) {
+  // 6 items [emb, 4 blocks, head] over 2 stages -> 3 + 3.
+  const int64_t block = 12 * 128 * 128 + 13 * 128;  // 198272
+  EXPECT_EQ(params_on_stage(tiny(), grid(1, 2, 1), 0), 65 * 128 + 64 * 128 + 2 * block);
+  EXPECT_EQ(params_on_stage(tiny(), grid(1, 2, 1), 1), 2 * block + 2 * 128 + 65 * 128);
+}
+
+TEST(PlanMemory, MegatronsPartitionGivesEveryStageTheSameBlocks) {
+  // GPT-3 175B on 12 stages: loom's uniform cut of 98 items gives stage 1 nine
+  // blocks (98 = 2 x 9 + 10 x 8); Megatron's gives every stage 8.
+  ModelShape m{96, 12288, 96, 51200, 2048};
+  Grid g = grid(1, 12, 8);
+  EXPECT_EQ(items_on_stages(m, g)[1].size(), 9u);
+  g.partition = "blocks";
+  std::vector<std::vector<int64_t>> items = items_on_stages(m, g);
+  EXPECT_EQ(items[0].size(), 9u);  // embedding + 8 blocks
+  EXPECT_EQ(items[1].size(), 8u);
+  EXPECT_EQ(items[11].size(), 9u);  // 8 blocks + head
+  EXPECT_EQ(items[11].back(), 97);
+}
+
+TEST(PlanMemory, BytesPerParamFollowLoomsOptimizerTable) {
+  Batch b{16, 1};
+  RankMemory fp32 = memory_on_stage(tiny(), grid(1, 1, 1), b, 0);
+  EXPECT_EQ(fp32.params + fp32.grads + fp32.optimizer, 16 * fp32.num_params);  // 4 + 4 + 8
+  Grid g = grid(2, 1, 1);
+  g.zero = true, g.dtype = "bf16";
+  RankMemory bf16 = memory_on_stage(tiny(), g, b, 0);
+  EXPECT_EQ(bf16.params, 2 * bf16.num_params);
+  EXPECT_EQ(bf16.grads, 4 * bf16.num_params);
+  EXPECT_EQ(bf16.optimizer, 6 * bf16.num_params);  // 12 / dp
+}
+
+TEST(PlanMemory, ActivationsFollowKorthikantisTable) {
+  // GPT-3 175B, s 2048, b 1, tp 8, 16-bit: 10 + 24/8 + 5 x 96 x 2048 / (12288 x 8) = 23 s b h bytes.
+  ModelShape m{96, 12288, 96, 51200, 2048};
+  Grid g = grid(1, 1, 8);
+  g.dtype = "bf16";
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 23);
+  g.sequence_parallel = true;  // (34 + 80) / 8 = 14.25
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 14.25);
+  g.recompute = true;  // only the layer input, split by SP: 2 / 8
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 0.25);
+  g = grid(1, 1, 1);  // no tp, fp32 (loom's CPU runs): twice 34 + 5 a s / h
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(tiny(), g, 16), 64.0 * 16 * 128 * (34 + 5 * 4 * 64 / 128.0) * 2);
+}
+
+TEST(PlanMemory, OneFOneBHoldsPMicroBatchesOnTheFirstStage) {
+  Grid g = grid(1, 4, 1);
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 0), 4);
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 3), 1);
+  EXPECT_EQ(micro_batches_in_flight(g, 2, 0), 2);  // never more than m
+  g.virtual_stages = 2;                             // x (1 + 3 / 8)
+  EXPECT_DOUBLE_EQ(micro_batches_in_flight(g, 8, 0), 4 * 1.375);
+  g.schedule = "afab";
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 0), 8);
+}
+
+TEST(PlanPipeline, BubbleIsPMinusOneOverVM) {
+  Grid g = grid(1, 4, 1);
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 8);
+  g.virtual_stages = 2;
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 16);
+}
+
+TEST(PlanCommunication, RingCollectivesSendTwoNMinusOneOverN) {
+  Link l{1e9, 0, false};  // 1 GB/s, no latency
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(1e9, 4, l), 1.5);
+  EXPECT_DOUBLE_EQ(all_gather_seconds(1e9, 4, l), 0.75);
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(1e9, 1, l), 0);
+  l.latency_s = 1e-3;  // + 2 (n - 1) messages
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(1e9, 4, l), 1.5 + 6e-3);
+}
+
+TEST(PlanCommunication, TensorParallelStaysOnNVLinkAndDataParallelCrossesNodes) {
+  Machine h100 = machine_by_name("h100");
+  EXPECT_FALSE(link_for_span(h100, 8).inter_node);
+  EXPECT_TRUE(link_for_span(h100, 16).inter_node);
+  EXPECT_DOUBLE_EQ(link_for_span(h100, 8).bytes_per_s, 450e9 * 0.8);
+  EXPECT_DOUBLE_EQ(link_for_span(h100, 16).bytes_per_s, 50e9 * 0.8);
+}
+
+TEST(PlanCommunication, CountsMegatronsFourTensorParallelCollectivesPerLayer) {
+  // One stage, 4 layers, tp 2: 4 all-reduces per layer, the embedding's 1, the
+  // head's 1 and cross-entropy's 3 (what bench_tensor_parallel counts).
+  Machine mc = machine_by_name("h100");
+  Batch b{8, 1};
+  GroupTraffic t = tp_per_micro_batch(tiny(), grid(1, 1, 2), b, mc, 0);
+  EXPECT_EQ(t.ops, 4 * 4 + 1 + 1 + 3);
+  const double bsh = 8.0 * 64 * 128 * 4;
+  EXPECT_DOUBLE_EQ(t.payload, 18 * bsh + 3 * 8.0 * 64 * 4);
+  EXPECT_DOUBLE_EQ(t.wire, t.payload);  // 2 (t - 1) / t = 1 at tp 2
+  // Data parallel: the fp32 gradient, all-reduced, or reduce-scattered + params all-gathered.
+  Grid g = grid(4, 1, 1);
+  EXPECT_DOUBLE_EQ(dp_per_step(1000, g, mc).wire, 2 * 0.75 * 4000);
+  g.zero = true, g.dtype = "bf16";
+  EXPECT_DOUBLE_EQ(dp_per_step(1000, g, mc).wire, 0.75 * (4000 + 2000));
+}
+
+TEST(PlanCompute, StepFlopsAreMegatronsFormula) {
+  // 72 B s L h^2 (1 + s / (6 h) + V / (12 L h)), B = sequences per step.
+  ModelShape m{96, 12288, 96, 51200, 2048};
+  Grid g = grid(16, 12, 8);
+  Batch b{1, 96};
+  const double B = 16 * 96, s = 2048, L = 96, h = 12288, V = 51200;
+  const double megatron = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h));
+  EXPECT_NEAR(model_flops_per_step(m, g, b) / megatron, 1.0, 1e-12);
+}
+
+TEST(PlanStep, OneRankWithNothingElseRunsAtItsEfficiency) {
+  Machine mc = machine_by_name("a100");
+  mc.memory_bw_gbs = 1e12;  // no optimizer time
+  Grid g = grid(1, 1, 1);
+  g.dtype = "bf16";
+  StepPlan s = plan_step(tiny(), g, Batch{16, 4}, mc);
+  EXPECT_NEAR(s.mfu, mc.efficiency, 1e-6);
+  EXPECT_EQ(s.bubble_s, 0);
+}
+
+TEST(PlanStep, ThePipelineBubbleBindsWithFewMicroBatches) {
+  Machine mc = machine_by_name("a100");
+  ModelShape m{32, 4096, 32, 51200, 2048};
+  Grid g = grid(1, 8, 1);
+  g.dtype = "bf16";
+  StepPlan s = plan_step(m, g, Batch{1, 2}, mc);
+  EXPECT_NE(s.binds.find("bubble"), std::string::npos) << s.binds;
+  g.pp = 1;  // the same model on one GPU does not fit: 16 B/param x 6.7e9 params
+  s = plan_step(m, g, Batch{1, 2}, mc);
+  EXPECT_FALSE(s.fits);
+  EXPECT_NE(s.binds.find("memory"), std::string::npos) << s.binds;
+}
+
+namespace {
+
+fs::path work_dir() { return fs::temp_directory_path() / ("loom_test_plan_" + std::to_string(getpid())); }
+
+class RemoveWorkDir : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(work_dir()); }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveWorkDir = ::testing::AddGlobalTestEnvironment(new RemoveWorkDir);
+
+struct MeasuredRank {
+  int64_t num_params = 0;
+  double bytes_per_param = 0;  // params + grads + optimizer, measured
+};
+
+// Runs train_gpt for 2 steps with --memory-report on `ranks` processes and
+// reads its table: rank, params, then measured / predicted MiB per kind and
+// measured / predicted bytes per param. Also returns the corpus' vocabulary.
+std::vector<MeasuredRank> memory_report_of(int ranks, const std::string& args, int64_t* vocab) {
+  static const fs::path dir = [] {
+    fs::path p = work_dir();
+    fs::create_directories(p);
+    std::ofstream f(p / "corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+    return p;
+  }();
+  const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
+                          " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " + LOOM_TRAIN_GPT +
+                          " --steps 2 --block 16 --layers 2 --heads 2 --embd 64 --batch 4 --eval-every 0 --sample 0"
+                          " --memory-report --data " + (dir / "corpus.txt").string() + " " + args + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  std::vector<MeasuredRank> rows;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (auto k = line.find("vocab "); k != std::string::npos && line.starts_with("data:"))
+      *vocab = std::stoll(line.substr(k + 6));
+    int rank;
+    long long n;
+    double f[8], bpp;
+    if (std::sscanf(line.c_str(), " %d %lld | %lf / %lf | %lf / %lf | %lf / %lf | %lf", &rank, &n, &f[0], &f[1], &f[2],
+                    &f[3], &f[4], &f[5], &bpp) == 9)
+      rows.push_back({n, bpp});
+  }
+  EXPECT_EQ(int(rows.size()), ranks) << out;
+  return rows;
+}
+
+// Every rank of a train_gpt run against the planner: the pipeline stage of
+// world rank r is r / (tp dp) (tp fastest, then dp: process_group_manager.h).
+void expect_plan_matches_run(const Grid& g, const std::string& args) {
+  int64_t vocab = 0;
+  std::vector<MeasuredRank> rows = memory_report_of(g.world(), args, &vocab);
+  ASSERT_GT(vocab, 0);
+  const ModelShape m{2, 64, 2, vocab, 16};
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int stage = int(r) / (g.tp * g.dp);
+    const RankMemory planned = memory_on_stage(m, g, Batch{4, 1}, stage);
+    EXPECT_EQ(rows[r].num_params, planned.num_params) << "rank " << r << " (" << args << ")";
+    const double measured = rows[r].bytes_per_param * double(rows[r].num_params);
+    const double predicted = double(planned.params + planned.grads + planned.optimizer);
+    EXPECT_NEAR(measured / predicted, 1.0, 0.01) << "rank " << r << " (" << args << ")";
+    std::printf("[ measured ] %-40s rank %zu: %lld params, %.0f bytes measured, %.0f planned (%+.3f%%)\n",
+                args.c_str(), r, (long long)rows[r].num_params, measured, predicted,
+                100 * (measured / predicted - 1));
+  }
+}
+
+}  // namespace
+
+TEST(PlanAgainstRun, MemoryOfDataParallelZeroBf16) {
+  Grid g = grid(2, 1, 1);
+  g.zero = true, g.dtype = "bf16";
+  expect_plan_matches_run(g, "--dp 2 --zero --dtype bf16");
+}
+
+TEST(PlanAgainstRun, MemoryOfPipelineAndTensorParallel) {
+  expect_plan_matches_run(grid(1, 2, 1), "--pp 2");
+  Grid balanced = grid(1, 2, 1);
+  balanced.partition = "balanced";
+  expect_plan_matches_run(balanced, "--pp 2 --partition balanced");
+  expect_plan_matches_run(grid(1, 1, 2), "--tp 2");
+  Grid g = grid(1, 2, 2);
+  g.sequence_parallel = true;
+  expect_plan_matches_run(g, "--pp 2 --tp 2 --sequence-parallel");
+}
+
+TEST(PlanStep, RanksBeyondTheCoresTakeTurns) {
+  // A 2-core machine with free communication: tp 4 splits the work four ways,
+  // but only 2 ranks compute at a time, so the step is the work over 2 cores.
+  Machine mc;
+  mc.one_node = true, mc.devices_per_node = 2;
+  mc.peak_tflops_32 = 1, mc.efficiency = 1;
+  mc.memory_bw_gbs = 1e12, mc.intra_gbs = mc.inter_gbs = 1e12, mc.latency_us = mc.inter_latency_us = 0;
+  const Batch b{8, 1};
+  const double work_s = model_flops_per_step(tiny(), grid(1, 1, 1), b) / 1e12;
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 1), b, mc).pipeline_s / work_s, 1.0, 1e-9);
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 2), b, mc).pipeline_s / work_s, 0.5, 1e-6);  // one rank a core
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 4), b, mc).pipeline_s / work_s, 0.5, 1e-6);  // two ranks a core
+}
