@@ -1,6 +1,7 @@
 // The main job end to end: train_gpt runs, logs, checkpoints, resumes bit-exactly,
 // and fails cleanly on bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -52,7 +53,8 @@ class RemoveWorkDirs : public ::testing::Environment {
     ::testing::AddGlobalTestEnvironment(new RemoveWorkDirs);
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("loom_train_gpt_" + name);
+  // The pid keeps two suites running at once (two checkouts, one machine) out of each other's files.
+  fs::path d = fs::temp_directory_path() / ("loom_train_gpt_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   work_dirs().push_back(d);
