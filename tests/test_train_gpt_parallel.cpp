@@ -551,3 +551,15 @@ TEST(TrainGptParallel, TensorParallelTraceShowsTheCollectivesInsideForwardAndBac
     EXPECT_GE(in_backward, 4) << "rank " << pid << ": tp collectives inside backward";
   }
 }
+
+// Everything at once, 8 ranks (oversubscribed): dp 2 x interleaved pp 2 (2
+// chunks per rank: the 4 layers [embedding, block 0, block 1, head] dealt out
+// round the ring) x tp 2 with sequence parallelism, the sharded optimizer, and
+// its param all-gather overlapped with the next forward. Still one process's run.
+TEST(TrainGptParallel, AllAxesInterleavedWithZeroOverlapMatchesOneProcess) {
+  expect_same_run(train("all_axes_interleaved", 8,
+                        "--dp 2 --pp 2 --virtual-stages 2 --tp 2 --sequence-parallel --microbatches 2 --batch 4 "
+                        "--zero --overlap-param-gather"),
+                  single_process_batch16(),
+                  "--dp 2 --pp 2 --virtual-stages 2 --tp 2 --sequence-parallel --zero --overlap-param-gather");
+}
