@@ -36,30 +36,19 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "bench/timing.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
+#include "parallel/comm/distributed.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
-#include "parallel/comm/distributed.h"
 #include "tensor/ops.h"
 
 using namespace loom;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-// The slowest rank's value (the step is done when the last rank is done).
-double max_over_ranks(double v) {
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using namespace loom::bench;  // ms_since, max_over_ranks, median (bench/timing.h)
 
 struct Timing {
   double forward_ms, backward_ms;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "bench/timing.h"
 #include "bench/simulated_stage.h"
 #include "bench/slow_group.h"
 #include "nn/loss.h"
@@ -45,6 +46,8 @@
 using namespace loom;
 using namespace loom::parallel;
 using loom::bench::SimulatedStage;
+using loom::bench::max_over_ranks;
+using loom::bench::median;
 
 namespace {
 
@@ -63,15 +66,6 @@ class SyncInLastBackward : public DataParallel {
   bool ignored_ = true;
 };
 
-double max_over_ranks(double v) {
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

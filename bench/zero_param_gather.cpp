@@ -31,6 +31,7 @@
 
 #include "autograd/engine.h"
 #include "bench/slow_group.h"
+#include "bench/timing.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "optim/distributed_optimizer.h"
@@ -43,18 +44,7 @@ using namespace loom;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double max_over_ranks(double v) {
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return v;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using namespace loom::bench;  // ms_since, max_over_ranks, median (bench/timing.h)
 
 struct Options {
   nn::GPTConfig cfg{32, 16, 4, 2, 32, 0.0, 1};
