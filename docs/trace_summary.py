@@ -8,7 +8,8 @@ Per rank it prints every collective that runs every step (its name without the
 sequence number) with how many times it ran per optimizer step and the KiB it
 carried (sizes as the trace rounds them), then the time of the data-parallel
 collectives, the share of it hidden
-behind backward's compute (inside `backward` or a pipeline B<i> span, but not
+behind backward's compute (inside `backward` or a pipeline B<i> or, interleaved,
+B<i>.<c> span, but not
 inside a "wait for ..." span, where the compute thread blocks on them), and
 the time per step the compute thread spent in "wait for ..." spans: the
 overlap the bucketed and ZeRO chapters are about. A trace without any "wait
@@ -37,7 +38,7 @@ def summarise(events):
         comm = [e for e in mine if e["tid"] == 1 and e["ts"] >= start]
         steps = sum(1 for e in compute if e["name"] == "optimizer step") or 1
         backward = [(e["ts"], e["ts"] + e["dur"]) for e in compute
-                    if e["name"] == "backward" or re.fullmatch(r"B\d+", e["name"])]
+                    if e["name"] == "backward" or re.fullmatch(r"B\d+(\.\d+)?", e["name"])]
         counts, kib = collections.Counter(), collections.Counter()
         for e in comm:  # "all_reduce(avg, float32) dp (size 2) #7 (27 KiB)"
             m = re.match(r"(.*?) #\d+ \((\d+) KiB\)", e["name"])
@@ -46,6 +47,9 @@ def summarise(events):
             kib[name] += int(m.group(2)) if m else 0
         # The compute thread blocked on communication: spans named "wait for ...".
         waits = [(e["ts"], e["ts"] + e["dur"]) for e in compute if e["name"].startswith("wait for")]
+        # Only a wait inside backward takes time away from it (a pipeline waits for its dp
+        # sync after the schedule, outside every B span).
+        waits_in_backward = [(max(x, u), min(y, v)) for x, y in waits for u, v in backward if max(x, u) < min(y, v)]
         total = hidden = 0.0
         for e in comm:
             if not re.match(r"(all_reduce|reduce_scatter|all_gather)\(", e["name"]) or " dp " not in e["name"] \
@@ -54,7 +58,7 @@ def summarise(events):
             a, b = e["ts"], e["ts"] + e["dur"]
             total += b - a
             # hidden: while backward computed (inside backward, not inside a wait)
-            hidden += overlap(a, b, backward) - overlap(a, b, waits)
+            hidden += overlap(a, b, backward) - overlap(a, b, waits_in_backward)
         out[pid] = {"steps": steps, "per_step": {k: (v / steps, kib[k] / steps) for k, v in counts.items()},
                     "dp_comm_ms": total / 1e3, "dp_comm_hidden": hidden / total if total else 0.0,
                     "wait_ms_per_step": sum(y - x for x, y in waits) / 1e3 / steps, "async": bool(waits)}

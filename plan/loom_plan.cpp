@@ -11,7 +11,7 @@
 // --calibrate-ms: the measured step time of the same model on ONE rank here,
 // one micro-batch of --batch sequences per step;
 // the efficiency is set so that the one-rank plan matches it, and the grid
-// asked for is predicted from there (docs/plan.md).
+// asked for is predicted from there (docs/09-planner.md).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

@@ -39,7 +39,7 @@ Machine h100() {
 // data parallelism only reached 137 TFLOP/s per GPU (44% of peak, counting
 // recomputation); 0.52 is the efficiency with which this planner, adding its
 // own communication and optimizer time, predicts those 137. Every other row
-// of that table is then a prediction (bench/plan_megatron.sh, docs/plan.md).
+// of that table is then a prediction (bench/plan_megatron.sh, docs/09-planner.md).
 Machine a100() {
   Machine m;
   m.name = "A100 SXM 80GB (NVLink 3 + 200 Gb/s InfiniBand per GPU)";
@@ -106,7 +106,7 @@ Machine measure_this_cpu(const ModelShape& model, const Batch& batch) {
   m.memory_bw_gbs = double(src.size()) / copy_s / 1e9;
   // Efficiency: the share of the GEMM rate a whole step reaches (layernorm,
   // softmax, GELU, AdamW and loom's per-op overhead are not GEMMs). 0.5 is a
-  // first guess; loom_plan --efficiency overrides it, and docs/plan.md shows
+  // first guess; loom_plan --efficiency overrides it, and docs/09-planner.md shows
   // it calibrated on a one-rank run.
   m.efficiency = 0.5;
   m.memory_gb = memory_gb_of_this_machine();
