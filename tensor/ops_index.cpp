@@ -16,6 +16,7 @@ int64_t wrap(const char* op, int64_t d, int64_t ndim) {
 }
 
 std::vector<int64_t> read_indices(const char* op, const Tensor& idx, int64_t limit) {
+  check_device_supported(op, idx.device());  // no CUDA path yet: "not implemented on CUDA yet: <op>"
   LOOM_CHECK(idx.dtype() == kInt64 || idx.dtype() == kInt32, op, ": indices must be int32 or int64, got ",
              idx.describe());
   std::vector<int64_t> v = idx.to_vector<int64_t>();
@@ -33,6 +34,7 @@ void outer_inner(const Shape& s, int64_t dim, int64_t& outer, int64_t& inner) {
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
+  check_device_supported("index_select", x.device());
   dim = wrap("index_select", dim, x.dim());
   LOOM_CHECK(idx.dim() == 1, "index_select: indices must be 1-D, got ", idx.shape());
   int64_t n = x.shape()[size_t(dim)];
@@ -54,6 +56,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
 }
 
 Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tensor& src) {
+  check_device_supported("index_add", src.device());
   // zeros(like.shape) with src's slices added at idx along dim.
   dim = wrap("index_add", dim, like.dim());
   int64_t n = like.shape()[size_t(dim)];
@@ -75,6 +78,7 @@ Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tenso
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
+  check_device_supported("gather", x.device());
   dim = wrap("gather", dim, x.dim());
   LOOM_CHECK(idx.dim() == x.dim(), "gather: indices ", idx.shape(), " must have the rank of input ", x.shape());
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -98,6 +102,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
 }
 
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
+  check_device_supported("scatter_add", src.device());
   dim = wrap("scatter_add", dim, int64_t(shape.size()));
   LOOM_CHECK(idx.shape() == src.shape(), "scatter_add: indices ", idx.shape(), " and source ", src.shape(), " differ");
   int64_t n = shape[size_t(dim)], m = idx.shape()[size_t(dim)];
@@ -128,6 +133,8 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     const Tensor& x = xs[i];
     LOOM_CHECK(x.dim() == first.dim() && x.dtype() == first.dtype(), "cat: tensor ", i, " is ", x.describe(),
                ", tensor 0 is ", first.describe());
+    LOOM_CHECK(x.device() == first.device(), "cat: tensor ", i, " is on ", x.device().str(), ", tensor 0 on ",
+               first.device().str());
     for (int64_t d = 0; d < x.dim(); ++d)
       LOOM_CHECK(d == dim || x.shape()[size_t(d)] == first.shape()[size_t(d)], "cat: tensor ", i, " has shape ",
                  x.shape(), ", tensor 0 has ", first.shape(), " (must match except in dim ", dim, ")");
