@@ -1,9 +1,11 @@
 // Indexing and joining: index_select / index_add, gather / scatter_add, cat,
 // split and stack. Index ops view x as [outer, n, inner] around the indexed dim.
+// On a GPU the index ops run cuda/index.cu's kernels; cat/split/stack are views and copies.
 #include <algorithm>
 #include <cstring>
 
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -16,7 +18,6 @@ int64_t wrap(const char* op, int64_t d, int64_t ndim) {
 }
 
 std::vector<int64_t> read_indices(const char* op, const Tensor& idx, int64_t limit) {
-  check_device_supported(op, idx.device());  // no CUDA path yet: "not implemented on CUDA yet: <op>"
   LOOM_CHECK(idx.dtype() == kInt64 || idx.dtype() == kInt32, op, ": indices must be int32 or int64, got ",
              idx.describe());
   std::vector<int64_t> v = idx.to_vector<int64_t>();
@@ -34,9 +35,9 @@ void outer_inner(const Shape& s, int64_t dim, int64_t& outer, int64_t& inner) {
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
-  check_device_supported("index_select", x.device());
   dim = wrap("index_select", dim, x.dim());
   LOOM_CHECK(idx.dim() == 1, "index_select: indices must be 1-D, got ", idx.shape());
+  if (x.device().is_cuda() || idx.device().is_cuda()) return cuda::index_select(x, dim, idx);
   int64_t n = x.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("index_select", idx, n);
   Tensor xc = contiguous(x);
@@ -56,9 +57,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
 }
 
 Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tensor& src) {
-  check_device_supported("index_add", src.device());
   // zeros(like.shape) with src's slices added at idx along dim.
   dim = wrap("index_add", dim, like.dim());
+  if (src.device().is_cuda() || idx.device().is_cuda()) return cuda::index_add(like, dim, idx, src);
   int64_t n = like.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("index_add", idx, n);
   DType cd = src.dtype() == kFloat64 ? kFloat64 : kFloat32;
@@ -78,12 +79,12 @@ Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tenso
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
-  check_device_supported("gather", x.device());
   dim = wrap("gather", dim, x.dim());
   LOOM_CHECK(idx.dim() == x.dim(), "gather: indices ", idx.shape(), " must have the rank of input ", x.shape());
   for (int64_t d = 0; d < x.dim(); ++d)
     LOOM_CHECK(d == dim || idx.shape()[size_t(d)] == x.shape()[size_t(d)], "gather: indices ", idx.shape(),
                " must match input ", x.shape(), " except in dim ", dim);
+  if (x.device().is_cuda() || idx.device().is_cuda()) return cuda::gather(x, dim, idx);
   int64_t n = x.shape()[size_t(dim)], m = idx.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("gather", idx, n);
   Tensor xc = contiguous(x), out = empty(idx.shape(), x.dtype());
@@ -102,9 +103,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
 }
 
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
-  check_device_supported("scatter_add", src.device());
   dim = wrap("scatter_add", dim, int64_t(shape.size()));
   LOOM_CHECK(idx.shape() == src.shape(), "scatter_add: indices ", idx.shape(), " and source ", src.shape(), " differ");
+  if (src.device().is_cuda() || idx.device().is_cuda()) return cuda::scatter_add(shape, dim, idx, src);
   int64_t n = shape[size_t(dim)], m = idx.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("scatter_add", idx, n);
   DType cd = src.dtype() == kFloat64 ? kFloat64 : kFloat32;

@@ -145,14 +145,13 @@ Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   LOOM_CHECK(x.dim() >= 1, "layer_norm: expected at least 1 dim, got a scalar");
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
-  for (const Tensor* p : {&weight, &bias})
-    if (p->defined())
-    {
-      LOOM_CHECK(p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype(), "layer_norm: input ", x.describe(),
-                 " needs weight/bias of shape [", C, "] and the same dtype, got ", p->describe());
-      LOOM_CHECK(p->device() == x.device(), "layer_norm: input on ", x.device().str(), ", weight/bias on ",
-                 p->device().str());
-    }
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    LOOM_CHECK(p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype(), "layer_norm: input ", x.describe(),
+               " needs weight/bias of shape [", C, "] and the same dtype, got ", p->describe());
+    LOOM_CHECK(p->device() == x.device(), "layer_norm: input on ", x.device().str(), ", weight/bias on ",
+               p->device().str());
+  }
   if (x.device().is_cuda()) return cuda::layer_norm(x, weight, bias, eps);
   Tensor xc = rows_of("layer_norm", x);
   DType cd = xc.dtype();

@@ -60,8 +60,8 @@ size_t rounded_block_size(size_t nbytes) {
 }
 
 void* allocate(size_t nbytes, const Device& d) {
+  check_device(d);  // even for 0 bytes: without a GPU no CUDA tensor can be made
   if (nbytes == 0) return nullptr;
-  check_device(d);
   const size_t block = rounded_block_size(nbytes);
   std::lock_guard<std::mutex> lock(g_mutex);
   DevicePool& pool = g_pools[d.index];

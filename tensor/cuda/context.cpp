@@ -15,7 +15,8 @@ constexpr int kMaxDevices = 16;
 struct DeviceContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
-  IndexError* index_error = nullptr;  // mapped host memory
+  IndexError* index_error = nullptr;         // mapped host memory, read by the host
+  IndexError* index_error_device = nullptr;  // the same memory as the GPU addresses it
 };
 
 std::mutex g_mutex;
@@ -103,10 +104,11 @@ IndexError* index_error_slot(const Device& d) {
     CUDA_CHECK(cudaHostAlloc(&p, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable));
     c.index_error = static_cast<IndexError*>(p);
     *c.index_error = IndexError{0, 0, 0};
+    void* dev = nullptr;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    c.index_error_device = static_cast<IndexError*>(dev);
   }
-  void* dev = nullptr;
-  CUDA_CHECK(cudaHostGetDevicePointer(&dev, c.index_error, 0));
-  return static_cast<IndexError*>(dev);
+  return c.index_error_device;
 }
 
 void throw_if_index_error(const Device& d) {
@@ -120,11 +122,22 @@ void throw_if_index_error(const Device& d) {
   const IndexError found{v->op, v->index, v->limit};
   if (found.op == int64_t(IndexOp::None)) return;
   *e = IndexError{0, 0, 0};
-  static const char* const names[] = {"", "embedding", "embedding_backward", "cross_entropy", "cross_entropy_backward"};
-  const bool target = found.op >= int64_t(IndexOp::CrossEntropy);
-  throw Error(str(names[found.op], ": ", target ? "target " : "index ", found.index, " out of range for ", found.limit,
-                  target ? " classes" : " rows", " (found on ", d.str(), " by a kernel; reported at the next "
-                  "synchronisation)"));
+  // Worded as the CPU ops word the same error.
+  struct Wording { const char* op; const char* what; const char* before_limit; const char* after_limit; };
+  static const Wording words[] = {{"", "", "", ""},
+                                  {"embedding", "index", "", " rows"},
+                                  {"embedding_backward", "index", "", " rows"},
+                                  {"cross_entropy", "target", "", " classes"},
+                                  {"cross_entropy_backward", "target", "", " classes"},
+                                  {"index_select", "index", "size ", ""},
+                                  {"gather", "index", "size ", ""},
+                                  {"index_add", "index", "size ", ""},
+                                  {"scatter_add", "index", "size ", ""}};
+  LOOM_CHECK(found.op > 0 && found.op <= int64_t(IndexOp::ScatterAdd), "internal error: unknown bad-index record ",
+             found.op, " on ", d.str());
+  const Wording& w = words[found.op];
+  throw Error(str(w.op, ": ", w.what, " ", found.index, " out of range for ", w.before_limit, found.limit,
+                  w.after_limit, " (found on ", d.str(), " by a kernel; reported at the next synchronisation)"));
 }
 
 void synchronize(const Device& d) {

@@ -41,7 +41,9 @@ cublasHandle_t cublas_handle(const Device& d);  // bound to stream(d)
 // a copy to the CPU, .item(), synchronize() - throws it as a loom::Error:
 //   "embedding: index 70 out of range for 65 rows (found on cuda:0 by a kernel)"
 // The kernel itself writes zeros (or skips the row) for a bad index.
-enum class IndexOp : int64_t { None = 0, Embedding, EmbeddingBackward, CrossEntropy, CrossEntropyBackward };
+enum class IndexOp : int64_t {
+  None = 0, Embedding, EmbeddingBackward, CrossEntropy, CrossEntropyBackward, IndexSelect, Gather, IndexAdd, ScatterAdd
+};
 struct IndexError {
   int64_t op;  // an IndexOp; None while no error
   int64_t index;

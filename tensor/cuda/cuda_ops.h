@@ -1,5 +1,6 @@
-// Internal to tensor/: the CUDA side of every op that has one. tensor/ops_*.cpp
-// check shapes and dtypes, then hand a tensor on a GPU to these functions
+// Internal to tensor/ (and optim/, for the optimizer math at the end): the
+// CUDA side of every op that has one. tensor/ops_*.cpp check shapes and
+// dtypes, then hand a tensor on a GPU to these functions
 // (`if (x.device().is_cuda()) return cuda::softmax(x);`); they enqueue work on
 // the device's stream and return without waiting for it.
 //
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/kernels/adamw.h"
 #include "tensor/ops.h"
 
 namespace loom::cuda {
@@ -64,5 +66,21 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_row
 ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t count, int64_t ignore_index);
+
+// ---- indexing (index.cu); dims wrapped and shapes checked by ops_index.cpp -------------
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx);
+Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tensor& src);
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx);
+Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src);
+
+// ---- optimizer math (optim.cu), called by optim/ ------------------------------------
+// p (fp32/bf16/fp16 with fp32 state, or float64 with float64 state) updated in
+// place with its moments m, v from gradient g: tensor/kernels/adamw.h per element.
+void adamw_update(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g,
+                  const kernels::AdamWScalars<float>& s);
+void adamw_update(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g,
+                  const kernels::AdamWScalars<double>& s);
+// Every grad (contiguous fp32, one GPU) times inv_scale; true when any held an inf or nan.
+bool unscale_(const std::vector<Tensor>& grads, double inv_scale);
 
 }  // namespace loom::cuda

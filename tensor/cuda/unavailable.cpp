@@ -56,4 +56,16 @@ Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const
   no_cuda("cross_entropy_backward");
 }
 
+void adamw_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const kernels::AdamWScalars<float>&) {
+  no_cuda("AdamW");
+}
+void adamw_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const kernels::AdamWScalars<double>&) {
+  no_cuda("AdamW");
+}
+bool unscale_(const std::vector<Tensor>&, double) { no_cuda("unscale_"); }
+Tensor index_select(const Tensor&, int64_t, const Tensor&) { no_cuda("index_select"); }
+Tensor index_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { no_cuda("index_add"); }
+Tensor gather(const Tensor&, int64_t, const Tensor&) { no_cuda("gather"); }
+Tensor scatter_add(const Shape&, int64_t, const Tensor&, const Tensor&) { no_cuda("scatter_add"); }
+
 }  // namespace loom::cuda

@@ -109,6 +109,22 @@ TEST_F(CudaOps, SumAndMeanOverDims) {
   expect_close(ops::sum(big), ops::sum(ops::to(big, kCPU)), 1e-5, 1e-4);
 }
 
+TEST_F(CudaOps, IndexOpsMatchTheCpu) {
+  Tensor x = random({3, 5, 4}, 1);
+  Tensor idx = from_vector(std::vector<int64_t>{4, 0, 4, 2});  // a repeated index: index_add sums it
+  Tensor gx = ops::to(x, gpu), gidx = ops::to(idx, gpu);
+  expect_close(ops::index_select(gx, 1, gidx), ops::index_select(x, 1, idx), 0, 0);
+  expect_close(ops::index_select(gx, -1, ops::to(ops::to(idx, kInt32), gpu)), ops::index_select(x, -1, ops::to(idx, kInt32)),
+               0, 0);
+  Tensor src = random({3, 4, 4}, 2);
+  expect_close(ops::index_add(gx, 1, gidx, ops::to(src, gpu)), ops::index_add(x, 1, idx, src), 0, 0);
+  Tensor gather_idx = from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 4, 3, 2, 1, 0, 0, 0}, {3, 1, 4});
+  expect_close(ops::gather(gx, 1, ops::to(gather_idx, gpu)), ops::gather(x, 1, gather_idx), 0, 0);
+  Tensor gsrc = random({3, 1, 4}, 3);
+  expect_close(ops::scatter_add({3, 5, 4}, 1, ops::to(gather_idx, gpu), ops::to(gsrc, gpu)),
+               ops::scatter_add({3, 5, 4}, 1, gather_idx, gsrc), 0, 0);
+}
+
 TEST_F(CudaOps, MaxOverADim) {
   Tensor x = random({6, 9, 4}, 3);
   Tensor g = ops::to(x, gpu);
