@@ -35,7 +35,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return record("NarrowBackward", {&x}, ops::narrow(x, dim, start, length),
                 [shape = x.shape(), dim, start, length](const TensorList& g) {
-                  Tensor gx = zeros(shape, g[0].dtype());
+                  Tensor gx = zeros(shape, g[0].dtype(), g[0].device());
                   ops::copy_(ops::narrow(gx, dim, start, length), g[0]);
                   return TensorList{gx};
                 });
@@ -98,8 +98,8 @@ TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
   std::vector<int64_t> sizes;
   for (const Tensor& p : parts) sizes.push_back(p.size(dim));
   auto node = std::make_shared<FunctionNode>(
-      "SplitBackward", [shape = x.shape(), dtype = x.dtype(), sizes, dim](const TensorList& g) {
-        Tensor gx = empty(shape, dtype);
+      "SplitBackward", [shape = x.shape(), dtype = x.dtype(), device = x.device(), sizes, dim](const TensorList& g) {
+        Tensor gx = empty(shape, dtype, device);
         int64_t at = 0;
         for (size_t i = 0; i < sizes.size(); ++i) {
           Tensor slice = ops::narrow(gx, dim, at, sizes[i]);
@@ -139,7 +139,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return record("WhereBackward", {&a, &b}, ops::where(cond, a, b), [cond, sa = a.shape(), sb = b.shape()](const TensorList& g) {
-    Tensor z = zeros({}, g[0].dtype());
+    Tensor z = zeros({}, g[0].dtype(), g[0].device());
     return TensorList{ops::sum_to(ops::where(cond, g[0], z), sa), ops::sum_to(ops::where(cond, z, g[0]), sb)};
   });
 }

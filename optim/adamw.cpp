@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -41,6 +42,7 @@ template <class P, class T>
 void adamw_param(const Tensor& p, const AdamWState& st, const Tensor& grad, const ParamGroup& group,
                  const AdamWOptions& o, int64_t step) {
   auto s = kernels::adamw_scalars<T>(group.lr, o.beta1, o.beta2, o.eps, group.weight_decay, step);
+  if (p.device().is_cuda()) return cuda::adamw_update(p, st.exp_avg, st.exp_avg_sq, grad, s);  // the same element math
   if constexpr (std::is_same_v<P, float>)
     adamw_fp32(p.data<float>(), st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), grad.data<float>(), p.numel(),
                s);
@@ -70,7 +72,6 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
       const Tensor& p = groups_[g].params[i];
       // The fused loop walks raw memory; a strided param view would be updated wrongly.
       LOOM_CHECK(p.is_contiguous(), "AdamW: ", describe_param(g, i), " is not contiguous");
-      check_device_supported("AdamW", p.device());
       DType dt = compute_dtype(p.dtype());
       states.push_back({zeros({}, kInt64), zeros(p.shape(), dt, p.device()), zeros(p.shape(), dt, p.device())});
     }

@@ -40,11 +40,19 @@ std::vector<Tensor> unique_grads(const std::vector<Tensor>& params, const std::v
 
 double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup* group) {
   double local = 0;
+  Tensor on_gpu;  // GPU grads: squares summed in double on the device, read once at the end
   for (const Tensor& g : grads)
     if (g.defined()) {
+      if (g.device().is_cuda()) {
+        Tensor d = ops::to(g, kFloat64);
+        Tensor s = ops::sum(ops::mul(d, d));
+        on_gpu = on_gpu.defined() ? ops::add(on_gpu, s) : s;
+        continue;
+      }
       check_device_supported("grad norm", g.device());
       local += sum_of_squares(g);
     }
+  if (on_gpu.defined()) local += on_gpu.item<double>();
   if (!group) return std::sqrt(local);
   // The partial sums of squares add up to the whole model's (not the norms: |a|+|b| != |(a, b)|).
   Tensor total = full({}, local, kFloat64);

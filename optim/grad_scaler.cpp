@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/functions.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/unscale.h"
 
 namespace loom::optim {
@@ -57,6 +58,7 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
 }
 
 bool unscale_(const std::vector<Tensor>& grads, double inv_scale) {
+  if (!grads.empty() && grads.front().device().is_cuda()) return cuda::unscale_(grads, inv_scale);
   const float inv = float(inv_scale);
   bool found_inf = false;
   for (const Tensor& g : grads) {

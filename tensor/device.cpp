@@ -39,7 +39,7 @@ void check_device_supported(const char* op, const Device& d) {
   if (d.is_cpu()) return;
   if (!built_with_cuda())
     throw Error(str(op, ": device ", d.str(), " requested but loom was built without CUDA (configure with -DLOOM_CUDA=ON)"));
-  throw Error(str(op, ": device ", d.str(), ": CUDA kernels are not implemented yet (CPU only for now)"));
+  throw Error(str("not implemented on CUDA yet: ", op, " (a tensor on ", d.str(), "; copy it to the CPU with ops::to(t, kCPU))"));
 }
 
 }  // namespace loom

@@ -1,5 +1,5 @@
 // Devices: cpu and cuda:N. Every op dispatches on device; the CPU path is
-// always built, the CUDA path only when LOOM_CUDA is on (kernels: a later issue).
+// always built, the CUDA path (tensor/cuda/) only when LOOM_CUDA is on.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +28,10 @@ inline const Device kCPU{DeviceType::CPU, 0};
 
 // True when this build has the CUDA path (LOOM_CUDA=ON).
 bool built_with_cuda();
-// The dispatch point every op calls before touching data: CPU passes; a CUDA
-// device throws "<op>: loom was built without CUDA" or "<op>: CUDA kernels are
-// not implemented yet", naming the device.
+// The dispatch point every op calls before touching data on the CPU path: CPU
+// passes; a CUDA device throws "<op>: ... loom was built without CUDA" or, for
+// an op that has no CUDA kernel yet, "not implemented on CUDA yet: <op>",
+// naming the device. (Ops with a CUDA path branch to it before this call.)
 void check_device_supported(const char* op, const Device& d);
 
 }  // namespace loom

@@ -19,6 +19,10 @@ namespace loom::ops {
 
 // ---- copies and conversion ----------------------------------------------------
 Tensor to(const Tensor& x, DType dtype);     // returns x itself when dtype matches
+// To another device (cpu <-> cuda:N, cuda:M <-> cuda:N), optionally converting
+// the dtype; x itself when nothing changes. A copy to the CPU waits for the GPU.
+Tensor to(const Tensor& x, const Device& device);
+Tensor to(const Tensor& x, const Device& device, DType dtype);
 Tensor contiguous(const Tensor& x);          // returns x itself when already contiguous
 Tensor clone(const Tensor& x);               // always a fresh contiguous copy
 void copy_(const Tensor& dst, const Tensor& src);  // src broadcast into dst, dtype converted

@@ -1,10 +1,13 @@
 // Elementwise math: binary ops with numpy broadcasting, scalar variants and
 // unary functions. Each op is a lambda on compute values (acc_t) run by the
 // strided loop in cpu/loops.h; bf16/fp16 convert in and round out per element.
+// On a GPU the same ops run as cuda/elementwise.cu's kernels, named by the
+// cuda::Unary / cuda::Binary code each op passes along.
 #include <cmath>
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/gelu.h"
 #include "tensor/ops.h"
 
@@ -14,13 +17,21 @@ namespace {
 
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
   LOOM_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", a.describe(), " and ", b.describe());
-  check_device_supported(op, a.device());
   LOOM_CHECK(a.device() == b.device(), op, ": devices differ: ", a.device().str(), " and ", b.device().str());
 }
 
+void check_float(const char* op, const Tensor& a) {
+  LOOM_CHECK(is_floating(a.dtype()), op, ": dtype ", dtype_name(a.dtype()), " is not supported (floating dtypes only)");
+}
+
 template <class F>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f) {
+Tensor binary(const char* op, cuda::Binary code, const Tensor& a, const Tensor& b, F f) {
   check_same_dtype(op, a, b);
+  if (a.device().is_cuda()) {
+    check_float(op, a);
+    return cuda::binary(code, a, b);
+  }
+  check_device_supported(op, a.device());
   Tensor out = empty(broadcast_shapes(op, a.shape(), b.shape()), a.dtype(), a.device());
   LOOM_DISPATCH_FLOAT(a.dtype(), op, {
     cpu::binary_loop<scalar_t, scalar_t, scalar_t>(out, a, b, [&](scalar_t x, scalar_t y) {
@@ -31,7 +42,11 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f) {
 }
 
 template <class F>
-Tensor unary(const char* op, const Tensor& a, F f) {
+Tensor unary(const char* op, cuda::Unary code, double s, const Tensor& a, F f) {
+  if (a.device().is_cuda()) {
+    check_float(op, a);
+    return cuda::unary(code, a, s);
+  }
   check_device_supported(op, a.device());
   Tensor out = empty(a.shape(), a.dtype(), a.device());
   LOOM_DISPATCH_FLOAT(a.dtype(), op, {
@@ -44,46 +59,54 @@ Tensor unary(const char* op, const Tensor& a, F f) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary("add", a, b, [](auto x, auto y) { return x + y; }); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", a, b, [](auto x, auto y) { return x - y; }); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", a, b, [](auto x, auto y) { return x * y; }); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary("div", a, b, [](auto x, auto y) { return x / y; }); }
+using U = cuda::Unary;
+using B = cuda::Binary;
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary("add", B::Add, a, b, [](auto x, auto y) { return x + y; }); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", B::Sub, a, b, [](auto x, auto y) { return x - y; }); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", B::Mul, a, b, [](auto x, auto y) { return x * y; }); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary("div", B::Div, a, b, [](auto x, auto y) { return x / y; }); }
 
 Tensor add(const Tensor& a, double s) {
-  return unary("add", a, [s](auto x) { return x + decltype(x)(s); });
+  return unary("add", U::AddScalar, s, a, [s](auto x) { return x + decltype(x)(s); });
 }
 Tensor mul(const Tensor& a, double s) {
-  return unary("mul", a, [s](auto x) { return x * decltype(x)(s); });
+  return unary("mul", U::MulScalar, s, a, [s](auto x) { return x * decltype(x)(s); });
 }
 Tensor rsub(double s, const Tensor& a) {
-  return unary("rsub", a, [s](auto x) { return decltype(x)(s) - x; });
+  return unary("rsub", U::RSub, s, a, [s](auto x) { return decltype(x)(s) - x; });
 }
 Tensor rdiv(double s, const Tensor& a) {
-  return unary("rdiv", a, [s](auto x) { return decltype(x)(s) / x; });
+  return unary("rdiv", U::RDiv, s, a, [s](auto x) { return decltype(x)(s) / x; });
 }
-Tensor neg(const Tensor& x) { return unary("neg", x, [](auto v) { return -v; }); }
-Tensor exp(const Tensor& x) { return unary("exp", x, [](auto v) { return std::exp(v); }); }
-Tensor log(const Tensor& x) { return unary("log", x, [](auto v) { return std::log(v); }); }
-Tensor tanh(const Tensor& x) { return unary("tanh", x, [](auto v) { return std::tanh(v); }); }
-Tensor sqrt(const Tensor& x) { return unary("sqrt", x, [](auto v) { return std::sqrt(v); }); }
+Tensor neg(const Tensor& x) { return unary("neg", U::Neg, 0, x, [](auto v) { return -v; }); }
+Tensor exp(const Tensor& x) { return unary("exp", U::Exp, 0, x, [](auto v) { return std::exp(v); }); }
+Tensor log(const Tensor& x) { return unary("log", U::Log, 0, x, [](auto v) { return std::log(v); }); }
+Tensor tanh(const Tensor& x) { return unary("tanh", U::Tanh, 0, x, [](auto v) { return std::tanh(v); }); }
+Tensor sqrt(const Tensor& x) { return unary("sqrt", U::Sqrt, 0, x, [](auto v) { return std::sqrt(v); }); }
 Tensor pow(const Tensor& x, double p) {
-  if (p == 2.0) return unary("pow", x, [](auto v) { return v * v; });
-  return unary("pow", x, [p](auto v) { return std::pow(v, decltype(v)(p)); });
+  if (p == 2.0) return unary("pow", U::Square, 0, x, [](auto v) { return v * v; });
+  return unary("pow", U::Pow, p, x, [p](auto v) { return std::pow(v, decltype(v)(p)); });
 }
 Tensor relu(const Tensor& x) {
-  return unary("relu", x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
+  return unary("relu", U::Relu, 0, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
 }
-Tensor gelu(const Tensor& x) { return unary("gelu", x, [](auto v) { return kernels::gelu(v); }); }
+Tensor gelu(const Tensor& x) { return unary("gelu", U::Gelu, 0, x, [](auto v) { return kernels::gelu(v); }); }
 Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
-  return binary("gelu_backward", grad, x, [](auto g, auto v) { return kernels::gelu_backward(g, v); });
+  return binary("gelu_backward", B::GeluBackward, grad, x,
+                [](auto g, auto v) { return kernels::gelu_backward(g, v); });
 }
 Tensor gt_scalar(const Tensor& x, double s) {
-  return unary("gt", x, [s](auto v) { return v > decltype(v)(s) ? decltype(v)(1) : decltype(v)(0); });
+  return unary("gt", U::Gt, s, x, [s](auto v) { return v > decltype(v)(s) ? decltype(v)(1) : decltype(v)(0); });
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_dtype("where", a, b);
   Shape shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+  LOOM_CHECK(cond.device() == a.device(), "where: devices differ: condition on ", cond.device().str(), ", values on ",
+             a.device().str());
+  if (a.device().is_cuda()) return cuda::where(cond, a, b, shape);
+  check_device_supported("where", a.device());
   Tensor out = empty(shape, a.dtype(), a.device());
   LOOM_DISPATCH_ALL(cond.dtype(), "where", {
     using C = scalar_t;
@@ -102,6 +125,14 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 
 Tensor causal_mask_fill(const Tensor& x, double value) {
   LOOM_CHECK(x.dim() >= 2, "causal_mask_fill: needs [..., T, S], got ", x.shape());
+  if (x.device().is_cuda()) {  // where() with a [T, S] mask (column > row) made on the host and copied up
+    int64_t T = x.size(-2), S = x.size(-1);
+    std::vector<int32_t> m(size_t(T * S));
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < S; ++j) m[size_t(i * S + j)] = j > i;
+    return masked_fill(x, to(from_vector(m, {T, S}), x.device()), value);
+  }
+  check_device_supported("causal_mask_fill", x.device());
   Tensor out = clone(x);
   int64_t T = x.size(-2), S = x.size(-1), batches = x.numel() / std::max<int64_t>(1, T * S);
   LOOM_DISPATCH_FLOAT(x.dtype(), "causal_mask_fill", {
@@ -119,6 +150,11 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
   check_same_dtype("add_", dst, src);
   LOOM_CHECK(broadcast_shapes("add_", dst.shape(), src.shape()) == dst.shape(), "add_: ", src.shape(),
              " does not broadcast to ", dst.shape());
+  if (dst.device().is_cuda()) {
+    check_float("add_", dst);
+    return cuda::add_(dst, src, alpha);
+  }
+  check_device_supported("add_", dst.device());
   LOOM_DISPATCH_FLOAT(dst.dtype(), "add_", {
     acc_t al = acc_t(alpha);
     cpu::binary_loop<scalar_t, scalar_t, scalar_t>(dst, dst, src, [al](scalar_t x, scalar_t y) {
@@ -129,6 +165,11 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
 
 void mul_(const Tensor& dst, double s) {
   dst.check_inplace("mul_");
+  if (dst.device().is_cuda()) {
+    check_float("mul_", dst);
+    return cuda::mul_(dst, s);
+  }
+  check_device_supported("mul_", dst.device());
   LOOM_DISPATCH_FLOAT(dst.dtype(), "mul_", {
     acc_t f = acc_t(s);
     cpu::unary_loop<scalar_t, scalar_t>(dst, dst, [f](scalar_t x) {

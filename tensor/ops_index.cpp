@@ -1,9 +1,11 @@
 // Indexing and joining: index_select / index_add, gather / scatter_add, cat,
 // split and stack. Index ops view x as [outer, n, inner] around the indexed dim.
+// On a GPU the index ops run cuda/index.cu's kernels; cat/split/stack are views and copies.
 #include <algorithm>
 #include <cstring>
 
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -35,6 +37,7 @@ void outer_inner(const Shape& s, int64_t dim, int64_t& outer, int64_t& inner) {
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
   dim = wrap("index_select", dim, x.dim());
   LOOM_CHECK(idx.dim() == 1, "index_select: indices must be 1-D, got ", idx.shape());
+  if (x.device().is_cuda() || idx.device().is_cuda()) return cuda::index_select(x, dim, idx);
   int64_t n = x.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("index_select", idx, n);
   Tensor xc = contiguous(x);
@@ -56,6 +59,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
 Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tensor& src) {
   // zeros(like.shape) with src's slices added at idx along dim.
   dim = wrap("index_add", dim, like.dim());
+  if (src.device().is_cuda() || idx.device().is_cuda()) return cuda::index_add(like, dim, idx, src);
   int64_t n = like.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("index_add", idx, n);
   DType cd = src.dtype() == kFloat64 ? kFloat64 : kFloat32;
@@ -80,6 +84,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   for (int64_t d = 0; d < x.dim(); ++d)
     LOOM_CHECK(d == dim || idx.shape()[size_t(d)] == x.shape()[size_t(d)], "gather: indices ", idx.shape(),
                " must match input ", x.shape(), " except in dim ", dim);
+  if (x.device().is_cuda() || idx.device().is_cuda()) return cuda::gather(x, dim, idx);
   int64_t n = x.shape()[size_t(dim)], m = idx.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("gather", idx, n);
   Tensor xc = contiguous(x), out = empty(idx.shape(), x.dtype());
@@ -100,6 +105,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {
   dim = wrap("scatter_add", dim, int64_t(shape.size()));
   LOOM_CHECK(idx.shape() == src.shape(), "scatter_add: indices ", idx.shape(), " and source ", src.shape(), " differ");
+  if (src.device().is_cuda() || idx.device().is_cuda()) return cuda::scatter_add(shape, dim, idx, src);
   int64_t n = shape[size_t(dim)], m = idx.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("scatter_add", idx, n);
   DType cd = src.dtype() == kFloat64 ? kFloat64 : kFloat32;
@@ -128,6 +134,8 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
     const Tensor& x = xs[i];
     LOOM_CHECK(x.dim() == first.dim() && x.dtype() == first.dtype(), "cat: tensor ", i, " is ", x.describe(),
                ", tensor 0 is ", first.describe());
+    LOOM_CHECK(x.device() == first.device(), "cat: tensor ", i, " is on ", x.device().str(), ", tensor 0 on ",
+               first.device().str());
     for (int64_t d = 0; d < x.dim(); ++d)
       LOOM_CHECK(d == dim || x.shape()[size_t(d)] == first.shape()[size_t(d)], "cat: tensor ", i, " has shape ",
                  x.shape(), ", tensor 0 has ", first.shape(), " (must match except in dim ", dim, ")");

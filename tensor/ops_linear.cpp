@@ -15,6 +15,7 @@
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -30,7 +31,9 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
 DType compute_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
 void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
-  check_device_supported(op, x.device());
+  LOOM_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()), op, ": input on ",
+             x.device().str(), ", weight on ", w.device().str(), b.defined() ? ", bias on " + b.device().str() : "",
+             ": devices differ");
   LOOM_CHECK(x.dim() >= 1 && w.dim() == 2 && x.size(-1) == w.size(1), op, ": input ", x.describe(),
              " does not match weight ", w.describe(), " (need [..., in] and [out, in])");
   LOOM_CHECK(is_floating(x.dtype()) && w.dtype() == x.dtype(), op, ": input ", x.describe(), " and weight ",
@@ -52,6 +55,8 @@ Shape with_last(Shape s, int64_t last) {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_linear("linear", x, w, b);
+  if (x.device().is_cuda()) return cuda::linear(x, w, b);  // cuBLAS (cuda/gemm.cpp)
+  check_device_supported("linear", x.device());
   const DType cd = compute_of(x.dtype());
   Tensor x2 = rows(x, cd), wc = contiguous(to(w, cd));
   const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
@@ -82,6 +87,10 @@ LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w
   check_linear("linear_backward", x, w, Tensor());
   LOOM_CHECK(grad.shape() == with_last(x.shape(), w.size(0)), "linear_backward: grad ", grad.shape(),
              " does not match input ", x.shape(), " and weight ", w.shape());
+  LOOM_CHECK(grad.device() == x.device(), "linear_backward: grad on ", grad.device().str(), ", input on ",
+             x.device().str());
+  if (x.device().is_cuda()) return cuda::linear_backward(grad, x, w, need_x, need_w, need_b);
+  check_device_supported("linear_backward", x.device());
   const DType cd = compute_of(x.dtype());
   Tensor g2 = rows(grad, cd);
   const int64_t M = g2.size(0), N = g2.size(1), K = w.size(1);

@@ -14,6 +14,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
 
@@ -60,13 +61,16 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
              ": both operands need at least 2 dims");
   LOOM_CHECK(a_in.dtype() == b_in.dtype(), "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": dtypes differ (",
              dtype_name(a_in.dtype()), " vs ", dtype_name(b_in.dtype()), ")");
-  check_device_supported("matmul", a_in.device());
+  LOOM_CHECK(a_in.device() == b_in.device(), "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": devices differ (",
+             a_in.device().str(), " and ", b_in.device().str(), ")");
   int64_t M = a_in.size(-2), K = a_in.size(-1), K2 = b_in.size(-2), N = b_in.size(-1);
   LOOM_CHECK(K == K2, "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": inner dimensions ", K, " and ", K2,
              " differ");
   const DType out_dtype = a_in.dtype();
   const DType compute = out_dtype == kFloat64 ? kFloat64 : kFloat32;
   LOOM_CHECK(is_floating(out_dtype), "matmul: dtype ", dtype_name(out_dtype), " is not supported");
+  if (a_in.device().is_cuda()) return cuda::matmul(a_in, b_in);  // cuBLAS (cuda/gemm.cpp)
+  check_device_supported("matmul", a_in.device());
   Tensor a = to(a_in, compute), b = to(b_in, compute);
 
   // [..., M, K] @ [K, N]: fold the batch dims into M for one large GEMM.

@@ -1,7 +1,9 @@
 // Fused neural-net ops: softmax, log_softmax, layer_norm, cross_entropy,
 // embedding, dropout. Each runs a per-row kernel from tensor/kernels/ on
 // contiguous rows in the compute type (float64 stays double; everything else
-// is computed in fp32 and rounded back to the input dtype).
+// is computed in fp32 and rounded back to the input dtype). On a GPU each op
+// hands over to cuda/rows.cu or cuda/embedding.cu, which call the same row
+// functions from tensor/kernels/ in CUDA kernels.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/cross_entropy.h"
 #include "tensor/kernels/layernorm.h"
 #include "tensor/kernels/softmax.h"
@@ -92,21 +95,25 @@ void check_indices(const char* op, const Tensor& idx) {
 }  // namespace
 
 Tensor softmax(const Tensor& x) {
+  if (x.device().is_cuda()) return cuda::softmax(x);
   return per_row("softmax", x, [](const auto* in, auto* out, int64_t n) { kernels::softmax_row(in, out, long(n)); });
 }
 
 Tensor log_softmax(const Tensor& x) {
+  if (x.device().is_cuda()) return cuda::log_softmax(x);
   return per_row("log_softmax", x,
                  [](const auto* in, auto* out, int64_t n) { kernels::log_softmax_row(in, out, long(n)); });
 }
 
 Tensor softmax_backward(const Tensor& grad, const Tensor& y) {
+  if (y.device().is_cuda()) return cuda::softmax_backward(grad, y);
   return per_row2("softmax_backward", grad, y, [](const auto* dy, const auto* yy, auto* dx, int64_t n) {
     kernels::softmax_backward_row(dy, yy, dx, long(n));
   });
 }
 
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
+  if (y.device().is_cuda()) return cuda::log_softmax_backward(grad, y);
   return per_row2("log_softmax_backward", grad, y, [](const auto* dy, const auto* yy, auto* dx, int64_t n) {
     kernels::log_softmax_backward_row(dy, yy, dx, long(n));
   });
@@ -115,6 +122,7 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
 // Row r of x viewed as [rows, S] is query t = r % T of its [T, S] block: it sees min(t + 1, S) keys.
 Tensor causal_softmax(const Tensor& x, double scale) {
   LOOM_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S] scores, got ", x.shape());
+  if (x.device().is_cuda()) return cuda::causal_softmax(x, scale);
   const int64_t T = x.size(-2);
   return per_row_indexed("causal_softmax", x, [T, scale](const auto* in, auto* out, int64_t n, int64_t r) {
     using S = std::remove_cvref_t<decltype(*in)>;
@@ -124,6 +132,7 @@ Tensor causal_softmax(const Tensor& x, double scale) {
 
 Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale) {
   LOOM_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.shape());
+  if (y.device().is_cuda()) return cuda::causal_softmax_backward(grad, y, scale);
   const int64_t T = y.size(-2);
   return per_row2_indexed("causal_softmax_backward", grad, y,
                           [T, scale](const auto* dy, const auto* yy, auto* dx, int64_t n, int64_t r) {
@@ -134,12 +143,17 @@ Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale
 }
 
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  Tensor xc = rows_of("layer_norm", x);
+  LOOM_CHECK(x.dim() >= 1, "layer_norm: expected at least 1 dim, got a scalar");
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
-  for (const Tensor* p : {&weight, &bias})
-    if (p->defined())
-      LOOM_CHECK(p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype(), "layer_norm: input ", x.describe(),
-                 " needs weight/bias of shape [", C, "] and the same dtype, got ", p->describe());
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    LOOM_CHECK(p->dim() == 1 && p->size(0) == C && p->dtype() == x.dtype(), "layer_norm: input ", x.describe(),
+               " needs weight/bias of shape [", C, "] and the same dtype, got ", p->describe());
+    LOOM_CHECK(p->device() == x.device(), "layer_norm: input on ", x.device().str(), ", weight/bias on ",
+               p->device().str());
+  }
+  if (x.device().is_cuda()) return cuda::layer_norm(x, weight, bias, eps);
+  Tensor xc = rows_of("layer_norm", x);
   DType cd = xc.dtype();
   Tensor w = weight.defined() ? contiguous(to(weight, cd)) : Tensor();
   Tensor b = bias.defined() ? contiguous(to(bias, cd)) : Tensor();
@@ -161,6 +175,7 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 
 LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd) {
+  if (x.device().is_cuda()) return cuda::layer_norm_backward(grad, x, weight, mean, rstd);
   Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
   DType cd = xc.dtype();
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
@@ -199,6 +214,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
 Tensor embedding(const Tensor& weight, const Tensor& idx) {
   check_indices("embedding", idx);
   LOOM_CHECK(weight.dim() == 2, "embedding: weight must be [V, C], got ", weight.shape());
+  if (weight.device().is_cuda() || idx.device().is_cuda()) return cuda::embedding(weight, idx);
   Tensor w = contiguous(weight), ic = contiguous(idx);
   int64_t V = weight.size(0), C = weight.size(1);
   Shape out_shape = idx.shape();
@@ -221,6 +237,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_row
   int64_t C = grad.size(-1);
   LOOM_CHECK(grad.numel() == idx.numel() * C, "embedding_backward: grad ", grad.shape(), " does not match indices ",
              idx.shape());
+  if (grad.device().is_cuda() || idx.device().is_cuda()) return cuda::embedding_backward(grad, idx, num_rows);
   DType cd = compute_dtype(grad.dtype());
   Tensor g = contiguous(to(grad, cd)), ic = contiguous(idx);
   Tensor out = zeros({num_rows, C}, cd);
@@ -241,6 +258,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
   check_indices("cross_entropy", targets);
   LOOM_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets ", targets.shape(),
              " do not match logits ", logits.shape(), " (need [", logits.size(0), "])");
+  if (logits.device().is_cuda() || targets.device().is_cuda()) return cuda::cross_entropy(logits, targets, ignore_index);
   Tensor x = rows_of("cross_entropy", logits), t = contiguous(targets);
   int64_t N = x.size(0), V = x.size(1);
   Tensor lse = empty({N}, x.dtype());
@@ -266,6 +284,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t count, int64_t ignore_index) {
+  if (logits.device().is_cuda()) return cuda::cross_entropy_backward(grad, logits, targets, lse, count, ignore_index);
   Tensor x = rows_of("cross_entropy_backward", logits), t = contiguous(targets);
   int64_t N = x.size(0), V = x.size(1);
   Tensor dx = zeros({N, V}, x.dtype());
@@ -286,6 +305,7 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
 
 std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
   LOOM_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
+  check_device_supported("dropout", x.device());  // CUDA: needs the counter-based generator (issue 13)
   Tensor mask = empty(x.shape(), x.dtype());
   double scale = 1.0 / (1.0 - p);
   LOOM_DISPATCH_FLOAT(x.dtype(), "dropout", {

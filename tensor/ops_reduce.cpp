@@ -6,6 +6,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -25,6 +26,8 @@ static std::vector<bool> reduced_mask(const char* op, const Tensor& x, std::vect
 // (reduced dims have size 1). x is walked in place and each element lands at
 // its kept index (stride 0 on reduced dims).
 static Tensor sum_in_double(const Tensor& x, const std::vector<bool>& red) {
+  LOOM_CHECK(is_floating(x.dtype()), "sum: dtype ", dtype_name(x.dtype()), " is not supported (floating dtypes only)");
+  if (x.device().is_cuda()) return cuda::sum_in_double(x, red);  // a block per output, a fixed-order tree
   Shape keep_shape = x.shape();
   for (size_t d = 0; d < red.size(); ++d) if (red[d]) keep_shape[d] = 1;
   Tensor acc = zeros(keep_shape, kFloat64);
@@ -66,7 +69,6 @@ static std::vector<int64_t> all_dims(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
-  check_device_supported("sum", x.device());
   std::vector<bool> red = reduced_mask("sum", x, dims);
   return finish_reduction(sum_in_double(x, red), x, red, keepdim);
 }
@@ -76,7 +78,6 @@ Tensor sum(const Tensor& x) { return sum(x, all_dims(x), false); }
 // The division happens on the double sum, so a bf16/fp16 mean is rounded once
 // (rounding the sum to bf16 first can move the mean by an ulp).
 Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
-  check_device_supported("mean", x.device());
   std::vector<bool> red = reduced_mask("mean", x, dims);
   int64_t count = 1;
   for (size_t i = 0; i < red.size(); ++i) if (red[i]) count *= x.shape()[i];
@@ -86,7 +87,6 @@ Tensor mean(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
 Tensor mean(const Tensor& x) { return mean(x, all_dims(x), false); }
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
-  check_device_supported("max", x.device());
   LOOM_CHECK(dim >= -x.dim() && dim < x.dim(), "max: dim ", dim, " out of range for shape ", x.shape());
   if (dim < 0) dim += x.dim();
   int64_t n = x.shape()[size_t(dim)];
@@ -99,9 +99,10 @@ std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   int64_t rows = x.numel() / n;
   Shape keep_shape = x.shape();
   keep_shape[size_t(dim)] = 1;
-  Tensor values = empty(keep_shape, x.dtype());
-  Tensor indices = empty(keep_shape, kInt64);
-  LOOM_DISPATCH_FLOAT(x.dtype(), "max", {
+  Tensor values = empty(keep_shape, x.dtype(), x.device());
+  Tensor indices = empty(keep_shape, kInt64, x.device());
+  if (x.device().is_cuda()) cuda::max_rows(reshape(xp, {rows, n}), values, indices);
+  else LOOM_DISPATCH_FLOAT(x.dtype(), "max", {
     const scalar_t* p = xp.data<scalar_t>();
     scalar_t* vo = values.data<scalar_t>();
     int64_t* io = indices.data<int64_t>();

@@ -5,6 +5,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -25,12 +26,13 @@ static Tensor make_view(const Tensor& x, Shape shape, Shape strides, int64_t off
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
-  check_device_supported("copy_", dst.device());
-  check_device_supported("copy_", src.device());
   dst.check_inplace("copy_");
   broadcast_shapes("copy_", dst.shape(), src.shape());
   LOOM_CHECK(numel_of(broadcast_shapes("copy_", dst.shape(), src.shape())) == dst.numel(), "copy_: source ",
              src.shape(), " does not broadcast to destination ", dst.shape());
+  if (dst.device().is_cuda() || src.device().is_cuda()) return cuda::copy_(dst, src);  // also across devices
+  check_device_supported("copy_", dst.device());
+  check_device_supported("copy_", src.device());
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
     if (dst.raw_data() != src.raw_data()) std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
     return;
@@ -51,6 +53,15 @@ void copy_(const Tensor& dst, const Tensor& src) {
 Tensor to(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), dtype, x.device());
+  copy_(out, x);
+  return out;
+}
+
+Tensor to(const Tensor& x, const Device& device) { return to(x, device, x.dtype()); }
+
+Tensor to(const Tensor& x, const Device& device, DType dtype) {
+  if (x.device() == device) return to(x, dtype);
+  Tensor out = empty(x.shape(), dtype, device);
   copy_(out, x);
   return out;
 }
@@ -79,6 +90,7 @@ Tensor clone(const Tensor& x) {
 
 void fill_(const Tensor& t, double value) {
   t.check_inplace("fill_");
+  if (t.device().is_cuda()) return cuda::fill_(t, value);
   LOOM_DISPATCH_ALL(t.dtype(), "fill_", {
     scalar_t v = cpu::from_acc<scalar_t>(value);
     cpu::unary_loop<scalar_t, scalar_t>(t, t, [v](scalar_t) { return v; });
@@ -87,6 +99,7 @@ void fill_(const Tensor& t, double value) {
 
 void zero_(const Tensor& t) {
   t.check_inplace("zero_");
+  if (t.device().is_cuda()) return cuda::zero_(t);
   if (t.is_contiguous()) std::memset(t.raw_data(), 0, t.nbytes());
   else fill_(t, 0.0);
 }

@@ -8,6 +8,9 @@
 #include <new>
 
 #include "tensor/error.h"
+#ifdef LOOM_WITH_CUDA
+#include "tensor/cuda/allocator.h"
+#endif
 
 namespace loom {
 namespace {
@@ -58,6 +61,13 @@ void reset_peak_memory_stats(const Device& d) {
 }
 
 Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_(device) {
+#ifdef LOOM_WITH_CUDA
+  if (device.is_cuda()) {  // the caching allocator (cuda/allocator.h); throws a loom::Error when out of memory
+    data_ = cuda::allocate(nbytes, device);
+    record_alloc(device_, int64_t(nbytes_));
+    return;
+  }
+#endif
   check_device_supported("allocate", device);
   // 64-byte alignment: AVX-512 loads and BLAS like it. Not aligned_alloc: for
   // small blocks glibc's memalign bypasses its per-thread cache and splits
@@ -75,6 +85,13 @@ Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_
 }
 
 Storage::~Storage() {
+#ifdef LOOM_WITH_CUDA
+  if (device_.is_cuda()) {
+    cuda::deallocate(data_, nbytes_, device_);
+    record_free(device_, int64_t(nbytes_));
+    return;
+  }
+#endif
   std::free(reinterpret_cast<void**>(data_)[-1]);
   record_free(device_, int64_t(nbytes_));
 }

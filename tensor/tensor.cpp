@@ -62,7 +62,7 @@ Tensor Tensor::alias() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = ops::contiguous(*this);
+  Tensor c = device().is_cuda() ? ops::to(*this, kCPU) : ops::contiguous(*this);  // waits for the GPU
   std::vector<T> out(size_t(c.numel()));
   LOOM_DISPATCH_ALL(c.dtype(), "to_vector", {
     const scalar_t* p = c.data<scalar_t>();
@@ -150,7 +150,8 @@ Tensor empty(const Shape& shape, DType dtype, const Device& device) {
 
 Tensor zeros(const Shape& shape, DType dtype, const Device& device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits are 0 in every dtype
+  if (device.is_cuda()) ops::zero_(t);
+  else std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits are 0 in every dtype
   return t;
 }
 

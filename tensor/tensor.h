@@ -64,10 +64,15 @@ class Tensor {
   bool is_contiguous() const;
   size_t nbytes() const { return size_t(numel()) * element_size(dtype()); }
 
-  // Raw pointer to element [0,...,0]. data<T>() checks that T matches dtype.
+  // Raw pointer to element [0,...,0] (a device pointer for a CUDA tensor).
   void* raw_data() const;
+  // The same for host code: checks that T matches dtype and that the tensor is
+  // on the CPU (host code dereferencing a GPU pointer would crash; an op with
+  // no CUDA path fails here with a message instead).
   template <class T> T* data() const {
     LOOM_CHECK(dtype_of<T>() == dtype(), "data<", dtype_name(dtype_of<T>()), ">: tensor has dtype ", dtype_name(dtype()));
+    LOOM_CHECK(device().is_cpu(), "data<", dtype_name(dtype_of<T>()), ">: tensor ", describe(), " is on ", device().str(),
+               ": host code cannot read GPU memory (not implemented on CUDA yet, or copy it with ops::to(t, kCPU))");
     return static_cast<T*>(raw_data());
   }
 

@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 
+#include "tensor/cuda/cuda.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
@@ -669,10 +670,13 @@ TEST(Device, MalformedNamesThrow) {
 }
 
 TEST(Device, AllocatingOnCudaThrowsSayingCuda) {
+  // A GPU that does not exist: cuda:0 without CUDA or without a GPU, else past the last one.
+  const int n = cuda::device_count();
+  const Device missing("cuda:" + std::to_string(n)), further("cuda:" + std::to_string(n + 1));
   int64_t before = live_bytes();
-  EXPECT_THAT([] { empty({2}, kFloat32, Device("cuda:0")); },
-              ThrowsMessage<Error>(AllOf(HasSubstr("CUDA"), HasSubstr("cuda:0"))));
-  EXPECT_THAT([] { zeros({2}, kFloat32, Device("cuda:1")); }, ThrowsMessage<Error>(HasSubstr("CUDA")));
+  EXPECT_THAT([&] { empty({2}, kFloat32, missing); },
+              ThrowsMessage<Error>(AllOf(HasSubstr("CUDA"), HasSubstr(missing.str()))));
+  EXPECT_THAT([&] { zeros({2}, kFloat32, further); }, ThrowsMessage<Error>(HasSubstr("CUDA")));
   EXPECT_EQ(live_bytes(), before);  // nothing was counted
 }
 

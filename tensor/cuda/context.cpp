@@ -1,0 +1,153 @@
+#include "tensor/cuda/context.h"
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "tensor/cuda/check.h"
+#include "tensor/cuda/cuda.h"
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kMaxDevices = 16;
+
+struct DeviceContext {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  IndexError* index_error = nullptr;         // mapped host memory, read by the host
+  IndexError* index_error_device = nullptr;  // the same memory as the GPU addresses it
+};
+
+std::mutex g_mutex;
+DeviceContext g_contexts[kMaxDevices];
+std::atomic<bool> g_allow_tf32{false};
+
+// The runtime is asked once; a machine without a GPU (or without a driver)
+// answers 0 devices and the reason, which check_device repeats.
+struct DeviceCount {
+  int count = 0;
+  std::string reason;
+};
+
+const DeviceCount& probe() {
+  static const DeviceCount result = [] {
+    DeviceCount r;
+    cudaError_t err = cudaGetDeviceCount(&r.count);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: a CUDA build must keep working on CPU tensors
+      r.count = 0;
+      r.reason = str(cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
+    } else if (r.count == 0) {
+      r.reason = "cudaGetDeviceCount reports 0 devices";
+    }
+    return r;
+  }();
+  return result;
+}
+
+}  // namespace
+
+int device_count() { return probe().count; }
+bool is_available() { return device_count() > 0; }
+
+void check_device(const Device& d) {
+  const DeviceCount& p = probe();
+  LOOM_CHECK(p.count > 0, "device ", d.str(), ": no CUDA device is available (", p.reason,
+             "); loom was built with CUDA, but on this machine only CPU tensors can be made");
+  LOOM_CHECK(d.index < p.count, "device ", d.str(), ": index ", d.index, " is past the last GPU: this machine has ",
+             p.count, p.count == 1 ? " CUDA device (cuda:0)" : str(" CUDA devices (cuda:0 .. cuda:", p.count - 1, ")"));
+  LOOM_CHECK(d.index < kMaxDevices, "device ", d.str(), ": loom supports at most ", kMaxDevices, " GPUs per process");
+}
+
+DeviceGuard::DeviceGuard(const Device& d) {
+  CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != d.index) CUDA_CHECK(cudaSetDevice(d.index));
+  else previous_ = -1;  // nothing to restore
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);  // a destructor must not throw
+}
+
+cudaStream_t stream(const Device& d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceContext& c = g_contexts[d.index];
+  if (!c.stream) {
+    check_device(d);
+    DeviceGuard guard(d);
+    // Non-blocking: loom's stream does not wait on the legacy default stream
+    // (other libraries' work), and every loom copy goes through it explicitly.
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+  }
+  return c.stream;
+}
+
+cublasHandle_t cublas_handle(const Device& d) {
+  cudaStream_t s = stream(d);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceContext& c = g_contexts[d.index];
+  if (!c.cublas) {
+    DeviceGuard guard(d);
+    CUBLAS_CHECK(cublasCreate(&c.cublas));
+    CUBLAS_CHECK(cublasSetStream(c.cublas, s));
+  }
+  return c.cublas;
+}
+
+IndexError* index_error_slot(const Device& d) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceContext& c = g_contexts[d.index];
+  if (!c.index_error) {
+    DeviceGuard guard(d);
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable));
+    c.index_error = static_cast<IndexError*>(p);
+    *c.index_error = IndexError{0, 0, 0};
+    void* dev = nullptr;
+    CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    c.index_error_device = static_cast<IndexError*>(dev);
+  }
+  return c.index_error_device;
+}
+
+void throw_if_index_error(const Device& d) {
+  IndexError* e = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    e = g_contexts[d.index].index_error;
+  }
+  if (!e) return;  // no kernel that checks indices has run on d
+  const volatile IndexError* v = e;  // written by the GPU, not by this thread
+  const IndexError found{v->op, v->index, v->limit};
+  if (found.op == int64_t(IndexOp::None)) return;
+  *e = IndexError{0, 0, 0};
+  // Worded as the CPU ops word the same error.
+  struct Wording { const char* op; const char* what; const char* before_limit; const char* after_limit; };
+  static const Wording words[] = {{"", "", "", ""},
+                                  {"embedding", "index", "", " rows"},
+                                  {"embedding_backward", "index", "", " rows"},
+                                  {"cross_entropy", "target", "", " classes"},
+                                  {"cross_entropy_backward", "target", "", " classes"},
+                                  {"index_select", "index", "size ", ""},
+                                  {"gather", "index", "size ", ""},
+                                  {"index_add", "index", "size ", ""},
+                                  {"scatter_add", "index", "size ", ""}};
+  LOOM_CHECK(found.op > 0 && found.op <= int64_t(IndexOp::ScatterAdd), "internal error: unknown bad-index record ",
+             found.op, " on ", d.str());
+  const Wording& w = words[found.op];
+  throw Error(str(w.op, ": ", w.what, " ", found.index, " out of range for ", w.before_limit, found.limit,
+                  w.after_limit, " (found on ", d.str(), " by a kernel; reported at the next synchronisation)"));
+}
+
+void synchronize(const Device& d) {
+  if (!d.is_cuda()) return;
+  DeviceGuard guard(d);
+  CUDA_CHECK(cudaStreamSynchronize(stream(d)));
+  throw_if_index_error(d);
+}
+
+void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
+bool allow_tf32() { return g_allow_tf32; }
+
+}  // namespace loom::cuda

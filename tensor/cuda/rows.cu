@@ -1,0 +1,211 @@
+// The per-row kernels of ops_nn.cpp on the GPU: softmax, log_softmax, the
+// causal softmax and their backwards, layer_norm and its backward. Each
+// kernel calls the LOOM_HOST_DEVICE row function from tensor/kernels/ - the
+// code the CPU loops call - so the CPU tests cover this math too.
+//
+// One thread per row: the plainest mapping of "the same function, one row at
+// a time". It is correct for any row length and deterministic (a row's sums
+// run in the order row_sum fixes); it is not fast for long rows, whose reads
+// are not coalesced across a warp. Faster kernels (a warp or block per row,
+// llm.c's) belong next to these, tested against them.
+//
+//   x: [..., n] viewed as [rows, n], contiguous, in the compute dtype
+//   (float64 stays double, everything else fp32); results rounded back.
+#include <algorithm>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/cuda/cuda_ops.h"
+#include "tensor/cuda/launch.cuh"
+#include "tensor/kernels/layernorm.h"
+#include "tensor/kernels/softmax.h"
+
+namespace loom::cuda {
+namespace {
+
+DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+
+// The checks of ops_nn.cpp's rows_of, then a contiguous copy in the compute dtype.
+Tensor rows_of(const char* op, const Tensor& x) {
+  LOOM_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got ", x.describe());
+  LOOM_CHECK(x.dim() >= 1, op, ": expected at least 1 dim, got a scalar");
+  return ops::contiguous(ops::to(x, compute_dtype(x.dtype())));
+}
+
+// ---- row functions: row r of x (and of a second input) -> row r of out ----
+struct SoftmaxRow {
+  template <class T> __device__ void operator()(const T* x, T* y, long n, long) const { kernels::softmax_row(x, y, n); }
+};
+struct LogSoftmaxRow {
+  template <class T> __device__ void operator()(const T* x, T* y, long n, long) const {
+    kernels::log_softmax_row(x, y, n);
+  }
+};
+// Row r is query t = r % T of its [T, S] block: it sees min(t + 1, S) keys.
+struct CausalSoftmaxRow {
+  long T;
+  double scale;
+  template <class S> __device__ void operator()(const S* x, S* y, long n, long r) const {
+    kernels::causal_softmax_row(x, y, n, r % T + 1 < n ? r % T + 1 : n, S(scale));
+  }
+};
+struct SoftmaxBackwardRow {
+  template <class T> __device__ void operator()(const T* dy, const T* y, T* dx, long n, long) const {
+    kernels::softmax_backward_row(dy, y, dx, n);
+  }
+};
+struct LogSoftmaxBackwardRow {
+  template <class T> __device__ void operator()(const T* dy, const T* y, T* dx, long n, long) const {
+    kernels::log_softmax_backward_row(dy, y, dx, n);
+  }
+};
+struct CausalSoftmaxBackwardRow {
+  long T;
+  double scale;
+  template <class S> __device__ void operator()(const S* dy, const S* y, S* dx, long n, long r) const {
+    kernels::causal_softmax_backward_row(dy, y, dx, n, r % T + 1 < n ? r % T + 1 : n, S(scale));
+  }
+};
+
+template <class Row, class T>
+__global__ void rows_kernel(Row row, const T* x, T* y, int64_t rows, int64_t n) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) row(x + r * n, y + r * n, long(n), long(r));
+}
+
+template <class Row, class T>
+__global__ void rows2_kernel(Row row, const T* dy, const T* y, T* dx, int64_t rows, int64_t n) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) row(dy + r * n, y + r * n, dx + r * n, long(n), long(r));
+}
+
+template <class Row>
+Tensor per_row(const char* op, const Tensor& x, Row row) {
+  Tensor xc = rows_of(op, x);
+  Tensor out = empty(xc.shape(), xc.dtype(), xc.device());
+  const int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    LaunchConfig c = launch_config(rows);
+    cudaStream_t st = stream(x.device());
+    LOOM_DISPATCH_COMPUTE(xc.dtype(), op, {
+      rows_kernel<<<c.blocks, c.threads, 0, st>>>(row, ptr<scalar_t>(xc), ptr<scalar_t>(out), rows, n);
+    });
+    CUDA_CHECK_LAUNCH();
+  }
+  return ops::to(out, x.dtype());
+}
+
+// (grad, saved output) -> grad input
+template <class Row>
+Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, Row row) {
+  LOOM_CHECK(g.shape() == y.shape(), op, ": grad ", g.shape(), " and output ", y.shape(), " differ");
+  LOOM_CHECK(g.device() == y.device(), op, ": grad on ", g.device().str(), ", output on ", y.device().str());
+  Tensor gc = rows_of(op, g), yc = rows_of(op, y);
+  LOOM_CHECK(gc.dtype() == yc.dtype(), op, ": grad ", g.describe(), " and output ", y.describe(), " differ in dtype");
+  Tensor out = empty(gc.shape(), gc.dtype(), gc.device());
+  const int64_t n = y.size(-1), rows = n ? y.numel() / n : 0;
+  if (rows > 0) {
+    DeviceGuard guard(y.device());
+    LaunchConfig c = launch_config(rows);
+    cudaStream_t st = stream(y.device());
+    LOOM_DISPATCH_COMPUTE(gc.dtype(), op, {
+      rows2_kernel<<<c.blocks, c.threads, 0, st>>>(row, ptr<scalar_t>(gc), ptr<scalar_t>(yc), ptr<scalar_t>(out),
+                                                   rows, n);
+    });
+    CUDA_CHECK_LAUNCH();
+  }
+  return ops::to(out, g.dtype());
+}
+
+// ---- layer norm: x [rows, C]; w, b [C] or null; mean, rstd [rows] ----
+template <class T>
+__global__ void layernorm_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
+                                 T eps) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) kernels::layernorm_row(x + r * C, w, b, y + r * C, long(C), eps, mean + r, rstd + r);
+}
+
+// dx, one thread per row (dw/db are left to the column kernel below).
+template <class T>
+__global__ void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+                                          int64_t rows, int64_t C) {
+  LOOM_GRID_STRIDE_LOOP(r, rows)
+  kernels::layernorm_backward_row(dy + r * C, x + r * C, w, mean[r], rstd[r], dx + r * C, static_cast<T*>(nullptr),
+                                  static_cast<T*>(nullptr), long(C));
+}
+
+// dw, db: one thread per column, adding the rows in row order - the CPU's
+// order, no atomics, so the same bits on every run.
+template <class T>
+__global__ void layernorm_param_grads_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db,
+                                             int64_t rows, int64_t C) {
+  LOOM_GRID_STRIDE_LOOP(c, C)
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::layernorm_param_grads_row(dy + r * C, x + r * C, mean[r], rstd[r], dw, db, long(c), long(c + 1));
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) { return per_row("softmax", x, SoftmaxRow{}); }
+Tensor log_softmax(const Tensor& x) { return per_row("log_softmax", x, LogSoftmaxRow{}); }
+Tensor softmax_backward(const Tensor& grad, const Tensor& y) {
+  return per_row2("softmax_backward", grad, y, SoftmaxBackwardRow{});
+}
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
+  return per_row2("log_softmax_backward", grad, y, LogSoftmaxBackwardRow{});
+}
+Tensor causal_softmax(const Tensor& x, double scale) {
+  LOOM_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S] scores, got ", x.shape());
+  return per_row("causal_softmax", x, CausalSoftmaxRow{long(x.size(-2)), scale});
+}
+Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale) {
+  LOOM_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.shape());
+  return per_row2("causal_softmax_backward", grad, y, CausalSoftmaxBackwardRow{long(y.size(-2)), scale});
+}
+
+// weight/bias shapes and dtypes are checked by ops::layer_norm.
+ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor xc = rows_of("layer_norm", x);
+  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  const DType cd = xc.dtype();
+  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
+  Tensor b = bias.defined() ? ops::contiguous(ops::to(bias, cd)) : Tensor();
+  Tensor y = empty(xc.shape(), cd, x.device()), mean = empty({rows}, cd, x.device()), rstd = empty({rows}, cd, x.device());
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    LaunchConfig c = launch_config(rows);
+    cudaStream_t st = stream(x.device());
+    LOOM_DISPATCH_COMPUTE(cd, "layer_norm", {
+      layernorm_kernel<<<c.blocks, c.threads, 0, st>>>(
+          ptr<scalar_t>(xc), w.defined() ? ptr<scalar_t>(w) : nullptr, b.defined() ? ptr<scalar_t>(b) : nullptr,
+          ptr<scalar_t>(y), ptr<scalar_t>(mean), ptr<scalar_t>(rstd), rows, C, scalar_t(eps));
+    });
+    CUDA_CHECK_LAUNCH();
+  }
+  return {ops::to(y, x.dtype()), mean, rstd};
+}
+
+ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                        const Tensor& rstd) {
+  Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
+  const DType cd = xc.dtype();
+  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
+  Tensor dx = empty(xc.shape(), cd, x.device()), dw = zeros({C}, cd, x.device()), db = zeros({C}, cd, x.device());
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    cudaStream_t st = stream(x.device());
+    LaunchConfig by_row = launch_config(rows), by_column = launch_config(C);
+    LOOM_DISPATCH_COMPUTE(cd, "layer_norm_backward", {
+      const scalar_t *gp = ptr<scalar_t>(gc), *xp = ptr<scalar_t>(xc);
+      const scalar_t *mp = ptr<scalar_t>(mean), *rp = ptr<scalar_t>(rstd);
+      layernorm_backward_kernel<<<by_row.blocks, by_row.threads, 0, st>>>(
+          gp, xp, w.defined() ? ptr<scalar_t>(w) : nullptr, mp, rp, ptr<scalar_t>(dx), rows, C);
+      CUDA_CHECK_LAUNCH();
+      layernorm_param_grads_kernel<<<by_column.blocks, by_column.threads, 0, st>>>(gp, xp, mp, rp, ptr<scalar_t>(dw),
+                                                                                  ptr<scalar_t>(db), rows, C);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+  const DType wd = weight.defined() ? weight.dtype() : x.dtype();
+  return {ops::to(dx, x.dtype()), ops::to(dw, wd), ops::to(db, wd)};
+}
+
+}  // namespace loom::cuda
