@@ -442,10 +442,20 @@ TEST(TrainGptParallel, PipelineAndTensorParallelTwoByTwoMatchesOneProcess) {
 // All three axes on 8 ranks (oversubscribed), with the sharded optimizer and
 // sequence parallelism: the tied embedding's gradient sum (embedding group),
 // SP's layernorm sums (tp) and ZeRO's reduce-scatter (dp) all in one step.
+//
+// Final params within 2e-5 per tensor, not 1e-5: these runs sum each gradient
+// in the most pieces (tp all-reduces and SP reduce-scatters, micro-batches, dp
+// reduce-scatter), and AdamW turns the last bits of near-zero gradients into
+// ~lr steps (see tests/train_gpt_run.h). Worst tensor measured: 6.8e-6 in the
+// Release build, 1.03e-5 in the ASan build (-O1, other float code), both
+// blocks.1.mlp.c_fc.bias; the losses stay within 6e-8 and the grad norms 5e-7.
+constexpr double kEightRankParamTol = 2e-5;
+
 TEST(TrainGptParallel, ThreeAxesEightRanksWithZeroMatchesOneProcess) {
   expect_same_run(train("dp2_pp2_tp2_zero", 8,
                         "--dp 2 --pp 2 --tp 2 --microbatches 2 --batch 4 --zero --sequence-parallel"),
-                  single_process_batch16(), "--dp 2 --pp 2 --tp 2 --zero --sequence-parallel");
+                  single_process_batch16(), "--dp 2 --pp 2 --tp 2 --zero --sequence-parallel", 1e-5,
+                  kEightRankParamTol);
 }
 
 // bf16 under tp tracks fp32 as bf16 does without it (Bf16TracksFp32).
@@ -555,11 +565,13 @@ TEST(TrainGptParallel, TensorParallelTraceShowsTheCollectivesInsideForwardAndBac
 // Everything at once, 8 ranks (oversubscribed): dp 2 x interleaved pp 2 (2
 // chunks per rank: the 4 layers [embedding, block 0, block 1, head] dealt out
 // round the ring) x tp 2 with sequence parallelism, the sharded optimizer, and
-// its param all-gather overlapped with the next forward. Still one process's run.
+// its param all-gather overlapped with the next forward. Still one process's run
+// (params within kEightRankParamTol, as the 8-rank test above).
 TEST(TrainGptParallel, AllAxesInterleavedWithZeroOverlapMatchesOneProcess) {
   expect_same_run(train("all_axes_interleaved", 8,
                         "--dp 2 --pp 2 --virtual-stages 2 --tp 2 --sequence-parallel --microbatches 2 --batch 4 "
                         "--zero --overlap-param-gather"),
                   single_process_batch16(),
-                  "--dp 2 --pp 2 --virtual-stages 2 --tp 2 --sequence-parallel --zero --overlap-param-gather");
+                  "--dp 2 --pp 2 --virtual-stages 2 --tp 2 --sequence-parallel --zero --overlap-param-gather", 1e-5,
+                  kEightRankParamTol);
 }
