@@ -84,6 +84,8 @@ Json parse_header(const std::string& header, const std::string& path) {
     return Json::parse(header, refuse_duplicates);
   } catch (const Json::parse_error& e) {
     throw malformed(header, e, str("load_safetensors: ", path, ": malformed JSON header"));
+  } catch (const Json::exception& e) {  // e.g. out_of_range 406: a number too large for any type (found by fuzz_safetensors)
+    throw Error(str("load_safetensors: ", path, ": unreadable JSON header: ", e.what()));
   }
 }
 

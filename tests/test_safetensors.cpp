@@ -230,6 +230,11 @@ TEST_F(Safetensors, CorruptedHeadersGiveClearErrors) {
 
   msg = load_with_header("{\"a\": {\"dtype\": \"F32\", \"data_offsets\": [0, 8]}}");
   EXPECT_HAS(msg, "tensor 'a': missing field \"shape\"");
+
+  // A number no type holds (nlohmann's out_of_range, not a parse_error; found by fuzz_safetensors).
+  msg = load_with_header("{\"a\": 1111111111111111111111111111111111111111e11111111}");
+  EXPECT_HAS(msg, path("bad.safetensors") + ": unreadable JSON header");
+  EXPECT_HAS(msg, "number overflow");
 }
 
 TEST_F(Safetensors, EveryCorruptedHeaderByteLoadsOrFailsWithALoomError) {
