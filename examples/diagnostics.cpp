@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "examples/evaluate.h"
@@ -17,6 +15,7 @@
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/tensor_parallel/shard_map.h"
 #include "parallel/trace/trace.h"
+#include "tensor/write_file.h"
 
 namespace loom::train {
 
@@ -31,17 +30,6 @@ bool stdout_is_a_terminal() {
   if (forced && std::string(forced) == "tty") return true;
   if (forced && std::string(forced) == "lines") return false;
   return isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_SIZE");
-}
-
-// path's contents replaced all at once: written to path.tmp, then renamed over it.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    LOOM_CHECK(f.good(), "cannot write '", tmp, "'");
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace
@@ -76,7 +64,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     std::string report = parallel::schedule_report(
         pgm_.pp_group(), events, a_.virtual_stages > 1 ? "interleaved 1f1b" : a_.schedule, &svg);
     if (rank0_ && text_now) std::printf("%s\n", report.c_str());
-    if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg);
+    if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg, "--schedule-svg");
   }
   if (a_.memory_report && step == start_) {
     finish_param_sync(opt_);
@@ -86,7 +74,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
-    if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json);
+    if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json, "--memory-json");
     if (rank0_ && m_.pipelined() && m_.stage->tensor_parallel()) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
       const parallel::TensorParallelParamCount c = parallel::count_params(m_.stage->shard_maps(), pgm_.tp_size());

@@ -56,10 +56,19 @@ PipelineStage::PipelineStage(const nn::GPTConfig& cfg, std::vector<LayerRange> c
     LOOM_CHECK(r.start < r.end && (c == 0 || chunks_[c - 1].end <= r.start), "PipelineStage: chunk ", c,
                " [", r.start, ", ", r.end, ") is empty or not after the chunk before it");
     first_layer_.push_back(layers_.size());
-    for (auto& layer : split ? build_tensor_parallel_gpt_layers(cfg, r.start, r.end, *tp.tp, tp.sequence_parallel)
-                             : nn::build_gpt_layers(cfg, r.start, r.end))
-      layers_.push_back(layer);
-    if (split) shard_maps_.merge(tensor_parallel_shard_maps(cfg, r.start, r.end, *tp.tp, tp.sequence_parallel));
+    // The full layers (each from its own generator, nn/gpt.h); with tp, this
+    // rank's shards cut from them, and then - the same layers refilled with
+    // element indices - where each shard came from.
+    std::vector<std::shared_ptr<nn::Layer>> full = nn::build_gpt_layers(cfg, r.start, r.end);
+    if (split) {
+      check_tensor_parallel_split(cfg, *tp.tp, tp.sequence_parallel);
+      std::vector<std::shared_ptr<nn::Layer>> shards =
+          cut_gpt_layers_for_tp(full, cfg, r.start, *tp.tp, tp.sequence_parallel);
+      layers_.insert(layers_.end(), shards.begin(), shards.end());
+      shard_maps_.merge(tensor_parallel_shard_maps(full, cfg, r.start, *tp.tp, tp.sequence_parallel));
+    } else {
+      layers_.insert(layers_.end(), full.begin(), full.end());
+    }
     for (int64_t i = r.start; i < r.end; ++i)
       register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[first_layer_[c] + size_t(i - r.start)]);
   }

@@ -69,14 +69,18 @@ Tensor tensor_parallel_loss(const Tensor& logits, const Tensor& targets, const T
                                       head.wte->vocab_start, head.tp, -100, vocab_size);
 }
 
-std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,
-                                                                         int64_t end, ProcessGroup& tp, bool sp) {
+void check_tensor_parallel_split(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sp) {
   LOOM_CHECK(cfg.n_head % tp.size() == 0, "tensor parallel GPT: ", cfg.n_head, " heads do not split over tp = ",
              tp.size());
   LOOM_CHECK(cfg.n_embd * 4 % tp.size() == 0, "tensor parallel GPT: the MLP width 4 x ", cfg.n_embd,
              " does not split over tp = ", tp.size());
   LOOM_CHECK(!sp || cfg.block_size % tp.size() == 0, "sequence parallelism: block_size ", cfg.block_size,
              " does not split over tp = ", tp.size());
+}
+
+std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,
+                                                                         int64_t end, ProcessGroup& tp, bool sp) {
+  check_tensor_parallel_split(cfg, tp, sp);
   // The full layers first (each from its own generator, nn/gpt.h), then each cut to this rank's shards.
   return cut_gpt_layers_for_tp(nn::build_gpt_layers(cfg, begin, end), cfg, begin, tp, sp);
 }

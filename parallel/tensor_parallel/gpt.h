@@ -50,6 +50,10 @@ struct TensorParallelHead : nn::Layer {
   Tensor forward(const Tensor& x) override;
 };
 
+// Heads, the MLP width and (under sequence parallelism) block_size must divide
+// over tp: an error naming the numbers otherwise.
+void check_tensor_parallel_split(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sequence_parallel);
+
 // Layers [begin, end) of the GPT of cfg, split over tp. dropout must be 0.
 std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,
                                                                          int64_t end, ProcessGroup& tp,

@@ -21,11 +21,10 @@ nn::NamedTensors named_params(const std::vector<std::shared_ptr<nn::Layer>>& lay
 
 }  // namespace
 
-ShardMaps tensor_parallel_shard_maps(const nn::GPTConfig& cfg, int64_t begin, int64_t end, ProcessGroup& tp,
-                                     bool sp) {
+ShardMaps tensor_parallel_shard_maps(const std::vector<std::shared_ptr<nn::Layer>>& layers, const nn::GPTConfig& cfg,
+                                     int64_t begin, ProcessGroup& tp, bool sp) {
   NoGradGuard no_grad;
-  // 1. The full layers, each parameter holding index + 1 (0 is left for padding).
-  std::vector<std::shared_ptr<nn::Layer>> layers = nn::build_gpt_layers(cfg, begin, end);
+  // 1. The full layers, each parameter now holding index + 1 (0 is left for padding).
   std::map<std::string, Shape> full_shapes;
   for (const auto& [name, p] : named_params(layers, cfg, begin)) {
     // float32 holds every integer below 2^24 exactly; a char-level GPT's largest

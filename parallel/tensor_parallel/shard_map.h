@@ -32,11 +32,13 @@ struct ShardMap {
 };
 using ShardMaps = std::map<std::string, ShardMap>;  // by the full model's parameter name
 
-// The maps of layers [begin, end) of cfg's GPT cut over tp (as
-// build_tensor_parallel_gpt_layers cuts them). Names as PipelineStage
-// registers them: "wte.weight", "blocks.3.attn.c_attn.weight", ...
-ShardMaps tensor_parallel_shard_maps(const nn::GPTConfig& cfg, int64_t begin, int64_t end, ProcessGroup& tp,
-                                     bool sequence_parallel);
+// The maps of full layers [begin, begin + full.size()) of cfg's GPT cut over
+// tp (as cut_gpt_layers_for_tp cuts them). Overwrites full's weights with
+// their indices: pass layers whose real weights were already cut (so the
+// model is initialised once). Names as PipelineStage registers them:
+// "wte.weight", "blocks.3.attn.c_attn.weight", ...
+ShardMaps tensor_parallel_shard_maps(const std::vector<std::shared_ptr<nn::Layer>>& full, const nn::GPTConfig& cfg,
+                                     int64_t begin, ProcessGroup& tp, bool sequence_parallel);
 
 // The full tensor [full_shape] from every tp rank's shard: each rank places its
 // elements, and a sum over tp joins them (a replicated param is placed by tp

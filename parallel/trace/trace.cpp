@@ -4,11 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include "tensor/write_file.h"
 
 namespace loom::parallel::trace {
 
@@ -115,14 +115,7 @@ void write(ProcessGroup& world, const std::string& path) {
     for (int64_t i = 0; i < sizes[size_t(r)]; ++i) out += char(bytes[size_t(r * longest + i)]);
   }
   out += "\n]}\n";
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    LOOM_CHECK(f.good(), "trace: cannot write '", tmp, "'");
-    f << out;
-    LOOM_CHECK(f.good(), "trace: error writing '", tmp, "'");
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, out, "trace");
 }
 
 }  // namespace loom::parallel::trace
