@@ -742,13 +742,17 @@ TEST(Threads, LoopsAreBitIdenticalAndGemmsAgreeAtOneAndTwoThreads) {
 // (ops::set_gemm_library). Each library, on every transpose, a split over 2
 // threads and a batch of products, must match the fp64 product (OpenBLAS's
 // dgemm) to fp32 rounding of a K = 300 dot product; a wrong transpose or
-// leading dimension would be off by O(1).
+// leading dimension would be off by O(1). The single 2-D products take the
+// split path (cpu::gemm), where oneDNN's Aᵀ Bᵀ first copies B transposed.
 TEST(GemmLibrary, EachLibraryMatchesTheFloat64Product) {
   const std::string before_lib = ops::gemm_library();
   const int before_threads = ops::get_num_threads();
   Generator g(11);
   Tensor a = randn({2, 130, 300}, g), b = randn({2, 300, 70}, g);
   Tensor at = ops::transpose(randn({2, 300, 130}, g), 1, 2), bt = ops::transpose(randn({2, 70, 300}, g), 1, 2);
+  // One product of 130 x 300 x 70 (2.7 MFLOP): large enough for the split and the Bᵀ copy.
+  Tensor a1 = randn({130, 300}, g), b1 = randn({300, 70}, g);
+  Tensor at1 = ops::transpose(randn({300, 130}, g), 0, 1), bt1 = ops::transpose(randn({70, 300}, g), 0, 1);
   std::vector<std::string> libraries = {"openblas"};
   try {
     ops::set_gemm_library("onednn");
@@ -761,7 +765,8 @@ TEST(GemmLibrary, EachLibraryMatchesTheFloat64Product) {
     EXPECT_EQ(ops::gemm_library(), lib);
     for (int threads : {1, 2}) {
       ops::set_num_threads(threads);
-      for (const auto& [x, y] : {std::pair{a, b}, {a, bt}, {at, b}, {at, bt}}) {
+      for (const auto& [x, y] : {std::pair{a, b}, {a, bt}, {at, b}, {at, bt}, {a1, b1}, {a1, bt1}, {at1, b1},
+                                 {at1, bt1}}) {
         std::vector<float> got = ops::matmul(x, y).to_vector<float>();
         std::vector<double> want = ops::matmul(ops::to(x, kFloat64), ops::to(y, kFloat64)).to_vector<double>();
         ASSERT_EQ(got.size(), want.size());

@@ -35,6 +35,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <type_traits>
 
 #ifdef LOOM_WITH_DNNL
 #include <dnnl.h>
@@ -115,10 +117,41 @@ inline void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
 // goes along the dimension whose operand is larger: rows when A [M, K] is the
 // larger (thread t: C[m0:m1, :] from A's rows m0..m1 and all of B), columns
 // otherwise (a weight gradient gᵀ @ x with many tokens: B is the big one).
+//
+// Aᵀ Bᵀ on oneDNN, split over threads: B is first copied transposed and each
+// thread runs Aᵀ B. oneDNN 2.6's sgemm is slow on a transposed-transposed
+// block that is not square (one thread, Zen 5: 1024x1024x1024 182-185 GF/s,
+// but 512x1024x1024, each half of the 2-thread row split, 131-136, where Aᵀ B
+// on the same block runs at 186-189). Copying 1024 x 1024 transposed takes
+// ~1 ms (one thread), ~10% of the product; on one thread it does not pay.
 template <class T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
           T beta, T* C, int64_t ldc) {
   blas_single_threaded();
+  if constexpr (std::is_same_v<T, float>) {
+    if (ta && tb && max_threads() > 1 && M * N * K >= (int64_t(1) << 21) &&
+        gemm_backend().load(std::memory_order_relaxed) == GemmBackend::kOneDNN) {
+      std::unique_ptr<float[]> bt(new float[size_t(K * N)]);  // bt [K, N] = (B [N, K])ᵀ
+      // Tiles of 32 columns of bt x 8 of its rows: writes of two whole cache
+      // lines per row; reading 32 rows of B at a time (square tiles with a
+      // power-of-two stride land in one cache set: 3x slower).
+      parallel_for(K, 16, [&](int64_t k0, int64_t k1) {
+        for (int64_t n0 = 0; n0 < N; n0 += 32)
+          for (int64_t kb = k0; kb < k1; kb += 8) {
+            float* out = bt.get();
+            if (n0 + 32 <= N && kb + 8 <= k1) {  // a whole tile: fixed trip counts, so it vectorises
+              for (int64_t k = kb; k < kb + 8; ++k)
+                for (int64_t n = n0; n < n0 + 32; ++n) out[k * N + n] = B[n * ldb + k];
+            } else {
+              for (int64_t k = kb; k < std::min(kb + 8, k1); ++k)
+                for (int64_t n = n0; n < std::min(n0 + 32, N); ++n) out[k * N + n] = B[n * ldb + k];
+            }
+          }
+      });
+      gemm(true, false, M, N, K, A, lda, bt.get(), N, beta, C, ldc);
+      return;
+    }
+  }
   if (M >= N) {
     // About 4 MFLOP per thread at least: below that the split costs more than it saves.
     const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(N * K, 1));
