@@ -112,11 +112,25 @@ LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w
       r.dw = to(r.dw, w.dtype());
     }
     if (need_b) {  // db [N] = column sums of g, accumulated in double row by row, rounded once
-      Tensor acc = zeros({N}, kFloat64);
+      Tensor acc = empty({N}, kFloat64);
       double* a = acc.data<double>();
+      // Threads own columns; each column sums its rows in order. 32 columns
+      // at a time, their sums held in registers down all M rows (a running
+      // sum in memory per row cost a load and a store per element).
+      constexpr int64_t kCols = 32;
       cpu::parallel_for(N, std::max<int64_t>(16, 16384 / std::max<int64_t>(M, 1)), [&](int64_t j0, int64_t j1) {
-        for (int64_t i = 0; i < M; ++i)  // threads own columns; each column sums its rows in order
-          for (int64_t j = j0; j < j1; ++j) a[j] += double(g[i * N + j]);
+        for (int64_t jb = j0; jb < j1; jb += kCols) {
+          const int64_t w = std::min(kCols, j1 - jb);
+          double s[kCols] = {};
+          if (w == kCols) {
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < kCols; ++j) s[j] += double(g[i * N + jb + j]);
+          } else {
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < w; ++j) s[j] += double(g[i * N + jb + j]);
+          }
+          for (int64_t j = 0; j < w; ++j) a[jb + j] = s[j];
+        }
       });
       r.db = to(acc, x.dtype());
     }
