@@ -11,8 +11,10 @@
 #include "examples/progress.h"
 #include "examples/teach_symptoms.h"
 #include "nn/generate.h"
+#include "optim/activation_memory.h"
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/gather_model.h"
+#include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/shard_map.h"
 #include "parallel/trace/trace.h"
 #include "tensor/write_file.h"
@@ -71,6 +73,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     optim::MemoryBreakdown mine = optim::measure_memory(m_.net().parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         optim::predict_memory(m_.net().num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+    predicted.comm = predicted_comm_bytes();
+    predicted.activations = int64_t(predicted_activation_bytes());
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
@@ -105,6 +109,38 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   else if (rank0_ &&
            (step == start_ || (step + 1) % a_.log_every == 0 || eval_now || step + 1 == end_ || stepped.skipped))
     print_progress(rep, /*tty=*/false);
+}
+
+int64_t Diagnostics::predicted_comm_bytes() const {
+  if (!dp_.bucket) return 0;
+  std::vector<int64_t> numels;
+  for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
+  const int64_t pad = optim::predict_bucket_padding(numels, a_.bucket_mb, pgm_.dp_size());
+  // fp32 grad buffer; under ZeRO also the param buffer, in the model's dtype
+  return pad * (4 + (a_.zero ? int64_t(element_size(parse_dtype(a_.dtype))) : 0));
+}
+
+double Diagnostics::predicted_activation_bytes() const {
+  const nn::GPTConfig& cfg = c_.cfg;
+  optim::ActivationCase c;
+  c.micro_batch = a_.batch, c.seq = cfg.block_size, c.width = cfg.n_embd, c.heads = cfg.n_head;
+  c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
+  c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
+  c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
+  if (m_.pipelined()) {
+    for (const parallel::LayerRange& r : m_.stage->chunks())  // items [embedding, blocks 1..L, head]
+      for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
+    c.has_head = m_.stage->is_last_stage();
+    c.pipelined = pgm_.pp_size() > 1;
+    const int64_t m = a_.microbatches > 0 ? a_.microbatches : pgm_.pp_size();
+    c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), m, pgm_.pp_size(), pgm_.pp_rank(),
+                                                 a_.virtual_stages);
+    c.micro_batches = m;
+  } else {
+    c.blocks = cfg.n_layer, c.has_head = true;
+  }
+  if (!dp_.bucket) c.grad_bytes = 4 * m_.net().num_parameters();  // backward allocates fp32 .grad tensors
+  return optim::predict_activations(c).total;
 }
 
 void Diagnostics::end_progress_line() {

@@ -39,6 +39,10 @@ class Diagnostics {
   void finish();
 
  private:
+  // --memory-report's formulas for this rank: the buckets' padding, the activations' peak.
+  int64_t predicted_comm_bytes() const;
+  double predicted_activation_bytes() const;
+
   const Args& a_;
   parallel::ProcessGroupManager& pgm_;
   const Corpus& c_;

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "autograd/variable.h"
+#include "optim/distributed_optimizer.h"
 
 namespace loom::optim {
 
@@ -24,6 +25,12 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
   }
   if (dp) {
     m.grads = bytes_of(dp->bucket_manager().buffer());
+    // What the buffer holds beyond its params' gradients: the buckets' padding.
+    int64_t elements = 0;
+    for (const Tensor& p : dp->params()) elements += p.numel();
+    m.comm = m.grads - elements * 4;
+    if (const auto* zero = dynamic_cast<const DistributedOptimizer*>(&opt))  // its param buffer, laid out alike
+      m.comm += int64_t(zero->param_buffer().storage()->nbytes()) - elements * int64_t(element_size(zero->param_buffer().dtype()));
   } else {
     for (const Tensor& p : params) m.grads += bytes_of(autograd::grad(p));
   }
@@ -44,12 +51,25 @@ MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool ze
   return {num_params * param_bytes, num_params * 4, int64_t(double(num_params) * opt_per_param)};
 }
 
+int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb, int dp) {
+  const int64_t cap = std::max<int64_t>(1, int64_t(cap_mb * 1024 * 1024 / 4)), pad_to = int64_t(dp) * 64;
+  int64_t pad = 0, used = 0;
+  auto close = [&] { pad += (used + pad_to - 1) / pad_to * pad_to - used; };
+  for (auto it = numels.rbegin(); it != numels.rend(); ++it) {
+    if (used > 0 && used + *it > cap) close(), used = 0;
+    used += *it;
+  }
+  if (used > 0) close();
+  return pad;
+}
+
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
                           parallel::ProcessGroup& world, std::string* json) {
-  constexpr int kFields = 9;
+  constexpr int kFields = 12;
   Tensor row = from_vector(std::vector<int64_t>{mine.num_params, mine.params, predicted.params, mine.grads,
-                                                predicted.grads, mine.optimizer, predicted.optimizer,
-                                                mine.activations_peak, mine.live});
+                                                predicted.grads, mine.optimizer, predicted.optimizer, mine.comm,
+                                                predicted.comm, mine.activations_peak, predicted.activations,
+                                                mine.live});
   Tensor all = zeros({int64_t(world.size()) * kFields}, kInt64);
   world.all_gather(all, row);
   if (world.rank() != 0) return "";
@@ -57,20 +77,22 @@ std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& p
   auto mib = [](int64_t b) { return double(b) / (1024.0 * 1024.0); };
   std::string out = "memory after step 1 (MiB, measured / predicted):\n"
                     " rank     params   |  params         | grads (main_grad) | optimizer state   | bytes/param   |"
-                    " activ. peak | live\n";
+                    " comm buffers    | activ. peak       | live\n";
   char line[256];
   for (int r = 0; r < world.size(); ++r) {
     const int64_t* f = v.data() + size_t(r) * kFields;
     // params + grads + optimizer state per parameter: Megatron's 6 + 12/dp for bf16 + ZeRO
     const double n = double(std::max<int64_t>(f[0], 1));
     std::snprintf(line, sizeof line,
-                  " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f | %5.2f / %5.2f |  %9.2f  "
-                  "| %7.2f\n",
-                  r,
-                  (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]),
-                  double(f[1] + f[3] + f[5]) / n, double(f[2] + f[4] + f[6]) / n, mib(f[7]), mib(f[8]));
+                  " %4d %10lld   | %6.2f / %6.2f | %7.2f / %7.2f | %7.2f / %7.2f | %5.2f / %5.2f | %6.3f / %6.3f "
+                  "| %7.2f / %7.2f | %7.2f\n",
+                  r, (long long)f[0], mib(f[1]), mib(f[2]), mib(f[3]), mib(f[4]), mib(f[5]), mib(f[6]),
+                  double(f[1] + f[3] + f[5]) / n, double(f[2] + f[4] + f[6]) / n, mib(f[7]), mib(f[8]), mib(f[9]),
+                  mib(f[10]), mib(f[11]));
     out += line;
   }
+  out += " comm buffers: the buckets' padding (grads are reduced, ZeRO's params gathered, in place);"
+         " activ. peak: optim/activation_memory.h\n";
   if (json) {
     auto pair = [](const char* key, int64_t measured, int64_t predicted) {
       return str("\"", key, "\": {\"measured\": ", measured, ", \"predicted\": ", predicted, "}");
@@ -79,8 +101,8 @@ std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& p
     for (int r = 0; r < world.size(); ++r) {
       const int64_t* f = v.data() + size_t(r) * kFields;
       *json += str(r == 0 ? "\n" : ",\n", "  {\"rank\": ", r, ", \"num_params\": ", f[0], ", ", pair("params", f[1], f[2]),
-                   ", ", pair("grads", f[3], f[4]), ", ", pair("optimizer", f[5], f[6]),
-                   ", \"activations_peak\": ", f[7], ", \"live\": ", f[8], "}");
+                   ", ", pair("grads", f[3], f[4]), ", ", pair("optimizer", f[5], f[6]), ", ",
+                   pair("comm", f[7], f[8]), ", ", pair("activations", f[9], f[10]), ", \"live\": ", f[11], "}");
     }
     *json += "\n]}\n";
   }

@@ -11,6 +11,22 @@
 //
 // so bf16 with the distributed optimizer costs 6 + 12/dp bytes per param, and
 // fp32 8 + 8/dp (an fp32 model's main params are the params themselves).
+//
+// Two more rows:
+//   comm buffers  what communication adds to the buffers above. loom reduces
+//                 gradients in place in the main_grad buffer (the grads row is
+//                 data parallelism's bucket buffer) and ZeRO all-gathers params
+//                 in place in its param buffer (the params row), so the only
+//                 persistent bytes that exist for communication's sake are the
+//                 buckets' padding: each bucket of n_b elements is rounded up
+//                 to a multiple of dp x 64 so that it splits into dp equal,
+//                 aligned shards (parallel/data_parallel/bucket.h):
+//                   pad = sum_b (ceil(n_b / (64 dp)) 64 dp - n_b) elements,
+//                   x 4 bytes in the fp32 grad buffer, + x (2 or 4) in ZeRO's param buffer.
+//                 Pipeline p2p receives and tp collectives allocate per call;
+//                 what they receive is a stage input or a layer's activation,
+//                 counted in the activation row. Exact.
+//   activ. peak   optim/activation_memory.h's count, within its stated tolerance.
 #pragma once
 
 #include <string>
@@ -26,7 +42,8 @@ struct MemoryBreakdown {
   int64_t params = 0;            // bytes of the model params (the param buffer under --zero)
   int64_t grads = 0;             // bytes of the fp32 main_grad buffer (or of the .grad tensors)
   int64_t optimizer = 0;         // fp32 main params that are not the params themselves, exp_avg, exp_avg_sq, steps
-  int64_t activations_peak = 0;  // peak bytes during step 1 above what was live before it
+  int64_t comm = 0;              // bucket padding of the grad buffer (+ ZeRO's param buffer)
+  int64_t activations_peak = 0;  // peak bytes during step 1's forward + backward above what was live before it
   int64_t live = 0;              // all live bytes now
 };
 
@@ -35,16 +52,24 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
                                const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                int64_t live_before_step);
 
-// What the table above predicts for this rank: {params, grads, optimizer} bytes.
+// What the table above predicts for this rank: {params, grads, optimizer} bytes
+// (comm and activations are filled in by the caller, from the functions below).
 struct MemoryPrediction {
   int64_t params, grads, optimizer;
+  int64_t comm = 0;
+  int64_t activations = 0;
 };
 MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool zero);
+
+// The buckets' padding in elements: params (element counts, module order)
+// bucketed as BucketManager does - in reverse, a new bucket when the next
+// param would pass cap_mb of fp32 - each bucket padded to a multiple of dp x 64.
+int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb, int dp);
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
 // the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),
 // {"ranks": [{"rank": 0, "num_params": N, "params": {"measured": B, "predicted": B},
-// "grads": {...}, "optimizer": {...}, "activations_peak": B, "live": B}, ...]}, in bytes.
+// "grads": {...}, "optimizer": {...}, "comm": {...}, "activations": {...}, "live": B}, ...]}, in bytes.
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
                           parallel::ProcessGroup& world, std::string* json = nullptr);
 

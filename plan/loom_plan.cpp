@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   Grid g;
   Batch b;
   std::string machine = "cpu", model;
-  double efficiency = 0, calibrate_ms = 0, latency_us = -1, gflops = 0, memory_gb = 0;
+  double efficiency = 0, calibrate_ms = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gb = 0;
   app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200)")
       ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m"}));
   app.add_option("--layers", m.layers, "transformer blocks (L)");
@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--efficiency", efficiency, "fraction of peak a layer's math reaches (default: the machine's)");
   app.add_option("--calibrate-ms", calibrate_ms, "measured one-rank step time of this model here: sets --efficiency");
   app.add_option("--latency-us", latency_us, "per-message latency of every link");
+  app.add_option("--handoff-us", handoff_us, "cpu, more ranks than cores: cost of one synchronous collective");
+  app.add_option("--link-gbs", link_gbs, "bandwidth of every link, GB/s per direction (bench/plan_check.sh measures it)");
   app.add_option("--gflops", gflops, "cpu: per-core GFLOP/s instead of measuring");
   app.add_option("--memory-gb", memory_gb, "capacity per device instead of the table's");
   CLI11_PARSE(app, argc, argv);
@@ -67,6 +69,8 @@ int main(int argc, char** argv) {
     Machine mc = machine == "cpu" ? measure_this_cpu(m, b) : machine_by_name(machine);
     if (gflops > 0) mc.peak_tflops_16 = mc.peak_tflops_32 = gflops / 1e3;
     if (latency_us >= 0) mc.latency_us = mc.inter_latency_us = latency_us;
+    if (handoff_us >= 0) mc.handoff_us = handoff_us;
+    if (link_gbs > 0) mc.intra_gbs = mc.inter_gbs = link_gbs, mc.link_efficiency = 1;
     if (memory_gb > 0) mc.memory_gb = memory_gb;
     if (efficiency > 0) mc.efficiency = efficiency;
     if (calibrate_ms > 0) {

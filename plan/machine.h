@@ -24,6 +24,10 @@ struct Machine {
   double latency_us = 10;      // per ring step (one message), inside a node
   double inter_latency_us = 10;
   bool one_node = false;         // every rank on this one machine (the CPU): ranks beyond its cores share them
+  // With more ranks than cores: what one synchronous collective or transfer
+  // costs on top of its bytes, while its group's ranks wait to be scheduled
+  // (step_time.h). 0 on the GPU machines.
+  double handoff_us = 0;
   double peak_tflops(const std::string& dtype) const { return dtype == "fp32" ? peak_tflops_32 : peak_tflops_16; }
 };
 

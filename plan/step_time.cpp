@@ -74,7 +74,10 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
     double busy = 0;  // core-seconds of compute per step, every rank
     for (const StagePlan& sp : s.stages) busy += mb * (sp.compute.forward_s + sp.compute.backward_s);
     busy *= double(g.dp) * g.tp;
-    const double cores_bound = busy / mc.devices_per_node + s.tp_s + s.pp_s;
+    // Every synchronous tp collective and p2p transfer of the slowest stage
+    // also waits for its peers to be scheduled (Machine::handoff_us).
+    const double handoffs = mb * (slow.tp.ops + slow.pp.ops) * mc.handoff_us * 1e-6;
+    const double cores_bound = busy / mc.devices_per_node + s.tp_s + s.pp_s + handoffs;
     if (cores_bound > s.pipeline_s) {
       s.cores_s = cores_bound - s.pipeline_s;
       s.pipeline_s = cores_bound;

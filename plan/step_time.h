@@ -23,7 +23,9 @@
 //           grad buffer, at the device's memory bandwidth.
 //
 // On this CPU with more ranks than cores, T_pipeline is at least every
-// rank's compute over the cores (ranks waiting for messages yield theirs).
+// rank's compute over the cores (ranks waiting for messages yield theirs),
+// plus, per synchronous tp collective and p2p transfer on the critical path,
+// the time its group waits for its ranks to be scheduled (Machine::handoff_us).
 //
 //   step = T_pipeline + dp exposed + embedding + optimizer
 //   MFU  = model FLOPs per step / (step x ranks x peak)   (Chowdhery et al.

@@ -275,3 +275,21 @@ TEST(PlanStep, RanksBeyondTheCoresTakeTurns) {
   EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 2), b, mc).pipeline_s / work_s, 0.5, 1e-6);  // one rank a core
   EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 4), b, mc).pipeline_s / work_s, 0.5, 1e-6);  // two ranks a core
 }
+
+TEST(PlanStep, RanksBeyondTheCoresWaitForTheirPeersAtEveryCollective) {
+  // The same machine, with a hand-off of 100 us per synchronous collective
+  // when ranks outnumber cores: tp 4 on train_gpt's default shape runs per
+  // micro-batch 4 blocks x 4 all-reduces + the embedding's 1 + the head's 1
+  // + cross-entropy's 3 = 21 collectives, so 2 micro-batches add 42 x 100 us.
+  // tp 2 (one rank a core) adds nothing.
+  Machine mc;
+  mc.one_node = true, mc.devices_per_node = 2;
+  mc.peak_tflops_32 = 1, mc.efficiency = 1;
+  mc.memory_bw_gbs = 1e12, mc.intra_gbs = mc.inter_gbs = 1e12, mc.latency_us = mc.inter_latency_us = 0;
+  const Batch b{8, 2};
+  const double tp4 = plan_step(tiny(), grid(1, 1, 4), b, mc).pipeline_s,
+               tp2 = plan_step(tiny(), grid(1, 1, 2), b, mc).pipeline_s;
+  mc.handoff_us = 100;
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 4), b, mc).pipeline_s - tp4, 42 * 100e-6, 1e-9);
+  EXPECT_NEAR(plan_step(tiny(), grid(1, 1, 2), b, mc).pipeline_s - tp2, 0, 1e-12);
+}
