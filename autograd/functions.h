@@ -91,6 +91,6 @@ Tensor embedding(const Tensor& weight, const Tensor& idx);
 // logits: [N, V], targets: [N] -> mean loss over targets != ignore_index
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 // Inverted dropout; identity when !training or p == 0.
-Tensor dropout(const Tensor& x, double p, Generator& gen, bool training = true);
+Tensor dropout(const Tensor& x, double p, PhiloxGenerator& gen, bool training = true);
 
 }  // namespace loom::autograd

@@ -58,7 +58,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 });
 }
 
-Tensor dropout(const Tensor& x, double p, Generator& gen, bool training) {
+Tensor dropout(const Tensor& x, double p, PhiloxGenerator& gen, bool training) {
   if (!training || p == 0.0) return x;
   auto [y, mask] = ops::dropout(x, p, gen);
   return record("DropoutBackward", {&x}, y,

@@ -3,6 +3,7 @@
 #include "nn/loss.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "tensor/grad_mode.h"
+#include "tensor/ops.h"
 
 namespace loom::train {
 
@@ -10,10 +11,11 @@ double evaluate(nn::GPT& model, const data::TextDataset& ds, const EvalBatches& 
   NoGradGuard no_grad;
   model.eval();
   Generator gen(eb.seed);
+  const Device device = model.parameters().front().device();  // --device cuda: the batches go to the GPU
   double total = 0;
   for (int64_t i = 0; i < eb.batches; ++i) {
     data::Batch b = ds.sample("val", eb.batch, gen);
-    total += nn::cross_entropy_loss(model.forward(b.x), b.y).item<double>();
+    total += nn::cross_entropy_loss(model.forward(ops::to(b.x, device)), ops::to(b.y, device)).item<double>();
   }
   model.train();
   return total / double(eb.batches);

@@ -1,5 +1,6 @@
 #include "examples/train_args.h"
 #include "parallel/teach/teach_break.h"
+#include "tensor/cuda/cuda.h"
 
 #include <unistd.h>
 
@@ -28,6 +29,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--grad-clip", a.grad_clip, "clip the gradient norm to this (0: off)");
   app.add_option("--seed", a.seed, "seed for weights, data order and sampling");
   app.add_option("--threads", a.threads, "math threads (BLAS)");
+  app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
+  app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
   app.add_option("--eval-every", a.eval_every, "validation loss every N steps (0: never)");
   app.add_option("--eval-batches", a.eval_batches, "batches per validation");
   app.add_option("--log-every", a.log_every, "print a line every N steps when stdout is not a terminal");
@@ -113,6 +116,32 @@ void check_writable(const char* flag, const std::string& path, bool create_dirs)
   LOOM_CHECK(!fs::exists(p) || access(p.c_str(), W_OK) == 0, flag, " '", path, "' exists and is not writable");
 }
 
+// --device: a name Device parses, and for a GPU one this build and machine
+// have. One GPU per process, in fp32 without --zero for now: ranks exchanging
+// GPU tensors need NCCL (the next issue), and the fp32 main_grad buffer of
+// bf16/fp16 and --zero is host memory (parallel/data_parallel/bucket.cpp).
+void check_device(const Args& a) {
+  Device d;
+  try {
+    d = Device(a.device);
+  } catch (const Error& e) {
+    throw Error(str("--device ", a.device, ": ", e.what()));
+  }
+  LOOM_CHECK(!a.tf32 || d.is_cuda(), "--tf32 selects the GPU's GEMM precision; it needs --device cuda");
+  if (d.is_cpu()) return;
+  LOOM_CHECK(a.dp == 1 && a.pp == 1 && a.tp == 1, "--device ", a.device, " with --dp ", a.dp, " --pp ", a.pp,
+             " --tp ", a.tp, ": a GPU run is one process on one GPU for now (ranks exchanging GPU tensors need "
+             "NCCL, not built yet); use --device cpu for --dp/--pp/--tp > 1");
+  LOOM_CHECK(a.dtype == "fp32" && !a.zero, "--device ", a.device, " with --dtype ", a.dtype, a.zero ? " --zero" : "",
+             ": the fp32 main_grad buffer these need is host memory for now; on the GPU use --dtype fp32 "
+             "without --zero");
+  LOOM_CHECK(built_with_cuda(), "--device ", a.device, ": ", cuda::unavailable_reason());
+  const int n = cuda::device_count();
+  LOOM_CHECK(n > 0, "--device ", a.device, ": no CUDA device (", cuda::unavailable_reason(), ")");
+  LOOM_CHECK(d.index < n, "--device ", a.device, ": this machine has ", n, n == 1 ? " CUDA device (cuda:0)"
+             : str(" CUDA devices (cuda:0 .. cuda:", n - 1, ")"));
+}
+
 }  // namespace
 
 void validate(const Args& a) {
@@ -180,6 +209,7 @@ void validate(const Args& a) {
   check_range<int64_t>("--inject-overflow", a.inject_overflow, -1, kMaxSteps, " (-1: never)");
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   LOOM_CHECK(!a.overlap_param_gather || a.zero, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
+  check_device(a);
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);
   check_writable("--log", a.log, /*create_dirs=*/false);

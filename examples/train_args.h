@@ -20,6 +20,8 @@ struct Args {
   int64_t warmup = 20;
   uint64_t seed = 1337;
   int threads = 1;
+  std::string device = "cpu";  // cpu, or cuda[:N]: where the model, batches and optimizer live
+  bool tf32 = false;           // --device cuda: TF32 GEMMs (faster; no longer matches the CPU run)
   int64_t eval_every = 100, eval_batches = 8, log_every = 10, save_every = 0, stop_at = 0;
   std::string save, resume, log;
   int64_t sample = 300, top_k = 0;
@@ -51,6 +53,8 @@ void add_options(CLI::App& app, Args& a);
 // Every flag against its allowed range, and every output path (--save, --log,
 // --trace) for being a writable file path, before any work: errors name the
 // flag, its value and the range ("--log-every must be in [1, 1099511627776], got 0").
+// --device cuda[:N] is checked against the build and the machine here too: a
+// machine without a GPU stops before any work ("--device cuda:0: no CUDA device (...)").
 void validate(const Args& a);
 
 }  // namespace loom::train

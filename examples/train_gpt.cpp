@@ -14,6 +14,7 @@
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
 //   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero --memory-report
 //   mpirun -np 4 build/examples/train_gpt --tp 2 --pp 2 --sequence-parallel   # each matmul split over 2 ranks
+//   build/examples/train_gpt --device cuda           # one GPU, the same losses as the CPU run (TF32 off)
 //
 // Batches: --batch is the micro-batch one rank runs at a time; the global batch
 // is dp x batch x grad-accum sequences, drawn identically on every rank, and
@@ -71,6 +72,7 @@ int run(const train::Args& a, const std::string& flags) {
     // multiplied by the loss scale before backward.
     data::Batch global = corpus.ds.sample("train", plan.global_batch, data_gen);
     std::vector<data::Batch> mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches);
+    train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
     train::StepGradients g = train::forward_backward(m, mbs, a.schedule, *opt, dp, tied);
     const double loss = train::global_mean_loss(g.loss, pgm);
     diag.backward_done();  // --memory-report's activation peak, before the optimizer allocates its state

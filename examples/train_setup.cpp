@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "autograd/engine.h"
+#include "autograd/variable.h"
 #include "optim/checkpoint.h"
 #include "optim/checkpoint_tensor_parallel.h"
 #include "optim/distributed_optimizer.h"
@@ -21,6 +22,7 @@
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/replicas.h"
+#include "tensor/cuda/cuda.h"
 
 namespace loom::train {
 
@@ -104,6 +106,7 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
   } else {
     m.model = std::make_shared<nn::GPT>(cfg);
   }
+  move_to_device(m, a);
   const bool rank0 = pgm.global_rank() == 0;
   const std::string where = pgm.pp_size() > 1 && pgm.tp_size() > 1 ? " on pipeline stage 0, tp rank 0"
                             : pgm.pp_size() > 1                    ? " on pipeline stage 0"
@@ -112,6 +115,7 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
   say(rank0, "model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n",
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
       (long long)m.net().num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
+  if (a.device != "cpu") say(rank0, "device: %s, TF32 %s\n", a.device.c_str(), a.tf32 ? "on" : "off");
   if (pgm.pp_size() > 1)
     say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(),
         a.virtual_stages > 1 ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
@@ -122,6 +126,21 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
         pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
         a.sequence_parallel ? ", sequence parallel" : "");
   return m;
+}
+
+void move_to_device(ModelOrStage& m, const Args& a) {
+  const Device device(a.device);
+  if (device.is_cpu()) return;
+  cuda::set_allow_tf32(a.tf32);
+  // In place (set_data): the tensors keep their identity, so the tied wte stays one tensor.
+  for (const auto& entry : m.net().named_parameters())
+    ops::set_data(entry.second, ops::to(autograd::detach(entry.second), device));
+}
+
+void to_device(std::vector<data::Batch>& mbs, const Args& a) {
+  const Device device(a.device);
+  if (device.is_cpu()) return;
+  for (data::Batch& b : mbs) b = {ops::to(b.x, device), ops::to(b.y, device)};
 }
 
 parallel::SharedWeightGradHandler tied_embedding_handler(ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
@@ -217,6 +236,7 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, ModelOrStage&
   LOOM_CHECK(s.step <= a.steps, "--steps ", a.steps, " is below the step of the checkpoint --resume ", a.resume, " (",
              s.step, " steps done); to train further pass --steps > ", s.step);
   data_gen.set_state(s.data_rng);
+  nn::set_dropout_offset(m.net(), s.dropout_offset);  // the next masks are those the saved run would have drawn
   return s.step;
 }
 
@@ -227,6 +247,7 @@ void save(const Args& a, int64_t steps_done, const Corpus& c, ModelOrStage& m, o
   // The whole model's params on rank 0 (a pipeline's stages gathered).
   nn::NamedTensors full =
       m.pipelined() ? parallel::gather_stage_states(*m.stage, pgm.pp_group()) : m.net().state_dict();
+  for (auto& entry : full) entry.second = ops::to(entry.second, kCPU);  // --device cuda: written from host copies
   const bool rank0 = pgm.global_rank() == 0;
   if (rank0) {
     std::filesystem::path dir = std::filesystem::path(a.save).parent_path();
@@ -236,15 +257,16 @@ void save(const Args& a, int64_t steps_done, const Corpus& c, ModelOrStage& m, o
   // Replicas hold identical optimizer state: dp rank 0 writes it, or every rank its own ZeRO shard.
   // Under tp, each stage's state joined into full tensors, written by its tp rank 0 of dp rank 0.
   const nn::NamedTensors params = m.net().named_parameters();
+  const optim::TrainState state{steps_done, data_gen.state(), nn::dropout_offset(m.net())};
   if (m.pipelined() && m.stage->tensor_parallel()) {
     // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
     parallel::check_tp_replicas_identical(m.stage->tp_replicated_params(), pgm.tp_group());
     nn::NamedTensors joined = optim::full_optimizer_fragments(
         opt, params, {&m.stage->shard_maps(), &pgm.tp_group(), &pgm.dp_group(), a.zero});
-    optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, params, {steps_done, data_gen.state()},
+    optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, params, state,
                            pgm.world(), pgm.tp_rank() == 0 && pgm.dp_rank() == 0, &joined);
   } else {
-    optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, params, {steps_done, data_gen.state()},
+    optim::save_checkpoint(a.save, full, c.cfg, c.tok.vocab_utf8(), opt, params, state,
                            pgm.world(), a.zero || pgm.dp_rank() == 0);
   }
   say(rank0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(), (long long)steps_done);

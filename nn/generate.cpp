@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tensor/grad_mode.h"
+#include "tensor/ops.h"
 
 namespace loom::nn {
 
@@ -15,10 +16,11 @@ std::vector<int32_t> generate(GPT& model, std::vector<int32_t> ids, const Sample
   model.eval();
   Generator gen(opts.seed);
   const int64_t T = model.config().block_size, V = model.config().vocab_size;
+  const Device device = model.parameters().front().device();  // the context goes where the model is
   for (int64_t n = 0; n < opts.num_tokens; ++n) {
     int64_t len = std::min<int64_t>(int64_t(ids.size()), T);
     std::vector<int64_t> ctx(ids.end() - len, ids.end());
-    Tensor logits = model.forward(from_vector(ctx, {1, len}));  // [1, len, V]
+    Tensor logits = model.forward(ops::to(from_vector(ctx, {1, len}), device));  // [1, len, V]
     std::vector<double> row = ops::narrow(ops::reshape(logits, {len, V}), 0, len - 1, 1).to_vector<double>();
     for (double& x : row) x /= opts.temperature;
     if (opts.top_k > 0 && opts.top_k < V) {

@@ -48,9 +48,10 @@ nn::NamedTensors optimizer_fragments(const MixedPrecisionOptimizer& opt, const n
     const MainParam& m = opt.main_params()[i];
     const AdamWState& st = opt.adam_state(i);
     const std::string key = str("/", name_of(m, names), "/", m.start);
-    shard.push_back({str("main", key), m.main});
-    shard.push_back({str("exp_avg", key), st.exp_avg});
-    shard.push_back({str("exp_avg_sq", key), st.exp_avg_sq});
+    // On a GPU (--device cuda) the shard is written from host copies; on the CPU ops::to is the tensor itself.
+    shard.push_back({str("main", key), ops::to(m.main, kCPU)});
+    shard.push_back({str("exp_avg", key), ops::to(st.exp_avg, kCPU)});
+    shard.push_back({str("exp_avg_sq", key), ops::to(st.exp_avg_sq, kCPU)});
     shard.push_back({str("step", key), st.step});
   }
   return shard;
@@ -113,6 +114,7 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
   std::vector<int64_t> rng(state.data_rng.begin(), state.data_rng.end());
   index.push_back({"train.data_rng", from_vector(rng)});
   index.push_back({"train.step", from_vector(std::vector<int64_t>{step})});
+  index.push_back({"train.dropout_offset", from_vector(std::vector<int64_t>{int64_t(state.dropout_offset)})});
   if (opt.scaler())
     for (auto& [name, t] : opt.scaler()->state_dict()) index.push_back({"scaler." + name, t});
   nn::save_safetensors(optimizer_path(path), index,
@@ -197,6 +199,9 @@ TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt
   LOOM_CHECK(rng.size() == 4, "checkpoint '", index_path, "': train.data_rng has ", rng.size(), " words, not 4");
   for (size_t i = 0; i < 4; ++i) s.data_rng[i] = uint64_t(rng[i]);
   s.step = index.at("train.step").item<int64_t>();
+  // Written since dropout became counter-based; a checkpoint from before resumes its masks from 0.
+  if (index.contains("train.dropout_offset"))
+    s.dropout_offset = uint64_t(index.at("train.dropout_offset").item<int64_t>());
   if (opt.scaler()) {
     LOOM_CHECK(index.contains("scaler.scale"), "checkpoint '", index_path, "' has no loss-scaler state; it was "
                "written by a run without fp16 loss scaling");

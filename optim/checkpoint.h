@@ -15,7 +15,7 @@
 //                                state: only dp rank 0 writes.
 //   PATH.optim.safetensors       the index (rank 0, written last but one): the
 //                                shard file names, the step, the data RNG, the
-//                                loss scale
+//                                dropout offset, the loss scale
 // Loading reads the index and every shard it lists and cuts out the elements
 // each rank's main params cover: a run resumes bit-exactly with the same
 // layout, and reshards (gather, then re-split) when dp, pp or --zero changed.
@@ -35,6 +35,7 @@ namespace loom::optim {
 struct TrainState {
   int64_t step = 0;                  // steps completed
   std::array<uint64_t, 4> data_rng;  // Generator::state() of the batch sampler
+  uint64_t dropout_offset = 0;       // the Dropout layers' Philox offset (nn/dropout.h); 0 in older checkpoints
 };
 
 std::string optimizer_path(const std::string& model_path);  // the index: PATH.optim.safetensors

@@ -4,6 +4,7 @@
 
 #include "autograd/variable.h"
 #include "optim/clip_grad.h"
+#include "tensor/cuda/cuda_ops.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -64,9 +65,10 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroup> groups,
                    m.group < groups_.size(),
                "MixedPrecisionOptimizer: main param of ", m.model_param.describe(), " for [", m.start, ", ", m.end,
                ") in group ", m.group, " is ", m.main.describe());
-    check_device_supported("MixedPrecisionOptimizer", m.main.device());
     if (skip.count(m.model_param.impl())) m.counted_in_norm = false;
-    adam_.push_back({zeros({}, kInt64), zeros({m.end - m.start}, kFloat32), zeros({m.end - m.start}, kFloat32)});
+    // The moments live beside the main param (on its GPU with --device cuda); the step count on the host.
+    const Device d = m.main.device();
+    adam_.push_back({zeros({}, kInt64), zeros({m.end - m.start}, kFloat32, d), zeros({m.end - m.start}, kFloat32, d)});
   }
   if (options_.loss_scaling) scaler_ = std::make_unique<GradScaler>(options_.scaler);
 }
@@ -131,6 +133,7 @@ void MixedPrecisionOptimizer::adam_step(size_t i, const Tensor& grad) {
   const int64_t step = ++st.step.data<int64_t>()[0];
   const auto s = kernels::adamw_scalars<float>(group.lr, o.beta1, o.beta2, o.eps, group.weight_decay, step);
   const Tensor g = ops::contiguous(grad);
+  if (m.main.device().is_cuda()) return cuda::adamw_update(m.main, st.exp_avg, st.exp_avg_sq, g, s);  // same math
   adamw_fp32(m.main.data<float>(), st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), g.data<float>(),
              m.main.numel(), s);
 }

@@ -1,7 +1,11 @@
-// A seeded random generator, deterministic across runs and machines: xoshiro256**
-// for bits, our own uniform/normal conversions (std::normal_distribution is not
-// portable across standard libraries). Its 4-word state can be saved and
-// restored, so data order resumes bit-exactly from a checkpoint.
+// Seeded random generators, deterministic across runs and machines.
+// Generator: xoshiro256** for bits, our own uniform/normal conversions
+// (std::normal_distribution is not portable across standard libraries); it
+// draws initial weights and batches, one value after another. Its 4-word
+// state can be saved and restored, so data order resumes bit-exactly.
+// PhiloxGenerator: the counter-based generator of dropout (kernels/philox.h),
+// whose whole state is (seed, offset): any element of any call can be drawn
+// by any thread, on the CPU or a GPU, with the same bits.
 #pragma once
 
 #include <array>
@@ -26,6 +30,14 @@ class Generator {
 
  private:
   std::array<uint64_t, 4> s_{};
+};
+
+struct PhiloxGenerator {
+  uint64_t seed = 0;
+  uint64_t offset = 0;  // calls drawn so far: call k draws at counters (i / 4, k)
+
+  // The offset of the next call (PyTorch's philox_engine_inputs, one offset per call).
+  uint64_t next_offset() { return offset++; }
 };
 
 // Filled tensors (values drawn in row-major order, computed in double, rounded to dtype).

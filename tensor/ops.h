@@ -138,8 +138,13 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t count, int64_t ignore_index = -100);
 
-// Inverted dropout: returns (y, scale mask) with mask = keep / (1 - p).
-std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen);
+// Inverted dropout (tensor/ops_dropout.cpp): returns (y, scale mask) with
+// mask = keep / (1 - p), drawn by Philox at (gen.seed, gen.next_offset()).
+std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, PhiloxGenerator& gen);
+// The scale mask of one call: element i is 1 / (1 - p) when Philox's word for
+// (seed, offset, i) keeps it, else 0; the same bits on every device and thread count.
+Tensor dropout_mask(const Shape& shape, DType dtype, const Device& device, double p, uint64_t seed,
+                    uint64_t offset);
 
 // Threads for the math: GEMMs, elementwise and per-row loops (OpenMP; see
 // tensor/cpu/gemm.h). n <= 0 leaves the setting as it is.

@@ -1,5 +1,5 @@
 // Fused neural-net ops: softmax, log_softmax, layer_norm, cross_entropy,
-// embedding, dropout. Each runs a per-row kernel from tensor/kernels/ on
+// embedding. Each runs a per-row kernel from tensor/kernels/ on
 // contiguous rows in the compute type (float64 stays double; everything else
 // is computed in fp32 and rounded back to the input dtype). On a GPU each op
 // hands over to cuda/rows.cu or cuda/embedding.cu, which call the same row
@@ -301,18 +301,6 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
     }
   });
   return to(dx, logits.dtype());
-}
-
-std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, Generator& gen) {
-  LOOM_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
-  check_device_supported("dropout", x.device());  // CUDA: needs the counter-based generator (issue 13)
-  Tensor mask = empty(x.shape(), x.dtype());
-  double scale = 1.0 / (1.0 - p);
-  LOOM_DISPATCH_FLOAT(x.dtype(), "dropout", {
-    scalar_t* m = mask.data<scalar_t>();
-    for (int64_t i = 0; i < mask.numel(); ++i) m[i] = cpu::from_acc<scalar_t>(gen.uniform() >= p ? scale : 0.0);
-  });
-  return {mul(x, mask), mask};
 }
 
 }  // namespace loom::ops

@@ -547,7 +547,7 @@ TEST(CrossEntropy, IsStableAndAccurateForLargeLogits) {
 // ---- dropout ----------------------------------------------------------------------
 
 TEST(Dropout, KeepsAboutOneMinusPAndScalesKeptValuesByOneOverOneMinusP) {
-  Generator g(7);
+  PhiloxGenerator g{7};
   auto [y, mask] = ops::dropout(full({100000}, 2.0), 0.25, g);
   std::vector<float> yv = y.to_vector<float>(), mv = mask.to_vector<float>();
   int64_t kept = 0;
@@ -560,15 +560,15 @@ TEST(Dropout, KeepsAboutOneMinusPAndScalesKeptValuesByOneOverOneMinusP) {
 }
 
 TEST(Dropout, IsDeterministicForASeed) {
-  Generator g1(3), g2(3), g3(4);
+  PhiloxGenerator g1{3}, g2{3}, g3{4};
   Tensor x = ones({1000});
   EXPECT_EQ(ops::dropout(x, 0.5, g1).second.to_vector<float>(), ops::dropout(x, 0.5, g2).second.to_vector<float>());
-  Generator g4(3);
+  PhiloxGenerator g4{3};
   EXPECT_NE(ops::dropout(x, 0.5, g4).second.to_vector<float>(), ops::dropout(x, 0.5, g3).second.to_vector<float>());
 }
 
 TEST(Dropout, ZeroProbabilityKeepsEverything) {
-  Generator g(1);
+  PhiloxGenerator g{1};
   EXPECT_THAT(ops::dropout(loom::tensor({1, 2, 3}), 0.0, g).first.to_vector<float>(), ElementsAre(1, 2, 3));
 }
 
@@ -678,7 +678,7 @@ TEST(LowPrecision, NnOpsKeepTheInputDtypeAndStatisticsAreFp32) {
   double y3 = layer_norm_ref({1, 2, 3, 4}, {1, 1, 1, 1}, {0, 0, 0, 0})[3];  // 1.5 / sqrt(1.25 + eps)
   EXPECT_EQ(ln.y.data<bfloat16>()[3].bits, float_to_bf16(float(y3)).bits);
   EXPECT_EQ(ops::cross_entropy(x, ids({0})).loss.dtype(), kBFloat16);
-  Generator g(1);
+  PhiloxGenerator g{1};
   Tensor mask = ops::dropout(ones({64}, kBFloat16), 0.25, g).second;
   for (int64_t i = 0; i < 64; ++i) {  // 4/3 = 0x3FAAAAAB in fp32 -> bf16 0x3FAB
     uint16_t bits = mask.data<bfloat16>()[i].bits;
@@ -835,7 +835,7 @@ TEST(Errors, ShapeAndArgumentChecksOfTheNnOps) {
               ThrowsMessage<Error>(HasSubstr("sum: dim 2 out of range for shape [2, 3]")));
   EXPECT_THAT([] { ops::causal_mask_fill(zeros({3}), 0); },
               ThrowsMessage<Error>(HasSubstr("causal_mask_fill: needs [..., T, S], got [3]")));
-  Generator g;
+  PhiloxGenerator g;
   EXPECT_THAT([&] { ops::dropout(zeros({2}), 1.0, g); },
               ThrowsMessage<Error>(HasSubstr("dropout: p must be in [0, 1), got 1")));
 }

@@ -13,6 +13,7 @@
 
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
+#include "tensor/cuda/cuda.h"
 #include "tensor/ops.h"
 
 namespace fs = std::filesystem;
@@ -102,13 +103,16 @@ const std::string kSmall = " --batch 4 --block 16 --layers 2 --heads 2 --embd 32
 // For every --dtype: the fp32 main params, the AdamW state and (fp16) the loss
 // scaler are in the checkpoint. fp16 runs with a short growth window and an
 // overflow at step 4, so the scale changes before and after the save: a
-// resume that lost the scaler's state would diverge.
+// resume that lost the scaler's state would diverge. With --dropout the
+// layers' Philox offset is in the checkpoint too: a resume that restarted it
+// would draw the first steps' masks again.
 class TrainGptResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainGptResume, IsBitExact) {
-  const std::string dtype = GetParam();
-  fs::path d = temp_dir("resume_" + dtype);
-  std::string data = " --data " + corpus(d).string() + " --dtype " + dtype;
+  const std::string flags = GetParam();  // "<dtype>[ more flags]"
+  const std::string dtype = flags.substr(0, flags.find(' '));
+  fs::path d = temp_dir("resume_" + dtype + (flags == dtype ? "" : "_more"));
+  std::string data = " --data " + corpus(d).string() + " --dtype " + flags;
   if (dtype == "fp16") data += " --loss-scale-window 3 --inject-overflow 4";
   Exec straight = run("--steps 20" + kSmall + data + " --log " + (d / "straight.jsonl").string());
   ASSERT_EQ(straight.status, 0) << straight.output;
@@ -139,7 +143,25 @@ TEST_P(TrainGptResume, IsBitExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, TrainGptResume, ::testing::Values("fp32", "bf16", "fp16"));
+INSTANTIATE_TEST_SUITE_P(Dtypes, TrainGptResume, ::testing::Values("fp32", "bf16", "fp16", "fp32 --dropout 0.2"));
+
+// Dropout's masks are a function of (seed, offset, element) alone, so the
+// math threads may split them any way: 1 and 2 threads give the same losses
+// bit for bit (and the dropout is on: they differ from --dropout 0's).
+TEST(TrainGpt, DropoutRunsAreTheSameOnOneAndTwoThreads) {
+  fs::path d = temp_dir("dropout_threads");
+  const std::string data = " --steps 6" + kSmall + "--data " + corpus(d).string() + " ";
+  for (const char* t : {"1", "2"}) {
+    Exec r = run(data + "--dropout 0.2 --threads " + t + " --log " + (d / (std::string("t") + t + ".jsonl")).string());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  Exec plain = run(data + "--log " + (d / "plain.jsonl").string());
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  std::vector<std::string> one = losses(d / "t1.jsonl"), two = losses(d / "t2.jsonl");
+  ASSERT_EQ(one.size(), 6u);
+  EXPECT_EQ(one, two);
+  EXPECT_NE(one, losses(d / "plain.jsonl"));
+}
 
 // Also: a flag given twice takes its last value (examples/train.sh passes its
 // own --steps, and `bash examples/train.sh --steps 50` overrides it).
@@ -286,6 +308,43 @@ TEST(TrainGpt, EveryFlagIsCheckedBeforeTrainingWithItsRange) {
   Exec nested = run(data + "--save " + (d / "new" / "dir" / "ck.safetensors").string());
   EXPECT_EQ(nested.status, 0) << nested.output;
   EXPECT_TRUE(fs::exists(d / "new" / "dir" / "ck.safetensors"));
+}
+
+// --device is checked before any work: a bad name, --tf32 without a GPU
+// device, a GPU run combined with --dp/--pp/--tp or the host-side main_grad
+// buffer, and - on a machine or build without CUDA, as here - cuda itself,
+// with the runtime's reason. (tests/cuda/test_cuda_train_gpt.cpp runs it on a GPU.)
+TEST(TrainGpt, DeviceIsCheckedUpFront) {
+  fs::path d = temp_dir("device");
+  const std::string data = " --steps 2" + kSmall + "--data " + corpus(d).string() + " ";
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"--device gpu", "--device gpu: device: cannot parse 'gpu' (expected cpu, cuda or cuda:N)"},
+      {"--device cuda:x", "--device cuda:x: device: cannot parse 'cuda:x'"},
+      {"--tf32", "--tf32 selects the GPU's GEMM precision; it needs --device cuda"},
+      {"--device cuda --dp 2", "--device cuda with --dp 2 --pp 1 --tp 1: a GPU run is one process on one GPU"},
+      {"--device cuda:0 --tp 2 --heads 2", "--device cuda:0 with --dp 1 --pp 1 --tp 2: a GPU run is one process"},
+      {"--device cuda --dtype bf16", "--device cuda with --dtype bf16: the fp32 main_grad buffer these need is host "
+                                     "memory for now"},
+      {"--device cuda --zero", "--device cuda with --dtype fp32 --zero: the fp32 main_grad buffer"},
+  };
+  if (!loom::built_with_cuda())
+    cases.push_back({"--device cuda:0", "--device cuda:0: loom was built without CUDA (configure with -DLOOM_CUDA=ON)"});
+  else if (loom::cuda::device_count() == 0)
+    cases.push_back({"--device cuda:0", "--device cuda:0: no CUDA device (cudaGetDeviceCount"});
+  else  // a GPU machine: an index past the last one
+    cases.push_back({"--device cuda:99", "--device cuda:99: this machine has "});
+  for (const auto& [flags, message] : cases) {
+    Exec r = run(data + flags);
+    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("data:"), std::string::npos) << flags << ": work began before the check\n" << r.output;
+  }
+  // --device cpu is today's run: the same losses as no --device at all.
+  Exec plain = run(data + "--log " + (d / "plain.jsonl").string());
+  Exec cpu = run(data + "--device cpu --log " + (d / "cpu.jsonl").string());
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(cpu.status, 0) << cpu.output;
+  EXPECT_EQ(losses(d / "plain.jsonl"), losses(d / "cpu.jsonl"));
 }
 
 // The sample's prompt is a newline only when the corpus has one; otherwise its

@@ -37,7 +37,7 @@ const DeviceCount& probe() {
     if (err != cudaSuccess) {
       (void)cudaGetLastError();  // clear it: a CUDA build must keep working on CPU tensors
       r.count = 0;
-      r.reason = str(cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
+      r.reason = str("cudaGetDeviceCount: ", cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
     } else if (r.count == 0) {
       r.reason = "cudaGetDeviceCount reports 0 devices";
     }
@@ -50,6 +50,7 @@ const DeviceCount& probe() {
 
 int device_count() { return probe().count; }
 bool is_available() { return device_count() > 0; }
+std::string unavailable_reason() { return probe().reason; }
 
 void check_device(const Device& d) {
   const DeviceCount& p = probe();

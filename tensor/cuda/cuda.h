@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tensor/device.h"
 
@@ -13,6 +14,10 @@ namespace loom::cuda {
 // GPUs the CUDA runtime sees (0 without a GPU or driver; never throws).
 int device_count();
 bool is_available();
+// Why no GPU can be used ("" when one can): the runtime's answer
+// ("cudaGetDeviceCount: no CUDA-capable device is detected (cudaErrorNoDevice)"),
+// or that this build has no CUDA. For messages such as train_gpt's --device check.
+std::string unavailable_reason();
 
 // Waits until everything loom enqueued on d's stream has finished. Copies to
 // the CPU and .item() do this themselves; benchmarks call it before a clock.

@@ -73,6 +73,11 @@ Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tenso
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx);
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src);
 
+// ---- dropout (dropout.cu) ------------------------------------------------------------
+// mask (contiguous, floating) <- scale where Philox's word for (seed, offset, i)
+// is >= threshold, else 0 (tensor/kernels/philox.h; the CPU loop is ops_dropout.cpp).
+void dropout_mask(const Tensor& mask, uint64_t seed, uint64_t offset, uint32_t threshold, double scale);
+
 // ---- optimizer math (optim.cu), called by optim/ ------------------------------------
 // p (fp32/bf16/fp16 with fp32 state, or float64 with float64 state) updated in
 // place with its moments m, v from gradient g: tensor/kernels/adamw.h per element.

@@ -15,6 +15,7 @@ namespace {
 
 int device_count() { return 0; }
 bool is_available() { return false; }
+std::string unavailable_reason() { return "loom was built without CUDA (configure with -DLOOM_CUDA=ON)"; }
 void synchronize(const Device& d) {
   if (d.is_cuda()) no_cuda("synchronize");
 }
@@ -55,6 +56,8 @@ ops::CrossEntropyResult cross_entropy(const Tensor&, const Tensor&, int64_t) { n
 Tensor cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t) {
   no_cuda("cross_entropy_backward");
 }
+
+void dropout_mask(const Tensor&, uint64_t, uint64_t, uint32_t, double) { no_cuda("dropout"); }
 
 void adamw_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const kernels::AdamWScalars<float>&) {
   no_cuda("AdamW");
