@@ -54,16 +54,18 @@
 //     queues behind that nap. Even a 0.5 KB send is not done at MPI's first
 //     test, and a "20 us" nap lasts ~140 us here: in a ping-pong the send was
 //     posted 50-70 us after the verb and a transfer cost 87-112 us, against
-//     25-37 us when each send was waited for (its thread then polls flat out).
+//     25-40 us when each send was waited for (its thread then polls flat out).
 //   - MPI_Isend on the caller's thread (ProcessGroup::isend), tested at each
 //     verb: posted at once, 8-20 us a transfer. But with real compute 1F1B
-//     then took 115-192 ms a step against 38-44 ms: between verbs nothing in
-//     the sending process called MPI, and the transfer waited for it.
+//     then took 115-192 ms a step against 38-44 ms. Between verbs nothing in
+//     the sending process is inside MPI; our reading (not pinned down) is
+//     that the transfers waited for that.
 //   - both, what loom does: MPI_Isend here, and the channel's thread polls it
 //     politely until it is done (isend in comm/process_group_mpi.cpp). The
-//     send leaves at once and keeps moving while the stage computes: 20 us a
-//     0.5 KB transfer, 38 us at 128 KB (sends waited for: 25-37 us), and real
-//     compute as fast as with sends waited for.
+//     send leaves at once and keeps moving while the stage computes: 20-24 us
+//     a 0.5 KB transfer (sends waited for: 29-30 us), 38-56 us at 128 KB
+//     (37-40 us: the polling thread's wake-up costs here), and whole steps
+//     with real compute as fast as with sends waited for, within the noise.
 // A backend that progresses sends by itself (NCCL on its stream) needs none of this.
 //
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
