@@ -3,15 +3,16 @@
 // sends an activation [b, T, C] downstream and receives its gradient back,
 // stage 1 receives the activation and sends the gradient (the same shape)
 // back, N times. The time per round trip / 2 is the cost of one transfer:
-// the comm threads' queueing, the header and the payload messages. Three times:
-//   single transfers   each verb on its own: a header with every tensor
-//                      (what every transfer cost before headers were cached);
-//   in a schedule      between begin_schedule() and end_schedule(), as AFAB
-//                      and 1F1B run them: the header with the first tensor of
-//                      each channel only;
-//   async sends        the same with begin_schedule(async_sends), as the
-//                      interleaved schedule runs them: sends left to their
-//                      channel's thread, waited for at the end.
+// posting the send, the receiving comm thread's wake-up, the header and the
+// payload messages. Two times:
+//   single transfers   each verb on its own: a header with every tensor, and
+//                      each send waited for;
+//   in a schedule      between begin_schedule() and end_schedule(), as every
+//                      schedule runs them: the header with the first tensor of
+//                      each channel only, sends not waited for until the end.
+// Beside each time, the context switches per transfer (getrusage, both kinds,
+// every thread of rank 0): each hand-over to or from a communication thread
+// is one, and on a busy machine each costs a scheduler's wake-up.
 //
 // Usage: mpirun -np 2 build/bench/bench_pipeline_p2p [--n 2000] [--batch 4] [--block 64] [--embd 128]
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include <sys/resource.h>
 
 #include "parallel/comm/distributed.h"
 #include "parallel/pipeline_parallel/pipeline_p2p.h"
@@ -53,26 +56,38 @@ int main(int argc, char** argv) {
         }
       }
     };
-    // us per transfer, over n round trips.
-    auto time = [&](bool in_schedule, bool async_sends) {
+    auto context_switches = [] {
+      rusage u{};
+      getrusage(RUSAGE_SELF, &u);
+      return double(u.ru_nvcsw + u.ru_nivcsw);
+    };
+    // {us, context switches} per transfer, over n round trips.
+    struct Cost {
+      double us = 1e30, switches = 0;
+    };
+    auto time = [&](Cost& best, bool in_schedule) {
       world.barrier();
+      const double s0 = context_switches();
       const auto t0 = std::chrono::steady_clock::now();
-      if (in_schedule) p2p.begin_schedule(async_sends);
+      if (in_schedule) p2p.begin_schedule();
       round_trips(n);
       if (in_schedule) p2p.end_schedule();
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / double(2 * n);
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / double(2 * n);
+      if (us < best.us) best = {us, (context_switches() - s0) / double(2 * n)};
     };
     round_trips(50);  // warm-up
     // Each mode twice, interleaved, keeping the faster: the machine's noise is large.
-    double single = time(false, false), scheduled = time(true, false), async = time(true, true);
-    single = std::min(single, time(false, false));
-    scheduled = std::min(scheduled, time(true, false));
-    async = std::min(async, time(true, true));
+    Cost single, scheduled;
+    for (int round = 0; round < 2; ++round) {
+      time(single, false);
+      time(scheduled, true);
+    }
     if (world.rank() == 0)
-      std::printf("p2p [%lld, %lld, %lld] float32 (%.1f KB), %lld round trips, us per transfer: single transfers "
-                  "%.1f, in a schedule %.1f (%.2fx), with async sends %.1f (%.2fx)\n",
+      std::printf("p2p [%lld, %lld, %lld] float32 (%.1f KB), %lld round trips, us (context switches) per transfer: "
+                  "single transfers %.1f (%.1f), in a schedule %.1f (%.1f) %.2fx\n",
                   (long long)batch, (long long)block, (long long)embd, double(act.nbytes()) / 1024, (long long)n,
-                  single, scheduled, single / scheduled, async, single / async);
+                  single.us, single.switches, scheduled.us, scheduled.switches, single.us / scheduled.us);
     return 0;
   });
 }

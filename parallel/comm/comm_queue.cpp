@@ -104,6 +104,11 @@ void CommQueue::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool CommQueue::stopping() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stopping_;
+}
+
 bool CommQueue::awaited() const {
   std::lock_guard<std::mutex> lock(waiters_->mutex);
   return waiters_->count > 0;

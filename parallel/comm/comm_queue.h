@@ -36,6 +36,7 @@ class CommQueue {
 
   // Runs what is queued, then stops the thread. Later submits throw.
   void shutdown();
+  bool stopping() const;  // shutdown() has begun (for operations that could wait forever)
 
   // The operation the thread is inside right now, if any (for the watchdog).
   struct Running {

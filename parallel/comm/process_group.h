@@ -65,6 +65,13 @@ class ProcessGroup {
   // posted receive (rank 0: send then recv; rank 1: recv then send).
   virtual std::shared_ptr<Work> send_async(const Tensor& t, int dst, int tag = 0) = 0;
   virtual std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag = 0) = 0;
+  // A send posted now, on the calling thread, instead of behind the group's
+  // queue (torch.distributed's isend, MPI_Isend): it returns at once, the
+  // message is on its way before the call returns, and the Work completes when
+  // the receiver has it. Ordered with the group's other isends to the same
+  // rank and tag, not with its queued operations. The default queues it like
+  // send_async; the MPI backend overrides it (why: pipeline_p2p.h).
+  virtual std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag = 0) { return send_async(t, dst, tag); }
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
   // ---- synchronous: the same, then wait ----

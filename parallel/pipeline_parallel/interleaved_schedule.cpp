@@ -45,8 +45,9 @@ std::vector<ScheduledOp> interleaved_order(int p, int rank, int v, int m) {
 PipelineStepResult train_step_pipeline_interleaved(PipelineStage& stage, PipelineP2P& p2p,
                                                    const std::vector<MicroBatch>& micro_batches,
                                                    const LossFn& loss_fn, DataParallel* dp) {
-  // Sends left in flight: around the ring every stage sends before it receives (pipeline_p2p.h).
-  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp, /*async_sends=*/true);
+  // Around the ring every stage sends before it receives: the schedule's sends
+  // do not wait for their receivers (pipeline_p2p.h).
+  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
   const std::vector<ScheduledOp> order = interleaved_order(p2p.pp_size(), p2p.pp_rank(), stage.num_chunks(), m);
   // When the gradients are synced over dp (see the header).

@@ -28,11 +28,12 @@
 // Transfers. The output of chunk c on rank p - 1 is the input of chunk c + 1
 // on rank 0: the p2p links form a ring (pipeline_p2p.h's recv_activation /
 // send_gradient, ...). Megatron posts each step's sends and receives together
-// in lock-step; here every send is asynchronous (begin_schedule's async_sends)
-// and each direction of each link has its own thread, so a rank simply
-// receives each input right before the forward or backward that needs it. The order of each link's messages is
-// the same on both ends (the forwards' order restricted to the chunks that
-// send), which is all the FIFO channels need.
+// in lock-step; here, as in every schedule, a send returns without waiting
+// for its receiver and each direction of each link is its own channel, so a
+// rank simply receives each input right before the forward or backward that
+// needs it. The order of each link's messages is the same on both ends (the
+// forwards' order restricted to the chunks that send), which is all the
+// channels need.
 //
 // Data parallelism: with DataParallelNaive every chunk's parameters are
 // all-reduced in that chunk's last backward (micro-batch m - 1), Megatron's

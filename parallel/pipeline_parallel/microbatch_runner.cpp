@@ -27,7 +27,7 @@ double broadcast_mean_loss(PipelineP2P& p2p, double loss_sum, int m) {
 }
 
 MicroBatchRunner::MicroBatchRunner(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
-                                   const LossFn& loss_fn, DataParallel* dp, bool async_sends)
+                                   const LossFn& loss_fn, DataParallel* dp)
     : stage_(stage), p2p_(p2p), mbs_(mbs), loss_fn_(loss_fn), dp_(dp) {
   LOOM_CHECK(!mbs.empty(), "pipeline schedule: no micro-batches");
   check_stage_matches_rank(stage, p2p);
@@ -35,7 +35,7 @@ MicroBatchRunner::MicroBatchRunner(PipelineStage& stage, PipelineP2P& p2p, const
     LOOM_CHECK(mbs[i].x.shape() == mbs[0].x.shape(), "pipeline schedule: micro-batch ", i, " has shape ",
                shape_str(mbs[i].x.shape()), ", micro-batch 0 ", shape_str(mbs[0].x.shape()),
                "; a step's micro-batches must have one shape");
-  p2p_.begin_schedule(async_sends);
+  p2p_.begin_schedule();
 }
 
 Tensor MicroBatchRunner::forward(int mb, const Tensor& input, int chunk) {

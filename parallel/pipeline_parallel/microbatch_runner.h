@@ -21,11 +21,11 @@ namespace loom::parallel {
 
 class MicroBatchRunner {
  public:
-  // Begins the schedule's transfers (p2p.begin_schedule(async_sends)).
+  // Begins the schedule's transfers (p2p.begin_schedule()).
   // Errors: no micro-batches, a stage that does not match its pp rank,
   // micro-batches of different shapes (a schedule sends each header once).
   MicroBatchRunner(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs, const LossFn& loss_fn,
-                   DataParallel* dp, bool async_sends = false);
+                   DataParallel* dp);
   int num_microbatches() const { return int(mbs_.size()); }
 
   // Micro-batch mb's forward on chunk's layers, from `input` (received;

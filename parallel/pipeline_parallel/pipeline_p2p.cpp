@@ -88,7 +88,8 @@ void PipelineP2P::send_backward(const Tensor& input_grad, int mb) {
 
 // The send and the receive run on different channels, so the next stage's
 // send_bwd_recv_fwd (gradient send, activation receive) meets both, whatever
-// order the threads run them in. The receive is posted before this waits for the send.
+// order they run in. The receive is posted before this waits for the send
+// (outside a schedule; in one, nothing waits for it).
 Tensor PipelineP2P::send_fwd_recv_bwd(const Tensor& output, int send_mb, int recv_mb) {
   if (is_last_stage()) return Tensor();
   send(*act_out_, output, "send_forward", send_mb, -1);
@@ -132,15 +133,14 @@ void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
 
 // ---- a schedule's transfers ------------------------------------------------------
 
-void PipelineP2P::begin_schedule(bool async_sends) {
-  pending_.clear();  // only a schedule that threw leaves sends behind
+void PipelineP2P::begin_schedule() {
+  pending_.clear();  // only a schedule that threw leaves sends behind (MPI keeps their payloads alive)
   forget_shapes();
   in_schedule_ = true;
-  async_sends_ = async_sends;
 }
 
 void PipelineP2P::end_schedule() {
-  in_schedule_ = async_sends_ = false;
+  in_schedule_ = false;
   finish_sends();  // every send delivered: the peers have received all of this step
   forget_shapes();
 }
@@ -151,12 +151,13 @@ void PipelineP2P::forget_shapes() {
 }
 
 void PipelineP2P::finish_sends() {
-  if (!async_sends_) {
+  if (!in_schedule_) {
     for (PendingSend& s : pending_) wait(s);
     pending_.clear();
     return;
   }
-  // Asynchronous sends: let go of the ones already delivered (and their payloads).
+  // In a schedule: let go of the sends already delivered (and their payloads).
+  // is_completed() is an MPI_Test, which moves every transfer of the process along.
   std::erase_if(pending_, [&](PendingSend& s) {
     if (!s.payload->is_completed() || (s.header && !s.header->is_completed())) return false;
     wait(s);  // rethrows a failed send
@@ -186,10 +187,10 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
     header[0] = payload.dim();
     header[1] = int64_t(payload.dtype());
     for (int64_t d = 0; d < payload.dim(); ++d) header[size_t(2 + d)] = payload.size(d);
-    s.header = c.group->send_async(from_vector(header), kReceiver, kHeaderTag);
+    s.header = c.group->isend(from_vector(header), kReceiver, kHeaderTag);
     c.shape = payload.shape(), c.dtype = payload.dtype(), c.cached = in_schedule_;
   }
-  s.payload = c.group->send_async(payload, kReceiver, kPayloadTag);
+  s.payload = c.group->isend(payload, kReceiver, kPayloadTag);
   pending_.push_back(std::move(s));
 }
 

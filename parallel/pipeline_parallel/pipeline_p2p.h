@@ -37,19 +37,36 @@
 // instead of two. Every micro-batch of a step has the same shape; a send of
 // another shape within a schedule is an error.
 //
-// Sends. Every verb returns once its transfers are complete, as picotron's and
-// Megatron's do (they wait on the requests of batch_isend_irecv); a combined
-// verb posts its receive before it waits for its send. The interleaved
-// schedule instead opens its schedule with async_sends: a send is left to its
-// channel's thread and the stage goes on computing; end_schedule() waits for
-// the sends (each keeps its own payload alive, so no buffer is reused before
-// that). Around a ring that is what keeps large transfers from deadlocking:
-// every stage sends before it receives. Why not always: with MPI a send
-// progresses only while its thread polls, and a send nobody waits for polls
-// politely (naps of 20-200 us, comm/process_group_mpi.cpp) so as not to take
-// the compute thread's core - measured here, 1F1B with asynchronous sends ran
-// 3x slower than with sends waited for (bench/README.md, bench_pipeline_p2p).
-// A backend that progresses sends by itself (NCCL on its stream) loses nothing.
+// Sends. Inside a schedule a send returns as soon as it is posted: the stage
+// goes on computing while the transfer completes, and end_schedule() waits for
+// what is still in flight (each send keeps its payload alive until then, so
+// no buffer is reused early; do not write a tensor you have sent). Around the
+// interleaved schedule's ring that is also what keeps large transfers from
+// deadlocking: every stage sends before it receives. Outside a schedule a verb
+// returns once its transfers are complete, as picotron's and Megatron's do
+// (they wait on the requests of batch_isend_irecv); a combined verb posts its
+// receive before it waits for its send.
+//
+// How a send is posted, measured (bench/README.md; 2 ranks on a busy 2-core VM):
+//   - queued on the channel's thread (ProcessGroup::send_async), as before:
+//     the thread polls a send nobody waits for politely (naps, so as not to
+//     take the compute thread's core), and the next send on the channel
+//     queues behind that nap. Even a 0.5 KB send is not done at MPI's first
+//     test, and a "20 us" nap lasts ~140 us here: in a ping-pong the send was
+//     posted 50-70 us after the verb and a transfer cost 87-112 us, against
+//     25-40 us when each send was waited for (its thread then polls flat out).
+//   - MPI_Isend on the caller's thread (ProcessGroup::isend), tested at each
+//     verb: posted at once, 8-20 us a transfer. But with real compute 1F1B
+//     then took 115-192 ms a step against 38-44 ms. Between verbs nothing in
+//     the sending process is inside MPI; our reading (not pinned down) is
+//     that the transfers waited for that.
+//   - both, what loom does: MPI_Isend here, and the channel's thread polls it
+//     politely until it is done (isend in comm/process_group_mpi.cpp). The
+//     send leaves at once and keeps moving while the stage computes: 20-24 us
+//     a 0.5 KB transfer (sends waited for: 29-30 us), 38-56 us at 128 KB
+//     (37-40 us: the polling thread's wake-up costs here), and whole steps
+//     with real compute as fast as with sends waited for, within the noise.
+// A backend that progresses sends by itself (NCCL on its stream) needs none of this.
 //
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
 // With tracing on (trace.h) every transfer is a span on the communication track.
@@ -91,11 +108,10 @@ class PipelineP2P {
   Tensor recv_gradient(int mb, int chunk);                       // <- next rank
   void send_gradient(const Tensor& input_grad, int mb, int chunk);  // -> previous rank
 
-  // One schedule's transfers: headers once per channel, and with async_sends
-  // sends left in flight (see above). begin_schedule() also drops what a
-  // schedule that threw left behind; end_schedule() waits for the sends and
-  // forgets the cached shapes.
-  void begin_schedule(bool async_sends = false);
+  // One schedule's transfers: headers once per channel, and sends left in
+  // flight (see above). begin_schedule() also drops what a schedule that threw
+  // left behind; end_schedule() waits for the sends and forgets the cached shapes.
+  void begin_schedule();
   void end_schedule();
 
  private:
@@ -105,20 +121,20 @@ class PipelineP2P {
     std::string span;                       // trace span name, "send_forward mb3"
     double start_us;
   };
-  // Queues the header (unless cached), then the payload, on the channel's thread.
+  // Posts the header (unless cached), then the payload (ProcessGroup::isend).
   void send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk);
   // Receives the header (unless cached), then a tensor of the shape and dtype it announces.
   Tensor recv(Channel& c, const char* verb, int mb, int chunk);
   void wait(PendingSend& s);
   void forget_shapes();
   Channel& ring(const std::unique_ptr<Channel>& c, const char* verb) const;  // c, or an error when pp is 1
-  void finish_sends();  // every send, now; with async_sends only the ones already delivered
+  void finish_sends();  // every send, now; in a schedule only the ones already delivered
 
   ProcessGroup& pp_group_;
   int rank_, size_;
   std::unique_ptr<Channel> act_out_, act_in_, grad_out_, grad_in_;
   std::vector<PendingSend> pending_;
-  bool in_schedule_ = false, async_sends_ = false;
+  bool in_schedule_ = false;
   bool verbose_ = false;
 };
 

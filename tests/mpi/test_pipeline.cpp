@@ -470,12 +470,12 @@ TEST(Pipeline, RingTransfersOfLargeTensorsDoNotDeadlockInASchedule) {
   // 8 MB each way around the ring, every stage sending before it receives, as
   // the interleaved schedule's stages do (rank p - 1 sends to rank 0). With a
   // blocking send every stage would wait in its send for a receive its peer
-  // never reaches; with async_sends they are left to their channel's thread.
+  // never reaches; in a schedule a send does not wait for its receiver.
   if (world_size() == 1) GTEST_SKIP() << "a ring";
   PipelineP2P p2p(parallel::world());
   const int r = p2p.pp_rank(), p = p2p.pp_size();
   const int64_t n = 2 << 20;
-  p2p.begin_schedule(/*async_sends=*/true);
+  p2p.begin_schedule();
   p2p.send_activation(full({n}, 1.0 + r, kFloat32), 0, 0);
   p2p.send_gradient(full({n}, -(1.0 + r), kFloat32), 0, 0);
   Tensor act = p2p.recv_activation(0, 0), grad = p2p.recv_gradient(0, 0);
@@ -514,4 +514,36 @@ TEST(Pipeline, AScheduleAnnouncesEachChannelsShapeOnce) {
     }
     p2p.end_schedule();
   }
+}
+
+TEST(Pipeline, InAScheduleSendForwardReturnsBeforeTheNextStageReceives) {
+  // What AFAB and 1F1B gain (pipeline_p2p.h): stage 0's send_forward returns
+  // while stage 1 is still busy elsewhere, and stage 0 goes on computing. 8 MB
+  // is far above MPI's eager limit, so a send that waited for its transfer
+  // would wait for the receive. Stage 0 tells stage 1 over another group that
+  // its send has returned; stage 1 posts its receive only once it has heard
+  // that, or after giving up (5 s), so a send that waits fails, not hangs.
+  if (world_size() != 2) GTEST_SKIP() << "a two-stage exchange";
+  PipelineP2P p2p(parallel::world());
+  const int64_t n = 2 << 20;
+  constexpr int kReturnedTag = 7;
+  p2p.begin_schedule();
+  if (p2p.is_first_stage()) {
+    p2p.send_forward(full({n}, 3.0), 0);
+    parallel::world().send(full({1}, 1.0, kInt32), 1, kReturnedTag);
+  } else {
+    Tensor returned = zeros({1}, kInt32);
+    std::shared_ptr<Work> heard = parallel::world().recv_async(returned, 0, kReturnedTag);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!heard->is_completed() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const bool heard_before_receiving = heard->is_completed();
+    Tensor got = p2p.recv_forward(0);
+    heard->wait();
+    EXPECT_TRUE(heard_before_receiving) << "stage 0's send_forward waited for this receive";
+    EXPECT_EQ(returned.to_vector<int32_t>()[0], 1);
+    EXPECT_EQ(got.numel(), n);
+    EXPECT_EQ(got.to_vector<float>()[size_t(n - 1)], 3.0f);
+  }
+  p2p.end_schedule();
 }
