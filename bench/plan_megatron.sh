@@ -8,15 +8,13 @@
 # planner's HFU x 312, not its MFU. The micro-batch size is not in the table:
 # 1 is assumed, and the layers are split Megatron's way (--partition blocks).
 #
-# Checked against the source: the paper's abstract (arXiv 2104.04473, read via
-# https://tldr.takara.ai/p/2104.04473) says the 1-trillion-parameter model
-# trains "at 502 petaFLOP/s on 3072 GPUs with achieved per-GPU throughput of
-# 52% of theoretical peak": 502e15 / 3072 = 163.4 TFLOP/s = 52% of the A100's
-# 312, the last row below. The other rows are Table 1 as transcribed into this
-# file; the search tools of the session that checked it did not reach the
-# table's own text, so they are unverified here (check the PDF). Note that
-# 163 TFLOP/s / 52% belongs to the 1T (t 8, p 64, 3072 GPUs) and 530B rows, not
-# to a 175B run: the 1536-GPU row is the 145.6B model (t 8, p 8) at 148.
+# Checked against the source: every row below is Table 1 of the paper's text
+# (found through the search tool's code index, 2026-11-24), and the abstract's
+# "502 petaFLOP/s on 3072 GPUs ... 52% of theoretical peak" is its last row
+# (502e15 / 3072 = 163.4 TFLOP/s = 52% of the A100's 312). 163 TFLOP/s / 52%
+# belong to the 1T (t 8, p 64) and 530B rows, not to a 175B run: the 1536-GPU
+# row is the 145.6B model (t 8, p 8) at 148. GPT-3 175B's own figures (Table 2,
+# section 5.1) are planned in docs/09-planner.md.
 #
 # Usage: bench/plan_megatron.sh [build dir]
 set -euo pipefail
