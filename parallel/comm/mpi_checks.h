@@ -1,5 +1,5 @@
 // Internal to parallel/comm/: the checks and the dtype mapping every MPI call
-// of the MPI backend shares (process_group_mpi.cpp, mpi_isend.cpp).
+// of the MPI backend shares (process_group_mpi.cpp, mpi_p2p.cpp).
 #pragma once
 
 #include <mpi.h>

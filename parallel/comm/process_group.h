@@ -72,6 +72,11 @@ class ProcessGroup {
   // rank and tag, not with its queued operations. The default queues it like
   // send_async; the MPI backend overrides it (why: pipeline_p2p.h).
   virtual std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag = 0) { return send_async(t, dst, tag); }
+  // Its receiving side (torch.distributed's irecv, MPI_Irecv): posted now, on
+  // the calling thread; wait() waits there too, with no hand-off to the
+  // group's thread. Ordered with the group's other irecvs from the same rank
+  // and tag. The default queues it like recv_async.
+  virtual std::shared_ptr<Work> irecv(const Tensor& t, int src, int tag = 0) { return recv_async(t, src, tag); }
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
   // ---- synchronous: the same, then wait ----

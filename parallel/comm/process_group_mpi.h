@@ -46,6 +46,7 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> send_async(const Tensor& t, int dst, int tag) override;
   std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag) override;
   std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag) override;  // MPI_Isend on the caller's thread
+  std::shared_ptr<Work> irecv(const Tensor& t, int src, int tag) override;  // MPI_Irecv on the caller's thread
   std::shared_ptr<Work> barrier_async() override;
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override;
 

@@ -204,14 +204,14 @@ Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
   const double start = trace::enabled() ? trace::now_us() : 0;
   if (!c.cached) {
     Tensor header = zeros({kHeaderSize}, kInt64);
-    c.group->recv(header, kSender, kHeaderTag);
+    c.group->irecv(header, kSender, kHeaderTag)->wait();
     std::vector<int64_t> h = header.to_vector<int64_t>();
     LOOM_CHECK(h[0] >= 0 && h[0] <= kMaxDims && h[1] >= 0 && h[1] <= int64_t(DType::Int64), verb, ": stage ",
                rank_, " got a malformed header from stage ", c.stage, " (ndim ", h[0], ", dtype ", h[1], ")");
     c.shape = Shape(h.begin() + 2, h.begin() + 2 + h[0]), c.dtype = DType(h[1]), c.cached = in_schedule_;
   }
   Tensor t = empty(c.shape, c.dtype);
-  c.group->recv(t, kSender, kPayloadTag);
+  c.group->irecv(t, kSender, kPayloadTag)->wait();  // on this thread: no hand-off to the channel's
   if (verbose_)
     std::fprintf(stderr, "[rank %d] %s <- stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,
                  shape_str(t.shape()).c_str(), dtype_name(t.dtype()));

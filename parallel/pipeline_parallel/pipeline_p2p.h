@@ -16,15 +16,15 @@
 //
 // Channels. Every link of the ring, in each direction, is its own two-rank
 // process group in which one rank only sends and the other only receives
-// (4 per rank: activations in and out, gradients in and out). A ProcessGroup
-// runs its operations one at a time on one FIFO thread, and an MPI send of a
-// large message completes only once the receiver has posted its receive; on a
-// shared thread a send could sit in front of the receive its own peer is
-// waiting for. Around a ring every stage sends at once: with one group per
-// direction all the threads would sit in their sends - a deadlock (Megatron
-// avoids it with batch_isend_irecv, which posts all transfers at once). With a
-// thread per channel a send never blocks a receive: the schedule only needs
-// each channel's receives in the order of its sends.
+// (4 per rank: activations in and out, gradients in and out). An MPI send of
+// a large message completes only once the receiver has posted its receive.
+// Around a ring every stage sends at once: if each waited for its send before
+// receiving, all would wait - a deadlock (Megatron avoids it with
+// batch_isend_irecv, which posts all transfers at once). loom posts every send
+// without waiting (MPI_Isend) and receives afterwards, so a send never blocks
+// a receive; a channel's own communicator keeps its messages apart from the
+// other channels' (MPI matches within a communicator), so the schedule only
+// needs each channel's receives in the order of its sends.
 //
 // Shape and dtype travel as metadata: a tensor is preceded by a small int64
 // header [ndim, dtype, dim_0, ..., dim_{ndim-1}, 0...], so a stage needs no
@@ -47,25 +47,27 @@
 // (they wait on the requests of batch_isend_irecv); a combined verb posts its
 // receive before it waits for its send.
 //
-// How a send is posted, measured (bench/README.md; 2 ranks on a busy 2-core VM):
-//   - queued on the channel's thread (ProcessGroup::send_async), as before:
-//     the thread polls a send nobody waits for politely (naps, so as not to
-//     take the compute thread's core), and the next send on the channel
-//     queues behind that nap. Even a 0.5 KB send is not done at MPI's first
-//     test, and a "20 us" nap lasts ~140 us here: in a ping-pong the send was
-//     posted 50-70 us after the verb and a transfer cost 87-112 us, against
-//     25-40 us when each send was waited for (its thread then polls flat out).
-//   - MPI_Isend on the caller's thread (ProcessGroup::isend), tested at each
-//     verb: posted at once, 8-20 us a transfer. But with real compute 1F1B
-//     then took 115-192 ms a step against 38-44 ms. Between verbs nothing in
-//     the sending process is inside MPI; our reading (not pinned down) is
-//     that the transfers waited for that.
-//   - both, what loom does: MPI_Isend here, and the channel's thread polls it
-//     politely until it is done (isend in comm/process_group_mpi.cpp). The
-//     send leaves at once and keeps moving while the stage computes: 20-24 us
-//     a 0.5 KB transfer (sends waited for: 29-30 us), 38-56 us at 128 KB
-//     (37-40 us: the polling thread's wake-up costs here), and whole steps
-//     with real compute as fast as with sends waited for, within the noise.
+// How a transfer is posted, measured (bench/README.md; 2 ranks on a 2-core VM):
+//   - queued on the channel's thread (ProcessGroup::send_async / recv), as
+//     before: every transfer is a hand-off to that thread and back. A send
+//     nobody waits for is polled politely (naps, so as not to take the compute
+//     thread's core), and the next send queues behind that nap; a "20 us" nap
+//     lasts ~140 us here. In a ping-pong a transfer cost 87-112 us that way,
+//     25-40 us with each send waited for (the thread then polls flat out).
+//   - sends with MPI_Isend on the caller's thread (ProcessGroup::isend),
+//     tested at each verb and nowhere else: 8-20 us a transfer, but with real
+//     compute 1F1B took 58-66 ms a step against 33-35 (64 KB activations):
+//     between verbs nothing in the sending process is inside MPI, and the
+//     transfers wait for that (Open MPI moves a message only while some
+//     thread of the process is inside MPI).
+//   - what loom does: sends and receives posted and waited for on the
+//     caller's thread (isend, irecv in comm/mpi_p2p.cpp), and a send still in
+//     flight 500 us after it was posted tested every 500 us by the channel's
+//     thread. Against the receives on the channel's thread with sends tested
+//     at once there (commit f24c439), alternating, 3 rounds, load 2-3:
+//     0.5 KB 16-17 -> 4-5 us a transfer in a schedule, 39 -> 5-7 us as single
+//     verbs; 128 KB 30-40 -> 13-19 and 49-53 -> 14-23 us; whole steps the same
+//     within the noise (pp 2 1F1B 32-33 ms, both).
 // A backend that progresses sends by itself (NCCL on its stream) needs none of this.
 //
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".

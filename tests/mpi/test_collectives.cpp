@@ -217,6 +217,46 @@ TEST(PointToPoint, ShortMessageIsAnErrorOnWait) {
   }
 }
 
+// isend / irecv run on the caller's thread (the pipeline's transfers): a
+// receive posted before its message is sent is not complete, then completes
+// with the data once the send comes (4 MiB: MPI's rendezvous protocol).
+TEST(PointToPoint, IrecvPostedEarlyCompletesWithTheDataOnceSent) {
+  ProcessGroup& world = parallel::world();
+  if (world.size() == 1) GTEST_SKIP() << "point to point needs a second rank";
+  const int64_t n = 1 << 20;
+  if (world.rank() == 1) {
+    Tensor t = zeros({n});
+    auto work = world.irecv(t, 0, /*tag=*/3);
+    EXPECT_FALSE(work->is_completed());  // rank 0 sends only after the barrier
+    world.barrier();
+    work->wait();
+    EXPECT_TRUE(work->is_completed());
+    std::vector<float> v = t.to_vector<float>();
+    EXPECT_EQ(v[0], 0.f);
+    EXPECT_EQ(v[54321], 54321.f);
+    EXPECT_EQ(v[size_t(n - 1)], float(n - 1));
+  } else {
+    world.barrier();
+    if (world.rank() == 0) world.isend(ops::to(arange(n), kFloat32), 1, 3)->wait();
+  }
+}
+
+// irecv checks the element count as recv does, on the caller's thread.
+TEST(PointToPoint, ShortMessageIsAnErrorOnIrecvWait) {
+  ProcessGroup& world = parallel::world();
+  if (world.size() == 1) GTEST_SKIP() << "point to point needs a second rank";
+  if (world.rank() == 0) {
+    world.isend(from_vector<float>({1, 2, 3}), 1)->wait();
+  } else if (world.rank() == 1) {
+    Tensor t = zeros({4});
+    auto work = world.irecv(t, 0);
+    std::string msg = error_of([&] { work->wait(); });
+    EXPECT_NE(msg.find("recv(from 0, tag 0) on group world: expected 4 elements"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("holds 3"), std::string::npos) << msg;
+    EXPECT_TRUE(work->is_completed());
+  }
+}
+
 // 50 operations in flight at once: they finish in the order they were issued
 // (FIFO, like a CUDA stream), with the right values.
 TEST(Async, FiftyOutstandingOperationsCompleteInOrder) {
