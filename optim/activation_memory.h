@@ -83,9 +83,12 @@
 // except a pipeline's last stage whose isend completed first: -2.7% (the
 // test's pp2 fp16; other runs +0.0%), -5.7% (pp2 tp2 fp32), -2.5% (--embd 64
 // --pp 2 fp32), -2.2% (bf16), -1.8% (--layers 4), -1.7% / -3.1% (--heads 8
-// --pp 2, with --tp 2). Not modelled: dropout's masks (loom's GPT keeps none
-// at p = 0) and the CUDA backend (its kernels make no fp32 copies; its
-// caching allocator was not measured against this).
+// --pp 2, with --tp 2). Not modelled: interleaved 1F1B (--virtual-stages >
+// 1), whose chunks hold different numbers of micro-batches at the peak and
+// whose peak is in a later backward: --layers 4 --embd 64 --pp 2
+// --virtual-stages 2 --microbatches 4 measured +2.1% / +58% (stages 0 / 1);
+// dropout's masks (loom's GPT keeps none at p = 0); the CUDA backend (its
+// kernels make no fp32 copies; its caching allocator was not measured).
 #pragma once
 
 #include <cstdint>
