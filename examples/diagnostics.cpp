@@ -127,18 +127,20 @@ double Diagnostics::predicted_activation_bytes() const {
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
   c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
+  c.batch_tokens = tokens_per_step_;
   if (m_.pipelined()) {
     for (const parallel::LayerRange& r : m_.stage->chunks())  // items [embedding, blocks 1..L, head]
       for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
     c.has_head = m_.stage->is_last_stage();
-    c.pipelined = pgm_.pp_size() > 1;
-    const int64_t m = a_.microbatches > 0 ? a_.microbatches : pgm_.pp_size();
-    c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), m, pgm_.pp_size(), pgm_.pp_rank(),
-                                                 a_.virtual_stages);
-    c.micro_batches = m;
+    for (const parallel::LayerRange& r : m_.stage->chunks()) c.has_embedding = c.has_embedding || r.start == 0;
   } else {
-    c.blocks = cfg.n_layer, c.has_head = true;
+    c.blocks = cfg.n_layer, c.has_head = true, c.has_embedding = true;
   }
+  c.pipelined = pgm_.pp_size() > 1;
+  // Micro-batches per step, as plan_batches counts them (a tp stage without --pp accumulates --grad-accum).
+  c.micro_batches = c.pipelined ? (a_.microbatches > 0 ? a_.microbatches : pgm_.pp_size()) : a_.grad_accum;
+  c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size(),
+                                               pgm_.pp_rank(), a_.virtual_stages);
   if (!dp_.bucket) c.grad_bytes = 4 * m_.net().num_parameters();  // backward allocates fp32 .grad tensors
   return optim::predict_activations(c).total;
 }

@@ -5,25 +5,115 @@
 
 namespace loom::optim {
 
+namespace {
+
+// The temporaries of one Linear's backward (tensor/ops_linear.cpp) at its last
+// large allocation, for x [M, K], w [n, K], the incoming gradient [M, n]
+// already counted by the caller. fp32: dx [M, K], dW [n, K], and for a bias
+// its column sums in double then fp32. 16-bit: the kernel works on fp32
+// copies: the gradient's [M, n], dx in fp32 then rounded (the fp32 freed), x's
+// [M, K], dW in fp32 and its rounded copy.
+double linear_backward_temporaries(double M, double K, double n, double e, bool bias) {
+  if (e == 4) return 4 * (M * K + n * K) + (bias ? 12 * n : 0);
+  return 4 * M * n + e * M * K + 4 * M * K + (4 + e) * n * K;
+}
+
+}  // namespace
+
 ActivationPrediction predict_activations(const ActivationCase& c) {
   const double b = double(c.micro_batch), s = double(c.seq), h = double(c.width), a = double(c.heads),
-               t = double(c.tp), V = double(c.vocab);
-  const double unit = b * s * h * double(c.element_bytes);  // one [b, s, h] tensor
-  const double split = (12 + a * s / h) / t;                // q, k, v, softmax, merged heads, 4h twice
+               t = double(c.tp), V = double(c.vocab), e = double(c.element_bytes);
+  const double N = b * s;                                // tokens per micro-batch
+  const double Ns = c.sequence_parallel ? N / t : N;     // of them in this rank's replicated regions
+  const double unit = N * h * e;                         // one [b, s, h] tensor
+  const double local = Ns * h * e;                       // one replicated [b, s, h] (sharded under SP)
+  const double split = (12 + a * s / h) / t;             // q, k, v, softmax, merged heads, 4h twice
   const double replicated = c.sequence_parallel ? 2 / t + 2 : 4;
   ActivationPrediction p;
-  p.per_block = unit * (replicated + split);
-  // The stage's output (kept for the pipeline's backward, or by ln_f); ln_f's
-  // output and the fp32 logits on the stage with the head.
-  const double logits = c.has_head ? b * s * V / t * 4 : 0;
-  p.per_micro_batch = double(c.blocks) * p.per_block + unit * (1 + (c.has_head ? 1 : 0)) + logits;
-  // First backward: the logits' gradient; [b, s, h]-sized fp32 gradients in
-  // flight, 2 / t (fp32 model) or 6 / t (16-bit: the kernels' fp32 working
-  // copies); on a pipeline stage the gradient received and the one sent.
-  const double fp32_unit = b * s * h * 4;
-  p.backward_extra = logits + fp32_unit * (c.element_bytes == 4 ? 2 : 6) / t + (c.pipelined ? 2 * unit : 0);
-  if (c.pipelined && double(c.micro_batches) > c.in_flight) p.backward_extra += double(c.grad_bytes);
-  p.total = c.in_flight * p.per_micro_batch + p.backward_extra;
+  // Each layernorm also keeps its rows' mean and 1/std in fp32: two per block.
+  p.per_block = unit * (replicated + split) + 2 * (2 * Ns * 4);
+  // Around the blocks: the stage's output (the last block's, kept by ln_f or
+  // for the pipeline's backward); the embedding's positions (s int64) and,
+  // split over tp, its N local ids (int64) and mask (fp32).
+  const double embedding = c.has_embedding ? 8 * s + (c.tp > 1 ? 12 * N : 0) : 0;
+  // The head: ln_f's output (gathered under SP: the linear keeps the full one),
+  // ln_f's rows' mean and 1/std, the fp32 logits the loss keeps [N, V'/t], and
+  // the loss's per-row numbers in fp32 (log-sum-exp; with tp the max and the sum).
+  const double logits = N * V / t * 4;
+  const double head = c.has_head ? unit + 2 * Ns * 4 + logits + (c.tp > 1 ? 2 : 1) * N * 4 : 0;
+  p.per_micro_batch = double(c.blocks) * p.per_block + local + embedding + head;
+  p.tokens = 2 * double(c.batch_tokens) * 8;  // the step's ids and targets, int64, on every rank
+
+  // The backward's peak, above what is kept, at one of three moments.
+  // (A) The head's backward, everything still kept: the loss's gradient of
+  //     the logits (fp32; with tp also rounded to the model's dtype), or, once
+  //     the logits are freed, that gradient in the model's dtype and the head
+  //     linear's temporaries (x = ln_f's output [N, h], w = wte [V'/t, h]).
+  double at_head = 0;
+  if (c.has_head) {
+    const double loss_grad = logits + (c.tp > 1 && e != 4 ? N * V / t * e : 0);
+    const double head_linear = -(logits + (c.tp > 1 ? 2 : 1) * N * 4) + N * V / t * e +
+                               linear_backward_temporaries(N, h, V / t, e, false);
+    at_head = std::max(loss_grad, head_linear);
+  }
+  // (B) The last block's mlp.c_proj backward: the head's tensors and the
+  //     stage's output are freed (on the stage with the head); alive are the
+  //     gradient of the block's output (ln_f's, or the one received), under
+  //     SP also its all-gathered copy, and c_proj's temporaries (x = gelu's
+  //     output [N, 4h/t], w [h, 4h/t]; its bias is inside the linear only
+  //     without tp). Where one rank holds both ends of the tied wte, the
+  //     head's wte gradient waits for the embedding's.
+  double at_block = 0;
+  if (c.blocks > 0) {
+    at_block = (c.has_head ? -(head + local) : 0) + local + (c.sequence_parallel ? unit : 0) +
+               linear_backward_temporaries(N, 4 * h / t, h, e, c.tp == 1) +
+               (c.has_head && c.has_embedding ? V / t * h * e : 0);
+  }
+  // (C) The last block's attention backward, in the softmax's backward: of
+  //     the block, still kept are x, ln_1's output and its mean and 1/std,
+  //     q, k, v and the softmax; alive are the residual gradient (and on a
+  //     stage without the head the received one it was summed from), v's
+  //     gradient [b, a, s, s / a] (waiting for q's and k's), the softmax's
+  //     incoming gradient [b, a, s, s] and its result; 16-bit also fp32
+  //     copies of that gradient and of the softmax, and the result in fp32
+  //     before it is rounded. Before it, att @ v's backward: its incoming
+  //     gradient (the merged heads') and, making v's gradient, the fp32
+  //     copies of attᵀ and that gradient and the result in fp32 and rounded.
+  double at_attention = 0;
+  if (c.blocks > 0) {
+    const double scores = N * a * s / t;  // [b, a/t, s, s] elements
+    // Freed by now: the head and the stage's output, the block's h, ln_2's
+    // output and mean, 1/std, c_fc's and gelu's outputs, the merged heads.
+    const double freed = (c.has_head ? head + local : 0) + local + unit + 2 * Ns * 4 + unit * 9 / t;
+    const double softmax_bwd = scores * (e == 4 ? 2 * 4 : 2 * e + 3 * 4) + unit / t;
+    const double matmul_bwd = e == 4 ? 0 : unit / t + scores * (e + 4) + N * h / t * (4 + 4 + e);
+    const double received = c.has_head ? 0 : local;  // held by the pipeline, so the residual's sum is a new tensor
+    at_attention = -freed + local + received + std::max(softmax_bwd, matmul_bwd) +
+                   (c.has_head && c.has_embedding ? V / t * h * e : 0);
+  }
+  // Without a main_grad buffer (fp32, dp 1, no ZeRO) backward keeps .grad
+  // tensors (fp32): at (B), ln_f's weight and bias, the head's own wte
+  // (untied on this rank) and, with tp, c_proj's bias (outside the linear);
+  // at (C) also the MLP's, ln_2's and attn.c_proj's.
+  const bool grads_kept = c.grad_bytes > 0;
+  const double grads_at_block = grads_kept && c.blocks > 0
+      ? (c.has_head ? 2 * h * 4 + (c.has_embedding ? 0 : V / t * h * 4) : 0) + (c.tp > 1 ? h * 4 : 0)
+      : 0;
+  const double grads_at_attention = grads_kept && c.blocks > 0
+      ? grads_at_block + 4 * (8 * h * h / t + 4 * h / t + h + 2 * h + h * h / t + (c.tp > 1 ? 0 : h))
+      : 0;
+  p.backward_extra = std::max({at_head, at_block + grads_at_block, at_attention + grads_at_attention});
+  // Later micro-batches (gradient accumulation, or a pipeline stage whose
+  // later ones run backward with its whole in-flight set): the first one's
+  // .grad tensors are all alive (grad_bytes), and on a pipeline stage after
+  // the first the gradient it sent back may still be in flight (an isend:
+  // whether it is depends on when the previous stage receives it).
+  if (double(c.micro_batches) > c.in_flight) {
+    const double sent = c.pipelined && !c.has_embedding ? local : 0;
+    p.backward_extra =
+        std::max(p.backward_extra, std::max({at_head, at_block, at_attention}) + double(c.grad_bytes) + sent);
+  }
+  p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
   return p;
 }
 

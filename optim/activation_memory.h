@@ -10,20 +10,25 @@
 //   kept by                  tensor                          units
 //   ln_1, ln_2               their inputs x and h            2        replicated over tp
 //   c_attn, c_fc             the layernorms' outputs         2        replicated (with SP: gathered, full)
-//   q kᵀ, att v              q, k, v (reshaped copies)       3 / t    split over heads
+//   q kᵀ, att v              q, k, v (views of c_attn's out) 3 / t    split over heads
 //   att v                    softmax(q kᵀ)  [b, a, s, s]     a s / (h t)
 //   c_proj                   the merged heads                1 / t
 //   gelu, mlp.c_proj         c_fc's output, gelu's output    8 / t    split over 4h
 //   per block                                                4 + (12 + a s / h) / t
 //   (with sequence parallelism x and h are sharded: 2 / t + 2 + (12 + a s / h) / t)
+// and ln_1, ln_2 each keep their rows' mean and 1/std, [b s] fp32 (/ t with SP).
 //
 // Korthikanti et al. 2022 (Table 2) count the same tensors in 16-bit bytes as
 // 34 + 5 a s / h: theirs adds the dropout masks and counts bytes, not elements.
 //
-// Around the blocks, per micro-batch: the stage's output (the last block's
-// output, kept for the pipeline's backward or by ln_f) 1 unit, replicated;
-// on the stage with the head, ln_f's output 1 and the fp32 logits kept by the
-// cross-entropy V'/(h t) x 4 bytes (V' the vocab padded for tp).
+// Around the blocks, per micro-batch: the stage's output (the last block's,
+// kept for the pipeline's backward or by ln_f) 1 unit, replicated; on the
+// stage with the embedding its positions [s] int64 (with tp also the local
+// ids [b s] int64 and their mask, fp32); on the stage with the head ln_f's
+// output (full) 1 unit, its mean and 1/std, the fp32 logits the loss keeps
+// [b s, V'/t] (V' the vocab padded for tp) and the loss's per-row fp32
+// numbers (log-sum-exp; with tp the max and the sum). Once per step, on every
+// rank: the global batch's ids and targets, int64.
 //
 // Micro-batches in flight at the peak: 1 without a pipeline (gradient
 // accumulation frees one micro-batch before the next); AFAB all m; 1F1B
@@ -31,29 +36,59 @@
 // forwards before its first backward); interleaved 1F1B the forwards of its
 // warm-up, counted per chunk.
 //
-// The peak is reached early in the first backward, when everything above is
-// still alive and the backward's own temporaries come on top:
-//   the logits' gradient                          as large as the logits
-//   gradients in flight, fp32 [b, s, h] each      2 / t with an fp32 model; 6 / t with
-//                                                 a 16-bit one, whose CPU kernels work
-//                                                 on fp32 copies of their operands
-//   on a pipeline stage                           the gradient received and the one
-//                                                 sent, 2 units
-//   the params' .grad tensors (4 N bytes)         only without a main_grad buffer (fp32,
-//                                                 dp 1, no ZeRO), where backward allocates
-//                                                 them; counted when a later micro-batch's
-//                                                 backward runs with the stage's whole
-//                                                 in-flight set (a pipeline stage, m > in flight)
-// The forward part is a count; the backward part is not: its 2 and 6 are
-// fitted to the runs of tests/test_memory_ledger.cpp (one process, dp, ZeRO,
-// pp, tp, sp; fp32, bf16, fp16), where the whole formula then lands within
-// 11% of the allocator's peak (the table is in that test); the test allows 12%.
-// On other shapes the gap is larger where the backward dominates: measured
-// (--layers 2 --embd 64 --heads 2 --block 16 --batch 4, measured / formula - 1):
-// bf16 one process +17%, bf16 --pp 2 +29% / +10% (stage 0 / 1); fp32 one
-// process +10%, --pp 2 +13% / 0%, --pp 2 --microbatches 4 +11% / 0%, AFAB
-// +7% / +3%, --tp 2 +8%. The formula runs low on 16-bit stages: their
-// kernels' fp32 working copies are larger than the 6 units fitted here.
+// The peak is in a backward (found by recording, at each new peak of the
+// allocator, the live blocks and the autograd node that allocated each), at
+// one of three moments of the last block and the head; the largest counts:
+//   (A) the head's backward, all of the above still kept: the loss's fp32
+//       gradient of the logits while the logits live; or, once they are
+//       freed, that gradient (in the model's dtype) and the head linear's
+//       backward temporaries. The peak when V' / t is large against h.
+//   (B) the last block's mlp.c_proj backward: the head's tensors and the
+//       stage's output are freed; alive are the gradient of the block's
+//       output (ln_f's, or the one received), with SP also its all-gathered
+//       copy, c_proj's backward temporaries and, where one rank holds both
+//       ends of the tied wte, the head's wte gradient, waiting for the
+//       embedding's. The peak for GPT-like shapes.
+//   (C) the last block's softmax backward: the MLP's tensors are freed too;
+//       alive are the softmax's incoming gradient and its result, each
+//       [b, a, s, s] (16-bit: with fp32 copies), and v's gradient. The peak
+//       when a s / h is large (many heads, long sequences).
+// A Linear's backward (tensor/ops_linear.cpp), x [M, K], w [n, K], e the
+// dtype's bytes: fp32 makes dx [M, K] and dW [n, K] (and a bias's column sums,
+// in double then fp32); 16-bit kernels work on fp32 copies: the gradient's
+// [M, n], dx in fp32 then rounded, x's [M, K], dW in fp32 then rounded:
+// 4 M n + (4 + e) (M K + n K) at once. That is why a 16-bit stage needs more
+// than half of the fp32 one's bytes.
+// Without a main_grad buffer (fp32, dp 1, no ZeRO) backward keeps the params'
+// .grad tensors (4 N bytes): those whose backward has run by (B) or (C).
+// When later micro-batches run backward with the whole in-flight set
+// (gradient accumulation; a pipeline stage with m > in flight), all of them
+// are alive, and on the stages after the first so is the first micro-batch's
+// input gradient, sent by an isend that may still be in flight: counted, so
+// the formula is the peak with it; measured is that gradient less when the
+// isend completed first.
+//
+// Measured / formula - 1 (the allocator's peak against this; the formula
+// leaves out the loss's fp32 scalars, 8 to 12 bytes): +0.0% on every rank of
+//   the nine modes of tests/test_memory_ledger.cpp;
+//   --layers 2 --embd 64 --heads 2 --block 16 --batch 4 (B): fp32, bf16,
+//     fp16, --grad-accum 2, --pp 2 (m 2 and 4, fp32; m 2 and 4 bf16; AFAB
+//     m 4; with --dp 2 --zero bf16), --tp 2 (fp32, bf16, SP fp32); --layers
+//     4 --heads 4 --block 32 --pp 2 --microbatches 4;
+//   --embd 32 --batch 8 on a 140-letter vocabulary (A): fp32, bf16, --dp 2,
+//     --tp 2, --tp 2 SP bf16;
+//   --embd 32 --heads 8 --block 64 --batch 2 (C): fp32, bf16, --dp 2,
+//     --grad-accum 2, --tp 2 (fp32, bf16, SP bf16), --pp 2 (fp32; bf16 m 4;
+//     with --tp 2; AFAB m 3);
+// except a pipeline's last stage whose isend completed first: -2.7% (the
+// test's pp2 fp16; other runs +0.0%), -5.7% (pp2 tp2 fp32), -2.5% (--embd 64
+// --pp 2 fp32), -2.2% (bf16), -1.8% (--layers 4), -1.7% / -3.1% (--heads 8
+// --pp 2, with --tp 2). Not modelled: interleaved 1F1B (--virtual-stages >
+// 1), whose chunks hold different numbers of micro-batches at the peak and
+// whose peak is in a later backward: --layers 4 --embd 64 --pp 2
+// --virtual-stages 2 --microbatches 4 measured +2.1% / +58% (stages 0 / 1);
+// dropout's masks (loom's GPT keeps none at p = 0); the CUDA backend (its
+// kernels make no fp32 copies; its caching allocator was not measured).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +103,8 @@ struct ActivationCase {
   int64_t vocab = 1;         // V' (padded to a multiple of tp)
   int64_t blocks = 0;        // transformer blocks on this rank, all chunks
   bool has_head = false;     // this rank computes the logits and the loss
+  bool has_embedding = false;// this rank computes the embedding (with has_head: it holds both ends of the tied wte)
+  int64_t batch_tokens = 0;  // the step's global batch, rows x s: every rank samples its ids and targets
   int tp = 1;
   bool sequence_parallel = false;
   int64_t element_bytes = 4; // the model's dtype
@@ -80,8 +117,9 @@ struct ActivationCase {
 struct ActivationPrediction {
   double per_block = 0;      // bytes, one block, one micro-batch
   double per_micro_batch = 0;// bytes kept per micro-batch on this rank (blocks + around them)
-  double backward_extra = 0; // bytes of the first backward's temporaries on top
-  double total = 0;          // in_flight x per_micro_batch + backward_extra
+  double tokens = 0;         // bytes of the step's ids and targets
+  double backward_extra = 0; // bytes of the backward's temporaries on top, at its peak
+  double total = 0;          // in_flight x per_micro_batch + tokens + backward_extra
 };
 
 ActivationPrediction predict_activations(const ActivationCase& c);

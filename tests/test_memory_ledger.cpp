@@ -8,8 +8,8 @@
 //
 // Communication buffers (the buckets' padding, memory_report.h): measured =
 // formula exactly. Activations' peak (optim/activation_memory.h): within
-// kActivationTolerance, the temporaries of backward the formula does not
-// itemise (see there; the measured gaps per mode are in the table below).
+// kActivationTolerance (1%), less on a pipeline's last stage the gradient
+// whose isend may have completed (Mode::sent; the measured gaps are below).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -31,14 +31,17 @@ struct Mode {
   bool padded;             // the buckets carry padding (a main_grad buffer whose buckets are not
                            // already multiples of dp x 64 elements; --block 17 makes wpe 17 x 32
                            // elements, and --bucket-mb 0.1 two buckets: 25472 + 1824, padded to 25472 + 1920)
+  double sent = 0;         // a pipeline's last stage: one micro-batch's input gradient, b s h x dtype bytes,
+                           // an isend that may or may not have completed at the stage's peak
 };
 
 // The activations' formula against the allocator (measured here, % = measured / formula - 1):
-//   one process fp32 -1.1, dp2 fp32 +0.7, dp2 ZeRO bf16 +0.3, pp2 fp16 +10.1 / -5.9 (stages 0 / 1),
-//   tp2 fp32 -0.0, tp2 sp bf16 +1.8, dp2 tp2 ZeRO bf16 +4.3, pp2 tp2 fp32 +4.7 / -11.0.
-// The forward part is counted tensor by tensor; the backward's temporaries are
-// fitted (optim/activation_memory.h), hence a tolerance and not equality.
-constexpr double kActivationTolerance = 0.12;
+// +0.0 on every rank of every mode (the formula misses the loss's two fp32
+// scalars, 8 bytes), except a pipeline's last stage when its isend of the
+// first micro-batch's input gradient has completed before its peak: then
+// measured = formula - that gradient, pp2 fp16 -2.7% (8192 bytes), pp2 tp2
+// fp32 -5.7% (16384); optim/activation_memory.h.
+constexpr double kActivationTolerance = 0.01;
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name << ": " << m.args; }
 
@@ -57,24 +60,73 @@ TEST(CommBuffers, PaddingFollowsTheBucketLayoutOfBucketH) {
   EXPECT_EQ(optim::predict_bucket_padding({128}, 25.0, 2), 0);
 }
 
-TEST(ActivationFormula, CountsBlocksHeadAndMicroBatchesInFlight) {
-  // b 2, s 4, h 8, a 2, V 10, fp32: a [b, s, h] unit is 256 bytes; a block
-  // keeps 4 + 12 + a s / h = 17 units; around it the stage's output and ln_f's
-  // output 2 units and the logits 2 x 4 x 10 x 4 = 320 bytes; the first
-  // backward adds the logits' gradient 320 and 2 fp32 units in flight.
+TEST(ActivationFormula, CountsTheTensorsAliveAtTheBackwardsPeak) {
+  // b 2, s 4, h 8, a 2, V 10, fp32, one process: N = 8 tokens, a [b, s, h]
+  // unit is 256 bytes. Kept: the block's 17 units (a s / h = 1) and its two
+  // layernorms' mean and 1/std [8] fp32 (128 bytes); the positions [4] int64
+  // 32; the step's ids and targets [2, 4] int64 128. Around the block, freed
+  // by the time of the peak: the block's output 256, ln_f's output 256 and
+  // mean, 1/std 64, the logits [8, 10] fp32 320 and their log-sum-exp 32.
   optim::ActivationCase c;
   c.micro_batch = 2, c.seq = 4, c.width = 8, c.heads = 2, c.vocab = 10, c.blocks = 1, c.has_head = true;
+  c.has_embedding = true, c.batch_tokens = 8;
   optim::ActivationPrediction p = optim::predict_activations(c);
-  EXPECT_DOUBLE_EQ(p.per_block, 17 * 256);
-  EXPECT_DOUBLE_EQ(p.per_micro_batch, 17 * 256 + 2 * 256 + 320);
-  EXPECT_DOUBLE_EQ(p.total, 17 * 256 + 2 * 256 + 320 + 320 + 2 * 256);
-  // 16-bit: half the bytes kept, but 6 fp32 units in flight; a pipeline stage adds 2 units.
-  c.element_bytes = 2, c.pipelined = true;
-  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total, (17 + 2) * 128 + 320 + 320 + 6 * 256 + 2 * 128);
-  c.element_bytes = 4, c.pipelined = false;
-  // tp 2: the split part halves, the replicated 4 units stay; the logits are split over the vocab.
+  EXPECT_DOUBLE_EQ(p.per_block, 17 * 256 + 128);
+  EXPECT_DOUBLE_EQ(p.per_micro_batch, 17 * 256 + 128 + 32 + 256 + 256 + 64 + 320 + 32);
+  // The peak: mlp.c_proj's backward. Alive besides the kept: the block
+  // output's gradient 256, c_proj's dx [8, 32] 1024, dW [8, 32] 1024, db in
+  // double 64 and in fp32 32, and the head's wte gradient [10, 8] 320, which
+  // waits for the embedding's.
+  EXPECT_DOUBLE_EQ(p.total, 17 * 256 + 128 + 32 + 128 + 256 + 1024 + 1024 + 64 + 32 + 320);
+  // bf16: units of 128. At c_proj's backward: the gradient 128; the kernel's
+  // fp32 copy of it [8, 8] 256, dx in bf16 [8, 32] 512, x's fp32 copy [8, 32]
+  // 1024, dW in fp32 1024 and in bf16 512; the wte gradient in bf16 160.
+  c.element_bytes = 2;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total,
+                   17 * 128 + 128 + 32 + 128 + 128 + 256 + 512 + 1024 + 1024 + 512 + 160);
+  // fp32, V 100: the head's backward is the peak. Everything kept (the logits
+  // now [8, 100] fp32 3200) but the logits and their log-sum-exp, plus the
+  // logits' gradient 3200, the head's dx [8, 8] 256 and dW [100, 8] 3200.
+  c.element_bytes = 4, c.vocab = 100;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total,
+                   17 * 256 + 128 + 32 + 128 + 256 + 256 + 64 + 3200 + 256 + 3200);
+  c.vocab = 10;
+  // Gradient accumulation without a main_grad buffer (.grad tensors 4000
+  // bytes): the second micro-batch's c_proj backward has the first one's too.
+  optim::ActivationCase accum = c;
+  accum.micro_batches = 2, accum.grad_bytes = 4000;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(accum).total,
+                   17 * 256 + 128 + 32 + 128 + 256 + 1024 + 1024 + 64 + 32 + 320 + 4000);
+  // b 1, s 16, h 8, a 8 (a s / h = 16), V 10, fp32: attention's backward is
+  // the peak. A unit is 512 bytes, the scores [1, 8, 16, 16] 8192. Of the
+  // block still kept: x 512, ln_1's output 512 and mean, 1/std 128, q, k, v
+  // 1536, the softmax 8192; the positions 128, the ids and targets 256. Alive:
+  // the residual gradient 512, v's gradient 512, the softmax's incoming
+  // gradient 8192 and its result 8192, the head's wte gradient [10, 8] 320.
+  optim::ActivationCase att;
+  att.micro_batch = 1, att.seq = 16, att.width = 8, att.heads = 8, att.vocab = 10, att.blocks = 1;
+  att.has_head = true, att.has_embedding = true, att.batch_tokens = 16;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(att).total,
+                   512 + 512 + 128 + 1536 + 8192 + 128 + 256 + 512 + 512 + 8192 + 8192 + 320);
+  // tp 2: the split part halves, the replicated 4 units and the stats stay.
   c.tp = 2;
-  EXPECT_DOUBLE_EQ(optim::predict_activations(c).per_block, (4 + 13.0 / 2) * 256);
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).per_block, (4 + 13.0 / 2) * 256 + 128);
+  c.tp = 1;
+  // Pipeline stage 0 of 2, fp16, 2 micro-batches both in flight: each keeps
+  // the block 17 x 128 + 128, the positions 32 and the stage's output 128; the
+  // peak is its last c_proj's backward with the received gradient 128 and the
+  // 16-bit temporaries above (256 + 512 + 1024 + 1024 + 512); no wte waits.
+  optim::ActivationCase s0 = c;
+  s0.element_bytes = 2, s0.has_head = false, s0.pipelined = true, s0.in_flight = 2, s0.micro_batches = 2;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(s0).total,
+                   2 * (17 * 128 + 128 + 32 + 128) + 128 + 128 + 256 + 512 + 1024 + 1024 + 512);
+  // The last stage, fp32, no main_grad buffer (.grad tensors 4000 bytes), one
+  // micro-batch in flight of 2: the second one's c_proj backward, with the
+  // first one's .grad tensors and, still in flight, the gradient it sent 256.
+  optim::ActivationCase s1 = c;
+  s1.has_embedding = false, s1.pipelined = true, s1.in_flight = 1, s1.micro_batches = 2, s1.grad_bytes = 4000;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(s1).total,
+                   17 * 256 + 128 + 128 + 256 + 1024 + 1024 + 64 + 32 + 4000 + 256);
   // 1F1B keeps p - stage micro-batches (at most m), AFAB all m, no pipeline 1.
   EXPECT_EQ(optim::micro_batches_in_flight("1f1b", 8, 4, 0, 1), 4);
   EXPECT_EQ(optim::micro_batches_in_flight("1f1b", 8, 4, 3, 1), 1);
@@ -111,7 +163,8 @@ TEST_P(MemoryLedger, MeasuredEqualsTheFormulaOnEveryRank) {
     ASSERT_GT(act_formula, 0) << m.name;
     std::printf("[ measured ] %-20s rank %d: activations %.0f bytes, formula %.0f (%+.1f%%)\n", m.name,
                 rank["rank"].get<int>(), act, act_formula, 100 * (act / act_formula - 1));
-    EXPECT_NEAR(act / act_formula, 1.0, kActivationTolerance) << m.name << " rank " << rank["rank"];
+    EXPECT_LE(act, act_formula * (1 + kActivationTolerance)) << m.name << " rank " << rank["rank"];
+    EXPECT_GE(act, (act_formula - m.sent) * (1 - kActivationTolerance)) << m.name << " rank " << rank["rank"];
   }
 }
 
@@ -122,9 +175,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_fp32", 2, "--dp 2 --batch 8 --block 17 --bucket-mb 0.1", 16.0, true},
                       Mode{"dp2_fp32_zero", 2, "--dp 2 --batch 8 --zero", 12.0, false},  // one bucket, 27264 = 213 x 128,
                       Mode{"dp2_bf16_zero", 2, "--dp 2 --batch 8 --zero --dtype bf16 --block 17 --bucket-mb 0.1", 12.0, true},
-                      Mode{"pp2_fp16", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16", 18.0, true},
+                      Mode{"pp2_fp16", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16", 18.0, true,
+                           8 * 16 * 32 * 2},
                       Mode{"tp2_fp32", 2, "--tp 2 --batch 16", 16.0, false},
                       Mode{"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16", 18.0, true},
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
-                      Mode{"pp2_tp2_fp32", 4, "--pp 2 --tp 2 --microbatches 2 --batch 8", 16.0, false}),
+                      Mode{"pp2_tp2_fp32", 4, "--pp 2 --tp 2 --microbatches 2 --batch 8", 16.0, false,
+                           8 * 16 * 32 * 4}),
     [](const auto& info) { return std::string(info.param.name); });
