@@ -25,6 +25,7 @@
 
 #include "examples/diagnostics.h"
 #include "examples/train_args.h"
+#include "examples/train_device.h"
 #include "examples/train_setup.h"
 #include "examples/train_step.h"
 #include "optim/lr_schedule.h"

@@ -11,6 +11,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "examples/train_device.h"
 #include "optim/checkpoint.h"
 #include "optim/checkpoint_tensor_parallel.h"
 #include "optim/distributed_optimizer.h"
@@ -22,7 +23,6 @@
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/replicas.h"
-#include "tensor/cuda/cuda.h"
 
 namespace loom::train {
 
@@ -126,21 +126,6 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
         pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
         a.sequence_parallel ? ", sequence parallel" : "");
   return m;
-}
-
-void move_to_device(ModelOrStage& m, const Args& a) {
-  const Device device(a.device);
-  if (device.is_cpu()) return;
-  cuda::set_allow_tf32(a.tf32);
-  // In place (set_data): the tensors keep their identity, so the tied wte stays one tensor.
-  for (const auto& entry : m.net().named_parameters())
-    ops::set_data(entry.second, ops::to(autograd::detach(entry.second), device));
-}
-
-void to_device(std::vector<data::Batch>& mbs, const Args& a) {
-  const Device device(a.device);
-  if (device.is_cpu()) return;
-  for (data::Batch& b : mbs) b = {ops::to(b.x, device), ops::to(b.y, device)};
 }
 
 parallel::SharedWeightGradHandler tied_embedding_handler(ModelOrStage& m, parallel::ProcessGroupManager& pgm) {

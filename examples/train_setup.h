@@ -56,13 +56,6 @@ struct ModelOrStage {
 };
 ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm);
 
-// --device cuda[:N]: the params, built on the CPU by the seeded generators
-// (the weights of a CPU run), moved to the GPU in place; TF32 as --tf32 says.
-// Called by build_model_or_stage. The CPU: nothing to do.
-void move_to_device(ModelOrStage& m, const Args& a);
-// A step's micro-batches, copied to --device (pinned staging is not done yet).
-void to_device(std::vector<data::Batch>& mbs, const Args& a);
-
 // The tied embedding across the first and last pipeline stage (Megatron's
 // embedding group); empty without a pipeline, or when one stage holds both.
 // With --sequence-parallel also the layernorms and row-parallel biases, whose

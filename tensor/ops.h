@@ -130,7 +130,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim);  // views
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 
-// Fused log-softmax + NLL. logits: [N, V] float, targets: [N] int32/int64.
+// Fused log-softmax + NLL (tensor/ops_loss.cpp). logits: [N, V] float, targets: [N] int32/int64.
 // Returns (loss [] = mean over non-ignored rows, lse [N] saved for backward, count).
 struct CrossEntropyResult { Tensor loss, lse; int64_t count; };
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);

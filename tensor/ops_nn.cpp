@@ -1,18 +1,17 @@
-// Fused neural-net ops: softmax, log_softmax, layer_norm, cross_entropy,
-// embedding. Each runs a per-row kernel from tensor/kernels/ on
-// contiguous rows in the compute type (float64 stays double; everything else
-// is computed in fp32 and rounded back to the input dtype). On a GPU each op
-// hands over to cuda/rows.cu or cuda/embedding.cu, which call the same row
-// functions from tensor/kernels/ in CUDA kernels.
+// Fused neural-net ops: softmax, log_softmax, layer_norm, embedding (the loss,
+// cross_entropy, is in ops_loss.cpp). Each runs a per-row kernel from
+// tensor/kernels/ on contiguous rows in the compute type (float64 stays double;
+// everything else is computed in fp32 and rounded back to the input dtype). On
+// a GPU each op hands over to cuda/rows.cu or cuda/embedding.cu, which call the
+// same row functions from tensor/kernels/ in CUDA kernels.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/rows.h"
 #include "tensor/cuda/cuda_ops.h"
-#include "tensor/kernels/cross_entropy.h"
 #include "tensor/kernels/layernorm.h"
 #include "tensor/kernels/softmax.h"
 #include "tensor/ops.h"
@@ -21,20 +20,15 @@ namespace loom::ops {
 
 namespace {
 
-DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+using cpu::check_indices;
+using cpu::compute_dtype;
+using cpu::index_at;
+using cpu::rows_of;
 
 // Rows (of n values) per thread below which splitting a per-row loop does not pay.
 int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
 // Columns per thread for a loop over `rows` rows of each column.
 int64_t column_grain(int64_t rows) { return std::max<int64_t>(16, 16384 / std::max<int64_t>(rows, 1)); }
-
-// Contiguous copy of x in its compute dtype.
-Tensor rows_of(const char* op, const Tensor& x) {
-  check_device_supported(op, x.device());
-  LOOM_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got ", x.describe());
-  LOOM_CHECK(x.dim() >= 1, op, ": expected at least 1 dim, got a scalar");
-  return contiguous(to(x, compute_dtype(x.dtype())));
-}
 
 // Runs row_fn(in_row, out_row, n, r) for every row r over the last dim of x
 // (compute types only; x is not copied when it already is contiguous in its compute type).
@@ -81,15 +75,6 @@ Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, RowFn row_fn) 
   return per_row2_indexed(op, g, y, [&](const auto* dy, const auto* yy, auto* dx, int64_t n, int64_t) {
     row_fn(dy, yy, dx, n);
   });
-}
-
-int64_t index_at(const Tensor& idx, int64_t i) {
-  return idx.dtype() == kInt64 ? idx.data<int64_t>()[i] : int64_t(idx.data<int32_t>()[i]);
-}
-
-void check_indices(const char* op, const Tensor& idx) {
-  LOOM_CHECK(idx.dtype() == kInt64 || idx.dtype() == kInt32, op, ": indices must be int32 or int64, got ",
-             idx.describe());
 }
 
 }  // namespace
@@ -251,56 +236,6 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_row
     }
   });
   return to(out, grad.dtype());
-}
-
-CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  LOOM_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ", logits.shape());
-  check_indices("cross_entropy", targets);
-  LOOM_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets ", targets.shape(),
-             " do not match logits ", logits.shape(), " (need [", logits.size(0), "])");
-  if (logits.device().is_cuda() || targets.device().is_cuda()) return cuda::cross_entropy(logits, targets, ignore_index);
-  Tensor x = rows_of("cross_entropy", logits), t = contiguous(targets);
-  int64_t N = x.size(0), V = x.size(1);
-  Tensor lse = empty({N}, x.dtype());
-  int64_t count = 0;
-  double total = 0;
-  LOOM_DISPATCH_COMPUTE(x.dtype(), "cross_entropy", {
-    {
-      for (int64_t i = 0; i < N; ++i) {
-        int64_t y = index_at(t, i);
-        if (y == ignore_index) { lse.data<scalar_t>()[i] = 0; continue; }
-        LOOM_CHECK(y >= 0 && y < V, "cross_entropy: target ", y, " at row ", i, " out of range for ", V,
-                   " classes");
-        total += double(kernels::cross_entropy_row(x.data<scalar_t>() + i * V, long(V), long(y),
-                                                   lse.data<scalar_t>() + i));
-        ++count;
-      }
-    }
-  });
-  // Mean over non-ignored rows (NaN when every row is ignored, as PyTorch).
-  double loss = count ? total / double(count) : std::nan("");
-  return {full({}, loss, logits.dtype()), lse, count};
-}
-
-Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              int64_t count, int64_t ignore_index) {
-  if (logits.device().is_cuda()) return cuda::cross_entropy_backward(grad, logits, targets, lse, count, ignore_index);
-  Tensor x = rows_of("cross_entropy_backward", logits), t = contiguous(targets);
-  int64_t N = x.size(0), V = x.size(1);
-  Tensor dx = zeros({N, V}, x.dtype());
-  double g = grad.item<double>();
-  LOOM_DISPATCH_COMPUTE(x.dtype(), "cross_entropy_backward", {
-    {
-      scalar_t scale = count ? scalar_t(g / double(count)) : scalar_t(0);
-      for (int64_t i = 0; i < N; ++i) {
-        int64_t y = index_at(t, i);
-        if (y == ignore_index) continue;
-        kernels::cross_entropy_backward_row(x.data<scalar_t>() + i * V, long(V), long(y), lse.data<scalar_t>()[i],
-                                            scale, dx.data<scalar_t>() + i * V);
-      }
-    }
-  });
-  return to(dx, logits.dtype());
 }
 
 }  // namespace loom::ops

@@ -14,25 +14,15 @@
 #include "nn/safetensors.h"
 #include "optim/checkpoint.h"
 #include "optim/checkpoint_manifest.h"
+#include "run_command.h"
 
 namespace fs = std::filesystem;
 using namespace loom;
 
 namespace {
 
-struct Exec {
-  int status;
-  std::string output;
-};
-
-Exec shell(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using loom::test::Exec;
+using loom::test::run_command;
 
 // A directory of its own, removed when the test ends.
 struct TempDir {
@@ -77,8 +67,8 @@ int64_t expect_complete(const fs::path& path) {
 TEST(CheckpointCommit, KeepsOnlyTheLastStepsPiecesAndNoTemporaries) {
   TempDir d("set");
   const fs::path ck = d.path / "ck.safetensors";
-  Exec r = shell(std::string(LOOM_TRAIN_GPT) + " --steps 4 --save-every 1 --dtype bf16" + common(d.path) +
-                 "--save " + ck.string());
+  Exec r = run_command(std::string(LOOM_TRAIN_GPT) + " --steps 4 --save-every 1 --dtype bf16" + common(d.path) +
+                       "--save " + ck.string() + " 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(files_in(d.path), (std::set<std::string>{"corpus.txt", "ck.safetensors", "ck.optim.safetensors",
                                                       "ck.step4.model.safetensors", "ck.step4.optim.0.safetensors"}));
@@ -91,12 +81,12 @@ TEST(CheckpointCommit, KeepsOnlyTheLastStepsPiecesAndNoTemporaries) {
 TEST(CheckpointCommit, APieceFromAnotherRunIsRefusedNamingIt) {
   TempDir d("mix");
   const std::string train = std::string(LOOM_TRAIN_GPT) + " --steps 2" + common(d.path);
-  ASSERT_EQ(shell(train + "--save " + (d.path / "a.safetensors").string()).status, 0);
-  ASSERT_EQ(shell(train + "--embd 64 --save " + (d.path / "b.safetensors").string()).status, 0);
+  ASSERT_EQ(run_command(train + "--save " + (d.path / "a.safetensors").string() + " 2>&1").status, 0);
+  ASSERT_EQ(run_command(train + "--embd 64 --save " + (d.path / "b.safetensors").string() + " 2>&1").status, 0);
   // a's optimizer shard replaced by b's (a 64-wide model's state in a 32-wide checkpoint).
   fs::copy_file(d.path / "b.step2.optim.0.safetensors", d.path / "a.step2.optim.0.safetensors",
                 fs::copy_options::overwrite_existing);
-  Exec resumed = shell(train + "--steps 3 --resume " + (d.path / "a.safetensors").string());
+  Exec resumed = run_command(train + "--steps 3 --resume " + (d.path / "a.safetensors").string() + " 2>&1");
   EXPECT_EQ(resumed.status, 1);
   EXPECT_NE(resumed.output.find("piece '" + (d.path / "a.step2.optim.0.safetensors").string() + "' is "),
             std::string::npos)
@@ -135,8 +125,8 @@ TEST(CheckpointCommit, ARankKilledAtRandomPointsNeverLeavesAMix) {
                            std::to_string(seconds) + " " + LOOM_TRAIN_GPT + args +
                            (resume ? " --resume " + ck.string() : "") + "; else exec " + LOOM_TRAIN_GPT + args +
                            (resume ? " --resume " + ck.string() : "") + "; fi";
-    return shell("timeout -k 5 60 " + std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 sh -c '" +
-                 rank_cmd + "'");
+    return run_command("timeout -k 5 60 " + std::string(LOOM_MPIEXEC) +
+                       " --allow-run-as-root --oversubscribe -np 2 sh -c '" + rank_cmd + "' 2>&1");
   };
   std::mt19937 rng(12345);
   std::uniform_real_distribution<double> when(0.3, 1.5);
@@ -153,10 +143,10 @@ TEST(CheckpointCommit, ARankKilledAtRandomPointsNeverLeavesAMix) {
     last_step = step;
   }
   ASSERT_GE(last_step, 1) << "no checkpoint was ever committed; the kills came too early";
-  Exec on = shell("timeout -k 5 60 " + std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " +
-                  std::string(LOOM_TRAIN_GPT) +
-                  " --dp 2 --zero --batch 2 --steps " + std::to_string(last_step + 2) + common(d.path) +
-                  "--resume " + ck.string() + " --save " + ck.string());
+  Exec on = run_command("timeout -k 5 60 " + std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " +
+                        std::string(LOOM_TRAIN_GPT) +
+                        " --dp 2 --zero --batch 2 --steps " + std::to_string(last_step + 2) + common(d.path) +
+                        "--resume " + ck.string() + " --save " + ck.string() + " 2>&1");
   ASSERT_EQ(on.status, 0) << on.output;
   EXPECT_EQ(expect_complete(ck), last_step + 2);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "plan/report.h"
+#include "run_command.h"
 
 namespace fs = std::filesystem;
 using namespace loom::plan;
@@ -202,11 +203,9 @@ std::vector<MeasuredRank> memory_report_of(int ranks, const std::string& args, i
                           " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " + LOOM_TRAIN_GPT +
                           " --steps 2 --block 16 --layers 2 --heads 2 --embd 64 --batch 4 --eval-every 0 --sample 0"
                           " --memory-report --data " + (dir / "corpus.txt").string() + " " + args + " 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
+  const loom::test::Exec run = loom::test::run_command(cmd);
+  const std::string& out = run.output;
+  EXPECT_EQ(run.status, 0) << out;
   std::vector<MeasuredRank> rows;
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {

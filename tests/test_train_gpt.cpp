@@ -13,6 +13,7 @@
 
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
+#include "run_command.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/ops.h"
 
@@ -20,22 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Exec {
-  int status;
-  std::string output;
-};
+using loom::test::Exec;
+using loom::test::run_command;
 
-Exec run_command(const std::string& command) {
-  std::string cmd = command + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-Exec run(const std::string& args) { return run_command(std::string(LOOM_TRAIN_GPT) + " " + args); }
+Exec run(const std::string& args) { return run_command(std::string(LOOM_TRAIN_GPT) + " " + args + " 2>&1"); }
 
 // Work directories, removed when the test process ends (LOOM_KEEP_WORK_DIRS=1 keeps them).
 std::vector<fs::path>& work_dirs() {
@@ -433,7 +422,7 @@ TEST(TrainGpt, ACorpusOutsideTheCheckpointsVocabularyIsNamed) {
 TEST(TrainGpt, UnderMpirunProgressComesAsWholeLines) {
   fs::path d = temp_dir("mpirun_lines");
   Exec r = run_command(std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 1 " + LOOM_TRAIN_GPT +
-                       " --steps 3" + kSmall + "--data " + corpus(d).string());
+                       " --steps 3" + kSmall + "--data " + corpus(d).string() + " 2>&1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("step     3/3"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find('\r'), std::string::npos) << "a \\r in the output of a run under mpirun";
@@ -444,7 +433,7 @@ TEST(TrainGpt, UnderMpirunProgressComesAsWholeLines) {
 TEST(TrainGpt, SaveCreatesMissingDirectories) {
   fs::path d = temp_dir("save_dirs");
   Exec relative = run_command("cd " + d.string() + " && " + LOOM_TRAIN_GPT + " --steps 1" + kSmall + "--data " +
-                              corpus(d).string() + " --save out/gpt.safetensors");
+                              corpus(d).string() + " --save out/gpt.safetensors 2>&1");
   ASSERT_EQ(relative.status, 0) << relative.output;
   EXPECT_TRUE(fs::exists(d / "out" / "gpt.safetensors"));
   Exec absolute = run("--steps 1" + kSmall + "--data " + corpus(d).string() + " --save " +

@@ -46,6 +46,7 @@
 #include <sstream>
 
 #include "nn/safetensors.h"
+#include "run_command.h"
 #include "tensor/ops.h"
 
 namespace loom::test {
@@ -107,11 +108,9 @@ inline Result train(const std::string& name, int ranks, const std::string& args)
   std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=${LOOM_COLLECTIVE_TIMEOUT:-60} " + launch +
                     LOOM_TRAIN_GPT + common + args + " 2>&1";
   Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  Exec run = run_command(cmd);
+  r.status = run.status;
+  r.output = std::move(run.output);
   if (r.status != 0) return r;
   std::ifstream log(d / (name + ".jsonl"));
   std::string line;

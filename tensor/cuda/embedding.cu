@@ -1,5 +1,5 @@
-// Embedding and cross-entropy on the GPU (ops_nn.cpp's CPU versions, same
-// results): the two ops that index with token ids.
+// Embedding and cross-entropy on the GPU (the CPU versions are in ops_nn.cpp
+// and ops_loss.cpp; same results): the two ops that index with token ids.
 //
 // Bad indices cannot throw from a kernel; the first one is recorded and thrown
 // at the next synchronisation (context.h: IndexError). Meanwhile an

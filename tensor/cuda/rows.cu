@@ -24,7 +24,7 @@ namespace {
 
 DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
-// The checks of ops_nn.cpp's rows_of, then a contiguous copy in the compute dtype.
+// The checks of cpu/rows.h's rows_of, then a contiguous copy in the compute dtype.
 Tensor rows_of(const char* op, const Tensor& x) {
   LOOM_CHECK(is_floating(x.dtype()), op, ": expected a floating tensor, got ", x.describe());
   LOOM_CHECK(x.dim() >= 1, op, ": expected at least 1 dim, got a scalar");

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../run_command.h"
 #include "cuda_test.h"
 
 namespace fs = std::filesystem;
@@ -23,19 +24,10 @@ using namespace loom;
 
 namespace {
 
-struct Exec {
-  int status;
-  std::string output;
-};
+using loom::test::Exec;
 
 Exec run(const std::string& args) {
-  const std::string cmd = std::string(LOOM_TRAIN_GPT) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return loom::test::run_command(std::string(LOOM_TRAIN_GPT) + " " + args + " 2>&1");
 }
 
 // The "loss" of every JSON line as printed (%.17g).

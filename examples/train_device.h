@@ -1,0 +1,23 @@
+// train_gpt's --device cuda[:N]: the model and each step's batches moved to
+// the GPU. The model is built on the CPU by the seeded generators, then moved,
+// so a CPU run and a GPU run start from identical weights (and the GPU run's
+// losses can be checked against the CPU's, tests/cuda/test_cuda_train_gpt.cpp).
+// On the CPU both helpers do nothing.
+#pragma once
+
+#include <vector>
+
+#include "data/data.h"
+#include "examples/train_args.h"
+#include "examples/train_setup.h"
+
+namespace loom::train {
+
+// --device cuda[:N]: the params, built on the CPU by the seeded generators
+// (the weights of a CPU run), moved to the GPU in place; TF32 as --tf32 says.
+// Called by build_model_or_stage. The CPU: nothing to do.
+void move_to_device(ModelOrStage& m, const Args& a);
+// A step's micro-batches, copied to --device (pinned staging is not done yet).
+void to_device(std::vector<data::Batch>& mbs, const Args& a);
+
+}  // namespace loom::train
