@@ -142,6 +142,21 @@ double Diagnostics::predicted_activation_bytes() const {
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size(),
                                                pgm_.pp_rank(), a_.virtual_stages);
   if (!dp_.bucket) c.grad_bytes = 4 * m_.net().num_parameters();  // backward allocates fp32 .grad tensors
+  if (m_.pipelined() && m_.stage->num_chunks() > 1) {
+    // Interleaved: each chunk's blocks, ends and .grad bytes; layers() holds the chunks' layers in order.
+    std::vector<optim::ChunkActivations> chunks;
+    size_t layer = 0;
+    for (const parallel::LayerRange& r : m_.stage->chunks()) {
+      optim::ChunkActivations k;
+      for (int64_t i = r.start; i < r.end; ++i, ++layer) {
+        k.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
+        if (!dp_.bucket) k.grad_bytes += 4 * m_.stage->layers()[layer]->num_parameters();
+      }
+      k.has_embedding = r.start == 0, k.has_head = r.end == cfg.num_layers();
+      chunks.push_back(k);
+    }
+    return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size(), pgm_.pp_rank()).total;
+  }
   return optim::predict_activations(c).total;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
+
 namespace loom::optim {
 
 namespace {
@@ -127,6 +129,47 @@ double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int 
   const int64_t warmup = micro_batches == pp ? total
                                              : std::min<int64_t>((pp - stage - 1) * 2 + (virtual_stages - 1) * pp, total);
   return double(std::min<int64_t>(warmup + 1, total)) / virtual_stages;
+}
+
+ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
+                                                     int pp, int stage) {
+  // Each chunk as a stage of its own: its bytes per micro-batch, and its
+  // backward's temporaries the first time and later (with its own .grad
+  // tensors alive). Not pipelined: the gradient in flight is counted below.
+  std::vector<ActivationPrediction> first, later;
+  for (const ChunkActivations& k : chunks) {
+    ActivationCase one = c;
+    one.blocks = k.blocks, one.has_head = k.has_head, one.has_embedding = k.has_embedding, one.grad_bytes = k.grad_bytes;
+    one.in_flight = 1, one.micro_batches = 1, one.pipelined = false;
+    first.push_back(predict_activations(one));
+    one.micro_batches = 2;
+    later.push_back(predict_activations(one));
+  }
+  // The input gradient an earlier backward sent (any chunk but the first
+  // virtual stage's): an isend that may still be in flight, [b s h] (/ t under SP).
+  const double sent = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
+                      double(c.element_bytes);
+  ActivationPrediction p;
+  p.tokens = first.front().tokens;
+  std::vector<bool> ran(chunks.size(), false);  // chunk k's backward has run: its .grad tensors are alive
+  bool sending = false;
+  double kept = 0;
+  for (const parallel::ScheduledOp& op : parallel::interleaved_order(pp, stage, int(chunks.size()),
+                                                                     int(c.micro_batches))) {
+    const size_t k = size_t(op.chunk);
+    if (op.kind == 'F') {
+      kept += first[k].per_micro_batch;
+      continue;
+    }
+    double extra = (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
+    for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && j != k ? double(chunks[j].grad_bytes) : 0;
+    if (kept + extra > p.total) p.total = kept + extra, p.backward_extra = extra, p.per_micro_batch = kept;
+    kept -= first[k].per_micro_batch;
+    ran[k] = true;
+    sending = sending || !chunks[k].has_embedding;
+  }
+  p.total += p.tokens;
+  return p;
 }
 
 }  // namespace loom::optim

@@ -33,8 +33,8 @@
 // Micro-batches in flight at the peak: 1 without a pipeline (gradient
 // accumulation frees one micro-batch before the next); AFAB all m; 1F1B
 // min(m, p - stage) (Narayanan et al. 2021, section 2.2: stage s runs p - s
-// forwards before its first backward); interleaved 1F1B the forwards of its
-// warm-up, counted per chunk.
+// forwards before its first backward); interleaved 1F1B has no one count
+// (predict_activations_interleaved below walks its schedule instead).
 //
 // The peak is in a backward (found by recording, at each new peak of the
 // allocator, the live blocks and the autograd node that allocated each), at
@@ -83,15 +83,25 @@
 // except a pipeline's last stage whose isend completed first: -2.7% (the
 // test's pp2 fp16; other runs +0.0%), -5.7% (pp2 tp2 fp32), -2.5% (--embd 64
 // --pp 2 fp32), -2.2% (bf16), -1.8% (--layers 4), -1.7% / -3.1% (--heads 8
-// --pp 2, with --tp 2). Not modelled: interleaved 1F1B (--virtual-stages >
-// 1), whose chunks hold different numbers of micro-batches at the peak and
-// whose peak is in a later backward: --layers 4 --embd 64 --pp 2
-// --virtual-stages 2 --microbatches 4 measured +2.1% / +58% (stages 0 / 1);
-// dropout's masks (loom's GPT keeps none at p = 0); the CUDA backend (its
-// kernels make no fp32 copies; its caching allocator was not measured).
+// --pp 2, with --tp 2).
+// Interleaved 1F1B (the schedule walk; the average in-flight count it
+// replaces was +2.1% / +58% off), --pp 2 --virtual-stages 2 unless said:
+// measured = formula (+0.0%, the bf16 stage 0s +0.01%) on every rank of
+// --layers 4 --embd 64 --batch 4 at m 2, of --layers 8 --pp 4 m 4 and of
+// --dp 2 m 4 bf16 --zero; on the other runs some ranks measure the formula
+// less the one sent gradient, whose isend had completed: m 4 fp32 -0.8 /
+// -0.7, bf16 and fp16 -0.8 on stage 1, v 3 -0.6, --pp 4 m 8 -0.4 to -0.8,
+// --dp 2 -1.0, --tp 2 -1.2 / -1.3, --tp 2 SP bf16 -0.7, --heads 8 --block
+// 64 (C) -0.5, --embd 32 -0.8 to -2.0. Once above it: --dp 2 m 2 bf16
+// --zero, one stage 1 rank +1.1% (two sent gradients and a header still
+// held: a send's payload is released when the channel's thread sees it
+// complete, which can be after the receiver has it).
+// Not modelled: dropout's masks (loom's GPT keeps none at p = 0); the CUDA
+// backend (its kernels make no fp32 copies; its caching allocator was not measured).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace loom::optim {
 
@@ -124,7 +134,30 @@ struct ActivationPrediction {
 
 ActivationPrediction predict_activations(const ActivationCase& c);
 
-// 1F1B, AFAB or interleaved: micro-batches a pipeline rank keeps at its peak.
+// 1F1B, AFAB or interleaved: micro-batches a pipeline rank keeps at its peak
+// (for interleaved an average over its chunks: the planner's estimate).
 double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int pp, int stage, int virtual_stages);
+
+// One of an interleaved rank's model chunks.
+struct ChunkActivations {
+  int64_t blocks = 0;         // transformer blocks in the chunk
+  bool has_head = false;      // the last virtual stage
+  bool has_embedding = false; // the first virtual stage
+  int64_t grad_bytes = 0;     // its params' .grad tensors, when there is no main_grad buffer (else 0)
+};
+
+// Interleaved 1F1B (--virtual-stages > 1). No one in-flight count fits: the
+// chunks hold different numbers of micro-batches at each moment, and only one
+// of them has the head. So this walks the rank's own schedule
+// (parallel::interleaved_order): a forward of chunk k adds k's per-micro-batch
+// bytes, a backward is a candidate peak (everything kept, plus k's backward
+// temporaries, plus the .grad tensors of the chunks whose backward has run)
+// and then frees them. c gives the shapes, dtype, tp and the step's tokens;
+// its blocks, head, embedding, in_flight and grad_bytes are the chunks'.
+// Like predict_activations, one input gradient sent by an earlier backward
+// counts as in flight. The result's per_micro_batch is what all the chunks
+// keep at the peak; per_block is not set.
+ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
+                                                     int pp, int stage);
 
 }  // namespace loom::optim
