@@ -82,7 +82,7 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
   for (const Tensor& p : params)
     LOOM_CHECK(p.dtype() == dtype, "DistributedOptimizer: params of mixed dtypes (", dtype_name(dtype), " and ",
                p.describe(), "); cast the model to one dtype first");
-  layout.param_buffer = zeros(bm.buffer().shape(), dtype);
+  layout.param_buffer = zeros(bm.buffer().shape(), dtype, bm.buffer().device());  // beside the grad buffer
   for (const Tensor& p : params) {
     LOOM_CHECK(group_of.count(p.impl()), "DistributedOptimizer: ", p.describe(), " is wrapped by the "
                "DataParallelBucket but is in no param group");

@@ -12,6 +12,7 @@
 #include "parallel/comm/mpi_checks.h"
 #include "parallel/comm/process_group_mpi.h"
 #include "parallel/comm/watchdog.h"
+#include "tensor/ops.h"
 
 namespace loom::parallel {
 
@@ -44,8 +45,12 @@ constexpr std::chrono::microseconds kLatePoll(500);
 class MpiRequestWork final : public Work {
  public:
   // expected_count >= 0: a receive, whose message must hold that many elements.
-  MpiRequestWork(Tensor buffer, MPI_Request request, std::string what, int64_t expected_count = -1)
-      : buffer_(std::move(buffer)), request_(request), what_(std::move(what)), expected_count_(expected_count) {}
+  // destination: a receive into a CUDA tensor lands in `buffer` (host) and
+  // is copied up to it when the receive completes (HostStaging in mpi_checks.h).
+  MpiRequestWork(Tensor buffer, MPI_Request request, std::string what, int64_t expected_count = -1,
+                 Tensor destination = Tensor())
+      : buffer_(std::move(buffer)), request_(request), what_(std::move(what)), expected_count_(expected_count),
+        destination_(std::move(destination)) {}
   ~MpiRequestWork() override {
     if (done_) return;
     int finalized = 0;
@@ -93,6 +98,7 @@ class MpiRequestWork final : public Work {
         mpiCheck(MPI_Get_count(&status, mpi_type(buffer_.dtype()), &count));
         LOOM_CHECK(count == expected_count_, what_, ": expected ", expected_count_, " elements (",
                    buffer_.describe(), ") but the message holds ", count);
+        if (destination_.defined()) ops::copy_(destination_, buffer_);  // up to the GPU, on loom's stream
       }
     } catch (...) {
       error_ = std::current_exception();
@@ -107,6 +113,7 @@ class MpiRequestWork final : public Work {
   MPI_Request request_;
   std::string what_;
   int64_t expected_count_;
+  Tensor destination_;
   bool done_ = false;
   std::exception_ptr error_;
 };
@@ -117,9 +124,11 @@ std::shared_ptr<Work> MpiProcessGroup::isend(const Tensor& t, int dst, int tag) 
   check_tensor("send", t, "tensor");
   check_peer("send", dst, rank_, size_, tag, name_);
   LOOM_CHECK(comm_ != MPI_COMM_NULL, "send: process group ", name_, " has been shut down (loom::parallel::finalize)");
+  HostStaging staged(t, /*fetch=*/true);  // a CUDA tensor's values come down now, on this thread
   MPI_Request request;
-  mpiCheck(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, comm_, &request));
-  auto work = std::make_shared<MpiRequestWork>(t, request, str("send(to ", dst, ", tag ", tag, ") on group ", name_));
+  mpiCheck(MPI_Isend(staged.host().raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, comm_, &request));
+  auto work = std::make_shared<MpiRequestWork>(staged.host(), request,
+                                               str("send(to ", dst, ", tag ", tag, ") on group ", name_));
   // Progress while the caller computes: the channel's thread tests the send
   // every kLatePoll until it is done (or dropped, or the group shuts down).
   // Not at once: the caller's next verb usually finds it done first, and a
@@ -144,10 +153,12 @@ std::shared_ptr<Work> MpiProcessGroup::irecv(const Tensor& t, int src, int tag) 
   check_tensor("recv", t, "tensor");
   check_peer("recv", src, rank_, size_, tag, name_);
   LOOM_CHECK(comm_ != MPI_COMM_NULL, "recv: process group ", name_, " has been shut down (loom::parallel::finalize)");
+  HostStaging staged(t, /*fetch=*/false);
   MPI_Request request;
-  mpiCheck(MPI_Irecv(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), src, tag, comm_, &request));
-  return std::make_shared<MpiRequestWork>(t, request, str("recv(from ", src, ", tag ", tag, ") on group ", name_),
-                                          t.numel());
+  mpiCheck(MPI_Irecv(staged.host().raw_data(), int(t.numel()), mpi_type(t.dtype()), src, tag, comm_, &request));
+  return std::make_shared<MpiRequestWork>(staged.host(), request,
+                                          str("recv(from ", src, ", tag ", tag, ") on group ", name_), t.numel(),
+                                          staged.host().is_same(t) ? Tensor() : t);
 }
 
 }  // namespace loom::parallel

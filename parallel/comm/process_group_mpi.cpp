@@ -35,10 +35,19 @@ MPI_Datatype mpi_type(DType t) {
 
 void check_tensor(const char* op, const Tensor& t, const char* what) {
   LOOM_CHECK(t.defined(), op, ": ", what, " is undefined");
-  LOOM_CHECK(t.device().is_cpu(), op, ": the MPI backend takes CPU tensors, got ", what, " ", t.describe(), " on ",
-             t.device().str());
+  LOOM_CHECK(t.device().is_cpu() || t.device().is_cuda(), op, ": the MPI backend takes CPU or CUDA tensors, got ",
+             what, " ", t.describe(), " on ", t.device().str());
   LOOM_CHECK(t.is_contiguous(), op, ": ", what, " ", t.describe(), " must be contiguous (call contiguous() first)");
   LOOM_CHECK(t.numel() <= INT_MAX, op, ": ", what, " has ", t.numel(), " elements; MPI counts stop at 2^31 - 1");
+}
+
+HostStaging::HostStaging(const Tensor& t, bool fetch) : device_(t) {
+  if (t.device().is_cpu()) host_ = t;
+  else host_ = fetch ? ops::to(t, kCPU) : empty(t.shape(), t.dtype());
+}
+
+void HostStaging::put_back() const {
+  if (!host_.is_same(device_)) ops::copy_(device_, host_);
 }
 
 // Tags: MPI guarantees at least 0..32767.
@@ -83,6 +92,16 @@ bool overlap(const Tensor& a, const Tensor& b) {
   auto* a0 = static_cast<const char*>(a.raw_data());
   auto* b0 = static_cast<const char*>(b.raw_data());
   return a.storage() == b.storage() && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// A group of one rank: every collective is the identity (a sum, max or mean
+// over one rank is its value, x / 1 exactly), so it moves no data: output
+// gets input's values unless it already is that memory. Saves a single-GPU
+// run (dp = 1, which bf16 and --zero still run through the bucket buffer) two
+// copies of the whole gradient buffer through the host every step.
+void identity_(const Tensor& output, const Tensor& input) {
+  if (output.storage() == input.storage() && output.raw_data() == input.raw_data()) return;
+  ops::copy_(output, input);
 }
 
 }  // namespace
@@ -165,11 +184,15 @@ std::shared_ptr<Work> MpiProcessGroup::all_reduce_async(const Tensor& t, ReduceO
   check_reduce("all_reduce", t, op);
   return queue_->submit(str("all_reduce(", reduce_op_name(op), ", ", dtype_name(t.dtype()), ")"), t.nbytes(),
                         [this, t, op] {
-    Tensor buf = reduction_buffer(t);
+    if (size_ == 1) return;
+    HostStaging staged(t, /*fetch=*/true);
+    const Tensor& host = staged.host();
+    Tensor buf = reduction_buffer(host);
     arrive(Collective::AllReduce, t.numel(), t.dtype(), op);
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype()), mpi_op(op), comm_));
     if (op == ReduceOp::Avg) divide_(buf, size_);
-    if (!buf.is_same(t)) ops::copy_(t, buf);
+    if (!buf.is_same(host)) ops::copy_(host, buf);
+    staged.put_back();
   });
 }
 
@@ -184,16 +207,20 @@ std::shared_ptr<Work> MpiProcessGroup::reduce_scatter_async(const Tensor& output
              " elements (pad the input to a multiple of the group size)");
   return queue_->submit(str("reduce_scatter(", reduce_op_name(op), ", ", dtype_name(input.dtype()), ")"),
                         input.nbytes(), [this, output, input, op] {
-    Tensor in = reduction_buffer(input);
+    if (size_ == 1) return identity_(output, input);
+    HostStaging staged_in(input, /*fetch=*/true), staged_out(output, /*fetch=*/false);
+    const Tensor &input_h = staged_in.host(), &output_h = staged_out.host();
+    Tensor in = reduction_buffer(input_h);
     // A separate result buffer when the output is a view into the input (ZeRO
     // reduce-scatters a bucket into this rank's shard of it): MPI forbids aliasing.
-    bool direct = in.dtype() == output.dtype() && !overlap(output, input);
-    Tensor out = direct ? output : empty(output.shape(), in.dtype());
+    bool direct = in.dtype() == output_h.dtype() && !overlap(output_h, input_h);
+    Tensor out = direct ? output_h : empty(output_h.shape(), in.dtype());
     arrive(Collective::ReduceScatter, input.numel(), input.dtype(), op);
     mpiCheck(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), int(out.numel()), mpi_type(in.dtype()),
                                       mpi_op(op), comm_));
     if (op == ReduceOp::Avg) divide_(out, size_);
-    if (!direct) ops::copy_(output, out);
+    if (!direct) ops::copy_(output_h, out);
+    staged_out.put_back();
   });
 }
 
@@ -205,18 +232,24 @@ std::shared_ptr<Work> MpiProcessGroup::all_gather_async(const Tensor& output, co
   LOOM_CHECK(output.numel() == int64_t(size_) * input.numel(), "all_gather: output of ", output.numel(),
              " elements is not ", size_, " ranks x input of ", input.numel(), " elements");
   return queue_->submit(str("all_gather(", dtype_name(input.dtype()), ")"), output.nbytes(), [this, output, input] {
+    if (size_ == 1) return identity_(output, input);
     int n = int(input.numel());
     MPI_Datatype type = mpi_type(input.dtype());
     auto* own_block = static_cast<char*>(output.raw_data()) + size_t(rank_) * input.nbytes();
+    // In place: the input already sits at this rank's block of the output
+    // (ZeRO all-gathers updated shards straight into the parameter buffer).
+    const bool in_place = input.raw_data() == own_block;
+    HostStaging staged_out(output, /*fetch=*/in_place);
+    const Tensor& output_h = staged_out.host();
     arrive(Collective::AllGather, input.numel(), input.dtype());
-    if (input.raw_data() == own_block) {
-      // In place: the input already sits at this rank's block of the output
-      // (ZeRO all-gathers updated shards straight into the parameter buffer).
-      mpiCheck(MPI_Allgather(MPI_IN_PLACE, n, type, output.raw_data(), n, type, comm_));
+    if (in_place) {
+      mpiCheck(MPI_Allgather(MPI_IN_PLACE, n, type, output_h.raw_data(), n, type, comm_));
     } else {
-      Tensor in = overlap(output, input) ? ops::clone(input) : input;
-      mpiCheck(MPI_Allgather(in.raw_data(), n, type, output.raw_data(), n, type, comm_));
+      HostStaging staged_in(input, /*fetch=*/true);
+      Tensor in = overlap(output_h, staged_in.host()) ? ops::clone(staged_in.host()) : staged_in.host();
+      mpiCheck(MPI_Allgather(in.raw_data(), n, type, output_h.raw_data(), n, type, comm_));
     }
+    staged_out.put_back();
   });
 }
 
@@ -225,8 +258,11 @@ std::shared_ptr<Work> MpiProcessGroup::broadcast_async(const Tensor& t, int root
   LOOM_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of group ", name_, " (size ", size_,
              ")");
   return queue_->submit(str("broadcast(root ", root, ", ", dtype_name(t.dtype()), ")"), t.nbytes(), [this, t, root] {
+    if (size_ == 1) return;
+    HostStaging staged(t, /*fetch=*/rank_ == root);
     arrive(Collective::Broadcast, t.numel(), t.dtype());
-    mpiCheck(MPI_Bcast(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), root, comm_));
+    mpiCheck(MPI_Bcast(staged.host().raw_data(), int(t.numel()), mpi_type(t.dtype()), root, comm_));
+    if (rank_ != root) staged.put_back();
   });
 }
 
@@ -234,8 +270,9 @@ std::shared_ptr<Work> MpiProcessGroup::send_async(const Tensor& t, int dst, int 
   check_tensor("send", t, "tensor");
   check_peer("send", dst, rank_, size_, tag, name_);
   return queue_->submit(str("send(to ", dst, ", tag ", tag, ")"), t.nbytes(), [this, t, dst, tag] {
+    HostStaging staged(t, /*fetch=*/true);
     MPI_Request request;
-    mpiCheck(MPI_Isend(t.raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, comm_, &request));
+    mpiCheck(MPI_Isend(staged.host().raw_data(), int(t.numel()), mpi_type(t.dtype()), dst, tag, comm_, &request));
     progress(request);
   });
 }
@@ -244,15 +281,17 @@ std::shared_ptr<Work> MpiProcessGroup::recv_async(const Tensor& t, int src, int 
   check_tensor("recv", t, "tensor");
   check_peer("recv", src, rank_, size_, tag, name_);
   return queue_->submit(str("recv(from ", src, ", tag ", tag, ")"), t.nbytes(), [this, t, src, tag] {
+    HostStaging staged(t, /*fetch=*/false);
     MPI_Status status;
     MPI_Datatype type = mpi_type(t.dtype());
     MPI_Request request;
-    mpiCheck(MPI_Irecv(t.raw_data(), int(t.numel()), type, src, tag, comm_, &request));
+    mpiCheck(MPI_Irecv(staged.host().raw_data(), int(t.numel()), type, src, tag, comm_, &request));
     progress(request, &status);
     int count = 0;
     mpiCheck(MPI_Get_count(&status, type, &count));
     LOOM_CHECK(count == t.numel(), "recv: expected ", t.numel(), " elements (", t.describe(), ") from rank ", src,
                " but the message holds ", count);
+    staged.put_back();
   });
 }
 

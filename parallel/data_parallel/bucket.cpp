@@ -13,6 +13,9 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
   LOOM_CHECK(bucket_cap_mb > 0, "BucketManager: bucket_cap_mb must be > 0, got ", bucket_cap_mb);
   const int64_t cap = std::max<int64_t>(1, int64_t(bucket_cap_mb * 1024 * 1024 / sizeof(float)));
   const int64_t pad_to = int64_t(dp_group.size()) * kBucketPadElements;
+  // The buffer lives beside the params (on their GPU with --device cuda), so
+  // the hook's main_grad += grad stays on the device.
+  const Device device = params.empty() ? kCPU : params.front().device();
 
   // 1. Assign params to buckets, walking them in reverse (the order backward
   //    produces their gradients); remember each param's offset in the buffer.
@@ -28,6 +31,8 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
     const Tensor& p = *it;
     LOOM_CHECK(is_floating(p.dtype()), "BucketManager: parameter ", p.describe(), " is not floating point");
+    LOOM_CHECK(p.device() == device, "BucketManager: parameters on two devices (", device.str(), " and ",
+               p.describe(), " on ", p.device().str(), "); one gradient buffer serves one device");
     if (buckets_.empty() || (bucket_used > 0 && bucket_used + p.numel() > cap)) {
       if (!buckets_.empty()) close_bucket();
       buckets_.push_back(Bucket{});
@@ -43,7 +48,7 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
   if (!buckets_.empty()) close_bucket();
 
   // 2. One zeroed fp32 buffer; buckets and main_grads are views into it.
-  buffer_ = zeros({end}, kFloat32);
+  buffer_ = zeros({end}, kFloat32, device);
   for (Bucket& b : buckets_) {
     b.grad_data = ops::narrow(buffer_, 0, b.offset, b.numel);
     b.ready.assign(b.params.size(), false);

@@ -39,7 +39,7 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
                "call dp.bucket_manager().all_reduce_bucket_of(weight) before training");
     Tensor g = dp ? dp->main_grad(p) : autograd::grad(p);
     if (!g.defined()) {
-      g = zeros(p.shape(), p.dtype());
+      g = zeros(p.shape(), p.dtype(), p.device());
       autograd::set_grad(p, g);
     }
     grads.push_back(g);
@@ -68,7 +68,7 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
   for (const Bucket& b : buckets) {
     int64_t total = 0;
     for (size_t i : b.members) total += grads[i].numel();
-    Tensor flat = loom::empty({total}, b.dtype);
+    Tensor flat = loom::empty({total}, b.dtype, grads[b.members.front()].device());
     int64_t offset = 0;
     for (size_t i : b.members) {
       ops::copy_(ops::view(ops::narrow(flat, 0, offset, grads[i].numel()), grads[i].shape()), grads[i]);
