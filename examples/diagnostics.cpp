@@ -39,7 +39,8 @@ bool stdout_is_a_terminal() {
 Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
                          const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
                          int64_t tokens_per_step)
-    : a_(a), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end), tokens_per_step_(tokens_per_step),
+    : a_(a), device_(a.device), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end),
+      tokens_per_step_(tokens_per_step),
       rank0_(pgm.global_rank() == 0), tty_(rank0_ && stdout_is_a_terminal()) {
   if (rank0_ && !a.log.empty()) {
     log_.open(a.log, start > 0 ? std::ios::app : std::ios::trunc);
@@ -49,11 +50,11 @@ Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, cons
 
 void Diagnostics::step_begins(int64_t step) {
   t0_ = std::chrono::steady_clock::now();
-  live_before_ = memory_stats().live_bytes;
-  if (a_.memory_report && step == start_) reset_peak_memory_stats();
+  live_before_ = memory_stats(device_).live_bytes;
+  if (a_.memory_report && step == start_) reset_peak_memory_stats(device_);
 }
 
-void Diagnostics::backward_done() { peak_ = memory_stats().peak_bytes; }
+void Diagnostics::backward_done() { peak_ = memory_stats(device_).peak_bytes; }
 
 void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
                             const parallel::StageEvents& events) {
@@ -103,7 +104,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,
                  stepped.loss_scale, stepped.skipped, opt_.scaler() ? opt_.scaler()->scale() : 1.0, eval_now, val,
                  total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0,
-                 double(memory_stats().live_bytes) / (1 << 20), double(memory_stats().peak_bytes) / (1 << 20)};
+                 double(memory_stats(device_).live_bytes) / (1 << 20),
+                 double(memory_stats(device_).peak_bytes) / (1 << 20)};
   if (log_.is_open()) log_ << json_line(rep) << std::flush;
   if (tty_) print_progress(rep, /*tty=*/true);
   else if (rank0_ &&

@@ -44,6 +44,7 @@ class Diagnostics {
   double predicted_activation_bytes() const;
 
   const Args& a_;
+  const Device device_;  // where the model lives: its memory is what the report and the log count
   parallel::ProcessGroupManager& pgm_;
   const Corpus& c_;
   ModelOrStage& m_;

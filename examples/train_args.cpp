@@ -117,9 +117,10 @@ void check_writable(const char* flag, const std::string& path, bool create_dirs)
 }
 
 // --device: a name Device parses, and for a GPU one this build and machine
-// have. One GPU per process, in fp32 without --zero for now: ranks exchanging
-// GPU tensors need NCCL (the next issue), and the fp32 main_grad buffer of
-// bf16/fp16 and --zero is host memory (parallel/data_parallel/bucket.cpp).
+// have. One GPU per process for now: ranks exchanging GPU tensors need NCCL
+// (the next issue). Every dtype and --zero run there: the fp32 main_grad
+// buffer and ZeRO's param buffer live on the params' device, and a group of
+// one rank moves no data.
 void check_device(const Args& a) {
   Device d;
   try {
@@ -132,9 +133,6 @@ void check_device(const Args& a) {
   LOOM_CHECK(a.dp == 1 && a.pp == 1 && a.tp == 1, "--device ", a.device, " with --dp ", a.dp, " --pp ", a.pp,
              " --tp ", a.tp, ": a GPU run is one process on one GPU for now (ranks exchanging GPU tensors need "
              "NCCL, not built yet); use --device cpu for --dp/--pp/--tp > 1");
-  LOOM_CHECK(a.dtype == "fp32" && !a.zero, "--device ", a.device, " with --dtype ", a.dtype, a.zero ? " --zero" : "",
-             ": the fp32 main_grad buffer these need is host memory for now; on the GPU use --dtype fp32 "
-             "without --zero");
   LOOM_CHECK(built_with_cuda(), "--device ", a.device, ": ", cuda::unavailable_reason());
   const int n = cuda::device_count();
   LOOM_CHECK(n > 0, "--device ", a.device, ": no CUDA device (", cuda::unavailable_reason(), ")");

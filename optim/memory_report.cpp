@@ -40,7 +40,7 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     m.optimizer += bytes_of(st.exp_avg) + bytes_of(st.exp_avg_sq) + bytes_of(st.step);
   }
   m.activations_peak = peak_during_step - live_before_step;
-  m.live = memory_stats().live_bytes;
+  m.live = memory_stats(params.empty() ? kCPU : params.front().device()).live_bytes;  // the model's device
   return m;
 }
 

@@ -5,8 +5,13 @@
 //     the CPU run's; with --dropout 0.1 too (Philox draws the CPU's masks);
 //   - the same GPU run twice: bit-identical losses;
 //   - 20 straight steps vs 10 + --save + --resume + 10 on the GPU: bit-identical;
-//   - a checkpoint saved on the GPU resumes on the CPU (losses within 1e-5).
+//   - a checkpoint saved on the GPU resumes on the CPU (losses within 1e-5);
+//   - bf16, fp16 (loss scaling) and --zero on the GPU against the same flags
+//     on the CPU, and --memory-report counting the GPU's bytes: the same
+//     params, main_grad buffer, optimizer state and bucket padding as the CPU
+//     run, the activations' peak within 1% of the formula.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cmath>
@@ -102,4 +107,44 @@ TEST_F(CudaTrainGpt, ResumeIsBitExactAndACheckpointMovesToTheCpu) {
   // The GPU's checkpoint on the CPU: the same model and optimizer state, so the same losses to rounding.
   std::vector<std::string> on_cpu = train("--steps 20 --device cpu --dropout 0.1 --resume " + ck, "on_cpu.jsonl");
   expect_losses_close(on_cpu, std::vector<std::string>(straight.begin() + 10, straight.end()), 1e-5);
+}
+
+// 16-bit params with fp32 main params and the fp32 main_grad buffer, and the
+// distributed optimizer (a group of one rank: every collective is the
+// identity). fp32 --zero takes the CPU's path through the same math, so 1e-5;
+// in 16 bits each matmul's output is rounded after an fp32 sum whose order
+// cuBLAS chooses, so a half-ulp can differ: bf16 (8 bits) 2e-2, fp16 (11 bits)
+// 5e-3 - bounds chosen from the formats, not yet measured on a GPU.
+TEST_F(CudaTrainGpt, SixteenBitAndZeroMatchTheCpuRun) {
+  const struct { const char* flags; double rtol; } cases[] = {
+      {"--zero", 1e-5}, {"--dtype bf16", 2e-2}, {"--dtype fp16", 5e-3}, {"--dtype bf16 --zero", 2e-2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flags);
+    std::vector<std::string> cpu = train(std::string("--steps 10 --device cpu ") + c.flags, "cpu16.jsonl");
+    std::vector<std::string> gpu = train(std::string("--steps 10 --device cuda:0 ") + c.flags, "gpu16.jsonl");
+    ASSERT_EQ(cpu.size(), 10u);
+    expect_losses_close(gpu, cpu, c.rtol);
+  }
+}
+
+// --memory-report on the GPU counts cuda:0's allocator (storage.cpp keeps
+// live and peak bytes per device), so the ledger holds as it does on the CPU.
+TEST_F(CudaTrainGpt, MemoryReportCountsTheGpusBytes) {
+  auto ledger = [&](const std::string& device) {
+    const fs::path json = dir_ / ("memory_" + device.substr(0, 4) + ".json");
+    train("--steps 2 --dtype bf16 --zero --device " + device + " --memory-json " + json.string(), "memory.jsonl");
+    std::ifstream f(json);
+    EXPECT_TRUE(f.good()) << json;
+    return f.good() ? nlohmann::json::parse(f)["ranks"][0] : nlohmann::json();
+  };
+  const nlohmann::json cpu = ledger("cpu"), gpu = ledger("cuda:0");
+  ASSERT_FALSE(gpu.is_null());
+  for (const char* kind : {"params", "grads", "optimizer", "comm"}) {
+    EXPECT_EQ(gpu[kind]["measured"], cpu[kind]["measured"]) << kind;  // the same storages, on another device
+    const double measured = gpu[kind]["measured"].get<double>(), predicted = gpu[kind]["predicted"].get<double>();
+    EXPECT_NEAR(measured, predicted, 0.01 * predicted) << kind;  // as tests/test_memory_ledger.cpp asks on the CPU
+  }
+  const double act = gpu["activations"]["measured"].get<double>(), formula = gpu["activations"]["predicted"].get<double>();
+  EXPECT_NEAR(act, formula, 0.01 * formula);
+  EXPECT_GT(gpu["live"].get<double>(), 0);
 }
