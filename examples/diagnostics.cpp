@@ -10,6 +10,7 @@
 #include "examples/evaluate.h"
 #include "examples/progress.h"
 #include "examples/teach_symptoms.h"
+#include "examples/train_device.h"
 #include "nn/generate.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
@@ -39,7 +40,7 @@ bool stdout_is_a_terminal() {
 Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
                          const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
                          int64_t tokens_per_step)
-    : a_(a), device_(a.device), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end),
+    : a_(a), device_(rank_device(a)), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end),
       tokens_per_step_(tokens_per_step),
       rank0_(pgm.global_rank() == 0), tty_(rank0_ && stdout_is_a_terminal()) {
   if (rank0_ && !a.log.empty()) {

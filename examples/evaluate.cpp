@@ -26,10 +26,11 @@ double evaluate_pipeline(parallel::PipelineStage& stage, parallel::PipelineP2P& 
   NoGradGuard no_grad;
   stage.eval();
   Generator gen(eb.seed);
+  const Device device = stage.parameters().front().device();  // --device cuda: the batches go to the GPU
   std::vector<parallel::MicroBatch> mbs;
   for (int64_t i = 0; i < eb.batches; ++i) {
     data::Batch b = ds.sample("val", eb.batch, gen);
-    mbs.push_back({b.x, b.y});
+    mbs.push_back({ops::to(b.x, device), ops::to(b.y, device)});
   }
   auto loss_fn = [&stage](const Tensor& logits, const Tensor& y) { return stage.loss(logits, y); };
   double loss = parallel::eval_step_pipeline(stage, p2p, mbs, loss_fn);

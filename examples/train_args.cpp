@@ -31,6 +31,9 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--threads", a.threads, "math threads (BLAS)");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
   app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
+  app.add_option("--backend", a.backend, "mpi or nccl: how ranks exchange tensors (default: nccl with --device cuda, "
+                 "mpi on the CPU; mpi moves GPU tensors through host memory, so ranks can share one GPU)")
+      ->check(CLI::IsMember({"mpi", "nccl"}));
   app.add_option("--eval-every", a.eval_every, "validation loss every N steps (0: never)");
   app.add_option("--eval-batches", a.eval_batches, "batches per validation");
   app.add_option("--log-every", a.log_every, "print a line every N steps when stdout is not a terminal");
@@ -117,10 +120,12 @@ void check_writable(const char* flag, const std::string& path, bool create_dirs)
 }
 
 // --device: a name Device parses, and for a GPU one this build and machine
-// have. One GPU per process for now: ranks exchanging GPU tensors need NCCL
-// (the next issue). Every dtype and --zero run there: the fp32 main_grad
-// buffer and ZeRO's param buffer live on the params' device, and a group of
-// one rank moves no data.
+// have. Every dtype and --zero run there: the fp32 main_grad buffer and
+// ZeRO's param buffer live on the params' device, and a group of one rank
+// moves no data. Ranks exchange GPU tensors over MPI through host memory
+// (--backend mpi: data and pipeline parallel, the way 2-4 ranks share one
+// GPU); NCCL is not wired into train_gpt yet, and the tensor-parallel layers
+// still make host buffers (parallel/tensor_parallel/), so --tp stays on the CPU.
 void check_device(const Args& a) {
   Device d;
   try {
@@ -129,10 +134,14 @@ void check_device(const Args& a) {
     throw Error(str("--device ", a.device, ": ", e.what()));
   }
   LOOM_CHECK(!a.tf32 || d.is_cuda(), "--tf32 selects the GPU's GEMM precision; it needs --device cuda");
+  LOOM_CHECK(!(d.is_cpu() && a.backend == "nccl"), "--backend nccl exchanges GPU tensors; it needs --device cuda "
+             "(the CPU's backend is mpi)");
   if (d.is_cpu()) return;
-  LOOM_CHECK(a.dp == 1 && a.pp == 1 && a.tp == 1, "--device ", a.device, " with --dp ", a.dp, " --pp ", a.pp,
-             " --tp ", a.tp, ": a GPU run is one process on one GPU for now (ranks exchanging GPU tensors need "
-             "NCCL, not built yet); use --device cpu for --dp/--pp/--tp > 1");
+  LOOM_CHECK(a.tp == 1, "--device ", a.device, " with --tp ", a.tp, ": the tensor-parallel layers make host buffers "
+             "for now; use --device cpu for --tp > 1");
+  LOOM_CHECK(a.dp * a.pp == 1 || a.backend == "mpi", "--device ", a.device, " with --dp ", a.dp, " --pp ", a.pp,
+             ": the NCCL backend is not wired into train_gpt yet; --backend mpi runs the ranks' GPU tensors through "
+             "host memory (ranks may share one GPU)");
   LOOM_CHECK(built_with_cuda(), "--device ", a.device, ": ", cuda::unavailable_reason());
   const int n = cuda::device_count();
   LOOM_CHECK(n > 0, "--device ", a.device, ": no CUDA device (", cuda::unavailable_reason(), ")");

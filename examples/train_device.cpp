@@ -1,22 +1,45 @@
 #include "examples/train_device.h"
 
+#include <cstdlib>
+
 #include "autograd/variable.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/ops.h"
 
 namespace loom::train {
 
-void move_to_device(ModelOrStage& m, const Args& a) {
+namespace {
+
+// This process's rank among the processes on its machine, as the launcher
+// says (Open MPI, MPICH, Slurm); 0 when launched alone.
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
+}  // namespace
+
+Device rank_device(const Args& a) {
   const Device device(a.device);
+  if (device.is_cpu() || a.device != "cuda") return device;  // cpu, or cuda:N as asked
+  // Megatron's and llm.c's rule: local rank modulo the GPUs this process sees.
+  // Ranks outnumbering GPUs share them (over --backend mpi; NCCL refuses that).
+  return Device(str("cuda:", local_rank() % cuda::device_count()));
+}
+
+void move_to_device(ModelOrStage& m, const Args& a) {
+  const Device device = rank_device(a);
   if (device.is_cpu()) return;
   cuda::set_allow_tf32(a.tf32);
   // In place (set_data): the tensors keep their identity, so the tied wte stays one tensor.
   for (const auto& entry : m.net().named_parameters())
     ops::set_data(entry.second, ops::to(autograd::detach(entry.second), device));
+  if (m.p2p) m.p2p->set_device(device);  // the pipeline receives activations and gradients there
 }
 
 void to_device(std::vector<data::Batch>& mbs, const Args& a) {
-  const Device device(a.device);
+  const Device device = rank_device(a);
   if (device.is_cpu()) return;
   for (data::Batch& b : mbs) b = {ops::to(b.x, device), ops::to(b.y, device)};
 }

@@ -13,6 +13,9 @@
 
 namespace loom::train {
 
+// This rank's device: --device as given, except a bare `cuda`, which is
+// cuda:(local rank mod the number of GPUs) - one GPU per rank on a node.
+Device rank_device(const Args& a);
 // --device cuda[:N]: the params, built on the CPU by the seeded generators
 // (the weights of a CPU run), moved to the GPU in place; TF32 as --tf32 says.
 // Called by build_model_or_stage. The CPU: nothing to do.

@@ -115,7 +115,14 @@ ModelOrStage build_model_or_stage(const nn::GPTConfig& cfg, const Args& a, paral
   say(rank0, "model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n",
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
       (long long)m.net().num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
-  if (a.device != "cpu") say(rank0, "device: %s, TF32 %s\n", a.device.c_str(), a.tf32 ? "on" : "off");
+  if (a.device != "cpu") {  // each rank's GPU, and how ranks exchange tensors
+    if (rank0) std::printf("device: %s, TF32 %s, backend %s\n", a.device.c_str(), a.tf32 ? "on" : "off",
+                           a.backend.empty() ? "nccl" : a.backend.c_str());
+    if (pgm.world().size() > 1) {
+      std::printf("rank %d: %s\n", pgm.global_rank(), rank_device(a).str().c_str());
+      std::fflush(stdout);
+    }
+  }
   if (pgm.pp_size() > 1)
     say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(),
         a.virtual_stages > 1 ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()

@@ -210,7 +210,7 @@ Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
                rank_, " got a malformed header from stage ", c.stage, " (ndim ", h[0], ", dtype ", h[1], ")");
     c.shape = Shape(h.begin() + 2, h.begin() + 2 + h[0]), c.dtype = DType(h[1]), c.cached = in_schedule_;
   }
-  Tensor t = empty(c.shape, c.dtype);
+  Tensor t = empty(c.shape, c.dtype, device_);
   c.group->irecv(t, kSender, kPayloadTag)->wait();  // on this thread: no hand-off to the channel's
   if (verbose_)
     std::fprintf(stderr, "[rank %d] %s <- stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,

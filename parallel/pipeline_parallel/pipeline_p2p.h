@@ -95,6 +95,9 @@ class PipelineP2P {
   bool is_first_stage() const { return rank_ == 0; }
   bool is_last_stage() const { return rank_ == size_ - 1; }
   ProcessGroup& pp_group() { return pp_group_; }
+  // Where received activations and gradients are made: the stage's device
+  // (the CPU unless the stage moved to a GPU).
+  void set_device(const Device& device) { device_ = device; }
 
   // mb: the micro-batch the tensor belongs to (for LOOM_VERBOSE and the trace).
   Tensor recv_forward(int mb);                                   // undefined on the first stage
@@ -133,6 +136,7 @@ class PipelineP2P {
   void finish_sends();  // every send, now; in a schedule only the ones already delivered
 
   ProcessGroup& pp_group_;
+  Device device_ = kCPU;
   int rank_, size_;
   std::unique_ptr<Channel> act_out_, act_in_, grad_out_, grad_in_;
   std::vector<PendingSend> pending_;

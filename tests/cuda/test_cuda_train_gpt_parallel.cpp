@@ -1,0 +1,87 @@
+// Every parallel mode of train_gpt on GPU tensors against the single-GPU run,
+// with the tolerances of tests/test_train_gpt_parallel.cpp (the CPU's parity
+// tests; tests/train_gpt_run.h explains them). The ranks share one GPU and
+// exchange its tensors over MPI through host memory (--backend mpi), since
+// NCCL refuses two ranks on one GPU. Skipped, with the reason, without a GPU;
+// none of these has run on a GPU yet.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../train_gpt_run.h"
+#include "cuda_test.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+const std::string kGpu = " --device cuda --backend mpi ";
+
+class CudaTrainGptParallel : public cuda_test::CudaTest {
+ protected:
+  // The reference: one process on the GPU, the whole batch of 16 sequences.
+  static const Result& one_gpu() {
+    static Result r = train("gpu_single_b16", 1, "--batch 16 --device cuda");
+    return r;
+  }
+};
+
+}  // namespace
+
+TEST_F(CudaTrainGptParallel, BucketAndNaiveDataParallelMatchOneGpu) {
+  expect_same_run(train("gpu_bucket_dp2", 2, kGpu + "--dp 2 --batch 8"), one_gpu(), "gpu --dp 2 bucket");
+  expect_same_run(train("gpu_naive_dp2", 2, kGpu + "--dp 2 --dp-mode naive --batch 8"), one_gpu(), "gpu --dp 2 naive");
+  expect_same_run(train("gpu_bucket_dp4", 4, kGpu + "--dp 4 --batch 4 --bucket-mb 0.01"), one_gpu(),
+                  "gpu --dp 4 bucket (tiny buckets)");
+  expect_same_run(train("gpu_dp2_accum", 2, kGpu + "--dp 2 --batch 4 --grad-accum 2"), one_gpu(),
+                  "gpu --dp 2 --grad-accum 2");
+}
+
+TEST_F(CudaTrainGptParallel, PipelineAfab1F1BAndDataTimesPipelineMatchOneGpu) {
+  expect_same_run(train("gpu_pp2_afab", 2, kGpu + "--pp 2 --microbatches 4 --batch 4 --schedule afab"), one_gpu(),
+                  "gpu --pp 2 afab");
+  expect_same_run(train("gpu_pp2_1f1b", 2, kGpu + "--pp 2 --microbatches 4 --batch 4 --schedule 1f1b"), one_gpu(),
+                  "gpu --pp 2 1f1b");
+  expect_same_run(train("gpu_dp2_pp2", 4, kGpu + "--dp 2 --pp 2 --microbatches 2 --batch 4"), one_gpu(),
+                  "gpu --dp 2 --pp 2");
+}
+
+// dp 3 does not divide 16 sequences: against one GPU on 12. Tiny buckets cut
+// params across shards.
+TEST_F(CudaTrainGptParallel, ZeroMatchesOneGpu) {
+  expect_same_run(train("gpu_zero_dp2", 2, kGpu + "--dp 2 --batch 8 --zero"), one_gpu(), "gpu --dp 2 --zero");
+  const Result one_b12 = train("gpu_single_b12", 1, "--batch 12 --device cuda");
+  expect_same_run(train("gpu_zero_dp3", 3, kGpu + "--dp 3 --batch 4 --zero --bucket-mb 0.01"), one_b12,
+                  "gpu --dp 3 --zero (tiny buckets)");
+}
+
+// bf16 with the distributed optimizer, and fp16 with an inf forced into rank
+// 0's gradient at step 3: found_inf reduced over the world makes every rank
+// skip that step, as the one-GPU run does. Tolerances as the CPU's fp16 test
+// (test_train_gpt_parallel.cpp's expect_overflow_skipped_everywhere).
+TEST_F(CudaTrainGptParallel, SixteenBitAndAForcedOverflowMatchOneGpu) {
+  const Result bf16_one = train("gpu_bf16_1", 1, "--batch 16 --device cuda --dtype bf16");
+  expect_same_run(train("gpu_bf16_zero_dp2", 2, kGpu + "--dp 2 --batch 8 --zero --dtype bf16"), bf16_one,
+                  "gpu bf16 --dp 2 --zero", 1e-3, 5e-2, 1e-2);
+  const std::string inject = " --dtype fp16 --inject-overflow 3";
+  const Result fp16_one = train("gpu_fp16_1", 1, "--batch 16 --device cuda" + inject);
+  const Result par =
+      train("gpu_fp16_dp2_pp2", 4, kGpu + "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero --bucket-mb 0.01" + inject);
+  ASSERT_EQ(par.status, 0) << par.output;
+  ASSERT_EQ(par.log.size(), 10u);
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_EQ(par.log[i].find("\"skipped\": true") != std::string::npos, i == 3) << par.log[i];
+  expect_same_run(par, fp16_one, "gpu fp16 overflow, dp 2 x pp 2 --zero", 1e-4, 1e-2, 1e-3);
+}
+
+// Each rank says which GPU it took: a bare --device cuda is local rank mod
+// the GPU count (one GPU here: every rank on cuda:0).
+TEST_F(CudaTrainGptParallel, EachRankPrintsItsDevice) {
+  const Result r = train("gpu_devices", 2, kGpu + "--dp 2 --batch 8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const int n = cuda::device_count();
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": cuda:" + std::to_string(rank % n)), std::string::npos)
+        << r.output;
+}
