@@ -3,6 +3,9 @@
 #include <cstdlib>
 
 #include "autograd/variable.h"
+#include "parallel/comm/distributed.h"
+#include "parallel/comm/process_group_by_device.h"
+#include "parallel/comm/process_group_nccl.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/ops.h"
 
@@ -26,6 +29,13 @@ Device rank_device(const Args& a) {
   // Megatron's and llm.c's rule: local rank modulo the GPUs this process sees.
   // Ranks outnumbering GPUs share them (over --backend mpi; NCCL refuses that).
   return Device(str("cuda:", local_rank() % cuda::device_count()));
+}
+
+std::unique_ptr<parallel::ProcessGroup> gpu_world(const Args& a) {
+  parallel::ProcessGroup& mpi = parallel::world();
+  const Device device = rank_device(a);
+  if (!device.is_cuda() || a.backend == "mpi" || mpi.size() == 1) return nullptr;
+  return std::make_unique<parallel::ProcessGroupByDevice>(mpi, parallel::make_nccl_world(mpi, device), "world");
 }
 
 void move_to_device(ModelOrStage& m, const Args& a) {

@@ -5,6 +5,7 @@
 // On the CPU both helpers do nothing.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "data/data.h"
@@ -16,6 +17,11 @@ namespace loom::train {
 // This rank's device: --device as given, except a bare `cuda`, which is
 // cuda:(local rank mod the number of GPUs) - one GPU per rank on a node.
 Device rank_device(const Args& a);
+// The world train_gpt's groups are split from, when GPU tensors travel over
+// NCCL (--device cuda on several ranks, --backend nccl, the default): CUDA
+// tensors over NCCL, host ones (found_inf, the grad norm, the loss) over MPI
+// (parallel/comm/process_group_by_device.h). nullptr: use MPI's world alone.
+std::unique_ptr<parallel::ProcessGroup> gpu_world(const Args& a);
 // --device cuda[:N]: the params, built on the CPU by the seeded generators
 // (the weights of a CPU run), moved to the GPU in place; TF32 as --tf32 says.
 // Called by build_model_or_stage. The CPU: nothing to do.

@@ -42,7 +42,10 @@ int run(const train::Args& a, const std::string& flags) {
   train::check_ranks_agree_on_flags(flags);  // every rank started alike, before the first collective
   teach::set_break(teach::parse_break(a.teach_break));  // --teach-break: a classic bug on purpose (default: none)
   // ---- the wrapping order -----------------------------------------------------------------
-  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp);  // the grid of ranks: world = dp x pp x tp
+  // The grid of ranks: world = dp x pp x tp. Its groups are MPI's, or with
+  // --device cuda over NCCL each group's NCCL twin carries the GPU tensors.
+  const std::unique_ptr<parallel::ProcessGroup> gpu_world = train::gpu_world(a);
+  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, gpu_world ? *gpu_world : parallel::world());
   ops::set_num_threads(a.threads);
   if (!a.trace.empty()) parallel::trace::start(pgm.world());
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank

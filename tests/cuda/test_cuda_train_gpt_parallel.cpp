@@ -3,7 +3,7 @@
 // tests; tests/train_gpt_run.h explains them). The ranks share one GPU and
 // exchange its tensors over MPI through host memory (--backend mpi), since
 // NCCL refuses two ranks on one GPU. Skipped, with the reason, without a GPU;
-// none of these has run on a GPU yet.
+// none of these has run on a GPU yet. The last test runs NCCL, on two GPUs.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -84,4 +84,14 @@ TEST_F(CudaTrainGptParallel, EachRankPrintsItsDevice) {
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(r.output.find("rank " + std::to_string(rank) + ": cuda:" + std::to_string(rank % n)), std::string::npos)
         << r.output;
+}
+
+// The default backend on GPUs: NCCL for the GPU tensors (buckets, ZeRO's
+// shards), MPI for host scalars (parallel/comm/process_group_by_device.h).
+// NCCL refuses two ranks on one GPU, so this needs two.
+TEST_F(CudaTrainGptParallel, DataParallelAndZeroOverNcclMatchOneGpu) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU)";
+  expect_same_run(train("gpu_nccl_dp2", 2, "--device cuda --dp 2 --batch 8"), one_gpu(), "gpu --dp 2 over NCCL");
+  expect_same_run(train("gpu_nccl_zero_dp2", 2, "--device cuda --dp 2 --batch 8 --zero --bucket-mb 0.01"), one_gpu(),
+                  "gpu --dp 2 --zero over NCCL (tiny buckets)");
 }
