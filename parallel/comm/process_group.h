@@ -98,4 +98,14 @@ class ProcessGroup {
   virtual std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) = 0;
 };
 
+// ---- argument checks every backend makes on the caller's thread ----
+// (the same message from the MPI and the NCCL backend for the same bad call)
+void check_reduce_op(const char* op, const Tensor& t, ReduceOp r);  // Avg: floating dtypes only
+// reduce_scatter: input [size * n] -> output [n], one dtype.
+void check_reduce_scatter_shapes(const Tensor& output, const Tensor& input, int size);
+// all_gather: input [n] -> output [size * n], one dtype.
+void check_all_gather_shapes(const Tensor& output, const Tensor& input, int size);
+// The two views share bytes (collectives may not alias except in place).
+bool overlap(const Tensor& a, const Tensor& b);
+
 }  // namespace loom::parallel

@@ -67,11 +67,6 @@ std::set<MpiProcessGroup*> g_groups;
 // Avg is a Sum followed by a division on this rank.
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
-void check_reduce(const char* op, const Tensor& t, ReduceOp r) {
-  LOOM_CHECK(r != ReduceOp::Avg || is_floating(t.dtype()), op, ": ReduceOp::Avg needs a floating dtype, got ",
-             t.describe());
-}
-
 // The buffer a reduction runs on: t itself, or an fp32 copy for bf16/fp16.
 Tensor reduction_buffer(const Tensor& t) { return is_half(t.dtype()) ? ops::to(t, kFloat32) : t; }
 
@@ -86,12 +81,6 @@ void divide_(const Tensor& t, int n) {
     float* p = t.data<float>();
     for (int64_t i = 0; i < count; ++i) p[i] /= float(n);
   }
-}
-
-bool overlap(const Tensor& a, const Tensor& b) {
-  auto* a0 = static_cast<const char*>(a.raw_data());
-  auto* b0 = static_cast<const char*>(b.raw_data());
-  return a.storage() == b.storage() && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
 // A group of one rank: every collective is the identity (a sum, max or mean
@@ -181,7 +170,7 @@ void MpiProcessGroup::arrive(Collective kind, int64_t count, DType dtype, Reduce
 
 std::shared_ptr<Work> MpiProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor("all_reduce", t, "tensor");
-  check_reduce("all_reduce", t, op);
+  check_reduce_op("all_reduce", t, op);
   return queue_->submit(str("all_reduce(", reduce_op_name(op), ", ", dtype_name(t.dtype()), ")"), t.nbytes(),
                         [this, t, op] {
     if (size_ == 1) return;
@@ -199,12 +188,8 @@ std::shared_ptr<Work> MpiProcessGroup::all_reduce_async(const Tensor& t, ReduceO
 std::shared_ptr<Work> MpiProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op) {
   check_tensor("reduce_scatter", output, "output");
   check_tensor("reduce_scatter", input, "input");
-  check_reduce("reduce_scatter", input, op);
-  LOOM_CHECK(input.dtype() == output.dtype(), "reduce_scatter: input ", input.describe(), " and output ",
-             output.describe(), " differ in dtype");
-  LOOM_CHECK(input.numel() == int64_t(size_) * output.numel(), "reduce_scatter: input of ", input.numel(),
-             " elements is not ", size_, " ranks x output of ", output.numel(),
-             " elements (pad the input to a multiple of the group size)");
+  check_reduce_op("reduce_scatter", input, op);
+  check_reduce_scatter_shapes(output, input, size_);
   return queue_->submit(str("reduce_scatter(", reduce_op_name(op), ", ", dtype_name(input.dtype()), ")"),
                         input.nbytes(), [this, output, input, op] {
     if (size_ == 1) return identity_(output, input);
@@ -227,10 +212,7 @@ std::shared_ptr<Work> MpiProcessGroup::reduce_scatter_async(const Tensor& output
 std::shared_ptr<Work> MpiProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
   check_tensor("all_gather", output, "output");
   check_tensor("all_gather", input, "input");
-  LOOM_CHECK(input.dtype() == output.dtype(), "all_gather: input ", input.describe(), " and output ",
-             output.describe(), " differ in dtype");
-  LOOM_CHECK(output.numel() == int64_t(size_) * input.numel(), "all_gather: output of ", output.numel(),
-             " elements is not ", size_, " ranks x input of ", input.numel(), " elements");
+  check_all_gather_shapes(output, input, size_);
   return queue_->submit(str("all_gather(", dtype_name(input.dtype()), ")"), output.nbytes(), [this, output, input] {
     if (size_ == 1) return identity_(output, input);
     int n = int(input.numel());

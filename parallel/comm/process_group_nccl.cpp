@@ -72,12 +72,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   throw Error("nccl_op: unknown reduce op");
 }
 
-bool overlap(const Tensor& a, const Tensor& b) {
-  auto* a0 = static_cast<const char*>(a.raw_data());
-  auto* b0 = static_cast<const char*>(b.raw_data());
-  return a.storage() == b.storage() && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
 // Buffers of operations whose communicator failed: NCCL may still touch them,
 // so they are never given back (a leak, only after an error).
 void abandon(std::vector<Tensor>& tensors) {
@@ -314,11 +308,6 @@ void NcclProcessGroup::check_tensor(const char* op, const Tensor& t, const char*
   LOOM_CHECK(t.is_contiguous(), op, ": ", what, " ", t.describe(), " must be contiguous (call contiguous() first)");
 }
 
-void check_reduce(const char* op, const Tensor& t, ReduceOp r) {
-  LOOM_CHECK(r != ReduceOp::Avg || is_floating(t.dtype()), op, ": ReduceOp::Avg needs a floating dtype, got ",
-             t.describe());
-}
-
 void NcclProcessGroup::check_peer(const char* op, int peer, int tag) const {
   LOOM_CHECK(peer >= 0 && peer < size_, op, ": rank ", peer, " is not in group ", name_, " (size ", size_, ")");
   LOOM_CHECK(peer != rank_, op, ": rank ", rank_, " cannot ", op, " to/from itself (NCCL would wait for the matching "
@@ -352,7 +341,7 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, std::ve
 
 std::shared_ptr<Work> NcclProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor("all_reduce", t, "tensor");
-  check_reduce("all_reduce", t, op);
+  check_reduce_op("all_reduce", t, op);
   return enqueue(str("all_reduce(", reduce_op_name(op), ", ", dtype_name(t.dtype()), ")"), {t},
                  [&](ncclComm_t comm, cudaStream_t s) {
     if (t.numel() == 0) return;
@@ -367,12 +356,8 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce_async(const Tensor& t, Reduce
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op) {
   check_tensor("reduce_scatter", output, "output");
   check_tensor("reduce_scatter", input, "input");
-  check_reduce("reduce_scatter", input, op);
-  LOOM_CHECK(input.dtype() == output.dtype(), "reduce_scatter: input ", input.describe(), " and output ",
-             output.describe(), " differ in dtype");
-  LOOM_CHECK(input.numel() == int64_t(size_) * output.numel(), "reduce_scatter: input of ", input.numel(),
-             " elements is not ", size_, " ranks x output of ", output.numel(),
-             " elements (pad the input to a multiple of the group size)");
+  check_reduce_op("reduce_scatter", input, op);
+  check_reduce_scatter_shapes(output, input, size_);
   const void* own_block = static_cast<const char*>(input.raw_data()) + size_t(rank_) * output.nbytes();
   const bool in_place = output.raw_data() == own_block;
   Tensor result = in_place || !overlap(output, input) ? output : empty(output.shape(), output.dtype(), device_);
@@ -391,10 +376,7 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter_async(const Tensor& outpu
 std::shared_ptr<Work> NcclProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
   check_tensor("all_gather", output, "output");
   check_tensor("all_gather", input, "input");
-  LOOM_CHECK(input.dtype() == output.dtype(), "all_gather: input ", input.describe(), " and output ",
-             output.describe(), " differ in dtype");
-  LOOM_CHECK(output.numel() == int64_t(size_) * input.numel(), "all_gather: output of ", output.numel(),
-             " elements is not ", size_, " ranks x input of ", input.numel(), " elements");
+  check_all_gather_shapes(output, input, size_);
   const void* own_block = static_cast<const char*>(output.raw_data()) + size_t(rank_) * input.nbytes();
   const bool in_place = input.raw_data() == own_block;
   Tensor source = in_place || !overlap(output, input) ? input : empty(input.shape(), input.dtype(), device_);
