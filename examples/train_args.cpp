@@ -1,6 +1,6 @@
 #include "examples/train_args.h"
-#include "parallel/teach/teach_break.h"
 #include "parallel/comm/process_group_nccl.h"
+#include "parallel/teach/teach_break.h"
 #include "tensor/cuda/cuda.h"
 
 #include <unistd.h>

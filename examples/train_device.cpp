@@ -28,7 +28,9 @@ Device rank_device(const Args& a) {
   if (device.is_cpu() || a.device != "cuda") return device;  // cpu, or cuda:N as asked
   // Megatron's and llm.c's rule: local rank modulo the GPUs this process sees.
   // Ranks outnumbering GPUs share them (over --backend mpi; NCCL refuses that).
-  return Device(str("cuda:", local_rank() % cuda::device_count()));
+  const int n = cuda::device_count();
+  LOOM_CHECK(n > 0, "--device cuda: no CUDA device (", cuda::unavailable_reason(), ")");
+  return Device(str("cuda:", local_rank() % n));
 }
 
 std::unique_ptr<parallel::ProcessGroup> gpu_world(const Args& a) {
