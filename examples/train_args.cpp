@@ -123,11 +123,10 @@ void check_writable(const char* flag, const std::string& path, bool create_dirs)
 // --device: a name Device parses, and for a GPU one this build and machine
 // have. Every dtype and --zero run there: the fp32 main_grad buffer and
 // ZeRO's param buffer live on the params' device, and a group of one rank
-// moves no data. Ranks exchange GPU tensors over NCCL (the default; data
-// parallel only: the pipeline's paired transfers would need NCCL's grouped
-// send/recv, not built yet) or over MPI through host memory (--backend mpi:
-// data and pipeline parallel, the way 2-4 ranks share one GPU, which NCCL
-// refuses). The tensor-parallel layers still make host buffers
+// moves no data. Ranks exchange GPU tensors over NCCL (the default, one GPU
+// per rank) or over MPI through host memory (--backend mpi: the way 2-4
+// ranks share one GPU, which NCCL refuses), for data and pipeline parallel
+// alike. The tensor-parallel layers still make host buffers
 // (parallel/tensor_parallel/), so --tp stays on the CPU.
 void check_device(const Args& a) {
   Device d;
@@ -142,11 +141,9 @@ void check_device(const Args& a) {
   if (d.is_cpu()) return;
   LOOM_CHECK(a.tp == 1, "--device ", a.device, " with --tp ", a.tp, ": the tensor-parallel layers make host buffers "
              "for now; use --device cpu for --tp > 1");
-  LOOM_CHECK(a.pp == 1 || a.backend == "mpi", "--device ", a.device, " with --pp ", a.pp, " over NCCL: the "
-             "pipeline's paired transfers need NCCL's grouped send/recv, not built yet; --backend mpi runs them "
-             "through host memory");
-  LOOM_CHECK(a.dp == 1 || a.backend == "mpi" || parallel::built_with_nccl(), "--device ", a.device, " with --dp ",
-             a.dp, ": this build has no NCCL; --backend mpi runs the ranks' GPU tensors through host memory");
+  LOOM_CHECK((a.dp == 1 && a.pp == 1) || a.backend == "mpi" || parallel::built_with_nccl(), "--device ", a.device,
+             " with --dp ", a.dp, " --pp ", a.pp, ": this build has no NCCL; --backend mpi runs the ranks' GPU "
+             "tensors through host memory");
   LOOM_CHECK(built_with_cuda(), "--device ", a.device, ": ", cuda::unavailable_reason());
   const int n = cuda::device_count();
   LOOM_CHECK(n > 0, "--device ", a.device, ": no CUDA device (", cuda::unavailable_reason(), ")");

@@ -300,10 +300,9 @@ TEST(TrainGpt, EveryFlagIsCheckedBeforeTrainingWithItsRange) {
 }
 
 // --device is checked before any work: a bad name, --tf32 without a GPU
-// device, a GPU pipeline over NCCL, --tp on a GPU, --backend nccl on the
-// CPU, and - on a machine or build without CUDA, as here - cuda itself, with
-// the runtime's reason (which 16-bit, --zero and --dp on either backend now
-// reach). tests/cuda/test_cuda_train_gpt.cpp runs
+// device, --tp on a GPU, --backend nccl on the CPU, and - on a machine or
+// build without CUDA, as here - cuda itself, with the runtime's reason (which
+// 16-bit, --zero, --dp and --pp on either backend now reach). tests/cuda/test_cuda_train_gpt.cpp runs
 // it on a GPU.
 TEST(TrainGpt, DeviceIsCheckedUpFront) {
   fs::path d = temp_dir("device");
@@ -312,8 +311,6 @@ TEST(TrainGpt, DeviceIsCheckedUpFront) {
       {"--device gpu", "--device gpu: device: cannot parse 'gpu' (expected cpu, cuda or cuda:N)"},
       {"--device cuda:x", "--device cuda:x: device: cannot parse 'cuda:x'"},
       {"--tf32", "--tf32 selects the GPU's GEMM precision; it needs --device cuda"},
-      {"--device cuda --pp 2", "--device cuda with --pp 2 over NCCL: the pipeline's paired transfers need NCCL's "
-                               "grouped send/recv, not built yet; --backend mpi runs them through host memory"},
       {"--device cuda:0 --tp 2 --heads 2", "--device cuda:0 with --tp 2: the tensor-parallel layers make host buffers"},
       {"--backend nccl", "--backend nccl exchanges GPU tensors; it needs --device cuda"},
   };
@@ -321,7 +318,8 @@ TEST(TrainGpt, DeviceIsCheckedUpFront) {
     cases.push_back({"--device cuda:0", "--device cuda:0: loom was built without CUDA (configure with -DLOOM_CUDA=ON)"});
   else if (loom::cuda::device_count() == 0)
     for (const char* flags : {"--device cuda:0", "--device cuda:0 --dtype bf16 --zero", "--device cuda:0 --dtype fp16",
-                              "--device cuda:0 --dp 2 --backend mpi", "--device cuda:0 --dp 2"})
+                              "--device cuda:0 --dp 2 --backend mpi", "--device cuda:0 --dp 2",
+                              "--device cuda:0 --pp 2", "--device cuda:0 --dp 2 --pp 2 --backend mpi"})
       cases.push_back({flags, "--device cuda:0: no CUDA device (cudaGetDeviceCount"});  // 16-bit, --zero, dp allowed
   else  // a GPU machine: an index past the last one
     cases.push_back({"--device cuda:99", "--device cuda:99: this machine has "});

@@ -18,10 +18,11 @@
 #include <thread>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/watchdog.h"
 
 namespace loom::parallel {
 
-class CommQueue {
+class CommQueue final : public watchdog::Watched {
  public:
   // label names the group in watchdog messages: "world (size 4)".
   explicit CommQueue(std::string label);
@@ -39,14 +40,9 @@ class CommQueue {
   bool stopping() const;  // shutdown() has begun (for operations that could wait forever)
 
   // The operation the thread is inside right now, if any (for the watchdog).
-  struct Running {
-    std::string op;
-    uint64_t seq = 0;     // 1 for the group's first operation, 2 for the next, ...
-    size_t bytes = 0;
-    double seconds = 0;   // since it started
-  };
-  std::optional<Running> running() const;
-  const std::string& label() const { return label_; }
+  using Running = watchdog::Running;
+  std::optional<Running> running() const override;
+  const std::string& label() const override { return label_; }
 
   // For an operation's body, on the queue's thread: true while some thread is
   // blocked in wait() on one of this queue's operations. That thread's core is

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/comm/nccl_in_flight.h"
+#include "parallel/comm/watchdog.h"
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda.h"
@@ -161,13 +163,16 @@ class NcclWork final : public Work {
   bool failed_ = false;
 };
 
-class NcclProcessGroup final : public ProcessGroup {
+class NcclProcessGroup final : public ProcessGroup, public watchdog::Watched {
  public:
   static std::unique_ptr<NcclProcessGroup> create_world(ProcessGroup& bootstrap, const Device& device,
                                                         std::string name);
   // Takes ownership of comm (an initialised communicator for device).
   NcclProcessGroup(ncclComm_t comm, const Device& device, std::string name);
-  ~NcclProcessGroup() override { shutdown(); }
+  ~NcclProcessGroup() override {
+    shutdown();  // still watched while it drains the stream
+    watchdog::unwatch(this);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -190,11 +195,18 @@ class NcclProcessGroup final : public ProcessGroup {
   // an asynchronous error). Like MPI_Comm_free, every rank should do it.
   void shutdown() noexcept;
 
+  // For the collective watchdog: the oldest operation running on the stream,
+  // and ncclCommAbort when it has been stuck too long.
+  std::optional<watchdog::Running> running() const override { return in_flight_.oldest_running(); }
+  const std::string& label() const override { return label_; }
+  void abort_communication() const override;
+
  private:
   void check_tensor(const char* op, const Tensor& t, const char* what) const;
   void check_peer(const char* op, int peer, int tag) const;
   template <class Launch>
-  std::shared_ptr<Work> enqueue(const std::string& what, std::vector<Tensor> tensors, const Launch& launch);
+  std::shared_ptr<Work> enqueue(const std::string& what, size_t bytes, std::vector<Tensor> tensors,
+                                const Launch& launch);
 
   std::shared_ptr<SharedComm> comm_ = std::make_shared<SharedComm>();
   Device device_;
@@ -203,6 +215,8 @@ class NcclProcessGroup final : public ProcessGroup {
   cudaStream_t stream_ = nullptr;  // the group's own stream on device_
   cudaEvent_t ready_ = nullptr;    // recorded on loom's stream before each operation
   Tensor barrier_buffer_;          // [1] float32, all zeros (a sum of zeros stays zero)
+  std::string label_;              // "world (size 4, NCCL)", for the watchdog
+  mutable NcclInFlight in_flight_{device_};  // the watchdog's view of stream_
 };
 
 // ---- bootstrap: the unique id travels over an existing group -----------------------
@@ -274,6 +288,19 @@ NcclProcessGroup::NcclProcessGroup(ncclComm_t comm, const Device& device, std::s
     shutdown();
     throw;
   }
+  label_ = str(name_, " (size ", size_, ", NCCL)");
+  watchdog::watch(this);
+}
+
+// On the watchdog's thread, under its lock, just before the job is aborted:
+// NCCL's kernels spin until their peers come, so they are told to stop. Only
+// if the group's lock is free (it is held briefly, while launching): the job
+// ends either way.
+void NcclProcessGroup::abort_communication() const {
+  std::unique_lock<std::mutex> lock(comm_->mutex, std::try_to_lock);
+  if (!lock.owns_lock() || !comm_->comm) return;
+  (void)ncclCommAbort(comm_->comm);
+  comm_->comm = nullptr;
 }
 
 void NcclProcessGroup::shutdown() noexcept {
@@ -320,7 +347,7 @@ void NcclProcessGroup::check_peer(const char* op, int peer, int tag) const {
 // tensors, e.g. main_grad += grad): an event, not a host wait. After it, the
 // Work's event marks the operation's end for Work::wait().
 template <class Launch>
-std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, std::vector<Tensor> tensors,
+std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, size_t bytes, std::vector<Tensor> tensors,
                                                 const Launch& launch) {
   // Made before the lock: dropped on an error, its destructor takes the lock.
   auto work = std::make_shared<NcclWork>(comm_, device_, std::move(tensors), str(what, " on group ", name_));
@@ -329,12 +356,18 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, std::ve
   cuda::DeviceGuard guard(device_);
   CUDA_CHECK(cudaEventRecord(ready_, cuda::stream(device_)));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  in_flight_.begin(stream_, what, bytes);
   try {
     launch(comm_->comm, stream_);
   } catch (...) {
     (void)cudaEventRecord(work->done(), stream_);  // the Work's destructor waits for whatever was enqueued
+    try {
+      in_flight_.end(stream_);
+    } catch (...) {  // the launch's error is the one to report
+    }
     throw;
   }
+  in_flight_.end(stream_);
   CUDA_CHECK(cudaEventRecord(work->done(), stream_));
   return work;
 }
@@ -342,7 +375,7 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, std::ve
 std::shared_ptr<Work> NcclProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   check_tensor("all_reduce", t, "tensor");
   check_reduce_op("all_reduce", t, op);
-  return enqueue(str("all_reduce(", reduce_op_name(op), ", ", dtype_name(t.dtype()), ")"), {t},
+  return enqueue(str("all_reduce(", reduce_op_name(op), ", ", dtype_name(t.dtype()), ")"), t.nbytes(), {t},
                  [&](ncclComm_t comm, cudaStream_t s) {
     if (t.numel() == 0) return;
     NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op),
@@ -361,7 +394,7 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter_async(const Tensor& outpu
   const void* own_block = static_cast<const char*>(input.raw_data()) + size_t(rank_) * output.nbytes();
   const bool in_place = output.raw_data() == own_block;
   Tensor result = in_place || !overlap(output, input) ? output : empty(output.shape(), output.dtype(), device_);
-  return enqueue(str("reduce_scatter(", reduce_op_name(op), ", ", dtype_name(input.dtype()), ")"),
+  return enqueue(str("reduce_scatter(", reduce_op_name(op), ", ", dtype_name(input.dtype()), ")"), input.nbytes(),
                  {output, input, result}, [&](ncclComm_t comm, cudaStream_t s) {
     if (output.numel() == 0) return;
     NCCL_CHECK(ncclReduceScatter(input.raw_data(), result.raw_data(), size_t(output.numel()),
@@ -380,7 +413,7 @@ std::shared_ptr<Work> NcclProcessGroup::all_gather_async(const Tensor& output, c
   const void* own_block = static_cast<const char*>(output.raw_data()) + size_t(rank_) * input.nbytes();
   const bool in_place = input.raw_data() == own_block;
   Tensor source = in_place || !overlap(output, input) ? input : empty(input.shape(), input.dtype(), device_);
-  return enqueue(str("all_gather(", dtype_name(input.dtype()), ")"), {output, input, source},
+  return enqueue(str("all_gather(", dtype_name(input.dtype()), ")"), output.nbytes(), {output, input, source},
                  [&](ncclComm_t comm, cudaStream_t s) {
     if (input.numel() == 0) return;
     if (!source.is_same(input))
@@ -394,7 +427,7 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast_async(const Tensor& t, int roo
   check_tensor("broadcast", t, "tensor");
   LOOM_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of group ", name_, " (size ", size_,
              ")");
-  return enqueue(str("broadcast(root ", root, ", ", dtype_name(t.dtype()), ")"), {t},
+  return enqueue(str("broadcast(root ", root, ", ", dtype_name(t.dtype()), ")"), t.nbytes(), {t},
                  [&](ncclComm_t comm, cudaStream_t s) {
     if (t.numel() == 0) return;
     NCCL_CHECK(ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), root, comm, s));
@@ -404,7 +437,7 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast_async(const Tensor& t, int roo
 std::shared_ptr<Work> NcclProcessGroup::send_async(const Tensor& t, int dst, int tag) {
   check_tensor("send", t, "tensor");
   check_peer("send", dst, tag);
-  return enqueue(str("send(to ", dst, ", tag ", tag, ")"), {t}, [&](ncclComm_t comm, cudaStream_t s) {
+  return enqueue(str("send(to ", dst, ", tag ", tag, ")"), t.nbytes(), {t}, [&](ncclComm_t comm, cudaStream_t s) {
     if (t.numel() == 0) return;
     NCCL_CHECK(ncclSend(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), dst, comm, s));
   });
@@ -413,14 +446,14 @@ std::shared_ptr<Work> NcclProcessGroup::send_async(const Tensor& t, int dst, int
 std::shared_ptr<Work> NcclProcessGroup::recv_async(const Tensor& t, int src, int tag) {
   check_tensor("recv", t, "tensor");
   check_peer("recv", src, tag);
-  return enqueue(str("recv(from ", src, ", tag ", tag, ")"), {t}, [&](ncclComm_t comm, cudaStream_t s) {
+  return enqueue(str("recv(from ", src, ", tag ", tag, ")"), t.nbytes(), {t}, [&](ncclComm_t comm, cudaStream_t s) {
     if (t.numel() == 0) return;
     NCCL_CHECK(ncclRecv(t.raw_data(), size_t(t.numel()), nccl_type(t.dtype()), src, comm, s));
   });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::barrier_async() {
-  return enqueue("barrier", {barrier_buffer_}, [&](ncclComm_t comm, cudaStream_t s) {
+  return enqueue("barrier", 0, {barrier_buffer_}, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm, s));
   });
 }

@@ -19,11 +19,12 @@
 // them in the same order across groups too, or their kernels may wait on each
 // other forever (NCCL's "using multiple communicators concurrently").
 //
-// Not done yet: the collective watchdog (LOOM_COLLECTIVE_TIMEOUT) does not
-// watch NCCL work, so a rank that never joins a collective hangs the others'
-// GPUs (and their hosts at the next synchronisation) instead of aborting the
-// job. NCCL refuses two ranks on one GPU; ranks sharing a GPU use the MPI
-// backend (which stages CUDA tensors through the host).
+// The collective watchdog (LOOM_COLLECTIVE_TIMEOUT) watches each group's
+// stream through two events per operation (nccl_in_flight.h): one stuck past
+// the timeout is named (group, op, sequence number, bytes), its communicator
+// aborted (ncclCommAbort), and the job ended. NCCL refuses two ranks on one
+// GPU; ranks sharing a GPU use the MPI backend (which stages CUDA tensors
+// through the host).
 #pragma once
 
 #include <memory>

@@ -10,7 +10,6 @@
 #include <thread>
 #include <utility>
 
-#include "parallel/comm/comm_queue.h"
 #include "tensor/error.h"
 
 namespace loom::parallel::watchdog {
@@ -19,7 +18,7 @@ namespace {
 
 std::mutex g_mutex;
 std::condition_variable g_cv;
-std::set<const CommQueue*> g_queues;
+std::set<const Watched*> g_queues;
 std::thread g_thread;
 bool g_stop = false;
 
@@ -28,7 +27,7 @@ void run(int world_rank, double timeout, std::function<void(const std::string&)>
   auto period = std::chrono::duration<double>(std::clamp(timeout / 10, 0.05, 1.0));
   std::unique_lock<std::mutex> lock(g_mutex);
   while (!g_cv.wait_for(lock, period, [] { return g_stop; })) {
-    for (const CommQueue* q : g_queues) {
+    for (const Watched* q : g_queues) {
       auto r = q->running();
       if (!r || r->seconds < timeout) continue;
       std::string msg = str("[loom rank ", world_rank, "] collective watchdog: stuck for ", int(r->seconds),
@@ -36,6 +35,7 @@ void run(int world_rank, double timeout, std::function<void(const std::string&)>
                             "; LOOM_COLLECTIVE_TIMEOUT=", timeout,
                             " s. Another rank probably skipped this collective or issued its collectives in a "
                             "different order. Aborting the job.");
+      q->abort_communication();  // under the lock: q cannot go away meanwhile
       lock.unlock();
       abort_job(msg);
       std::abort();  // abort_job does not return; be sure
@@ -71,12 +71,12 @@ void stop() {
   if (g_thread.joinable()) g_thread.join();
 }
 
-void watch(const CommQueue* queue) {
+void watch(const Watched* queue) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_queues.insert(queue);
 }
 
-void unwatch(const CommQueue* queue) {
+void unwatch(const Watched* queue) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_queues.erase(queue);
 }

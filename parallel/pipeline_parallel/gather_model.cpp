@@ -83,7 +83,10 @@ std::vector<Entry> allocate_described(const std::vector<int64_t>& meta) {
 // then 2, ...: on the group's FIFO thread each send meets its receive in the
 // same order on both sides (stage s waits in its first send until rank 0 has
 // finished with stage s - 1). Per stage: the metadata's length [1], the
-// metadata [length], then each tensor's values.
+// metadata [length], then each tensor's values. The result is on the CPU
+// whatever the stages' device (a checkpoint, a sample): GPU params travel as
+// host copies, so every transfer here takes the host path (over NCCL a
+// ProcessGroupByDevice sends host tensors through MPI).
 nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_group) {
   const int rank = pp_group.rank(), size = pp_group.size();
   LOOM_CHECK(stage.is_first_stage() == (rank == 0) && stage.is_last_stage() == (rank == size - 1),
@@ -98,14 +101,15 @@ nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_grou
     std::vector<int64_t> meta = describe(mine);
     pp_group.send(from_vector<int64_t>({int64_t(meta.size())}), 0);
     pp_group.send(from_vector<int64_t>(meta), 0);
-    for (const Entry& e : mine) pp_group.send(ops::contiguous(e.t), 0);
+    for (const Entry& e : mine) pp_group.send(ops::contiguous(ops::to(e.t, kCPU)), 0);
     return {};
   }
 
   // Rank 0: copies of its own entries (the caller owns the result, and a
   // snapshot must not change when training goes on), then every other stage's.
   std::vector<Entry> all;
-  for (const Entry& e : mine) all.push_back({e.layer, e.name, ops::clone(e.t)});
+  for (const Entry& e : mine)
+    all.push_back({e.layer, e.name, e.t.device().is_cpu() ? ops::clone(e.t) : ops::to(e.t, kCPU)});
   for (int src = 1; src < size; ++src) {
     Tensor length = empty({1}, kInt64);
     pp_group.recv(length, src);

@@ -70,6 +70,16 @@
 //     within the noise (pp 2 1F1B 32-33 ms, both).
 // A backend that progresses sends by itself (NCCL on its stream) needs none of this.
 //
+// Over NCCL (train_gpt --device cuda, one GPU per rank): the channels are
+// ProcessGroupByDevice groups, so the header (a host tensor) goes over MPI and
+// the payload (a CUDA tensor) over NCCL. Each channel is its own communicator
+// with its own stream (as torch.distributed makes one communicator per pair
+// of ranks for send/recv), so a stage's send and its receive never queue
+// behind each other on one stream: send_fwd_recv_bwd and the neighbour's
+// send_bwd_recv_fwd meet whatever order their kernels start in, which is what
+// Megatron's batch_isend_irecv (ncclGroupStart/End on one communicator)
+// guarantees instead. A receive is a stream wait, not a host wait.
+//
 // LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
 // With tracing on (trace.h) every transfer is a span on the communication track.
 #pragma once

@@ -87,11 +87,19 @@ TEST_F(CudaTrainGptParallel, EachRankPrintsItsDevice) {
 }
 
 // The default backend on GPUs: NCCL for the GPU tensors (buckets, ZeRO's
-// shards), MPI for host scalars (parallel/comm/process_group_by_device.h).
-// NCCL refuses two ranks on one GPU, so this needs two.
-TEST_F(CudaTrainGptParallel, DataParallelAndZeroOverNcclMatchOneGpu) {
+// shards, the pipeline's activations and gradients), MPI for host scalars
+// and the pipeline's shape headers (parallel/comm/process_group_by_device.h).
+// NCCL refuses two ranks on one GPU, so these need two, and four.
+TEST_F(CudaTrainGptParallel, DataParallelZeroAndPipelineOverNcclMatchOneGpu) {
   if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU)";
   expect_same_run(train("gpu_nccl_dp2", 2, "--device cuda --dp 2 --batch 8"), one_gpu(), "gpu --dp 2 over NCCL");
   expect_same_run(train("gpu_nccl_zero_dp2", 2, "--device cuda --dp 2 --batch 8 --zero --bucket-mb 0.01"), one_gpu(),
                   "gpu --dp 2 --zero over NCCL (tiny buckets)");
+  expect_same_run(train("gpu_nccl_pp2_afab", 2, "--device cuda --pp 2 --microbatches 4 --batch 4 --schedule afab"),
+                  one_gpu(), "gpu --pp 2 afab over NCCL");
+  expect_same_run(train("gpu_nccl_pp2_1f1b", 2, "--device cuda --pp 2 --microbatches 4 --batch 4 --schedule 1f1b"),
+                  one_gpu(), "gpu --pp 2 1f1b over NCCL");
+  if (cuda::device_count() < 4) return;  // dp x pp needs a GPU per rank
+  expect_same_run(train("gpu_nccl_dp2_pp2", 4, "--device cuda --dp 2 --pp 2 --microbatches 2 --batch 4 --zero"),
+                  one_gpu(), "gpu --dp 2 --pp 2 --zero over NCCL");
 }
