@@ -21,9 +21,11 @@ void check_tensor(const char* op, const Tensor& t, const char* what);
 // kernels were enqueued on loom's stream (a bucket's main_grad += grad), and
 // the copy down waits for them. put_back() copies the result up, enqueued on
 // the same stream before the Work completes, so whatever the caller enqueues
-// after wait() reads it. For a CPU tensor host() is the tensor itself and
-// nothing is copied. (The staging memory is pageable: a pinned pool would
-// halve the copies' time; not done yet.)
+// after wait() reads it; it goes through a pinned buffer (tensor/cuda/pinned.h),
+// so the group's thread does not wait for the GPU to catch up. The copy down
+// lands in pageable memory: MPI needs the values on the host before it can
+// start, so that copy waits anyway. For a CPU tensor host() is the tensor
+// itself and nothing is copied.
 class HostStaging {
  public:
   // fetch: bring t's values down (inputs, in-place buffers); else host() is

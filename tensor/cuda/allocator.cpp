@@ -7,6 +7,7 @@
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/cuda/pinned.h"
 #include "tensor/storage.h"
 
 namespace loom::cuda {
@@ -101,8 +102,13 @@ void deallocate(void* ptr, size_t nbytes, const Device& d) {
 
 AllocatorStats allocator_stats(const Device& d) {
   check_device(d);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_pools[d.index].stats;
+  AllocatorStats stats;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    stats = g_pools[d.index].stats;
+  }
+  stats.pinned_allocs = pinned_allocs(d);
+  return stats;
 }
 
 void empty_cache(const Device& d) {

@@ -10,8 +10,9 @@
 //
 // Stream-ordered: all of loom's work on a device runs on its one stream
 // (context.h), so a block freed after op A was enqueued can be handed to op B
-// at once: B's kernels run after A's on that stream. (A second stream, e.g.
-// NCCL's, will need an event per block before reuse; not yet.)
+// at once: B's kernels run after A's on that stream. The one other stream,
+// an NCCL group's, keeps that true by holding its tensors until loom's stream
+// has been made to wait for the operation (process_group_nccl.h).
 //
 // Sizes round up to 512 bytes below 1 MiB and to 2 MiB above, so nearby sizes
 // share a list:

@@ -35,6 +35,7 @@ struct AllocatorStats {
   int64_t cached_bytes = 0;    // free blocks kept for reuse
   int64_t device_allocs = 0;   // cudaMalloc calls so far (flat in a steady-state step)
   int64_t device_frees = 0;    // cudaFree calls so far (only empty_cache and out-of-memory retries)
+  int64_t pinned_allocs = 0;   // cudaHostAlloc calls for uploads' staging (flat in a steady-state step)
 };
 AllocatorStats allocator_stats(const Device& d);
 // Gives every cached free block of d back to the driver (cudaFree).

@@ -6,16 +6,15 @@
 //   host -> GPU:  src made contiguous on the host, copied up, converted/broadcast on the GPU
 //   GPU -> host:  src made contiguous on the GPU, copied down, converted/broadcast on the host
 //
-// From pageable host memory (loom's CPU allocator is malloc), cudaMemcpyAsync
-// returns once the bytes are staged, so the host buffer may be freed at once;
-// to pageable memory it returns when the copy is done. A copy to the CPU also
-// waits for loom's stream explicitly: the values must be there when it returns.
-// (Pinned staging buffers for input batches, which would let the upload overlap
-// compute, are future work.)
+// Up: through a pinned staging buffer (pinned.h), so the host does not wait
+// for the GPU to catch up and the upload queues behind the step's kernels; the
+// source may be freed at once. Down: the copy waits for loom's stream: the
+// values must be there when it returns.
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/cuda/pinned.h"
 
 namespace loom::cuda {
 namespace {
@@ -30,9 +29,7 @@ Tensor landing_for(const Tensor& dst, const Tensor& src) {
 void host_to_device(const Tensor& dst, const Tensor& src) {
   Tensor host = ops::contiguous(src);
   Tensor landing = landing_for(dst, host);
-  DeviceGuard guard(dst.device());
-  CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice,
-                             stream(dst.device())));
+  upload(landing.raw_data(), host.raw_data(), host.nbytes(), dst.device());
   if (!landing.is_same(dst)) copy_on_device(dst, landing);
 }
 

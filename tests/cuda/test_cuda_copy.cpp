@@ -1,5 +1,9 @@
 // Copies: host <-> GPU in every dtype bit for bit, with dtype conversion as on
-// the CPU, strided and broadcast sources, fill/zeros/full, and contiguous().
+// the CPU, strided and broadcast sources, fill/zeros/full, contiguous(), and
+// uploads through pinned buffers that do not wait for the GPU.
+#include <chrono>
+#include <vector>
+
 #include "cuda_test.h"
 
 using namespace loom;
@@ -77,4 +81,42 @@ TEST_F(CudaCopy, CatAndStackOnTheGpu) {
   Tensor a = random({2, 3}, 1), b = random({4, 3}, 2);
   expect_close(ops::cat({ops::to(a, gpu), ops::to(b, gpu)}, 0), ops::cat({a, b}, 0), 0, 0);
   expect_close(ops::stack({ops::to(a, gpu), ops::to(a, gpu)}, 1), ops::stack({a, a}, 1), 0, 0);
+}
+
+// Uploads stage through pinned buffers (tensor/cuda/pinned.h): the host does
+// not wait for the kernels queued before them, the source may be overwritten
+// as soon as to() returns, and a second round pins no new memory.
+TEST_F(CudaCopy, UploadsQueueBehindKernelsWithoutAHostWaitAndReusePinnedBuffers) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  Tensor a = ops::to(random({4096, 4096}, 1), gpu), busy = ops::matmul(a, a);
+  cuda::synchronize(gpu);
+  auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) busy = ops::matmul(busy, a);
+  cuda::synchronize(gpu);
+  const double gpu_seconds = seconds_since(t0);  // what 20 matmuls take
+
+  auto upload_round = [&](int round) {
+    std::vector<Tensor> up;
+    Tensor src = empty({1024}, kInt64);
+    for (int i = 0; i < 8; ++i) {
+      for (int64_t j = 0; j < 1024; ++j) src.data<int64_t>()[j] = j * 10 + i + 100 * round;  // overwritten each time
+      up.push_back(ops::to(src, gpu));
+    }
+    return up;
+  };
+  for (int i = 0; i < 20; ++i) busy = ops::matmul(busy, a);  // queued; the uploads go behind them
+  t0 = Clock::now();
+  std::vector<Tensor> up = upload_round(0);
+  const double host_seconds = seconds_since(t0);
+  EXPECT_LT(host_seconds, gpu_seconds / 4) << "the uploads waited for the matmuls queued before them";
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int64_t> got = up[size_t(i)].to_vector<int64_t>();
+    for (int64_t j = 0; j < 1024; ++j) ASSERT_EQ(got[size_t(j)], j * 10 + i) << "upload " << i << ", element " << j;
+  }
+  const int64_t pinned = cuda::allocator_stats(gpu).pinned_allocs;
+  EXPECT_GT(pinned, 0);
+  std::vector<Tensor> again = upload_round(1);
+  EXPECT_EQ(again[7].to_vector<int64_t>()[5], 5 * 10 + 7 + 100);
+  EXPECT_EQ(cuda::allocator_stats(gpu).pinned_allocs, pinned) << "a second round pinned new memory";
 }
