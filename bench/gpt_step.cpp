@@ -3,46 +3,62 @@
 // back with the same thread count and prints the ratio.
 //
 // One step = forward + cross-entropy + backward + AdamW step + zero_grad, the
-// train_gpt setup: nn::GPT (fp32, dropout 0, plain-matmul attention),
-// optim::AdamW with nanoGPT's param groups (optim/param_groups.h). Random
-// tokens; only the time matters.
+// train_gpt setup: nn::GPT (dropout 0, plain-matmul attention), AdamW with
+// nanoGPT's param groups (optim/param_groups.h). Random tokens; only the time
+// matters. --dtype fp32 (the default) steps optim::AdamW on the fp32 model;
+// --dtype bf16 is train_gpt's --dtype bf16: the model's params and
+// activations bf16, the MixedPrecisionOptimizer's AdamW on fp32 main params.
+// Its GEMMs run natively in bf16 where the CPU can (tensor/cpu/gemm_bf16.h;
+// LOOM_GEMM_BF16=fp32 sends them through fp32, for comparison).
 //
 // Configs (issue 3, "Speed"):
 //   small:  4 layers, 4 heads, 128 embd, block 64, batch 16, vocab 65
 //   medium: 6 layers, 6 heads, 384 embd, block 256, batch 8, vocab 65
 //
-// Usage: bench_gpt_step [--config small|medium] [--threads N] [--warmup W] [--steps S]
+// Usage: bench_gpt_step [--config small|medium] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]
 // Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
-//   gemm=<onednn|openblas>  (the fp32 GEMM library; LOOM_GEMM=openblas picks OpenBLAS)
+//   gemm=<onednn|openblas> dtype=<fp32|bf16> bf16_gemm=<bf16|fp32>
+//   (gemm: the fp32 GEMM library, LOOM_GEMM=openblas picks OpenBLAS; bf16_gemm:
+//   how bf16 products run, natively or through fp32)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "autograd/engine.h"
+#include "autograd/variable.h"
 #include "optim/param_groups.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "optim/adamw.h"
+#include "optim/mixed_precision_optimizer.h"
 
 using namespace loom;
 
 int main(int argc, char** argv) {
-  std::string config = "small";
+  std::string config = "small", dtype_name = "fp32";
   int threads = 1, warmup = 3, steps = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--config")) config = argv[i + 1];
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--dtype")) dtype_name = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--config small|medium] [--threads N] [--warmup W] [--steps S]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--config small|medium] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (dtype_name != "fp32" && dtype_name != "bf16") {
+    std::fprintf(stderr, "unknown --dtype %s (fp32, bf16)\n", dtype_name.c_str());
+    return 2;
+  }
+  const bool bf16 = dtype_name == "bf16";
   nn::GPTConfig cfg;  // vocab 65, dropout 0
   int64_t batch;
   if (config == "small") {
@@ -56,7 +72,15 @@ int main(int argc, char** argv) {
   ops::set_num_threads(threads);
 
   nn::GPT model(cfg);
-  optim::AdamW opt(optim::gpt_param_groups(model, 1e-3, 0.1));
+  std::unique_ptr<optim::AdamW> adamw;                     // fp32
+  std::unique_ptr<optim::MixedPrecisionOptimizer> mixed;  // bf16
+  if (bf16) {
+    model.to(kBFloat16);
+    mixed = std::make_unique<optim::MixedPrecisionOptimizer>(optim::gpt_param_groups(model, 1e-3, 0.1));
+  } else {
+    adamw = std::make_unique<optim::AdamW>(optim::gpt_param_groups(model, 1e-3, 0.1));
+  }
+  const std::vector<Tensor> params = model.parameters();
   Generator gen(0);
   Tensor idx = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
   Tensor targets = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
@@ -64,8 +88,13 @@ int main(int argc, char** argv) {
   auto step = [&] {
     Tensor loss = nn::cross_entropy_loss(model.forward(idx), targets);
     autograd::backward(loss);
-    opt.step();
-    opt.zero_grad();
+    if (bf16) {
+      mixed->step();
+      autograd::zero_grad(params);
+    } else {
+      adamw->step();
+      adamw->zero_grad();
+    }
     return loss.item<double>();
   };
 
@@ -78,7 +107,8 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f gemm=%s\n", config.c_str(), threads,
-              median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(), ops::gemm_library().c_str());
+  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f gemm=%s dtype=%s bf16_gemm=%s\n",
+              config.c_str(), threads, median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(),
+              ops::gemm_library().c_str(), dtype_name.c_str(), ops::bf16_gemm().c_str());
   return 0;
 }

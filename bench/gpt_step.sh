@@ -15,8 +15,14 @@
 # spinning: with 2 cores shared, a spinning thread takes the core the other
 # side's work needs).
 #
-# Usage: [PYTHON=python3] bench/gpt_step.sh [build-dir] [small|medium|all] [rounds] [steps]
-#   defaults: PYTHON=/usr/bin/python3, build, all, 3 rounds, 15 steps (medium: 8 steps)
+# With `bf16` as the fifth argument it compares loom with loom instead: the
+# fp32 step, the --dtype bf16 step (GEMMs natively in bf16 where the CPU has
+# AVX512_BF16 or AMX: tensor/cpu/gemm_bf16.h) and the bf16 step with
+# LOOM_GEMM_BF16=fp32 (bf16 GEMMs widened to fp32, the reference path),
+# alternating in each round; the ratio is fp32 ms / bf16 ms (> 1: bf16 is faster).
+#
+# Usage: [PYTHON=python3] bench/gpt_step.sh [build-dir] [small|medium|all] [rounds] [steps] [torch|bf16]
+#   defaults: PYTHON=/usr/bin/python3, build, all, 3 rounds, 15 steps (medium: 8 steps), torch
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,10 +30,10 @@ build="${1:-$here/../build}"
 which="${2:-all}"
 rounds="${3:-3}"
 steps="${4:-}"
+versus="${5:-torch}"
 loom="$build/bench/bench_gpt_step"
 py="${PYTHON:-/usr/bin/python3}"
 [ -x "$loom" ] || { echo "gpt_step.sh: $loom not found (cmake --build $build --target bench_gpt_step)" >&2; exit 1; }
-"$py" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: $py has no torch (apt-get install python3-torch)" >&2; exit 1; }
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
@@ -36,6 +42,37 @@ declare -A threads=([small]=1 [medium]=2)
 declare -A default_steps=([small]=15 [medium]=8)
 configs=(small medium)
 [ "$which" = all ] || configs=("$which")
+
+if [ "$versus" = bf16 ]; then
+  echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) ($(nproc) cores)," \
+    "AVX512_BF16: $(grep -q avx512_bf16 /proc/cpuinfo && echo yes || echo no)"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
+  printf '%-7s %-7s %10s %10s %16s %14s\n' config threads "fp32 ms" "bf16 ms" "bf16-via-fp32 ms" "fp32/bf16"
+  for c in "${configs[@]}"; do
+    t=${threads[$c]}
+    n=${steps:-${default_steps[$c]}}
+    fp32_ms=() bf16_ms=() via_ms=()
+    for ((r = 1; r <= rounds; ++r)); do
+      args=(--config "$c" --threads "$t" --warmup 3 --steps "$n")
+      f=$(OMP_WAIT_POLICY=passive "$loom" "${args[@]}" --dtype fp32)
+      b=$(OMP_WAIT_POLICY=passive "$loom" "${args[@]}" --dtype bf16)
+      v=$(OMP_WAIT_POLICY=passive LOOM_GEMM_BF16=fp32 "$loom" "${args[@]}" --dtype bf16)
+      echo "  round $r: $f | $b | $v" >&2
+      fp32_ms+=("$(echo "$f" | field ms_per_step)")
+      bf16_ms+=("$(echo "$b" | field ms_per_step)")
+      via_ms+=("$(echo "$v" | field ms_per_step)")
+    done
+    fm=$(printf '%s\n' "${fp32_ms[@]}" | median)
+    bm=$(printf '%s\n' "${bf16_ms[@]}" | median)
+    vm=$(printf '%s\n' "${via_ms[@]}" | median)
+    awk -v c="$c" -v t="$t" -v f="$fm" -v b="$bm" -v v="$vm" \
+      'BEGIN { printf "%-7s %-7s %10.1f %10.1f %16.1f %13.2fx\n", c, t, f, b, v, f / b }'
+  done
+  echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "target (issue 19, stretch): the bf16 step faster than the fp32 step"
+  exit 0
+fi
+"$py" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: $py has no torch (apt-get install python3-torch)" >&2; exit 1; }
 
 # Name the GEMM libraries: loom's (oneDNN, or OpenBLAS with LOOM_GEMM=openblas)
 # and the OpenBLAS kernels (Debian's PyTorch 1.13 calls libopenblas;

@@ -14,10 +14,20 @@ namespace {
 // already counted by the caller. fp32: dx [M, K], dW [n, K], and for a bias
 // its column sums in double then fp32. 16-bit: the kernel works on fp32
 // copies: the gradient's [M, n], dx in fp32 then rounded (the fp32 freed), x's
-// [M, K], dW in fp32 and its rounded copy.
-double linear_backward_temporaries(double M, double K, double n, double e, bool bias) {
-  if (e == 4) return 4 * (M * K + n * K) + (bias ? 12 * n : 0);
+// [M, K], dW in fp32 and its rounded copy. Native bf16 GEMMs (`native`): as
+// fp32, in e bytes (the column sums in double, then bf16).
+double linear_backward_temporaries(double M, double K, double n, double e, bool bias, bool native) {
+  if (e == 4 || native) return e * (M * K + n * K) + (bias ? (8 + e) * n : 0);
   return 4 * M * n + e * M * K + 4 * M * K + (4 + e) * n * K;
+}
+
+// The temporaries of a layernorm's backward (tensor/ops_nn.cpp) over R rows
+// of width h. fp32: dx [R, h], dweight and dbias [h]. 16-bit: fp32 copies of
+// the gradient, x and the weight, dx, dweight and dbias in fp32 and each
+// rounded, all alive when it returns.
+double layer_norm_backward_temporaries(double R, double h, double e) {
+  if (e == 4) return 4 * R * h + 8 * h;
+  return (12 + e) * R * h + (12 + 2 * e) * h;
 }
 
 }  // namespace
@@ -25,6 +35,7 @@ double linear_backward_temporaries(double M, double K, double n, double e, bool 
 ActivationPrediction predict_activations(const ActivationCase& c) {
   const double b = double(c.micro_batch), s = double(c.seq), h = double(c.width), a = double(c.heads),
                t = double(c.tp), V = double(c.vocab), e = double(c.element_bytes);
+  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
   const double N = b * s;                                // tokens per micro-batch
   const double Ns = c.sequence_parallel ? N / t : N;     // of them in this rank's replicated regions
   const double unit = N * h * e;                         // one [b, s, h] tensor
@@ -55,8 +66,24 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   if (c.has_head) {
     const double loss_grad = logits + (c.tp > 1 && e != 4 ? N * V / t * e : 0);
     const double head_linear = -(logits + (c.tp > 1 ? 2 : 1) * N * 4) + N * V / t * e +
-                               linear_backward_temporaries(N, h, V / t, e, false);
+                               linear_backward_temporaries(N, h, V / t, e, false, native);
     at_head = std::max(loss_grad, head_linear);
+  }
+  // (D) ln_f's backward, after the head's: the logits, the loss's per-row
+  //     numbers and ln_f's output (gathered, under SP) are freed; alive are
+  //     the gradient of ln_f's output [Ns, h], the layernorm's temporaries
+  //     and the head's wte gradient where one rank holds both ends. Under
+  //     SP, before it, the gather's backward: the full gradient [N, h], its
+  //     copy laid out for the reduce-scatter, the scattered result [Ns, h],
+  //     and for 16-bit the collective's fp32 buffers of both (parallel/comm).
+  //     The peak for bf16 with native GEMMs, whose (B) is small.
+  double at_ln_f = 0;
+  if (c.has_head) {
+    const double freed = logits + (c.tp > 1 ? 2 : 1) * N * 4 + unit;
+    const double wte_grad = c.has_embedding ? V / t * h * e : 0;
+    at_ln_f = -freed + local + layer_norm_backward_temporaries(Ns, h, e) + wte_grad;
+    if (c.sequence_parallel)
+      at_ln_f = std::max(at_ln_f, -freed + 2 * unit + local + (e == 4 ? 0 : 4 * N * h + 4 * Ns * h) + wte_grad);
   }
   // (B) The last block's mlp.c_proj backward: the head's tensors and the
   //     stage's output are freed (on the stage with the head); alive are the
@@ -68,7 +95,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   double at_block = 0;
   if (c.blocks > 0) {
     at_block = (c.has_head ? -(head + local) : 0) + local + (c.sequence_parallel ? unit : 0) +
-               linear_backward_temporaries(N, 4 * h / t, h, e, c.tp == 1) +
+               linear_backward_temporaries(N, 4 * h / t, h, e, c.tp == 1, native) +
                (c.has_head && c.has_embedding ? V / t * h * e : 0);
   }
   // (C) The last block's attention backward, in the softmax's backward: of
@@ -88,7 +115,9 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     // output and mean, 1/std, c_fc's and gelu's outputs, the merged heads.
     const double freed = (c.has_head ? head + local : 0) + local + unit + 2 * Ns * 4 + unit * 9 / t;
     const double softmax_bwd = scores * (e == 4 ? 2 * 4 : 2 * e + 3 * 4) + unit / t;
-    const double matmul_bwd = e == 4 ? 0 : unit / t + scores * (e + 4) + N * h / t * (4 + 4 + e);
+    const double matmul_bwd = e == 4   ? 0
+                              : native ? unit / t + scores * e + N * h / t * e
+                                       : unit / t + scores * (e + 4) + N * h / t * (4 + 4 + e);
     const double received = c.has_head ? 0 : local;  // held by the pipeline, so the residual's sum is a new tensor
     at_attention = -freed + local + received + std::max(softmax_bwd, matmul_bwd) +
                    (c.has_head && c.has_embedding ? V / t * h * e : 0);
@@ -104,7 +133,9 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   const double grads_at_attention = grads_kept && c.blocks > 0
       ? grads_at_block + 4 * (8 * h * h / t + 4 * h / t + h + 2 * h + h * h / t + (c.tp > 1 ? 0 : h))
       : 0;
-  p.backward_extra = std::max({at_head, at_block + grads_at_block, at_attention + grads_at_attention});
+  const double grads_at_ln_f = grads_kept && c.has_head && !c.has_embedding ? V / t * h * 4 : 0;  // the head's wte
+  p.backward_extra =
+      std::max({at_head, at_ln_f + grads_at_ln_f, at_block + grads_at_block, at_attention + grads_at_attention});
   // Later micro-batches (gradient accumulation, or a pipeline stage whose
   // later ones run backward with its whole in-flight set): the first one's
   // .grad tensors are all alive (grad_bytes), and on a pipeline stage after
@@ -113,7 +144,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   if (double(c.micro_batches) > c.in_flight) {
     const double sent = c.pipelined && !c.has_embedding ? local : 0;
     p.backward_extra =
-        std::max(p.backward_extra, std::max({at_head, at_block, at_attention}) + double(c.grad_bytes) + sent);
+        std::max(p.backward_extra, std::max({at_head, at_ln_f, at_block, at_attention}) + double(c.grad_bytes) + sent);
   }
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
   return p;

@@ -38,11 +38,16 @@
 //
 // The peak is in a backward (found by recording, at each new peak of the
 // allocator, the live blocks and the autograd node that allocated each), at
-// one of three moments of the last block and the head; the largest counts:
+// one of four moments of the last block and the head; the largest counts:
 //   (A) the head's backward, all of the above still kept: the loss's fp32
 //       gradient of the logits while the logits live; or, once they are
 //       freed, that gradient (in the model's dtype) and the head linear's
 //       backward temporaries. The peak when V' / t is large against h.
+//   (D) ln_f's backward: the head's tensors are freed; alive are the
+//       gradient of ln_f's output, the layernorm's backward temporaries
+//       (16-bit: on fp32 copies) and the head's wte gradient; under SP,
+//       just before, the reduce-scatter of that gradient (16-bit: in fp32
+//       buffers). The peak for bf16 with native GEMMs (below), whose (B) is small.
 //   (B) the last block's mlp.c_proj backward: the head's tensors and the
 //       stage's output are freed; alive are the gradient of the block's
 //       output (ln_f's, or the one received), with SP also its all-gathered
@@ -58,7 +63,10 @@
 // in double then fp32); 16-bit kernels work on fp32 copies: the gradient's
 // [M, n], dx in fp32 then rounded, x's [M, K], dW in fp32 then rounded:
 // 4 M n + (4 + e) (M K + n K) at once. That is why a 16-bit stage needs more
-// than half of the fp32 one's bytes.
+// than half of the fp32 one's bytes. bf16 on a CPU that multiplies it
+// natively (native_bf16_gemm: tensor/cpu/gemm_bf16.h) makes no fp32 copies:
+// dx and dW in bf16, e (M K + n K), like fp32 at half the bytes; and att @ v's
+// backward reads attᵀ and its gradient as they are.
 // Without a main_grad buffer (fp32, dp 1, no ZeRO) backward keeps the params'
 // .grad tensors (4 N bytes): those whose backward has run by (B) or (C).
 // When later micro-batches run backward with the whole in-flight set
@@ -118,6 +126,7 @@ struct ActivationCase {
   int tp = 1;
   bool sequence_parallel = false;
   int64_t element_bytes = 4; // the model's dtype
+  bool native_bf16_gemm = false;  // bf16 GEMMs read and write bf16 (ops::bf16_gemm() == "bf16"): no fp32 copies
   double in_flight = 1;      // micro-batches whose activations are kept at the peak
   bool pipelined = false;    // a pipeline stage (pp > 1): sends and receives gradients
   int64_t micro_batches = 1; // m per step

@@ -157,4 +157,13 @@ int get_num_threads();
 void set_gemm_library(const std::string& name);
 std::string gemm_library();
 
+// How bf16 products run on the CPU: "bf16" (bf16 operands, fp32 accumulation,
+// oneDNN's matmul primitive; tensor/cpu/gemm_bf16.h) is the default where the
+// CPU has AVX512_BF16 or AMX and loom was built with oneDNN; "fp32" (operands
+// converted to fp32, the fp32 GEMM, the result rounded back) everywhere else,
+// or with LOOM_GEMM_BF16=fp32 in the environment. "bf16" throws where the
+// hardware lacks it. For comparisons (bench/gemm, bench/gpt_step).
+void set_bf16_gemm(const std::string& mode);
+std::string bf16_gemm();
+
 }  // namespace loom::ops

@@ -6,7 +6,9 @@
 // in its parameter's own layout: dW = gᵀ @ x is [out, in] like the weight (the
 // matmul route computes xᵀ @ g and leaves a transposed view that
 // AccumulateGrad must copy), and db is a column sum in double, rounded once
-// (what sum_to would give).
+// (what sum_to would give). bf16 operands go to the native bf16 GEMM where the
+// CPU has one (cpu/gemm_bf16.h: fp32 accumulation, bf16 written by the GEMM),
+// else to fp32 and back.
 //
 //   x: [..., K]   w: [N, K]   b: [N]   ->   y: [..., N]
 #include <algorithm>
@@ -14,6 +16,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/gemm_bf16.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/ops.h"
@@ -22,13 +25,48 @@ namespace loom::ops {
 
 namespace {
 
-// C [m, n] = beta C + op(A) op(B), all row-major and contiguous (ld = row length).
-template <class T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T beta, T* c) {
-  cpu::gemm(ta, tb, m, n, k, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+DType compute_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+// The dtype the GEMMs read: bf16 stays bf16 where the CPU multiplies it natively.
+DType operand_of(DType t) { return t == kBFloat16 && cpu::bf16_gemm_enabled() ? kBFloat16 : compute_of(t); }
+
+// C [m, n] = beta C + op(A) op(B), all row-major and contiguous (ld = row
+// length), beta 0 or 1; all bf16 (the native path) or all fp32/fp64.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& b, bool beta_one,
+          Tensor& c) {
+  const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+  if (a.dtype() == kBFloat16) {
+    cpu::gemm_bf16(ta, tb, m, n, k, a.data<bfloat16>(), lda, b.data<bfloat16>(), ldb, beta_one ? 1.0f : 0.0f,
+                   c.data<bfloat16>(), n);
+    return;
+  }
+  LOOM_DISPATCH_COMPUTE(c.dtype(), "linear", {
+    cpu::gemm(ta, tb, m, n, k, a.data<scalar_t>(), lda, b.data<scalar_t>(), ldb, scalar_t(beta_one),
+              c.data<scalar_t>(), n);
+  });
 }
 
-DType compute_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
+// db [N] = column sums of g [M, N], accumulated in double row by row. Threads
+// own columns; each column sums its rows in order. 32 columns at a time, their
+// sums held in registers down all M rows (a running sum in memory per row cost
+// a load and a store per element).
+template <class T>
+void column_sums(const T* g, int64_t M, int64_t N, double* a) {
+  constexpr int64_t kCols = 32;
+  cpu::parallel_for(N, std::max<int64_t>(16, 16384 / std::max<int64_t>(M, 1)), [&](int64_t j0, int64_t j1) {
+    for (int64_t jb = j0; jb < j1; jb += kCols) {
+      const int64_t w = std::min(kCols, j1 - jb);
+      double s[kCols] = {};
+      if (w == kCols) {
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < kCols; ++j) s[j] += double(cpu::to_acc(g[i * N + jb + j]));
+      } else {
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < w; ++j) s[j] += double(cpu::to_acc(g[i * N + jb + j]));
+      }
+      for (int64_t j = 0; j < w; ++j) a[jb + j] = s[j];
+    }
+  });
+}
 
 void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b) {
   LOOM_CHECK(w.device() == x.device() && (!b.defined() || b.device() == x.device()), op, ": input on ",
@@ -57,28 +95,25 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_linear("linear", x, w, b);
   if (x.device().is_cuda()) return cuda::linear(x, w, b);  // cuBLAS (cuda/gemm.cpp)
   check_device_supported("linear", x.device());
-  const DType cd = compute_of(x.dtype());
-  Tensor x2 = rows(x, cd), wc = contiguous(to(w, cd));
+  const DType od = operand_of(x.dtype());  // GEMM operands and output
+  Tensor x2 = rows(x, od), wc = contiguous(to(w, od));
   const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
-  Tensor out = empty({M, N}, cd);
-  LOOM_DISPATCH_COMPUTE(cd, "linear", {
-    scalar_t* o = out.data<scalar_t>();
-    scalar_t beta = 0;
-    if (b.defined()) {  // every row starts as the bias; the GEMM adds x @ wᵀ onto it
-      Tensor bc = contiguous(to(b, cd));
-      const scalar_t* bp = bc.data<scalar_t>();
-      cpu::parallel_for(M, std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(N, 1)),
-                        [&](int64_t i0, int64_t i1) {
-                          for (int64_t i = i0; i < i1; ++i) std::memcpy(o + i * N, bp, size_t(N) * sizeof(scalar_t));
-                        });
-      beta = 1;
-    }
-    if (K == 0) {
-      if (!b.defined()) zero_(out);
-    } else if (M > 0 && N > 0) {
-      gemm(false, true, M, N, K, x2.data<scalar_t>(), wc.data<scalar_t>(), beta, o);
-    }
-  });
+  Tensor out = empty({M, N}, od);
+  if (b.defined()) {  // every row starts as the bias; the GEMM adds x @ wᵀ onto it
+    Tensor bc = contiguous(to(b, od));
+    const size_t row_bytes = size_t(N) * element_size(od);
+    const char* bp = static_cast<const char*>(bc.raw_data());
+    char* o = static_cast<char*>(out.raw_data());
+    cpu::parallel_for(M, std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(N, 1)),
+                      [&](int64_t i0, int64_t i1) {
+                        for (int64_t i = i0; i < i1; ++i) std::memcpy(o + size_t(i) * row_bytes, bp, row_bytes);
+                      });
+  }
+  if (K == 0) {
+    if (!b.defined()) zero_(out);
+  } else if (M > 0 && N > 0) {
+    gemm(false, true, M, N, K, x2, wc, /*beta_one=*/b.defined(), out);
+  }
   return reshape(to(out, x.dtype()), with_last(x.shape(), N));
 }
 
@@ -91,50 +126,29 @@ LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w
              x.device().str());
   if (x.device().is_cuda()) return cuda::linear_backward(grad, x, w, need_x, need_w, need_b);
   check_device_supported("linear_backward", x.device());
-  const DType cd = compute_of(x.dtype());
-  Tensor g2 = rows(grad, cd);
+  const DType od = operand_of(x.dtype());  // GEMM operands and outputs
+  Tensor g2 = rows(grad, od);
   const int64_t M = g2.size(0), N = g2.size(1), K = w.size(1);
   LinearGrads r;
-  LOOM_DISPATCH_COMPUTE(cd, "linear_backward", {
-    const scalar_t* g = g2.data<scalar_t>();
-    if (need_x) {  // dx [M, K] = g [M, N] @ w [N, K]
-      Tensor wc = contiguous(to(w, cd));
-      r.dx = empty({M, K}, cd);
-      if (N == 0) zero_(r.dx);
-      else if (M > 0 && K > 0) gemm(false, false, M, K, N, g, wc.data<scalar_t>(), scalar_t(0), r.dx.data<scalar_t>());
-      r.dx = reshape(to(r.dx, x.dtype()), x.shape());
-    }
-    if (need_w) {  // dW [N, K] = gᵀ [N, M] @ x [M, K]
-      Tensor x2 = rows(x, cd);
-      r.dw = empty({N, K}, cd);
-      if (M == 0) zero_(r.dw);
-      else if (N > 0 && K > 0) gemm(true, false, N, K, M, g, x2.data<scalar_t>(), scalar_t(0), r.dw.data<scalar_t>());
-      r.dw = to(r.dw, w.dtype());
-    }
-    if (need_b) {  // db [N] = column sums of g, accumulated in double row by row, rounded once
-      Tensor acc = empty({N}, kFloat64);
-      double* a = acc.data<double>();
-      // Threads own columns; each column sums its rows in order. 32 columns
-      // at a time, their sums held in registers down all M rows (a running
-      // sum in memory per row cost a load and a store per element).
-      constexpr int64_t kCols = 32;
-      cpu::parallel_for(N, std::max<int64_t>(16, 16384 / std::max<int64_t>(M, 1)), [&](int64_t j0, int64_t j1) {
-        for (int64_t jb = j0; jb < j1; jb += kCols) {
-          const int64_t w = std::min(kCols, j1 - jb);
-          double s[kCols] = {};
-          if (w == kCols) {
-            for (int64_t i = 0; i < M; ++i)
-              for (int64_t j = 0; j < kCols; ++j) s[j] += double(g[i * N + jb + j]);
-          } else {
-            for (int64_t i = 0; i < M; ++i)
-              for (int64_t j = 0; j < w; ++j) s[j] += double(g[i * N + jb + j]);
-          }
-          for (int64_t j = 0; j < w; ++j) a[jb + j] = s[j];
-        }
-      });
-      r.db = to(acc, x.dtype());
-    }
-  });
+  if (need_x) {  // dx [M, K] = g [M, N] @ w [N, K]
+    Tensor wc = contiguous(to(w, od));
+    r.dx = empty({M, K}, od);
+    if (N == 0) zero_(r.dx);
+    else if (M > 0 && K > 0) gemm(false, false, M, K, N, g2, wc, false, r.dx);
+    r.dx = reshape(to(r.dx, x.dtype()), x.shape());
+  }
+  if (need_w) {  // dW [N, K] = gᵀ [N, M] @ x [M, K]
+    Tensor x2 = rows(x, od);
+    r.dw = empty({N, K}, od);
+    if (M == 0) zero_(r.dw);
+    else if (N > 0 && K > 0) gemm(true, false, N, K, M, g2, x2, false, r.dw);
+    r.dw = to(r.dw, w.dtype());
+  }
+  if (need_b) {  // db [N]: column sums of g in double, rounded once
+    Tensor acc = empty({N}, kFloat64);
+    LOOM_DISPATCH_FLOAT(od, "linear_backward", { column_sums(g2.data<scalar_t>(), M, N, acc.data<double>()); });
+    r.db = to(acc, x.dtype());
+  }
   return r;
 }
 

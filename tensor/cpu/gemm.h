@@ -10,6 +10,12 @@
 // LOOM_GEMM=openblas in the environment (or gemm_backend() below) switches
 // fp32 back to OpenBLAS, for comparisons.
 //
+// This file is also the reference for bf16 and fp16: the ops widen those
+// operands to fp32, call gemm() here and round the result back. Where the CPU
+// multiplies bf16 natively (AVX512_BF16 or AMX) and loom has oneDNN, bf16
+// products take the fast path in gemm_bf16.h instead (LOOM_GEMM_BF16=fp32
+// sends them back here).
+//
 // Each call runs single-threaded; threads are ours: a large product is split
 // by rows or columns of C over the math threads (cpu/parallel.h), a batch of
 // small products (matmul) gives each thread whole products. Why not the
