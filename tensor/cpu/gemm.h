@@ -118,6 +118,28 @@ inline void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
               int(ldc));
 }
 
+// How a product C [M, N] is split over the math threads (split_rows_or_columns
+// below): by rows of C when A is the larger operand, else by columns, at
+// least ~4 MFLOP per thread (below that the split costs more than it saves).
+// part(m, n, a, b, c) computes one block: c [m, n] from a's first m rows (or
+// columns, when ta) and b's first n columns (or rows, when tb). Any element
+// types: the fp32 sgemm below and the bf16 kernel (gemm_bf16.cpp) share it.
+template <class TA, class TC, class Part>
+void split_rows_or_columns(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, const TA* B,
+                           int64_t ldb, TC* C, int64_t ldc, const Part& part) {
+  if (M >= N) {
+    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(N * K, 1));
+    parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
+      part(m1 - m0, N, ta ? A + m0 : A + m0 * lda, B, C + m0 * ldc);
+    });
+  } else {
+    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(M * K, 1));
+    parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+      part(M, n1 - n0, A, tb ? B + n0 * ldb : B + n0, C + n0);
+    });
+  }
+}
+
 // The product split over the math threads, by rows or by columns of C. Each
 // thread packs its part of one operand and all of the other, so the split
 // goes along the dimension whose operand is larger: rows when A [M, K] is the
@@ -158,18 +180,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
       return;
     }
   }
-  if (M >= N) {
-    // About 4 MFLOP per thread at least: below that the split costs more than it saves.
-    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(N * K, 1));
-    parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
-      gemm_serial(ta, tb, m1 - m0, N, K, ta ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc, ldc);
-    });
-  } else {
-    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(M * K, 1));
-    parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-      gemm_serial(ta, tb, M, n1 - n0, K, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
-    });
-  }
+  split_rows_or_columns(ta, tb, M, N, K, A, lda, B, ldb, C, ldc,
+                        [&](int64_t m, int64_t n, const T* a, const T* b, T* c) {
+                          gemm_serial(ta, tb, m, n, K, a, lda, b, ldb, beta, c, ldc);
+                        });
 }
 
 }  // namespace loom::cpu

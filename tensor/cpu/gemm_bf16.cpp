@@ -219,22 +219,14 @@ void serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A
   gemm_bf16_via_fp32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
-// gemm.h's split: by rows of C when A is the larger operand, else by columns,
-// at least ~4 MFLOP per thread.
+// gemm.h's split over the math threads, each part on the bf16 kernel.
 template <class TC>
 void split(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
            int64_t ldb, float beta, TC* C, int64_t ldc) {
-  if (M >= N) {
-    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(N * K, 1));
-    parallel_for(M, grain, [&](int64_t m0, int64_t m1) {
-      serial(ta, tb, m1 - m0, N, K, ta ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc, ldc);
-    });
-  } else {
-    const int64_t grain = std::max<int64_t>(16, (int64_t(1) << 21) / std::max<int64_t>(M * K, 1));
-    parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-      serial(ta, tb, M, n1 - n0, K, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
-    });
-  }
+  split_rows_or_columns(ta, tb, M, N, K, A, lda, B, ldb, C, ldc,
+                        [&](int64_t m, int64_t n, const bfloat16* a, const bfloat16* b, TC* c) {
+                          serial(ta, tb, m, n, K, a, lda, b, ldb, beta, c, ldc);
+                        });
 }
 
 }  // namespace
