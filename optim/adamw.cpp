@@ -5,6 +5,7 @@
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
+#include "tensor/parallel.h"
 
 namespace loom::optim {
 
@@ -24,17 +25,25 @@ template <class P, class T> P store(T x) {
   else return P(x);
 }
 
-// The fused loop: n elements of one param. P is the param's storage type, T
-// the compute type of the moments and the gradient.
+// The fused loop over elements [b, e) of one param. P is the param's storage
+// type, T the compute type of the moments and the gradient.
 template <class P, class T>
-void adamw_loop(P* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict g, int64_t n,
-                const kernels::AdamWScalars<T>& scalars) {
+void adamw_chunk(P* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict g, int64_t b, int64_t e,
+                 const kernels::AdamWScalars<T>& scalars) {
   const kernels::AdamWScalars<T> s = scalars;  // a local copy: the stores below cannot alias it
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = b; i < e; ++i) {
     T x = load<T>(p[i]);
     kernels::adamw_update(x, m[i], v[i], g[i], s);
     p[i] = store<P>(x);
   }
+}
+
+// All n elements, split over the math threads: each element's update reads
+// and writes only its own p, m, v, so the bits are the same at any thread
+// count. (One thread below ~32k elements: the biases and layernorm params.)
+template <class P, class T>
+void adamw_loop(P* p, T* m, T* v, const T* g, int64_t n, const kernels::AdamWScalars<T>& s) {
+  parallel_for(n, int64_t(1) << 15, [&](int64_t b, int64_t e) { adamw_chunk<P, T>(p, m, v, g, b, e, s); });
 }
 
 // One param's update: the per-step scalars in double, then the fused loop.

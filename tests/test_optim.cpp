@@ -275,6 +275,37 @@ TEST(AdamW, Bfloat16ParamsAreUpdatedInFp32AndRounded) {
   EXPECT_EQ(got[1], -0.73828125f);
 }
 
+// A param large enough for the update to be split over the math threads
+// (optim/adamw.cpp: one thread below 32k elements): 1 and 2 threads must give
+// the same bits, and every element the scalar kernel's value - a chunk edge
+// off by one would leave an element un-stepped or step it twice.
+TEST(AdamW, SplitOverThreadsIsBitIdenticalToTheScalarKernel) {
+  const int64_t n = 100003;  // not a multiple of 16: the last chunk is ragged
+  Generator gen(11);
+  const Tensor p0 = randn({n}, gen), g = randn({n}, gen);
+  auto three_steps = [&](int threads) {
+    ops::set_num_threads(threads);
+    Tensor p = ops::clone(p0);
+    autograd::set_requires_grad(p);
+    AdamW adam({{.params = {p}, .lr = 0.01, .weight_decay = 0.1}});
+    for (int t = 0; t < 3; ++t) {
+      autograd::set_grad(p, g);
+      adam.step();
+    }
+    return p.to_vector<float>();
+  };
+  const int before = ops::get_num_threads();
+  const std::vector<float> one = three_steps(1), two = three_steps(2);
+  ops::set_num_threads(before);
+  std::vector<float> x = p0.to_vector<float>(), gv = g.to_vector<float>(), m(n, 0.f), v(n, 0.f);
+  for (int step = 1; step <= 3; ++step) {
+    const auto s = kernels::adamw_scalars<float>(0.01, 0.9, 0.999, 1e-8, 0.1, step);
+    for (int64_t i = 0; i < n; ++i) kernels::adamw_update(x[i], m[i], v[i], gv[i], s);
+  }
+  EXPECT_EQ(one, x) << "1 thread vs the scalar kernel";
+  EXPECT_EQ(two, x) << "2 threads vs the scalar kernel";
+}
+
 TEST(AdamW, GradSourceReplacesTheAutogradGradient) {
   // The data-parallel wrappers feed main_grad buffers instead of autograd::grad.
   Tensor p = param(kP0);

@@ -1,0 +1,23 @@
+// Splitting a CPU loop over the math threads, for code outside tensor/ (the
+// optimizer's fused AdamW loop; PyTorch's at::parallel_for). It is the split
+// the elementwise ops use (tensor/cpu/parallel.h): contiguous chunks of
+// [0, n), one per thread (ops::set_num_threads), each starting at a multiple
+// of 16, and all of [0, n) on the calling thread when n < 2 * grain.
+//
+// Only for loops whose iterations write disjoint outputs: each output is then
+// computed by the same code whatever the split, so the bits do not depend on
+// the thread count. fn must not throw (it runs inside an OpenMP region).
+//
+// A compiled function rather than the header template, because OpenMP is a
+// private dependency of loom_tensor: a library built without -fopenmp would
+// silently get the one-thread fallback of cpu/parallel.h's template.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace loom {
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+}  // namespace loom
