@@ -1,6 +1,6 @@
-// bench_gpt_step: one GPT training step on CPU, timed; the loom side of
-// bench/gpt_step.sh, which runs this and bench/gpt_step.py (PyTorch) back to
-// back with the same thread count and prints the ratio.
+// bench_gpt_step: one GPT training step, timed, on the CPU or one GPU; the
+// loom side of bench/gpt_step.sh, which runs this and bench/gpt_step.py
+// (PyTorch) back to back with the same config and prints the ratio.
 //
 // One step = forward + cross-entropy + backward + AdamW step + zero_grad, the
 // train_gpt setup: nn::GPT (dropout 0, plain-matmul attention), AdamW with
@@ -11,15 +11,27 @@
 // Its GEMMs run natively in bf16 where the CPU can (tensor/cpu/gemm_bf16.h;
 // LOOM_GEMM_BF16=fp32 sends them through fp32, for comparison).
 //
-// Configs (issue 3, "Speed"):
-//   small:  4 layers, 4 heads, 128 embd, block 64, batch 16, vocab 65
-//   medium: 6 layers, 6 heads, 384 embd, block 256, batch 8, vocab 65
+// --device cuda[:N] runs it on a GPU the way train_gpt --device cuda does: the
+// model built on the CPU by the seeded generators, its params moved in place,
+// the tokens copied up once. The step's loss.item() is its only host wait, so
+// the clock around a step measures the GPU's work (plus whatever launch
+// overhead the host adds: on small models that is the point, issue 13).
+// --tf32 lets cuBLAS use TF32 tensor cores (off by default, as in train_gpt).
 //
-// Usage: bench_gpt_step [--config small|medium] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]
+// Configs (issue 3, "Speed"; issue 13 for gpt124m):
+//   small:   4 layers,  4 heads, 128 embd, block   64, batch 16, vocab 65
+//   medium:  6 layers,  6 heads, 384 embd, block  256, batch  8, vocab 65
+//   gpt124m: 12 layers, 12 heads, 768 embd, block 1024, batch  8, vocab 65
+//            (GPT-2 124M's shape with the char vocabulary: a GPU config; one
+//            CPU step is ~1.2 TFLOP, minutes on a laptop)
+//
+// Usage: bench_gpt_step [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S]
+//                       [--dtype fp32|bf16] [--device cpu|cuda[:N]] [--tf32]
 // Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
-//   gemm=<onednn|openblas> dtype=<fp32|bf16> bf16_gemm=<bf16|fp32>
+//   gemm=<onednn|openblas> dtype=<fp32|bf16> bf16_gemm=<bf16|fp32> device=<cpu|cuda:N> peak_mib=<peak>
 //   (gemm: the fp32 GEMM library, LOOM_GEMM=openblas picks OpenBLAS; bf16_gemm:
-//   how bf16 products run, natively or through fp32)
+//   how bf16 products run on the CPU, natively or through fp32; peak_mib: the
+//   device's peak live tensor bytes over the timed steps, memory_stats)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,21 +48,36 @@
 #include "nn/loss.h"
 #include "optim/adamw.h"
 #include "optim/mixed_precision_optimizer.h"
+#include "tensor/cuda/cuda.h"
+#include "tensor/storage.h"
 
 using namespace loom;
 
 int main(int argc, char** argv) {
-  std::string config = "small", dtype_name = "fp32";
+  std::string config = "small", dtype_name = "fp32", device_name = "cpu";
   int threads = 1, warmup = 3, steps = 15;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool tf32 = false;
+  const char* usage =
+      "usage: %s [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]"
+      " [--device cpu|cuda[:N]] [--tf32]\n";
+  for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--tf32")) {
+      tf32 = true;
+      --i;  // a flag: no value to skip
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, usage, argv[0]);
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--config")) config = argv[i + 1];
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--dtype")) dtype_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--device")) device_name = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--config small|medium] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]\n",
-                   argv[0]);
+      std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
   }
@@ -65,13 +92,34 @@ int main(int argc, char** argv) {
     cfg.n_layer = 4; cfg.n_head = 4; cfg.n_embd = 128; cfg.block_size = 64; batch = 16;
   } else if (config == "medium") {
     cfg.n_layer = 6; cfg.n_head = 6; cfg.n_embd = 384; cfg.block_size = 256; batch = 8;
+  } else if (config == "gpt124m") {
+    cfg.n_layer = 12; cfg.n_head = 12; cfg.n_embd = 768; cfg.block_size = 1024; batch = 8;
   } else {
-    std::fprintf(stderr, "unknown --config %s (small, medium)\n", config.c_str());
+    std::fprintf(stderr, "unknown --config %s (small, medium, gpt124m)\n", config.c_str());
     return 2;
   }
   ops::set_num_threads(threads);
+  Device device = kCPU;
+  try {
+    device = Device(device_name);
+    if (!device.is_cpu()) {
+      if (cuda::device_count() == 0) {
+        std::fprintf(stderr, "--device %s: no GPU (%s)\n", device_name.c_str(), cuda::unavailable_reason().c_str());
+        return 1;
+      }
+      cuda::set_allow_tf32(tf32);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "--device %s: %s\n", device_name.c_str(), e.what());
+    return 1;
+  }
 
   nn::GPT model(cfg);
+  // On the GPU: the CPU-initialised params moved in place (train_device.cpp's
+  // move_to_device), before the optimizer makes its state beside them.
+  if (!device.is_cpu())
+    for (const auto& entry : model.named_parameters())
+      ops::set_data(entry.second, ops::to(autograd::detach(entry.second), device));
   std::unique_ptr<optim::AdamW> adamw;                     // fp32
   std::unique_ptr<optim::MixedPrecisionOptimizer> mixed;  // bf16
   if (bf16) {
@@ -84,6 +132,8 @@ int main(int argc, char** argv) {
   Generator gen(0);
   Tensor idx = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
   Tensor targets = randint(0, cfg.vocab_size, {batch, cfg.block_size}, gen);
+  idx = ops::to(idx, device);
+  targets = ops::to(targets, device);
 
   auto step = [&] {
     Tensor loss = nn::cross_entropy_loss(model.forward(idx), targets);
@@ -99,6 +149,7 @@ int main(int argc, char** argv) {
   };
 
   for (int i = 0; i < warmup; ++i) step();
+  reset_peak_memory_stats(device);
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
@@ -107,8 +158,11 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-  std::printf("loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f gemm=%s dtype=%s bf16_gemm=%s\n",
-              config.c_str(), threads, median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(),
-              ops::gemm_library().c_str(), dtype_name.c_str(), ops::bf16_gemm().c_str());
+  std::printf(
+      "loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f gemm=%s dtype=%s bf16_gemm=%s device=%s "
+      "peak_mib=%.1f\n",
+      config.c_str(), threads, median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(),
+      ops::gemm_library().c_str(), dtype_name.c_str(), ops::bf16_gemm().c_str(), device.str().c_str(),
+      double(memory_stats(device).peak_bytes) / (1 << 20));
   return 0;
 }

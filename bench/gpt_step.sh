@@ -8,9 +8,14 @@
 # table shows the median over rounds of those medians, tokens/s and the ratio
 # loom / PyTorch in tokens/s (> 1: loom is faster).
 #
-# Configs (issue 3, "Speed"):
-#   small:  4 layers, 4 heads, 128 embd, block 64, batch 16, vocab 65 -- 1 thread
-#   medium: 6 layers, 6 heads, 384 embd, block 256, batch 8, vocab 65 -- 2 threads
+# Configs (issue 3, "Speed"; issue 13 for gpt124m):
+#   small:   4 layers,  4 heads, 128 embd, block   64, batch 16, vocab 65 -- 1 thread
+#   medium:  6 layers,  6 heads, 384 embd, block  256, batch  8, vocab 65 -- 2 threads
+#   gpt124m: 12 layers, 12 heads, 768 embd, block 1024, batch 8, vocab 65 -- GPU only
+# DEVICE=cuda (or cuda:N) runs both sides on the GPU (PyTorch eager, TF32 off;
+# TF32=1 turns it on for both); `all` is then small, medium and gpt124m, and
+# the table adds each side's peak GPU memory. On the GPU machine:
+#   DEVICE=cuda PYTHON=python3 bash bench/gpt_step.sh build-gpu all 3
 # Both sides get OMP_WAIT_POLICY=passive (idle OpenMP threads sleep instead of
 # spinning: with 2 cores shared, a spinning thread takes the core the other
 # side's work needs).
@@ -21,8 +26,8 @@
 # LOOM_GEMM_BF16=fp32 (bf16 GEMMs widened to fp32, the reference path),
 # alternating in each round; the ratio is fp32 ms / bf16 ms (> 1: bf16 is faster).
 #
-# Usage: [PYTHON=python3] bench/gpt_step.sh [build-dir] [small|medium|all] [rounds] [steps] [torch|bf16]
-#   defaults: PYTHON=/usr/bin/python3, build, all, 3 rounds, 15 steps (medium: 8 steps), torch
+# Usage: [PYTHON=python3] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16]
+#   defaults: PYTHON=/usr/bin/python3, DEVICE=cpu, build, all, 3 rounds, 15 steps (medium: 8 steps), torch
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,14 +38,18 @@ steps="${4:-}"
 versus="${5:-torch}"
 loom="$build/bench/bench_gpt_step"
 py="${PYTHON:-/usr/bin/python3}"
+device="${DEVICE:-cpu}"
+dev_args=(--device "$device")
+[ "${TF32:-0}" = 1 ] && dev_args+=(--tf32)
 [ -x "$loom" ] || { echo "gpt_step.sh: $loom not found (cmake --build $build --target bench_gpt_step)" >&2; exit 1; }
 
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-declare -A threads=([small]=1 [medium]=2)
-declare -A default_steps=([small]=15 [medium]=8)
+declare -A threads=([small]=1 [medium]=2 [gpt124m]=1)
+declare -A default_steps=([small]=15 [medium]=8 [gpt124m]=10)
 configs=(small medium)
+[ "$device" = cpu ] || { threads=([small]=1 [medium]=1 [gpt124m]=1); default_steps=([small]=50 [medium]=50 [gpt124m]=10); configs+=(gpt124m); }
 [ "$which" = all ] || configs=("$which")
 
 if [ "$versus" = bf16 ]; then
@@ -53,7 +62,7 @@ if [ "$versus" = bf16 ]; then
     n=${steps:-${default_steps[$c]}}
     fp32_ms=() bf16_ms=() via_ms=()
     for ((r = 1; r <= rounds; ++r)); do
-      args=(--config "$c" --threads "$t" --warmup 3 --steps "$n")
+      args=(--config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
       f=$(OMP_WAIT_POLICY=passive "$loom" "${args[@]}" --dtype fp32)
       b=$(OMP_WAIT_POLICY=passive "$loom" "${args[@]}" --dtype bf16)
       v=$(OMP_WAIT_POLICY=passive LOOM_GEMM_BF16=fp32 "$loom" "${args[@]}" --dtype bf16)
@@ -82,6 +91,8 @@ core=$(echo "$probe" | sed -n 's/^Core: //p' | head -n 1)
 gemm=$(echo "$probe" | sed -n 's/.*gemm=\([a-z]*\).*/\1/p' | head -n 1)
 echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) ($(nproc) cores)"
 echo "loom fp32 GEMM: ${gemm:-unknown}; OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
+echo "device: $device${TF32:+ (TF32=$TF32)}"
+[ "$device" = cpu ] || echo "GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
 echo "torch: $("$py" -c 'import torch; b = torch.backends; print(torch.__version__, "MKL" if b.mkl.is_available() else "no MKL", "oneDNN" if b.mkldnn.is_available() else "no oneDNN")' 2>/dev/null) ($py)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
 rows=()
@@ -90,15 +101,17 @@ for c in "${configs[@]}"; do
   n=${steps:-${default_steps[$c]}}
   loom_ms=() torch_ms=()
   for ((r = 1; r <= rounds; ++r)); do
-    l=$(OMP_WAIT_POLICY=passive "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n")
-    p=$(OMP_WAIT_POLICY=passive "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n")
+    l=$(OMP_WAIT_POLICY=passive "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
+    p=$(OMP_WAIT_POLICY=passive "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
+      "${dev_args[@]}")
     echo "  round $r: $l | $p" >&2
     loom_ms+=("$(echo "$l" | field ms_per_step)")
     torch_ms+=("$(echo "$p" | field ms_per_step)")
   done
   lm=$(printf '%s\n' "${loom_ms[@]}" | median)
   pm=$(printf '%s\n' "${torch_ms[@]}" | median)
-  rows+=("$c $t $lm $pm")
+  # Peak memory of the last round (GPU runs; 0 for PyTorch on the CPU).
+  rows+=("$c $t $lm $pm $(echo "$l" | field peak_mib) $(echo "$p" | field peak_mib)")
 done
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -108,20 +121,29 @@ echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 # matmul), plus 12 L T C for attention's two matmuls. GF/s = that / step time:
 # set beside bench_gemm's FMA ceiling, it says how far either side can go.
 echo
-printf '%-7s %-7s %12s %12s %12s %12s %8s %10s %10s %10s\n' config threads "loom ms" "torch ms" "loom tok/s" \
+printf '%-7s %-7s %12s %12s %12s %12s %8s %10s %10s %10s' config threads "loom ms" "torch ms" "loom tok/s" \
   "torch tok/s" ratio "GFLOP" "loom GF/s" "torch GF/s"
+[ "$device" = cpu ] && echo || printf ' %12s %12s\n' "loom MiB" "torch MiB"
 for row in "${rows[@]}"; do
-  read -r c t lm pm <<<"$row"
+  read -r c t lm pm lmem pmem <<<"$row"
   case $c in
     small) B=16 T=64 L=4 C=128 ;;
     medium) B=8 T=256 L=6 C=384 ;;
+    gpt124m) B=8 T=1024 L=12 C=768 ;;
   esac
-  awk -v c="$c" -v t="$t" -v lm="$lm" -v pm="$pm" -v B="$B" -v T="$T" -v L="$L" -v C="$C" -v V=65 'BEGIN {
+  awk -v c="$c" -v t="$t" -v lm="$lm" -v pm="$pm" -v B="$B" -v T="$T" -v L="$L" -v C="$C" -v V=65 \
+    -v gpu="$([ "$device" = cpu ] && echo 0 || echo 1)" -v lmem="${lmem:-0}" -v pmem="${pmem:-0}" 'BEGIN {
     n = B * T
     N = V * C + L * (12 * C * C + 13 * C) + 2 * C
     gflop = n * (6 * N + 12 * L * T * C) / 1e9
-    printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx %10.2f %10.1f %10.1f\n", c, t, lm, pm, n / (lm / 1000),
-      n / (pm / 1000), pm / lm, gflop, gflop / (lm / 1000), gflop / (pm / 1000) }'
+    printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx %10.2f %10.1f %10.1f", c, t, lm, pm, n / (lm / 1000),
+      n / (pm / 1000), pm / lm, gflop, gflop / (lm / 1000), gflop / (pm / 1000)
+    if (gpu) printf " %12.0f %12.0f", lmem, pmem
+    printf "\n" }'
 done
-echo "targets (issue 19): loom GF/s >= 75% of bench_gemm's ceiling x threads; >= 1.8x PyTorch 1.13's tokens/s"
-echo "FMA ceiling to set the GF/s beside: build/bench/bench_gemm (per thread; x threads for the step)"
+if [ "$device" = cpu ]; then
+  echo "targets (issue 19): loom GF/s >= 75% of bench_gemm's ceiling x threads; >= 1.8x PyTorch 1.13's tokens/s"
+  echo "FMA ceiling to set the GF/s beside: build/bench/bench_gemm (per thread; x threads for the step)"
+else
+  echo "targets (issue 13, fp32, TF32 off): small and medium faster than PyTorch eager (ratio > 1); gpt124m within 1.2x (ratio >= 0.83)"
+fi
