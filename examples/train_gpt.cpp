@@ -47,7 +47,11 @@ int run(const train::Args& a, const std::string& flags) {
   const std::unique_ptr<parallel::ProcessGroup> gpu_world = train::gpu_world(a);
   parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, gpu_world ? *gpu_world : parallel::world());
   ops::set_num_threads(a.threads);
-  if (!a.trace.empty()) parallel::trace::start(pgm.world());
+  if (!a.trace.empty()) {
+    parallel::trace::start(pgm.world());
+    const Device d = train::rank_device(a);
+    if (d.is_cuda()) parallel::trace::set_gpu(d);  // + the GPU's own tracks: when its kernels and NCCL ran
+  }
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
   train::ModelOrStage m = train::build_model_or_stage(corpus.cfg, a, pgm);  // the GPT, or this rank's stage
   const DType dtype = train::parse_dtype(a.dtype);

@@ -59,6 +59,9 @@ TEST(TrainGptParallel, TraceHasARowPerRankWithComputeAndCommunication) {
                              "all_reduce(avg, float32) dp", "wait for gradient all-reduce",
                              "\"cat\": \"launch to completion\", \"ph\": \"b\"", "\"ph\": \"e\""})
     EXPECT_NE(json.find(needle), std::string::npos) << needle;
+  // The GPU tracks are a --device cuda run's only (tests/cuda/test_cuda_train_gpt_parallel.cpp).
+  EXPECT_EQ(json.find("GPU compute stream"), std::string::npos);
+  EXPECT_EQ(json.find("\"tid\": 3"), std::string::npos);
 }
 
 // A pipeline's timeline: every forward and backward as F<mb> / B<mb> on the

@@ -29,7 +29,7 @@ cudaEvent_t NcclInFlight::take_event() {
 }
 
 bool NcclInFlight::done(cudaEvent_t e) const {
-  const cudaError_t r = cudaEventQuery(e);
+  const cudaError_t r = cuda::query_event(e);  // not-ready is not left behind as an error
   if (r == cudaErrorNotReady) return false;
   if (r != cudaSuccess) (void)cudaGetLastError();  // a failed stream: the group's Works report it
   return true;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "parallel/comm/mpi_checks.h"
+#include "tensor/cuda/cuda.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -43,7 +44,11 @@ void check_tensor(const char* op, const Tensor& t, const char* what) {
 
 HostStaging::HostStaging(const Tensor& t, bool fetch) : device_(t) {
   if (t.device().is_cpu()) host_ = t;
-  else host_ = fetch ? ops::to(t, kCPU) : empty(t.shape(), t.dtype());
+  else if (!fetch) host_ = empty(t.shape(), t.dtype());
+  else {
+    cuda::DeferIndexErrors defer;  // a kernel's bad index is the compute thread's to report, not this collective's
+    host_ = ops::to(t, kCPU);
+  }
 }
 
 void HostStaging::put_back() const {

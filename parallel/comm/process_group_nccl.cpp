@@ -15,6 +15,7 @@
 
 #include "parallel/comm/nccl_in_flight.h"
 #include "parallel/comm/watchdog.h"
+#include "parallel/trace/trace.h"
 #include "tensor/cuda/check.h"
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda.h"
@@ -90,6 +91,7 @@ void abandon(std::vector<Tensor>& tensors) {
 struct SharedComm {
   std::mutex mutex;
   ncclComm_t comm = nullptr;
+  bool aborted = false;  // comm is null because the watchdog aborted it, not because the group shut down
 };
 
 // The error NCCL found while running this communicator's work (a peer that
@@ -130,7 +132,7 @@ class NcclWork final : public Work {
   bool is_completed() override {
     std::lock_guard<std::mutex> lock(mutex_);
     check_comm();
-    const cudaError_t e = cudaEventQuery(done_);
+    const cudaError_t e = cuda::query_event(done_);  // not-ready is not left behind as an error
     if (e == cudaErrorNotReady) return false;
     if (e != cudaSuccess) failed_ = true;
     CUDA_CHECK(e);
@@ -141,10 +143,14 @@ class NcclWork final : public Work {
  private:
   bool comm_failed() {
     std::lock_guard<std::mutex> lock(comm_->mutex);
-    return comm_->comm && async_error(comm_->comm) != ncclSuccess;
+    return comm_->aborted || (comm_->comm && async_error(comm_->comm) != ncclSuccess);
   }
   void check_comm() {
     std::lock_guard<std::mutex> lock(comm_->mutex);
+    if (comm_->aborted) {  // its buffers may still be written by the dead kernels: never handed back (abandon)
+      failed_ = true;
+      throw Error(str(what_, ": the communicator was aborted by the collective watchdog"));
+    }
     if (!comm_->comm) return;  // group destroyed: its destructor waited for this operation
     const ncclResult_t r = async_error(comm_->comm);
     if (r == ncclSuccess) return;
@@ -301,6 +307,7 @@ void NcclProcessGroup::abort_communication() const {
   if (!lock.owns_lock() || !comm_->comm) return;
   (void)ncclCommAbort(comm_->comm);
   comm_->comm = nullptr;
+  comm_->aborted = true;
 }
 
 void NcclProcessGroup::shutdown() noexcept {
@@ -352,14 +359,18 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, size_t 
   // Made before the lock: dropped on an error, its destructor takes the lock.
   auto work = std::make_shared<NcclWork>(comm_, device_, std::move(tensors), str(what, " on group ", name_));
   std::lock_guard<std::mutex> lock(comm_->mutex);
-  LOOM_CHECK(comm_->comm, what, ": process group ", name_, " has been shut down");
+  LOOM_CHECK(comm_->comm, what, ": process group ", name_,
+             comm_->aborted ? " was aborted by the collective watchdog" : " has been shut down");
   cuda::DeviceGuard guard(device_);
   CUDA_CHECK(cudaEventRecord(ready_, cuda::stream(device_)));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
   in_flight_.begin(stream_, what, bytes);
+  // --trace on a GPU: the operation's span on the GPU communication track.
+  cuda::TimingEvent traced = trace::gpu_enabled() ? cuda::record_timing_event(device_, stream_) : cuda::TimingEvent{};
   try {
     launch(comm_->comm, stream_);
   } catch (...) {
+    cuda::destroy_timing_event(traced);
     (void)cudaEventRecord(work->done(), stream_);  // the Work's destructor waits for whatever was enqueued
     try {
       in_flight_.end(stream_);
@@ -369,6 +380,16 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, size_t 
   }
   in_flight_.end(stream_);
   CUDA_CHECK(cudaEventRecord(work->done(), stream_));
+  if (traced.event) {
+    cuda::TimingEvent end;
+    try {
+      end = cuda::record_timing_event(device_, stream_);
+    } catch (...) {
+      cuda::destroy_timing_event(traced);
+      throw;
+    }
+    trace::record_gpu(str(what, " ", name_), traced, end);
+  }
   return work;
 }
 

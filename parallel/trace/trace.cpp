@@ -4,10 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "tensor/error.h"
 #include "tensor/write_file.h"
 
 namespace loom::parallel::trace {
@@ -20,10 +22,47 @@ struct Event {
   Track track;
 };
 
+// A span on a GPU track, as two events until write() reads their times.
+struct GpuEvent {
+  std::string name;
+  cuda::TimingEvent begin, end;
+  Track track;
+};
+
 std::atomic<bool> g_enabled{false};
 std::chrono::steady_clock::time_point g_t0;
 std::mutex g_mutex;
 std::vector<Event> g_events;
+// set_gpu(): the traced GPU, and its base event with the host time it stands for.
+std::atomic<bool> g_gpu{false};
+Device g_gpu_device;
+cuda::TimingEvent g_gpu_base;
+double g_gpu_base_us = 0;
+std::vector<GpuEvent> g_gpu_events;
+
+// Under g_mutex: gives back every pending GPU event and the base.
+void drop_gpu_events() {
+  for (GpuEvent& e : g_gpu_events) {
+    cuda::destroy_timing_event(e.begin);
+    cuda::destroy_timing_event(e.end);
+  }
+  g_gpu_events.clear();
+}
+
+// Under g_mutex: the pending GPU spans as host-clock events (waits for the
+// GPU to reach them). A span whose times cannot be read is left out: write()
+// is collective, and one rank throwing here would leave the others waiting.
+void resolve_gpu_events() {
+  for (GpuEvent& e : g_gpu_events) {
+    try {
+      const double b = g_gpu_base_us + 1000.0 * cuda::elapsed_ms(g_gpu_base, e.begin);
+      const double f = g_gpu_base_us + 1000.0 * cuda::elapsed_ms(g_gpu_base, e.end);
+      g_events.push_back({e.name, b, f - b, e.track});
+    } catch (const std::exception&) {
+    }
+  }
+  drop_gpu_events();
+}
 
 std::string json_escape(const std::string& s) {
   std::string o;
@@ -41,10 +80,41 @@ void start(ProcessGroup& world) {
   g_t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(g_mutex);
   g_events.clear();
+  g_gpu = false;
+  drop_gpu_events();
+  cuda::destroy_timing_event(g_gpu_base);
   g_enabled = true;
 }
 
 bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+void set_gpu(const Device& d) {
+  LOOM_CHECK(d.is_cuda(), "trace::set_gpu: ", d.str(), " is not a GPU");
+  if (!enabled()) return;
+  cuda::synchronize(d);  // an idle stream: the base event completes as soon as it is recorded
+  std::lock_guard<std::mutex> lock(g_mutex);
+  cuda::destroy_timing_event(g_gpu_base);
+  g_gpu_base_us = now_us();
+  g_gpu_base = cuda::record_timing_event(d);
+  g_gpu_device = d;
+  g_gpu = true;
+}
+
+bool gpu_enabled() { return enabled() && g_gpu.load(std::memory_order_relaxed); }
+Device gpu_device() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_gpu_device;
+}
+
+void record_gpu(const std::string& name, cuda::TimingEvent begin, cuda::TimingEvent end, Track track) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_gpu || begin.device != g_gpu_device.index || end.device != g_gpu_device.index) {  // not the traced GPU
+    cuda::destroy_timing_event(begin);
+    cuda::destroy_timing_event(end);
+    return;
+  }
+  g_gpu_events.push_back({name, begin, end, track});
+}
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - g_t0).count();
@@ -57,18 +127,29 @@ void record(const std::string& name, double start_us, double end_us, Track track
 }
 
 Span::Span(std::string name, Track track) : name_(std::move(name)), track_(track) {
-  if (enabled()) start_ = now_us();
+  if (!enabled()) return;
+  start_ = now_us();
+  if (track_ == kCompute && gpu_enabled()) gpu_start_ = cuda::record_timing_event(gpu_device());
 }
 
 Span::~Span() {
   if (start_ >= 0) record(name_, start_, now_us(), track_);
+  if (!gpu_start_.event) return;
+  try {  // a destructor must not throw: a span whose end cannot be recorded is dropped
+    record_gpu(name_, gpu_start_, cuda::record_timing_event(gpu_device()), kGpuCompute);
+  } catch (const std::exception&) {
+    cuda::destroy_timing_event(gpu_start_);
+  }
 }
 
 void write(ProcessGroup& world, const std::string& path) {
   // This rank's events as JSON objects, one per line.
   std::string mine;
+  bool gpu_tracks = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
+    gpu_tracks = g_gpu;
+    resolve_gpu_events();
     char buf[160];
     uint32_t slices = 0;  // async slices so far on this rank
     for (const Event& e : g_events) {
@@ -112,6 +193,12 @@ void write(ProcessGroup& world, const std::string& path) {
            ", \"tid\": 0, \"args\": {\"name\": \"compute\"}}";
     out += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(r) +
            ", \"tid\": 1, \"args\": {\"name\": \"communication\"}}";
+    if (gpu_tracks) {  // every rank of a GPU run has them (rank 0 stands for the others)
+      out += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(r) +
+             ", \"tid\": 3, \"args\": {\"name\": \"GPU compute stream\"}}";
+      out += ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(r) +
+             ", \"tid\": 4, \"args\": {\"name\": \"GPU communication stream\"}}";
+    }
     for (int64_t i = 0; i < sizes[size_t(r)]; ++i) out += char(bytes[size_t(r * longest + i)]);
   }
   out += "\n]}\n";

@@ -13,11 +13,23 @@
 //
 // Recording is off until start(); then it costs one clock read and one vector
 // push per span. Thread-safe (communication threads record too).
+//
+// On a GPU the host's spans say when work was *launched*; the GPU runs it
+// later. trace::set_gpu(d) (train_gpt --device cuda --trace) adds two tracks
+// per rank, on the GPU's clock: "GPU compute stream" mirrors each compute
+// Span with a CUDA event pair on loom's stream of d, and "GPU communication
+// stream" holds every NCCL operation, timed by an event pair on its group's
+// stream. A bucket's all-reduce running under the GPU's backward is overlap
+// as the GPU sees it. The events are turned into this rank's microseconds at
+// write(), against a base event recorded by set_gpu() once d's stream had
+// drained (so the GPU's clock and the host's are aligned to within the few
+// microseconds that event takes).
 #pragma once
 
 #include <string>
 
 #include "parallel/comm/process_group.h"
+#include "tensor/cuda/cuda.h"
 
 namespace loom::parallel::trace {
 
@@ -26,7 +38,8 @@ namespace loom::parallel::trace {
 // from the backward hook) to its completion, written as an async slice, since
 // these overlap: a bucket launched while an earlier one still runs waits in
 // the queue, and that wait is part of what backward must hide.
-enum Track : int { kCompute = 0, kComm = 1, kLaunched = 2 };
+// kGpuCompute, kGpuComm: spans on the GPU's clock (set_gpu).
+enum Track : int { kCompute = 0, kComm = 1, kLaunched = 2, kGpuCompute = 3, kGpuComm = 4 };
 
 // Collective over `world`: a barrier, then every rank's clock starts at zero.
 // On one machine the ranks share CLOCK_MONOTONIC anyway; the barrier keeps
@@ -39,7 +52,17 @@ double now_us();
 // A complete span [start_us, end_us) named e.g. "F3", "all_reduce bucket 2".
 void record(const std::string& name, double start_us, double end_us, Track track = kCompute);
 
-// RAII: records [construction, destruction) on `track` when tracing is enabled.
+// After start(), on a rank whose work runs on GPU d: adds the GPU tracks
+// (waits once for d's stream to drain). Off again at the next start().
+void set_gpu(const Device& d);
+bool gpu_enabled();
+Device gpu_device();
+// A span on a GPU track between two events recorded on one of the traced
+// GPU's streams (cuda::record_timing_event); the trace owns them from here.
+void record_gpu(const std::string& name, cuda::TimingEvent begin, cuda::TimingEvent end, Track track = kGpuComm);
+
+// RAII: records [construction, destruction) on `track` when tracing is
+// enabled; a compute span also on the GPU compute track after set_gpu().
 class Span {
  public:
   explicit Span(std::string name, Track track = kCompute);
@@ -51,6 +74,7 @@ class Span {
   std::string name_;
   Track track_;
   double start_ = -1;
+  cuda::TimingEvent gpu_start_;  // set_gpu(): the same moment on the GPU's stream
 };
 
 // Collective over `world`: gathers every rank's spans to rank 0, which writes

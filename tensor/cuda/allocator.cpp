@@ -28,7 +28,11 @@ std::mutex g_mutex;
 // statics are gone at exit.
 DevicePool* const g_pools = new DevicePool[kMaxDevices];
 
-// cudaFree of every cached block of one pool (caller holds g_mutex).
+// cudaFree of every cached block of one pool (caller holds g_mutex). Only
+// on out of memory and empty_cache: cudaFree waits for the whole device,
+// NCCL's streams included, so a collective still waiting for a peer would
+// hold it (and every thread allocating) until that peer arrives - the
+// caveat PyTorch's empty_cache has too. Not in a steady-state step.
 void release_cached(DevicePool& pool, const Device& d) {
   DeviceGuard guard(d);
   for (auto& [size, blocks] : pool.free_blocks) {

@@ -18,6 +18,18 @@ namespace loom::cuda {
                   cudaGetErrorName(err), ")"));
 }
 
+// cudaEventQuery, minus a trap: while the work before e is still queued it
+// answers cudaErrorNotReady, and the runtime also keeps that as this thread's
+// last error, which the next CUDA_CHECK_LAUNCH (cudaGetLastError) would then
+// report against an unrelated kernel as "device not ready". It is cleared
+// here (PyTorch's CUDAEvent::query does the same). Every event query in loom
+// goes through this.
+inline cudaError_t query_event(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaErrorNotReady) (void)cudaGetLastError();
+  return r;
+}
+
 [[noreturn]] inline void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
   throw Error(str("cuBLAS error at ", file, ":", line, ": ", call, ": ", cublasGetStatusString(st), " (",
                   cublasGetStatusName(st), ")"));

@@ -148,6 +148,41 @@ void synchronize(const Device& d) {
   throw_if_index_error(d);
 }
 
+namespace {
+thread_local bool t_defer_index_errors = false;
+}  // namespace
+DeferIndexErrors::DeferIndexErrors() : saved_(t_defer_index_errors) { t_defer_index_errors = true; }
+DeferIndexErrors::~DeferIndexErrors() { t_defer_index_errors = saved_; }
+bool DeferIndexErrors::active() { return t_defer_index_errors; }
+
+TimingEvent record_timing_event(const Device& d, void* s) {
+  check_device(d);
+  DeviceGuard guard(d);  // an event belongs to the device current when it is made
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));  // with timing (the default flags)
+  const cudaError_t r = cudaEventRecord(e, s ? static_cast<cudaStream_t>(s) : stream(d));
+  if (r != cudaSuccess) (void)cudaEventDestroy(e);
+  CUDA_CHECK(r);
+  return TimingEvent{e, d.index};
+}
+
+double elapsed_ms(const TimingEvent& a, const TimingEvent& b) {
+  LOOM_CHECK(a.event && b.event, "elapsed_ms: an empty timing event");
+  LOOM_CHECK(a.device == b.device, "elapsed_ms: events of cuda:", a.device, " and cuda:", b.device,
+             " (a time between them needs one device's clock)");
+  DeviceGuard guard(Device(DeviceType::CUDA, a.device));
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(a.event)));
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(b.event)));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a.event), static_cast<cudaEvent_t>(b.event)));
+  return double(ms);
+}
+
+void destroy_timing_event(TimingEvent& e) {
+  if (e.event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e.event));
+  e = TimingEvent{};
+}
+
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 

@@ -23,6 +23,41 @@ std::string unavailable_reason();
 // the CPU and .item() do this themselves; benchmarks call it before a clock.
 void synchronize(const Device& d);
 
+// A kernel that meets a bad index (an embedding row, a cross-entropy target)
+// records it, and the next copy to the CPU on any thread reports it. The MPI
+// backend's staging copies (parallel/comm) run on its communication thread,
+// where the error would surface as a failed collective and be gone from the
+// compute thread's next .item(). While one of these lives on a thread, that
+// thread's copies to the CPU leave the record for the next one elsewhere.
+class DeferIndexErrors {
+ public:
+  DeferIndexErrors();
+  ~DeferIndexErrors();
+  DeferIndexErrors(const DeferIndexErrors&) = delete;
+  DeferIndexErrors& operator=(const DeferIndexErrors&) = delete;
+  static bool active();  // on this thread
+
+ private:
+  bool saved_;
+};
+
+// Timestamps on the GPU's clock, for the trace's GPU tracks
+// (parallel/trace/trace.h). A timing event recorded on a stream completes
+// when the GPU reaches it, so two of them bracket the work enqueued between
+// them: when it ran, not when the host launched it.
+struct TimingEvent {
+  void* event = nullptr;  // a cudaEvent_t; null: none
+  int device = -1;
+};
+// Recorded on loom's stream of d, or on `stream` (a cudaStream_t of d, e.g.
+// an NCCL group's) when given.
+TimingEvent record_timing_event(const Device& d, void* stream = nullptr);
+// Milliseconds from a to b on the GPU's clock (negative when b came first).
+// Waits until both have completed; both must be events of one device.
+double elapsed_ms(const TimingEvent& a, const TimingEvent& b);
+// Gives the event back (nothing for an empty one); e is left empty.
+void destroy_timing_event(TimingEvent& e);
+
 // TF32 tensor-core GEMMs (10-bit mantissa inputs, fp32 accumulation): faster,
 // but a GPU run then no longer matches the CPU run. Off by default (--tf32).
 void set_allow_tf32(bool allow);

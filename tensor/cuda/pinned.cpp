@@ -32,7 +32,7 @@ PinnedPool* const g_pools = new PinnedPool[kMaxDevices];
 // g_mutex, d current). A fresh event reports complete: never recorded.
 PinnedBlock& take(PinnedPool& pool, size_t size) {
   for (PinnedBlock& b : pool.blocks)
-    if (b.size == size && cudaEventQuery(b.copied) == cudaSuccess) return b;
+    if (b.size == size && query_event(b.copied) == cudaSuccess) return b;
   PinnedBlock b;
   b.size = size;
   CUDA_CHECK(cudaHostAlloc(&b.host, size, cudaHostAllocDefault));

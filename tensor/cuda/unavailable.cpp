@@ -19,6 +19,12 @@ std::string unavailable_reason() { return "loom was built without CUDA (configur
 void synchronize(const Device& d) {
   if (d.is_cuda()) no_cuda("synchronize");
 }
+DeferIndexErrors::DeferIndexErrors() : saved_(false) {}
+DeferIndexErrors::~DeferIndexErrors() = default;
+bool DeferIndexErrors::active() { return false; }
+TimingEvent record_timing_event(const Device&, void*) { no_cuda("record_timing_event"); }
+double elapsed_ms(const TimingEvent&, const TimingEvent&) { no_cuda("elapsed_ms"); }
+void destroy_timing_event(TimingEvent& e) { e = TimingEvent{}; }
 void set_allow_tf32(bool) {}
 bool allow_tf32() { return false; }
 AllocatorStats allocator_stats(const Device&) { no_cuda("allocator_stats"); }

@@ -117,3 +117,21 @@ TEST_F(MpiCuda, AnAllReduceLaunchedBehindALongKernelReadsItsResult) {
   for (double v : ops::to(t, kCPU).to_vector<double>()) ASSERT_EQ(v, expected);
   EXPECT_EQ(busy.shape(), (Shape{2048, 2048}));
 }
+
+// A kernel's bad index (context.h's record) belongs to the compute thread: a
+// queued all-reduce whose copy down synchronises first on the group's thread
+// must not report it (as its own failure) nor consume it. The next .item()
+// on this thread does, in the CPU op's words.
+TEST_F(MpiCuda, ABadIndexIsReportedByTheNextItemNotByACollective) {
+  Tensor w = ops::to(cuda_test::random({4, 3}, 5), gpu);
+  Tensor rows = ops::embedding(w, ops::to(from_vector<int64_t>({1, 7}), gpu));  // 7: past the 4 rows; no host wait
+  Tensor t = full({256}, 1.0, kFloat32, gpu);
+  EXPECT_NO_THROW(world.all_reduce_async(t, ReduceOp::Sum)->wait());
+  try {
+    (void)ops::sum(rows).item<double>();
+    ADD_FAILURE() << "the bad index was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding: index 7 out of range for 4 rows"), std::string::npos) << e.what();
+  }
+  for (double v : ops::to(t, kCPU).to_vector<double>()) ASSERT_EQ(v, double(S));
+}

@@ -5,8 +5,11 @@
 // NCCL refuses two ranks on one GPU. Skipped, with the reason, without a GPU;
 // none of these has run on a GPU yet. The last test runs NCCL, on two GPUs.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "../train_gpt_run.h"
 #include "cuda_test.h"
@@ -17,6 +20,25 @@ using namespace loom::test;
 namespace {
 
 const std::string kGpu = " --device cuda --backend mpi ";
+
+// One track of one rank in a --trace file: its complete ("X") spans named
+// `name` (all of them when empty), in file order, as [begin, end) in us.
+struct TraceSpan {
+  std::string name;
+  double begin, end;
+};
+std::vector<TraceSpan> spans_on(const nlohmann::json& trace, int rank, int tid, const std::string& name = "") {
+  std::vector<TraceSpan> out;
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("ph", "") == "X" && e.value("pid", -1) == rank && e.value("tid", -1) == tid &&
+        (name.empty() || e.value("name", "") == name))
+      out.push_back({e["name"], e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  return out;
+}
+nlohmann::json read_trace(const fs::path& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
 
 class CudaTrainGptParallel : public cuda_test::CudaTest {
  protected:
@@ -86,6 +108,31 @@ TEST_F(CudaTrainGptParallel, EachRankPrintsItsDevice) {
         << r.output;
 }
 
+// --trace on a GPU adds each rank's GPU tracks (parallel/trace/trace.h). Two
+// ranks share the GPU over MPI: on the GPU compute stream (tid 3) every host
+// forward and backward has its twin, with a positive length, in stream order
+// (a step's forward ends before its backward begins), and ending no earlier
+// than the host began launching it.
+TEST_F(CudaTrainGptParallel, TraceShowsTheGpuComputeStream) {
+  const fs::path path = work_dir() / "gpu_trace.json";
+  const Result r = train("gpu_traced", 2, kGpu + "--dp 2 --batch 8 --trace " + path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json trace = read_trace(path);
+  EXPECT_NE(trace.dump().find("GPU compute stream"), std::string::npos);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto host_b = spans_on(trace, rank, 0, "backward"), gpu_f = spans_on(trace, rank, 3, "forward"),
+               gpu_b = spans_on(trace, rank, 3, "backward");
+    ASSERT_FALSE(host_b.empty()) << "rank " << rank;
+    ASSERT_EQ(gpu_b.size(), host_b.size()) << "rank " << rank;
+    ASSERT_EQ(gpu_f.size(), gpu_b.size()) << "rank " << rank;
+    for (size_t i = 0; i < gpu_b.size(); ++i) {
+      EXPECT_GT(gpu_b[i].end, gpu_b[i].begin) << "rank " << rank << " step " << i;
+      EXPECT_LE(gpu_f[i].end, gpu_b[i].begin) << "rank " << rank << " step " << i;
+      EXPECT_GE(gpu_b[i].end, host_b[i].begin) << "rank " << rank << " step " << i;
+    }
+  }
+}
+
 // The default backend on GPUs: NCCL for the GPU tensors (buckets, ZeRO's
 // shards, the pipeline's activations and gradients), MPI for host scalars
 // and the pipeline's shape headers (parallel/comm/process_group_by_device.h).
@@ -99,6 +146,25 @@ TEST_F(CudaTrainGptParallel, DataParallelZeroAndPipelineOverNcclMatchOneGpu) {
                   one_gpu(), "gpu --pp 2 afab over NCCL");
   expect_same_run(train("gpu_nccl_pp2_1f1b", 2, "--device cuda --pp 2 --microbatches 4 --batch 4 --schedule 1f1b"),
                   one_gpu(), "gpu --pp 2 1f1b over NCCL");
+  // The trace: small buckets' all-reduces on the GPU communication stream
+  // (tid 4), the first of a step starting before that step's GPU backward ends.
+  const fs::path path = work_dir() / "gpu_nccl_trace.json";
+  const Result traced = train("gpu_nccl_traced", 2, "--device cuda --dp 2 --batch 8 --bucket-mb 0.01 --trace " +
+                              path.string());
+  ASSERT_EQ(traced.status, 0) << traced.output;
+  const nlohmann::json trace = read_trace(path);
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto backward = spans_on(trace, rank, 3, "backward");
+    std::vector<TraceSpan> reduces;
+    for (const TraceSpan& s : spans_on(trace, rank, 4))
+      if (s.name.find("all_reduce") != std::string::npos) reduces.push_back(s);
+    ASSERT_FALSE(backward.empty()) << "rank " << rank;
+    ASSERT_FALSE(reduces.empty()) << "rank " << rank;
+    bool overlapped = false;
+    for (const TraceSpan& b : backward)
+      for (const TraceSpan& c : reduces) overlapped |= c.begin > b.begin && c.begin < b.end;
+    EXPECT_TRUE(overlapped) << "rank " << rank << ": no all-reduce began during a GPU backward";
+  }
   if (cuda::device_count() < 4) return;  // dp x pp needs a GPU per rank
   expect_same_run(train("gpu_nccl_dp2_pp2", 4, "--device cuda --dp 2 --pp 2 --microbatches 2 --batch 4 --zero"),
                   one_gpu(), "gpu --dp 2 --pp 2 --zero over NCCL");
