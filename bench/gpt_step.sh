@@ -88,7 +88,7 @@ fi
 # OPENBLAS_CORETYPE, when set, overrides its detection).
 probe=$(OPENBLAS_VERBOSE=2 "$loom" --config small --warmup 0 --steps 1 2>&1)
 core=$(echo "$probe" | sed -n 's/^Core: //p' | head -n 1)
-gemm=$(echo "$probe" | sed -n 's/.*gemm=\([a-z]*\).*/\1/p' | head -n 1)
+gemm=$(echo "$probe" | sed -n 's/.* gemm=\([a-z]*\).*/\1/p' | head -n 1)
 echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) ($(nproc) cores)"
 echo "loom fp32 GEMM: ${gemm:-unknown}; OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 echo "device: $device${TF32:+ (TF32=$TF32)}"
