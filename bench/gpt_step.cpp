@@ -115,11 +115,7 @@ int main(int argc, char** argv) {
   }
 
   nn::GPT model(cfg);
-  // On the GPU: the CPU-initialised params moved in place (train_device.cpp's
-  // move_to_device), before the optimizer makes its state beside them.
-  if (!device.is_cpu())
-    for (const auto& entry : model.named_parameters())
-      ops::set_data(entry.second, ops::to(autograd::detach(entry.second), device));
+  model.to(device);  // the CPU-initialised params, moved in place before the optimizer makes its state
   std::unique_ptr<optim::AdamW> adamw;                     // fp32
   std::unique_ptr<optim::MixedPrecisionOptimizer> mixed;  // bf16
   if (bf16) {

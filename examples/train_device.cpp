@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-#include "autograd/variable.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/comm/process_group_by_device.h"
 #include "parallel/comm/process_group_nccl.h"
@@ -44,9 +43,7 @@ void move_to_device(ModelOrStage& m, const Args& a) {
   const Device device = rank_device(a);
   if (device.is_cpu()) return;
   cuda::set_allow_tf32(a.tf32);
-  // In place (set_data): the tensors keep their identity, so the tied wte stays one tensor.
-  for (const auto& entry : m.net().named_parameters())
-    ops::set_data(entry.second, ops::to(autograd::detach(entry.second), device));
+  m.net().to(device);  // in place: the tensors keep their identity, so the tied wte stays one tensor
   if (m.p2p) m.p2p->set_device(device);  // the pipeline receives activations and gradients there
 }
 

@@ -76,6 +76,11 @@ void Module::to(DType dtype) {
     if (is_floating(p.dtype()) && p.dtype() != dtype) ops::set_data(p, ops::to(autograd::detach(p), dtype));
 }
 
+void Module::to(const Device& device) {
+  for (auto& [name, p] : named_parameters())
+    if (p.device() != device) ops::set_data(p, ops::to(autograd::detach(p), device));
+}
+
 NamedTensors Module::state_dict() const {
   NamedTensors out;
   for (auto& [name, t] : named_parameters()) out.emplace_back(name, autograd::detach(t));

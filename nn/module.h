@@ -71,6 +71,11 @@ class Module : public std::enable_shared_from_this<Module> {
   // stays one tensor, hooks and optimizers holding them see the new dtype - and
   // values are rounded to nearest even. Call before training starts.
   void to(DType dtype);
+  // Moves every parameter to device in place (module.to("cuda")), the same
+  // way: identity kept, so a model built on the CPU by the seeded generators
+  // reaches the GPU with the CPU run's weights. Call before the optimizer
+  // makes its state beside them.
+  void to(const Device& device);
 
   // The parameters as (name, tensor) outside the autograd graph; the tensors
   // share storage with the parameters (clone them for a snapshot).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "parallel/comm/nccl_in_flight.h"
+#include "parallel/comm/nccl_work.h"
 #include "parallel/comm/watchdog.h"
 #include "parallel/trace/trace.h"
 #include "tensor/cuda/check.h"
@@ -40,19 +41,6 @@ bool built_with_nccl() { return true; }
 
 namespace {
 
-// NCCL_CHECK(ncclAllReduce(...)): llm.c's ncclCheck, throwing a loom::Error
-// that names the call, file:line, NCCL's message and its last error's detail.
-[[noreturn]] void throw_nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
-  const char* detail = ncclGetLastError(nullptr);
-  throw Error(str(call, " failed at ", file, ":", line, ": ", ncclGetErrorString(r),
-                  detail && *detail ? str(" (", detail, ")") : std::string()));
-}
-#define NCCL_CHECK(call)                                                                          \
-  do {                                                                                            \
-    ncclResult_t loom_nccl_r_ = (call);                                                           \
-    if (loom_nccl_r_ != ncclSuccess) throw_nccl_error(loom_nccl_r_, #call, __FILE__, __LINE__);   \
-  } while (0)
-
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::Float64: return ncclFloat64;
@@ -74,100 +62,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   throw Error("nccl_op: unknown reduce op");
 }
-
-// Buffers of operations whose communicator failed: NCCL may still touch them,
-// so they are never given back (a leak, only after an error).
-void abandon(std::vector<Tensor>& tensors) {
-  static std::mutex mutex;
-  static auto* abandoned = new std::vector<Tensor>;  // never destroyed: no free at exit either
-  std::lock_guard<std::mutex> lock(mutex);
-  for (Tensor& t : tensors) abandoned->push_back(std::move(t));
-  tensors.clear();
-}
-
-// A group's communicator, shared with its Works: one lock serialises every
-// call into it (a communicator is not thread-safe), and it is null once the
-// group is destroyed (whose destructor has drained the group's stream).
-struct SharedComm {
-  std::mutex mutex;
-  ncclComm_t comm = nullptr;
-  bool aborted = false;  // comm is null because the watchdog aborted it, not because the group shut down
-};
-
-// The error NCCL found while running this communicator's work (a peer that
-// died, a network failure), or ncclSuccess. Under the SharedComm's lock.
-ncclResult_t async_error(ncclComm_t comm) {
-  ncclResult_t async = ncclSuccess;
-  if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) return ncclInternalError;
-  return async == ncclInProgress ? ncclSuccess : async;  // in progress: only non-blocking communicators
-}
-
-class NcclWork final : public Work {
- public:
-  NcclWork(std::shared_ptr<SharedComm> comm, const Device& device, std::vector<Tensor> tensors, std::string what)
-      : comm_(std::move(comm)), device_(device), tensors_(std::move(tensors)), what_(std::move(what)) {
-    cuda::DeviceGuard guard(device_);  // an event belongs to the device current when it is made
-    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  }
-  // Dropped before wait(): the host waits for the operation, so that its
-  // tensors' memory cannot be handed to a kernel while NCCL still uses it.
-  ~NcclWork() override {
-    if (!tensors_.empty()) {
-      if (failed_ || comm_failed()) abandon(tensors_);
-      else (void)cudaEventSynchronize(done_);
-    }
-    (void)cudaEventDestroy(done_);
-  }
-  cudaEvent_t done() const { return done_; }
-
-  // loom's stream waits for the operation (no host wait): what the caller
-  // enqueues next reads its result, and may reuse its tensors' memory.
-  void wait() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    check_comm();
-    cuda::DeviceGuard guard(device_);
-    CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(device_), done_, 0));
-    tensors_.clear();
-  }
-  bool is_completed() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    check_comm();
-    const cudaError_t e = cuda::query_event(done_);  // not-ready is not left behind as an error
-    if (e == cudaErrorNotReady) return false;
-    if (e != cudaSuccess) failed_ = true;
-    CUDA_CHECK(e);
-    tensors_.clear();  // finished on the GPU: the memory is free to reuse
-    return true;
-  }
-
- private:
-  bool comm_failed() {
-    std::lock_guard<std::mutex> lock(comm_->mutex);
-    return comm_->aborted || (comm_->comm && async_error(comm_->comm) != ncclSuccess);
-  }
-  void check_comm() {
-    std::lock_guard<std::mutex> lock(comm_->mutex);
-    if (comm_->aborted) {  // its buffers may still be written by the dead kernels: never handed back (abandon)
-      failed_ = true;
-      throw Error(str(what_, ": the communicator was aborted by the collective watchdog"));
-    }
-    if (!comm_->comm) return;  // group destroyed: its destructor waited for this operation
-    const ncclResult_t r = async_error(comm_->comm);
-    if (r == ncclSuccess) return;
-    failed_ = true;
-    const char* detail = ncclGetLastError(comm_->comm);
-    throw Error(str(what_, ": NCCL reported an asynchronous error: ", ncclGetErrorString(r),
-                    detail && *detail ? str(" (", detail, ")") : std::string()));
-  }
-
-  std::mutex mutex_;
-  std::shared_ptr<SharedComm> comm_;
-  Device device_;
-  cudaEvent_t done_ = nullptr;   // recorded on the group's stream after the operation
-  std::vector<Tensor> tensors_;  // alive until the operation is ordered before loom's stream, or finished
-  std::string what_;
-  bool failed_ = false;
-};
 
 class NcclProcessGroup final : public ProcessGroup, public watchdog::Watched {
  public:
@@ -356,8 +250,9 @@ void NcclProcessGroup::check_peer(const char* op, int peer, int tag) const {
 template <class Launch>
 std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, size_t bytes, std::vector<Tensor> tensors,
                                                 const Launch& launch) {
+  const std::string label = str(what, " on group ", name_);  // in errors and in the trace
   // Made before the lock: dropped on an error, its destructor takes the lock.
-  auto work = std::make_shared<NcclWork>(comm_, device_, std::move(tensors), str(what, " on group ", name_));
+  auto work = std::make_shared<NcclWork>(comm_, device_, std::move(tensors), label);
   std::lock_guard<std::mutex> lock(comm_->mutex);
   LOOM_CHECK(comm_->comm, what, ": process group ", name_,
              comm_->aborted ? " was aborted by the collective watchdog" : " has been shut down");
@@ -365,12 +260,10 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, size_t 
   CUDA_CHECK(cudaEventRecord(ready_, cuda::stream(device_)));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
   in_flight_.begin(stream_, what, bytes);
-  // --trace on a GPU: the operation's span on the GPU communication track.
-  cuda::TimingEvent traced = trace::gpu_enabled() ? cuda::record_timing_event(device_, stream_) : cuda::TimingEvent{};
+  trace::GpuSpan traced(label, trace::kGpuComm, device_, stream_);  // --trace on a GPU: the GPU communication track
   try {
     launch(comm_->comm, stream_);
   } catch (...) {
-    cuda::destroy_timing_event(traced);
     (void)cudaEventRecord(work->done(), stream_);  // the Work's destructor waits for whatever was enqueued
     try {
       in_flight_.end(stream_);
@@ -380,16 +273,6 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue(const std::string& what, size_t 
   }
   in_flight_.end(stream_);
   CUDA_CHECK(cudaEventRecord(work->done(), stream_));
-  if (traced.event) {
-    cuda::TimingEvent end;
-    try {
-      end = cuda::record_timing_event(device_, stream_);
-    } catch (...) {
-      cuda::destroy_timing_event(traced);
-      throw;
-    }
-    trace::record_gpu(str(what, " ", name_), traced, end);
-  }
   return work;
 }
 

@@ -106,14 +106,37 @@ Device gpu_device() {
   return g_gpu_device;
 }
 
-void record_gpu(const std::string& name, cuda::TimingEvent begin, cuda::TimingEvent end, Track track) {
+GpuSpan::GpuSpan(const std::string& name, Track track) : track_(track) {
+  if (!gpu_enabled()) return;
+  device_ = gpu_device();
+  name_ = name;
+  begin_ = cuda::record_timing_event(device_);
+}
+
+GpuSpan::GpuSpan(const std::string& name, Track track, const Device& device, void* stream)
+    : track_(track), stream_(stream) {
+  if (!gpu_enabled() || !(device == gpu_device())) return;
+  device_ = device;
+  name_ = name;
+  begin_ = cuda::record_timing_event(device_, stream_);
+}
+
+GpuSpan::~GpuSpan() {
+  if (!begin_.event) return;
+  cuda::TimingEvent end;
+  try {  // a destructor must not throw: a span whose end cannot be recorded is dropped
+    end = cuda::record_timing_event(device_, stream_);
+  } catch (const std::exception&) {
+    cuda::destroy_timing_event(begin_);
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (!g_gpu || begin.device != g_gpu_device.index || end.device != g_gpu_device.index) {  // not the traced GPU
-    cuda::destroy_timing_event(begin);
+  if (!g_gpu) {  // tracing restarted since the span began
+    cuda::destroy_timing_event(begin_);
     cuda::destroy_timing_event(end);
     return;
   }
-  g_gpu_events.push_back({name, begin, end, track});
+  g_gpu_events.push_back({name_, begin_, end, track_});
 }
 
 double now_us() {
@@ -129,17 +152,11 @@ void record(const std::string& name, double start_us, double end_us, Track track
 Span::Span(std::string name, Track track) : name_(std::move(name)), track_(track) {
   if (!enabled()) return;
   start_ = now_us();
-  if (track_ == kCompute && gpu_enabled()) gpu_start_ = cuda::record_timing_event(gpu_device());
+  if (track_ == kCompute) gpu_.emplace(name_, kGpuCompute);
 }
 
 Span::~Span() {
   if (start_ >= 0) record(name_, start_, now_us(), track_);
-  if (!gpu_start_.event) return;
-  try {  // a destructor must not throw: a span whose end cannot be recorded is dropped
-    record_gpu(name_, gpu_start_, cuda::record_timing_event(gpu_device()), kGpuCompute);
-  } catch (const std::exception&) {
-    cuda::destroy_timing_event(gpu_start_);
-  }
 }
 
 void write(ProcessGroup& world, const std::string& path) {

@@ -26,6 +26,7 @@
 // microseconds that event takes).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "parallel/comm/process_group.h"
@@ -57,9 +58,28 @@ void record(const std::string& name, double start_us, double end_us, Track track
 void set_gpu(const Device& d);
 bool gpu_enabled();
 Device gpu_device();
-// A span on a GPU track between two events recorded on one of the traced
-// GPU's streams (cuda::record_timing_event); the trace owns them from here.
-void record_gpu(const std::string& name, cuda::TimingEvent begin, cuda::TimingEvent end, Track track = kGpuComm);
+
+// RAII: a span on a GPU track, between CUDA events recorded on a stream of
+// the traced GPU at construction and at destruction (when the GPU reaches
+// them, not when the host passes). Nothing while GPU tracing is off.
+class GpuSpan {
+ public:
+  // On loom's stream of the traced GPU.
+  GpuSpan(const std::string& name, Track track);
+  // On `stream` (a cudaStream_t of device, e.g. an NCCL group's); nothing
+  // unless device is the traced GPU.
+  GpuSpan(const std::string& name, Track track, const Device& device, void* stream);
+  ~GpuSpan();
+  GpuSpan(const GpuSpan&) = delete;
+  GpuSpan& operator=(const GpuSpan&) = delete;
+
+ private:
+  std::string name_;
+  Track track_;
+  Device device_;
+  void* stream_ = nullptr;
+  cuda::TimingEvent begin_;
+};
 
 // RAII: records [construction, destruction) on `track` when tracing is
 // enabled; a compute span also on the GPU compute track after set_gpu().
@@ -74,7 +94,7 @@ class Span {
   std::string name_;
   Track track_;
   double start_ = -1;
-  cuda::TimingEvent gpu_start_;  // set_gpu(): the same moment on the GPU's stream
+  std::optional<GpuSpan> gpu_;  // set_gpu(): the same span on the GPU's stream
 };
 
 // Collective over `world`: gathers every rank's spans to rank 0, which writes
