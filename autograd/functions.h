@@ -83,6 +83,10 @@ Tensor softmax(const Tensor& x);      // last dim
 // Causal attention's softmax, fused: softmax(causal_mask_fill(x * scale, -inf)) in one
 // pass over the [..., T, S] scores (row t sees columns 0..t). Same numbers as the three ops.
 Tensor causal_softmax(const Tensor& x, double scale);
+// matmul(causal_softmax(matmul(q, kᵀ), scale), v) as one op, masked blocks
+// skipped (ops::causal_attention): q, k, v [B, H, T, hd] float32/float64 on
+// the CPU. nn/attention.h picks it or the composition.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
 Tensor log_softmax(const Tensor& x);  // last dim
 // x: [..., C], weight/bias: [C] (may be undefined). Fused; saves mean/rstd.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);

@@ -28,6 +28,14 @@ Tensor causal_softmax(const Tensor& x, double scale) {
   });
 }
 
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  ops::CausalAttentionResult r = ops::causal_attention(q, k, v, scale);
+  return record("CausalAttentionBackward", {&q, &k, &v}, r.y, [q, k, v, att = r.att, scale](const TensorList& g) {
+    ops::CausalAttentionGrads d = ops::causal_attention_backward(g[0], q, k, v, att, scale);
+    return TensorList{d.dq, d.dk, d.dv};
+  });
+}
+
 Tensor log_softmax(const Tensor& x) {
   Tensor y = ops::log_softmax(x);
   return record("LogSoftmaxBackward", {&x}, y, [y = y.alias()](const TensorList& g) {

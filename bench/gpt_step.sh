@@ -25,8 +25,12 @@
 # AVX512_BF16 or AMX: tensor/cpu/gemm_bf16.h) and the bf16 step with
 # LOOM_GEMM_BF16=fp32 (bf16 GEMMs widened to fp32, the reference path),
 # alternating in each round; the ratio is fp32 ms / bf16 ms (> 1: bf16 is faster).
+# With `attention` it compares the step with LOOM_ATTENTION=reference (the
+# attention composition nn/attention.h writes out) and the default (the fused
+# op of tensor/ops_attention.cpp, which skips the masked blocks); the ratio is
+# reference ms / fused ms.
 #
-# Usage: [PYTHON=python3] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16]
+# Usage: [PYTHON=python3] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16|attention]
 #   defaults: PYTHON=/usr/bin/python3, DEVICE=cpu, build, all, 3 rounds, 15 steps (medium: 8 steps), torch
 set -euo pipefail
 
@@ -52,33 +56,50 @@ configs=(small medium)
 [ "$device" = cpu ] || { threads=([small]=1 [medium]=1 [gpt124m]=1); default_steps=([small]=50 [medium]=50 [gpt124m]=10); configs+=(gpt124m); }
 [ "$which" = all ] || configs=("$which")
 
-if [ "$versus" = bf16 ]; then
+# loom against loom: each variant is "label|environment|extra arguments",
+# run in turn in every round; the ratio is the first variant's ms over the
+# second's (> 1: the second is faster).
+if [ "$versus" = bf16 ] || [ "$versus" = attention ]; then
+  if [ "$versus" = bf16 ]; then
+    variants=("fp32 ms||--dtype fp32" "bf16 ms||--dtype bf16" "bf16-via-fp32 ms|LOOM_GEMM_BF16=fp32|--dtype bf16")
+    target="target (issue 19, stretch): the bf16 step faster than the fp32 step"
+  else
+    variants=("reference ms|LOOM_ATTENTION=reference|" "fused ms||")
+    target="fused: causal attention as one op skipping its masked blocks (tensor/ops_attention.cpp)"
+  fi
   echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) ($(nproc) cores)," \
     "AVX512_BF16: $(grep -q avx512_bf16 /proc/cpuinfo && echo yes || echo no)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
-  printf '%-7s %-7s %10s %10s %16s %14s\n' config threads "fp32 ms" "bf16 ms" "bf16-via-fp32 ms" "fp32/bf16"
+  printf '%-7s %-7s' config threads
+  for v in "${variants[@]}"; do printf ' %17s' "${v%%|*}"; done
+  printf ' %14s\n' "ratio 1st/2nd"
   for c in "${configs[@]}"; do
     t=${threads[$c]}
     n=${steps:-${default_steps[$c]}}
-    fp32_ms=() bf16_ms=() via_ms=()
+    declare -A times=()
     for ((r = 1; r <= rounds; ++r)); do
-      args=(--config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
-      f=$(OMP_WAIT_POLICY=passive "$loom" "${args[@]}" --dtype fp32)
-      b=$(OMP_WAIT_POLICY=passive "$loom" "${args[@]}" --dtype bf16)
-      v=$(OMP_WAIT_POLICY=passive LOOM_GEMM_BF16=fp32 "$loom" "${args[@]}" --dtype bf16)
-      echo "  round $r: $f | $b | $v" >&2
-      fp32_ms+=("$(echo "$f" | field ms_per_step)")
-      bf16_ms+=("$(echo "$b" | field ms_per_step)")
-      via_ms+=("$(echo "$v" | field ms_per_step)")
+      line=""
+      for i in "${!variants[@]}"; do
+        IFS='|' read -r _ envs extra <<<"${variants[$i]}"
+        # shellcheck disable=SC2086  # envs and extra are lists of words
+        out=$(env OMP_WAIT_POLICY=passive $envs "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
+          "${dev_args[@]}" $extra)
+        line+="${line:+ | }$out"
+        times[$i]+="$(echo "$out" | field ms_per_step) "
+      done
+      echo "  round $r: $line" >&2
     done
-    fm=$(printf '%s\n' "${fp32_ms[@]}" | median)
-    bm=$(printf '%s\n' "${bf16_ms[@]}" | median)
-    vm=$(printf '%s\n' "${via_ms[@]}" | median)
-    awk -v c="$c" -v t="$t" -v f="$fm" -v b="$bm" -v v="$vm" \
-      'BEGIN { printf "%-7s %-7s %10.1f %10.1f %16.1f %13.2fx\n", c, t, f, b, v, f / b }'
+    printf '%-7s %-7s' "$c" "$t"
+    medians=()
+    for i in "${!variants[@]}"; do
+      medians+=("$(printf '%s\n' ${times[$i]} | median)")
+      printf ' %17.1f' "${medians[$i]}"
+    done
+    awk -v a="${medians[0]}" -v b="${medians[1]}" 'BEGIN { printf " %13.2fx\n", a / b }'
+    unset times
   done
   echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "target (issue 19, stretch): the bf16 step faster than the fp32 step"
+  echo "$target"
   exit 0
 fi
 "$py" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: $py has no torch (apt-get install python3-torch)" >&2; exit 1; }

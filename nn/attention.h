@@ -3,15 +3,56 @@
 // sqrt(hd); hide the future (column > row) with -inf; softmax (the scale, the
 // mask and the softmax are one fused op, causal_softmax); weight the values;
 // merge the heads; project back. (Vaswani et al. 2017; the layout and names
-// follow GPT-2 / nanoGPT.)
+// follow GPT-2 / nanoGPT.) On the CPU the middle steps (scores, softmax,
+// weighting) run as one op that skips the masked half of the work: attend()
+// below says when.
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "nn/dropout.h"
 #include "nn/linear.h"
 
 namespace loom::nn {
+
+// LOOM_ATTENTION=reference in the environment: attend() runs the composition
+// on the CPU too (to compare the two: bench/gpt_step.sh's `attention` mode).
+inline bool attention_reference_only() {
+  static const bool reference = [] {
+    const char* env = std::getenv("LOOM_ATTENTION");
+    return env && std::string(env) == "reference";
+  }();
+  return reference;
+}
+
+// Every query against the keys it may see, then the values they weight:
+// q, k, v [B, H, T, hd] -> [B, H, T, hd]. attn_dropout (may be null) drops
+// attention weights while training. Shared by CausalSelfAttention and the
+// tensor-parallel attention (each rank's heads).
+inline Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, Dropout* attn_dropout) {
+  using namespace loom::autograd;
+  const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  // The fused op (tensor/ops_attention.cpp) does the same math and skips the
+  // masked blocks of both products; it runs on CPU tensors in float32/float64
+  // without attention dropout. Everywhere else (a GPU, bf16/fp16, dropout) the
+  // composition below runs, which is also the fused op's reference
+  // (tests/test_attention.cpp): the two agree to rounding.
+  const bool dropout = attn_dropout && attn_dropout->p > 0.0 && attn_dropout->is_training();
+  if (!dropout && !attention_reference_only() && q.device().is_cpu() &&
+      (q.dtype() == kFloat32 || q.dtype() == kFloat64))
+    return causal_attention(q, k, v, scale);
+  // Every query against every key: [B, H, T, hd] @ [B, H, hd, T] -> [B, H, T, T].
+  Tensor att = matmul(q, transpose(k, -2, -1));
+  // Scale by 1/sqrt(hd), hide the future (token t sees keys 0..t only: the
+  // others become -inf), softmax each row (it sums to 1 over the visible
+  // keys). causal_softmax does the three in one pass; written out it is
+  //   softmax(causal_mask_fill(att * scale, -inf)).
+  att = causal_softmax(att, scale);
+  if (attn_dropout) att = attn_dropout->forward(att);
+  return matmul(att, v);  // [B, H, T, T] @ [B, H, T, hd] -> [B, H, T, hd]
+}
 
 struct CausalSelfAttention : Layer {
   int64_t n_embd, n_head;
@@ -43,16 +84,7 @@ struct CausalSelfAttention : Layer {
     };
     Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
 
-    // Every query against every key: [B, H, T, hd] @ [B, H, hd, T] -> [B, H, T, T].
-    Tensor att = matmul(q, transpose(k, -2, -1));
-    // Scale by 1/sqrt(hd), hide the future (token t sees keys 0..t only: the
-    // others become -inf), softmax each row (it sums to 1 over the visible
-    // keys). causal_softmax does the three in one pass; written out it is
-    //   softmax(causal_mask_fill(att * scale, -inf)).
-    att = causal_softmax(att, 1.0 / std::sqrt(double(hd)));
-    att = attn_dropout->forward(att);
-
-    Tensor y = matmul(att, v);                // [B, H, T, T] @ [B, H, T, hd] -> [B, H, T, hd]
+    Tensor y = attend(q, k, v, attn_dropout.get());  // [B, H, T, hd]
     y = reshape(transpose(y, 1, 2), {B, T, C});  // merge heads: [B, T, H, hd] -> [B, T, C]
     return resid_dropout->forward(c_proj->forward(y));
   }

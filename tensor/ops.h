@@ -108,6 +108,19 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y);   // y = log_s
 Tensor causal_softmax(const Tensor& x, double scale);
 Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale);  // y = causal_softmax(x, scale)
 
+// Causal attention as one op on the CPU (tensor/ops_attention.cpp), skipping
+// the masked blocks of q kᵀ and att @ v: the fast twin of
+//   att = causal_softmax(q @ kᵀ, scale);  y = att @ v
+// q, k, v: [B, H, T, hd] float32/float64 on the CPU (any strides with a
+// contiguous last dim). y: [B, H, T, hd], stored with heads merged
+// ([B, T, H, hd] in memory); att: [B, H, T, T], zeros past the diagonal,
+// saved for backward. dq, dk, dv are stored like y.
+struct CausalAttentionResult { Tensor y, att; };
+CausalAttentionResult causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+struct CausalAttentionGrads { Tensor dq, dk, dv; };
+CausalAttentionGrads causal_attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& att, double scale);
+
 struct LayerNormResult { Tensor y, mean, rstd; };  // mean, rstd: [rows] float32/float64
 // x: [..., C], weight/bias: [C] (either may be undefined).
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);

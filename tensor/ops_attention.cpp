@@ -1,0 +1,146 @@
+// Causal attention of one layer as one op, on the CPU, skipping the masked
+// blocks: the fast twin of the readable composition in nn/attention.h,
+//   att = causal_softmax(q @ kᵀ, scale);  y = att @ v,
+// which stays the reference this op is tested against (tests/test_attention.cpp)
+// and what runs on a GPU, in bf16/fp16 and with attention dropout.
+//
+// The trick (FlashAttention's causal block skipping, without its online
+// softmax): query rows t in a block [r0, r1) see keys 0..t only, so the block's
+// scores need keys [0, r1) and nothing past them. The composition multiplies
+// the whole [T, T] score matrix (half of it masked) and then multiplies the
+// zeros of att by v; here each block of 64 query rows makes
+//   S = q[r0:r1] @ k[0:r1]ᵀ          [m, r1]   (m = r1 - r0)
+//   P = causal_softmax(S) rows        (zeros written past the diagonal)
+//   y[r0:r1] = P[:, 0:r1] @ v[0:r1]   [m, hd]
+// For T = 256 that is 10 of the 16 blocks of 64 x 64 the full product has
+// (sum over blocks b of b + 1, of n^2; -> 1/2 as T grows): the medium GPT
+// step (bench/gpt_step.sh) ran ~8% faster. For T <= 64 it is one block and the
+// same work. One more saving: y is written straight into [B, T, H, hd] (heads
+// merged), so the reshape that follows is a view, not a copy; dq, dk, dv
+// likewise, so their reshapes in backward are views too.
+//
+// Backward, per block, in reverse order so the last block (which sees every
+// key) starts dk and dv and the earlier ones add onto their first r1 rows:
+//   dP = dy[r0:r1] @ v[0:r1]ᵀ;  dS = causal_softmax_backward(dP, P)  (scale inside)
+//   dv[0:r1] += P[:, 0:r1]ᵀ @ dy[r0:r1];  dq[r0:r1] = dS @ k[0:r1];  dk[0:r1] += dSᵀ @ q[r0:r1]
+//
+// Numbers: each score is the same hd-long dot product, each softmax row the
+// same kernel; y's sums skip only exact zeros, so the result agrees with the
+// composition to rounding (GEMM blocking may order sums differently). Threads
+// take whole (batch, head) products, so any --threads gives the same bits.
+#include <algorithm>
+#include <vector>
+
+#include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/gemm.h"
+#include "tensor/kernels/softmax.h"
+#include "tensor/ops.h"
+
+namespace loom::ops {
+
+namespace {
+
+constexpr int64_t kBlock = 64;  // query rows per block; a multiple of 16 (causal_softmax_row works in 16s)
+static_assert(kBlock % 16 == 0);
+
+// One [T, hd] matrix of a [B, H, T, hd] tensor, rows `ld` elements apart.
+template <class T>
+struct Mat {
+  T* p;
+  int64_t ld;
+};
+
+template <class T>
+Mat<T> head(const Tensor& t, int64_t b, int64_t h) {
+  return {const_cast<T*>(t.data<T>()) + b * t.stride(0) + h * t.stride(1), t.stride(2)};
+}
+
+void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  LOOM_CHECK(q.dim() == 4 && k.shape() == q.shape() && v.shape() == q.shape(), op,
+             ": q, k, v must be [B, H, T, hd] of one shape, got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+  LOOM_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype() && (q.dtype() == kFloat32 || q.dtype() == kFloat64),
+             op, ": q, k, v must be float32 or float64 alike, got ", q.describe(), ", ", k.describe(), ", ",
+             v.describe(), " (bf16/fp16 attention runs the composition in nn/attention.h)");
+  LOOM_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), op,
+             ": CPU only (on a GPU attention runs the composition in nn/attention.h), got q on ", q.device().str());
+}
+
+// Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
+Tensor rows_contiguous(const Tensor& t) { return t.stride(-1) == 1 ? t : contiguous(t); }
+
+// A [B, H, T, hd] result stored as [B, T, H, hd]: heads merged in memory.
+Tensor merged_heads(const Tensor& like) {
+  const Shape& s = like.shape();
+  return transpose(empty({s[0], s[2], s[1], s[3]}, like.dtype()), 1, 2);
+}
+
+}  // namespace
+
+CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
+  check_qkv("causal_attention", q_in, k_in, v_in);
+  const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  LOOM_CHECK(hd > 0, "causal_attention: head size 0 in ", q.shape());
+  CausalAttentionResult r{merged_heads(q), empty({B, H, T, T}, q.dtype())};
+  cpu::blas_single_threaded();
+  LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention", {
+    using S = scalar_t;
+    cpu::parallel_for(B * H, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t b = i / H, h = i % H;
+        const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), ym = head<S>(r.y, b, h);
+        S* p = r.att.data<S>() + i * T * T;
+        for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+          const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+          cpu::gemm_serial(false, true, m, r1, hd, qm.p + r0 * qm.ld, qm.ld, km.p, km.ld, S(0), p + r0 * T, T);
+          for (int64_t t = r0; t < r1; ++t) kernels::causal_softmax_row(p + t * T, p + t * T, long(T), long(t + 1), S(scale));
+          cpu::gemm_serial(false, false, m, hd, r1, p + r0 * T, T, vm.p, vm.ld, S(0), ym.p + r0 * ym.ld, ym.ld);
+        }
+      }
+    });
+  });
+  return r;
+}
+
+CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor& q_in, const Tensor& k_in,
+                                               const Tensor& v_in, const Tensor& att, double scale) {
+  check_qkv("causal_attention_backward", q_in, k_in, v_in);
+  LOOM_CHECK(dy_in.shape() == q_in.shape() && dy_in.dtype() == q_in.dtype() && dy_in.device().is_cpu(),
+             "causal_attention_backward: grad ", dy_in.describe(), " does not match q ", q_in.describe());
+  const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  const Tensor dy = rows_contiguous(dy_in), p_all = contiguous(att);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
+  LOOM_CHECK(p_all.shape() == Shape({B, H, T, T}), "causal_attention_backward: att ", p_all.shape(),
+             " is not [B, H, T, T] for q ", q.shape());
+  CausalAttentionGrads g{merged_heads(q), merged_heads(q), merged_heads(q)};
+  if (T == 0) return g;
+  cpu::blas_single_threaded();
+  LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention_backward", {
+    using S = scalar_t;
+    cpu::parallel_for(B * H, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t b = i / H, h = i % H;
+        const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), dym = head<S>(dy, b, h);
+        const Mat<S> dq = head<S>(g.dq, b, h), dk = head<S>(g.dk, b, h), dv = head<S>(g.dv, b, h);
+        const S* p = p_all.data<S>() + i * T * T;
+        for (int64_t r0 = (T - 1) / kBlock * kBlock; r0 >= 0; r0 -= kBlock) {
+          const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+          const S beta = r1 == T ? S(0) : S(1);  // the last block covers every key: it starts dk and dv
+          const S* dyb = dym.p + r0 * dym.ld;
+          cpu::gemm_serial(false, true, m, r1, hd, dyb, dym.ld, vm.p, vm.ld, S(0), ds.data(), r1);  // dP
+          for (int64_t t = r0; t < r1; ++t) {
+            S* row = ds.data() + (t - r0) * r1;
+            kernels::causal_softmax_backward_row(row, p + t * T, row, long(r1), long(t + 1), S(scale));  // dS
+          }
+          cpu::gemm_serial(true, false, r1, hd, m, p + r0 * T, T, dyb, dym.ld, beta, dv.p, dv.ld);
+          cpu::gemm_serial(false, false, m, hd, r1, ds.data(), r1, km.p, km.ld, S(0), dq.p + r0 * dq.ld, dq.ld);
+          cpu::gemm_serial(true, false, r1, hd, m, ds.data(), r1, qm.p + r0 * qm.ld, qm.ld, beta, dk.p, dk.ld);
+        }
+      }
+    });
+  });
+  return g;
+}
+
+}  // namespace loom::ops

@@ -1,0 +1,197 @@
+// The fused causal attention op (tensor/ops_attention.cpp) against its
+// reference, the composition nn/attention.h writes out:
+//   y = matmul(causal_softmax(matmul(q, kᵀ), scale), v)
+// forward and every input's gradient, on shapes that end inside a block of 64
+// query rows, span several blocks, or have one row; q, k, v as the attention
+// module makes them (strided views of one [B, T, 3C] projection) and dense.
+// Plus a finite-difference check in float64, the thread-count bit test, and
+// the errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "error_of.h"
+#include "gradcheck.h"
+#include "autograd/variable.h"
+#include "nn/attention.h"
+#include "tensor/generator.h"
+#include "tensor/ops.h"
+
+using namespace loom;
+using autograd::TensorList;
+using loom::test::error_of;
+using loom::test::gradcheck;
+
+namespace {
+
+struct Qkv {
+  Tensor q, k, v;
+};
+
+// q, k, v [B, H, T, hd] as leaves. strided: views of one [B, T, 3 H hd]
+// tensor, split and transposed as the attention module does; else dense.
+Qkv make_qkv(int64_t B, int64_t H, int64_t T, int64_t hd, DType dtype, bool strided, uint64_t seed) {
+  Generator g(seed);
+  if (!strided) {
+    auto leaf = [&] { return autograd::set_requires_grad(randn({B, H, T, hd}, g, dtype)); };
+    Tensor q = leaf(), k = leaf(), v = leaf();
+    return {q, k, v};
+  }
+  Tensor qkv = autograd::set_requires_grad(randn({B, T, 3 * H * hd}, g, dtype));
+  TensorList parts = autograd::split(qkv, H * hd, 2);
+  auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
+  return {heads(parts[0]), heads(parts[1]), heads(parts[2])};
+}
+
+struct Outputs {
+  Tensor y, dq, dk, dv;
+};
+
+// y and the gradients of sum(y * w) for a fixed random w, by one path.
+Outputs run(const Qkv& in, bool fused, uint64_t seed) {
+  const double scale = 1.0 / std::sqrt(double(in.q.size(3)));
+  for (const Tensor* t : {&in.q, &in.k, &in.v})
+    if (!autograd::is_leaf(*t)) autograd::retain_grad(*t);
+  Tensor y = fused ? autograd::causal_attention(in.q, in.k, in.v, scale)
+                   : autograd::matmul(autograd::causal_softmax(
+                                          autograd::matmul(in.q, autograd::transpose(in.k, -2, -1)), scale),
+                                      in.v);
+  Generator g(seed);
+  Tensor w = randn(y.shape(), g, y.dtype());
+  autograd::backward(autograd::sum(autograd::mul(y, w)));
+  return {ops::contiguous(y), ops::contiguous(autograd::grad(in.q)), ops::contiguous(autograd::grad(in.k)),
+          ops::contiguous(autograd::grad(in.v))};
+}
+
+// max |a - b| / max(max |b|, 1e-30), in double.
+double rel_diff(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = ops::to(a, kFloat64).to_vector<double>(), y = ops::to(b, kFloat64).to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double d = 0, m = 1e-30;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    d = std::max(d, std::abs(x[i] - y[i]));
+    m = std::max(m, std::abs(y[i]));
+  }
+  return d / m;
+}
+
+}  // namespace
+
+// T = 1, inside one block (5, 64), just past it (65), three blocks the last
+// one partial (130), and a longer head (T = 200, hd = 16); fp32 and fp64.
+TEST(CausalAttention, MatchesTheCompositionForwardAndBackward) {
+  struct Case {
+    int64_t B, H, T, hd;
+  };
+  const Case cases[] = {{2, 3, 1, 4}, {2, 3, 5, 8}, {1, 2, 64, 32}, {2, 2, 65, 8}, {1, 3, 130, 12}, {1, 1, 200, 16}};
+  for (DType dt : {kFloat32, kFloat64}) {
+    const double tol = dt == kFloat32 ? 2e-6 : 1e-13;
+    for (const Case& c : cases)
+      for (bool strided : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B=" << c.B << " H=" << c.H << " T=" << c.T
+                                          << " hd=" << c.hd << (strided ? " strided" : " dense"));
+        const uint64_t seed = uint64_t(c.T * 31 + c.hd);
+        Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
+        Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
+        EXPECT_LE(rel_diff(got.y, ref.y), tol) << "y";
+        EXPECT_LE(rel_diff(got.dq, ref.dq), tol) << "dq";
+        EXPECT_LE(rel_diff(got.dk, ref.dk), tol) << "dk";
+        EXPECT_LE(rel_diff(got.dv, ref.dv), tol) << "dv";
+      }
+  }
+}
+
+// The saved probabilities are the reference's, zeros past the diagonal
+// included, and y is stored with heads merged ([B, T, H, hd] in memory), so
+// the module's reshape to [B, T, C] is a view.
+TEST(CausalAttention, SavesTheProbabilitiesAndStoresHeadsMerged) {
+  Generator g(3);
+  const int64_t B = 2, H = 3, T = 70, hd = 4;
+  Tensor q = randn({B, H, T, hd}, g), k = randn({B, H, T, hd}, g), v = randn({B, H, T, hd}, g);
+  ops::CausalAttentionResult r = ops::causal_attention(q, k, v, 0.5);
+  Tensor ref = ops::causal_softmax(ops::matmul(q, ops::transpose(k, -2, -1)), 0.5);
+  EXPECT_LE(rel_diff(r.att, ref), 1e-6);
+  std::vector<float> att = r.att.to_vector<float>();
+  size_t nonzero_future = 0;
+  for (int64_t i = 0; i < B * H; ++i)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s = t + 1; s < T; ++s) nonzero_future += att[size_t((i * T + t) * T + s)] != 0.0f;
+  EXPECT_EQ(nonzero_future, 0u);
+  EXPECT_EQ(r.y.shape(), Shape({B, H, T, hd}));
+  EXPECT_EQ(r.y.strides(), Shape({T * H * hd, hd, H * hd, 1}));
+  EXPECT_TRUE(ops::transpose(r.y, 1, 2).is_contiguous());
+}
+
+TEST(CausalAttention, GradientMatchesFiniteDifferences) {
+  using X = const TensorList&;
+  auto f = [](X x) { return autograd::causal_attention(x[0], x[1], x[2], 0.6); };
+  using test::leaf;
+  using test::randn64;
+  EXPECT_TRUE(gradcheck(f, {leaf(randn64({2, 2, 5, 3}, 11)), leaf(randn64({2, 2, 5, 3}, 12)), leaf(randn64({2, 2, 5, 3}, 13))}));
+  // Two blocks: keys of the first block get gradient from both.
+  EXPECT_TRUE(gradcheck(f, {leaf(randn64({1, 1, 67, 2}, 14)), leaf(randn64({1, 1, 67, 2}, 15)),
+                            leaf(randn64({1, 1, 67, 2}, 16))}));
+}
+
+// Threads take whole (batch, head) products: the same bits at 1 and 2 threads.
+TEST(CausalAttention, BitIdenticalAtOneAndTwoThreads) {
+  const int before = ops::get_num_threads();
+  Generator g(9);
+  Tensor q = randn({3, 4, 100, 16}, g), k = randn({3, 4, 100, 16}, g), v = randn({3, 4, 100, 16}, g);
+  Tensor dy = randn({3, 4, 100, 16}, g);
+  auto once = [&](int threads) {
+    ops::set_num_threads(threads);
+    ops::CausalAttentionResult r = ops::causal_attention(q, k, v, 0.25);
+    ops::CausalAttentionGrads d = ops::causal_attention_backward(dy, q, k, v, r.att, 0.25);
+    return std::vector<std::vector<float>>{r.y.to_vector<float>(), d.dq.to_vector<float>(), d.dk.to_vector<float>(),
+                                           d.dv.to_vector<float>()};
+  };
+  auto one = once(1), two = once(2);
+  ops::set_num_threads(before);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "result " << i;
+}
+
+// The module runs the fused op on CPU fp32 and the composition with attention
+// dropout on: both with p = 0 must give the module's numbers to rounding.
+TEST(CausalAttention, ModuleOutputMatchesTheCompositionWrittenOut) {
+  Generator g(21);
+  nn::CausalSelfAttention fused(16, 4, g, 0.02);
+  Tensor x = randn({2, 70, 16}, g);
+  Tensor y = fused.forward(x);
+  // The same layer written out with the composition.
+  const int64_t B = 2, T = 70, C = 16, H = 4, hd = 4;
+  Tensor qkv = ops::linear(x, fused.c_attn->weight, fused.c_attn->bias);
+  std::vector<Tensor> parts = ops::split(qkv, C, 2);
+  auto heads = [&](const Tensor& t) { return ops::transpose(ops::reshape(t, {B, T, H, hd}), 1, 2); };
+  Tensor att = ops::causal_softmax(ops::matmul(heads(parts[0]), ops::transpose(heads(parts[1]), -2, -1)), 0.5);
+  Tensor merged = ops::reshape(ops::transpose(ops::matmul(att, heads(parts[2])), 1, 2), {B, T, C});
+  Tensor ref = ops::linear(merged, fused.c_proj->weight, fused.c_proj->bias);
+  EXPECT_LE(rel_diff(y, ref), 2e-6);
+}
+
+TEST(CausalAttention, BadInputsAreNamed) {
+  Generator g(1);
+  Tensor q = randn({1, 2, 4, 8}, g);
+  EXPECT_NE(error_of([&] { ops::causal_attention(q, randn({1, 2, 5, 8}, g), q, 1.0); })
+                .find("q, k, v must be [B, H, T, hd] of one shape, got [1, 2, 4, 8], [1, 2, 5, 8]"),
+            std::string::npos);
+  Tensor h = ops::to(q, kBFloat16);
+  EXPECT_NE(error_of([&] { ops::causal_attention(h, h, h, 1.0); }).find("must be float32 or float64"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ops::causal_attention(randn({2, 4, 8}, g), q, q, 1.0); }).find("[B, H, T, hd]"),
+            std::string::npos);
+}
+
+// No tokens: empty results of the right shapes, forward and backward.
+TEST(CausalAttention, AnEmptySequenceGivesEmptyResults) {
+  Tensor q = zeros({2, 3, 0, 4});
+  ops::CausalAttentionResult r = ops::causal_attention(q, q, q, 0.5);
+  EXPECT_EQ(r.y.shape(), Shape({2, 3, 0, 4}));
+  EXPECT_EQ(r.att.shape(), Shape({2, 3, 0, 0}));
+  ops::CausalAttentionGrads d = ops::causal_attention_backward(q, q, q, q, r.att, 0.5);
+  EXPECT_EQ(d.dk.shape(), Shape({2, 3, 0, 4}));
+}
