@@ -93,7 +93,8 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
         for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
           cpu::gemm_serial(false, true, m, r1, hd, qm.p + r0 * qm.ld, qm.ld, km.p, km.ld, S(0), p + r0 * T, T);
-          for (int64_t t = r0; t < r1; ++t) kernels::causal_softmax_row(p + t * T, p + t * T, long(T), long(t + 1), S(scale));
+          for (int64_t t = r0; t < r1; ++t)  // in place; zeros past the diagonal, out to column T
+            kernels::causal_softmax_row(p + t * T, p + t * T, long(T), long(t + 1), S(scale));
           cpu::gemm_serial(false, false, m, hd, r1, p + r0 * T, T, vm.p, vm.ld, S(0), ym.p + r0 * ym.ld, ym.ld);
         }
       }

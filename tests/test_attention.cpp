@@ -131,7 +131,8 @@ TEST(CausalAttention, GradientMatchesFiniteDifferences) {
   auto f = [](X x) { return autograd::causal_attention(x[0], x[1], x[2], 0.6); };
   using test::leaf;
   using test::randn64;
-  EXPECT_TRUE(gradcheck(f, {leaf(randn64({2, 2, 5, 3}, 11)), leaf(randn64({2, 2, 5, 3}, 12)), leaf(randn64({2, 2, 5, 3}, 13))}));
+  EXPECT_TRUE(
+      gradcheck(f, {leaf(randn64({2, 2, 5, 3}, 11)), leaf(randn64({2, 2, 5, 3}, 12)), leaf(randn64({2, 2, 5, 3}, 13))}));
   // Two blocks: keys of the first block get gradient from both.
   EXPECT_TRUE(gradcheck(f, {leaf(randn64({1, 1, 67, 2}, 14)), leaf(randn64({1, 1, 67, 2}, 15)),
                             leaf(randn64({1, 1, 67, 2}, 16))}));
