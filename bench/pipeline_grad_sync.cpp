@@ -3,7 +3,7 @@
 // inside each stage's last backward (issue 17, item 3).
 //
 // world = dp 2 x pp (world / 2). Each stage "computes" a fixed time per
-// micro-batch (its forward also sleeps F ms, its backward 2F: SimulatedStage,
+// micro-batch (its forward also sleeps F ms, its backward 2F: bench/simulated_stage.h,
 // as in bench_pipeline_memory) and its dp group is slowed so that every
 // collective takes C ms more (SlowProcessGroup, bench/slow_group.h): on a
 // 2-core machine the real all-reduces of a small model take microseconds and
@@ -45,7 +45,6 @@
 
 using namespace loom;
 using namespace loom::parallel;
-using loom::bench::SimulatedStage;
 using loom::bench::max_over_ranks;
 using loom::bench::median;
 
@@ -89,7 +88,9 @@ int main(int argc, char** argv) {
     const int dp = 2, pp = world / 2;
     ProcessGroupManager pgm(dp, pp);
     LayerRange range = partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0];
-    SimulatedStage stage(cfg, {range}, std::chrono::microseconds(int64_t(simulate_ms * 1000)));
+    std::unique_ptr<ModelChunks> stage_ptr =
+        bench::simulated_stage(cfg, {range}, std::chrono::microseconds(int64_t(simulate_ms * 1000)));
+    ModelChunks& stage = *stage_ptr;
     PipelineP2P p2p(pgm.pp_group());
     bench::SlowProcessGroup slow_dp(pgm.dp_group(), std::chrono::microseconds(int64_t(comm_ms * 1000)));
     DataParallelBucket bucket(stage.named_parameters(), slow_dp, BucketOptions{});

@@ -17,7 +17,7 @@
 //     cores: with more stages than cores, stages that run at the same time
 //     slow each other down, which the theory does not know about.
 //   --simulate-ms F: every stage's forward also sleeps F ms and its backward
-//     2F ms (SimulatedStage below). Give it a tiny model (--embd 16) and the
+//     2F ms (bench/simulated_stage.h). Give it a tiny model (--embd 16) and the
 //     stages take equal, fixed times without competing for cores - the
 //     theory's premise, one device per stage - so the bubble measured is the
 //     schedule's and the transfers' own, even with 4 stages on 2 cores.
@@ -47,7 +47,6 @@
 
 using namespace loom;
 using namespace loom::parallel;
-using loom::bench::SimulatedStage;
 
 namespace {
 
@@ -58,7 +57,7 @@ struct Measured {
   std::string diagram;  // the last step's --print-schedule text (pp rank 0)
 };
 
-Measured measure(const char* name, PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
+Measured measure(const char* name, ModelChunks& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
                  int steps) {
   auto schedule = std::string(name) == "afab"   ? train_step_pipeline_afab
                   : std::string(name) == "1f1b" ? train_step_pipeline_1f1b
@@ -72,7 +71,7 @@ Measured measure(const char* name, PipelineStage& stage, PipelineP2P& p2p, const
     reset_peak_memory_stats();
     const int64_t live_before = memory_stats().live_bytes;
     const auto t0 = std::chrono::steady_clock::now();
-    PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, nullptr);
+    ForwardBackwardResult r = schedule(stage, p2p, mbs, loss_fn, nullptr);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double peak = double(memory_stats().peak_bytes - live_before) / (1 << 20);
     std::vector<StageEvents> all = gather_schedule(p2p.pp_group(), r.events);
@@ -123,12 +122,12 @@ int main(int argc, char** argv) {
     const int p = world.size();
     const auto simulated = std::chrono::microseconds(int64_t(simulate_ms * 1000));
     // This rank's stage: v chunks of a balanced partition into p v parts.
-    auto make_stage = [&](int v) -> std::unique_ptr<PipelineStage> {
+    auto make_stage = [&](int v) -> std::unique_ptr<ModelChunks> {
       std::vector<LayerRange> chunks = partition_balanced(gpt_layer_param_counts(cfg), p, v)[size_t(world.rank())];
-      if (simulate_ms > 0) return std::make_unique<SimulatedStage>(cfg, chunks, simulated);
-      return std::make_unique<PipelineStage>(cfg, chunks);
+      if (simulate_ms > 0) return bench::simulated_stage(cfg, chunks, simulated);
+      return std::make_unique<ModelChunks>(cfg, chunks);
     };
-    std::unique_ptr<PipelineStage> stage = make_stage(1);
+    std::unique_ptr<ModelChunks> stage = make_stage(1);
     const LayerRange range = stage->range();
     PipelineP2P p2p(world);
 

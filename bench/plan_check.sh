@@ -10,7 +10,7 @@
 #            t - t(4 KiB) = 2 (n - 1) / n x S / B (--latency-us, --link-gbs).
 #            Per world size, because with more ranks than cores each step of a
 #            ring waits for the peer to be scheduled (and loom's comm thread
-#            polls flat out while a caller waits: comm/process_group_mpi.cpp),
+#            polls flat out while a caller waits: parallel/comm/process_group_mpi.cpp),
 #            which the machine's memcpy rate and MPI's ~1 us know nothing of.
 # (Memory is checked exactly by tests/test_plan.cpp.)
 #

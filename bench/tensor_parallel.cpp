@@ -42,7 +42,9 @@
 
 #include "autograd/engine.h"
 #include "parallel/comm/distributed.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/comm/process_group_decorator.h"
+#include "parallel/model_chunks.h"
+#include "parallel/tensor_parallel/sharding.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "tensor/ops.h"
 
@@ -52,7 +54,7 @@ using namespace loom::parallel;
 namespace {
 
 // A ProcessGroup that counts what passes through it, then hands it on.
-class CountingGroup : public ProcessGroup {
+class CountingGroup : public ProcessGroupDecorator {
  public:
   struct Count {
     int64_t ops = 0, bytes = 0;
@@ -62,10 +64,7 @@ class CountingGroup : public ProcessGroup {
   };
   Counts n;
 
-  explicit CountingGroup(ProcessGroup& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const std::string& name() const override { return inner_.name(); }
+  explicit CountingGroup(ProcessGroup& inner) : ProcessGroupDecorator(inner) {}
   std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
     add(n.all_reduce, t);
     return inner_.all_reduce_async(t, op);
@@ -90,17 +89,12 @@ class CountingGroup : public ProcessGroup {
     add(n.other, t);
     return inner_.recv_async(t, src, tag);
   }
-  std::shared_ptr<Work> barrier_async() override { return inner_.barrier_async(); }
-  std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override {
-    return inner_.split(color, key, name);
-  }
 
  private:
   static void add(Count& c, const Tensor& t) {
     ++c.ops;
     c.bytes += int64_t(t.nbytes());
   }
-  ProcessGroup& inner_;
 };
 
 int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
@@ -182,7 +176,14 @@ int main(int argc, char** argv) {
       CountingGroup counted(*group);
       for (bool sp : {false, true}) {
         if (sp && (tp == 1 || T % tp != 0)) continue;
-        PipelineStage stage(cfg, {0, cfg.num_layers()}, {&counted, sp});
+        // As parallel::build_model builds it: every layer, each its tp shard when tp > 1.
+        std::unique_ptr<TensorParallelSharding> sharding;
+        LayerBuilder layers;
+        if (tp > 1) {
+          sharding = std::make_unique<TensorParallelSharding>(cfg, counted, sp);
+          layers = sharding->layer_builder();
+        }
+        ModelChunks stage(cfg, LayerRange{0, cfg.num_layers()}, layers);
         // One forward + backward; returns the counts of its forward and of its backward.
         auto step = [&] {
           const CountingGroup::Counts start = counted.n;

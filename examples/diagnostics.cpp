@@ -14,7 +14,6 @@
 #include "nn/generate.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
-#include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/shard_map.h"
 #include "parallel/trace/trace.h"
@@ -38,8 +37,8 @@ bool stdout_is_a_terminal() {
 
 }  // namespace
 
-Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
-                         const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
+Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, parallel::Model& m,
+                         const parallel::DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
                          int64_t tokens_per_step)
     : a_(a), device_(rank_device(a)), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end),
       tokens_per_step_(tokens_per_step),
@@ -64,7 +63,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   // (oneDNN's kernel JIT, first allocations) that would fill it.
   const int64_t svg_step = std::min(start_ + 1, end_ - 1);
   const bool text_now = a_.print_schedule && step == start_, svg_now = !a_.schedule_svg.empty() && step == svg_step;
-  if ((text_now || svg_now) && m_.pipelined()) {
+  if ((text_now || svg_now) && pgm_.pp_size() > 1) {
     std::string svg;
     std::string report = parallel::schedule_report(
         pgm_.pp_group(), events, a_.virtual_stages > 1 ? "interleaved 1f1b" : a_.schedule, &svg);
@@ -72,23 +71,23 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg, "--schedule-svg");
   }
   if (a_.memory_report && step == start_) {
-    finish_param_sync(opt_);
-    optim::MemoryBreakdown mine = optim::measure_memory(m_.net().parameters(), dp_.bucket, opt_, peak_, live_before_);
+    opt_.finish_param_sync();
+    optim::MemoryBreakdown mine = optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
-        optim::predict_memory(m_.net().num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+        optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
     predicted.comm = predicted_comm_bytes();
     predicted.activations = int64_t(predicted_activation_bytes());
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
     if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json, "--memory-json");
-    if (rank0_ && m_.pipelined() && m_.stage->tensor_parallel()) {
+    if (rank0_ && m_.tp) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
-      const parallel::TensorParallelParamCount c = parallel::count_params(m_.stage->shard_maps(), pgm_.tp_size());
+      const parallel::TensorParallelParamCount c = parallel::count_params(m_.tp->shard_maps(), pgm_.tp_size());
       std::printf("tensor parallel, rank 0's stage: params per rank = (split %lld + vocab padding %lld) / tp %d "
                   "+ replicated %lld = %lld (measured %lld)\n",
                   (long long)c.split, (long long)c.padding, c.tp, (long long)c.replicated, (long long)c.per_rank(),
-                  (long long)m_.net().num_parameters());
+                  (long long)m_.chunks->num_parameters());
     }
   }
   const std::string symptom = teach_symptom(step, stepped.grad_norm, m_, pgm_);  // --teach-break only
@@ -98,10 +97,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   const bool eval_now = a_.eval_every > 0 && ((step + 1) % a_.eval_every == 0 || step + 1 == a_.steps);
   double val = 0;
   if (eval_now) {
-    finish_param_sync(opt_);
-    const EvalBatches eb{a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1)};
-    val = m_.pipelined() ? evaluate_pipeline(*m_.stage, *m_.p2p, c_.ds, eb)
-                         : rank0_ ? evaluate(*m_.model, c_.ds, eb) : 0;
+    opt_.finish_param_sync();
+    val = evaluate(m_, c_.ds, {a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1)});
   }
   StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,
                  stepped.loss_scale, stepped.skipped, opt_.scaler() ? opt_.scaler()->scale() : 1.0, eval_now, val,
@@ -133,29 +130,24 @@ double Diagnostics::predicted_activation_bytes() const {
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && ops::bf16_gemm() == "bf16";
   c.batch_tokens = tokens_per_step_;
-  if (m_.pipelined()) {
-    for (const parallel::LayerRange& r : m_.stage->chunks())  // items [embedding, blocks 1..L, head]
-      for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
-    c.has_head = m_.stage->is_last_stage();
-    for (const parallel::LayerRange& r : m_.stage->chunks()) c.has_embedding = c.has_embedding || r.start == 0;
-  } else {
-    c.blocks = cfg.n_layer, c.has_head = true, c.has_embedding = true;
-  }
-  c.pipelined = pgm_.pp_size() > 1;
-  // Micro-batches per step, as plan_batches counts them (a tp stage without --pp accumulates --grad-accum).
-  c.micro_batches = c.pipelined ? (a_.microbatches > 0 ? a_.microbatches : pgm_.pp_size()) : a_.grad_accum;
+  for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]
+    for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
+  c.has_head = m_.chunks->is_last_stage();
+  c.has_embedding = m_.chunks->is_first_stage();
+  c.pp_stage = pgm_.pp_size() > 1;
+  c.micro_batches = micro_batches_per_step(a_, pgm_);
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size(),
                                                pgm_.pp_rank(), a_.virtual_stages);
-  if (!dp_.bucket) c.grad_bytes = 4 * m_.net().num_parameters();  // backward allocates fp32 .grad tensors
-  if (m_.pipelined() && m_.stage->num_chunks() > 1) {
+  if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
+  if (m_.chunks->num_chunks() > 1) {
     // Interleaved: each chunk's blocks, ends and .grad bytes; layers() holds the chunks' layers in order.
     std::vector<optim::ChunkActivations> chunks;
     size_t layer = 0;
-    for (const parallel::LayerRange& r : m_.stage->chunks()) {
+    for (const parallel::LayerRange& r : m_.chunks->chunks()) {
       optim::ChunkActivations k;
       for (int64_t i = r.start; i < r.end; ++i, ++layer) {
         k.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
-        if (!dp_.bucket) k.grad_bytes += 4 * m_.stage->layers()[layer]->num_parameters();
+        if (!dp_.bucket) k.grad_bytes += 4 * m_.chunks->layers()[layer]->num_parameters();
       }
       k.has_embedding = r.start == 0, k.has_head = r.end == cfg.num_layers();
       chunks.push_back(k);
@@ -170,27 +162,24 @@ void Diagnostics::end_progress_line() {
 }
 
 void Diagnostics::finish() {
-  finish_param_sync(opt_);
+  opt_.finish_param_sync();
   if (!a_.trace.empty()) {
     parallel::trace::write(pgm_.world(), a_.trace);
     if (rank0_) std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", a_.trace.c_str());
   }
   if (a_.sample <= 0) return;
-  const DType dtype = parse_dtype(a_.dtype);
-  if (m_.pipelined()) {
-    nn::NamedTensors full = parallel::gather_stage_states(*m_.stage, pgm_.pp_group());
-    if (rank0_) {
-      m_.model = std::make_shared<nn::GPT>(c_.cfg);
-      if (dtype != kFloat32) m_.model->to(dtype);
-      m_.model->load_state_dict(full);
-    }
-  }
+  // The whole model on rank 0 (the stages gathered, tp shards joined), on this rank's device and dtype.
+  const nn::NamedTensors full = parallel::gather_full_state(m_, pgm_);
   if (!rank0_) return;
+  nn::GPT model(c_.cfg);
+  model.to(parse_dtype(a_.dtype));
+  model.load_state_dict(full);
+  model.to(device_);
   // The prompt: a newline, so the sample starts a line - or, in a corpus
   // without one, its first character in code-point order (token 0).
   const bool has_newline = c_.tok.vocab_utf8().find('\n') != std::string::npos;
   std::vector<int32_t> prompt = has_newline ? c_.tok.encode(U"\n") : std::vector<int32_t>{0};
-  std::vector<int32_t> out = nn::generate(*m_.model, prompt, {a_.sample, a_.temperature, a_.top_k, a_.seed});
+  std::vector<int32_t> out = nn::generate(model, prompt, {a_.sample, a_.temperature, a_.top_k, a_.seed});
   std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a_.sample, a_.temperature,
               c_.tok.decode(std::vector<int32_t>(out.begin() + 1, out.end())).c_str());
 }

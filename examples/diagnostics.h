@@ -17,8 +17,8 @@ namespace loom::train {
 class Diagnostics {
  public:
   // Opens --log (appended to when resuming at start > 0). Steps [start, end) will run.
-  Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, ModelOrStage& m,
-              const DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
+  Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, const Corpus& c, parallel::Model& m,
+              const parallel::DataParallelWrap& dp, optim::MixedPrecisionOptimizer& opt, int64_t start, int64_t end,
               int64_t tokens_per_step);
 
   // Before the step: starts its clock; on the first step with --memory-report
@@ -47,8 +47,8 @@ class Diagnostics {
   const Device device_;  // where the model lives: its memory is what the report and the log count
   parallel::ProcessGroupManager& pgm_;
   const Corpus& c_;
-  ModelOrStage& m_;
-  const DataParallelWrap& dp_;
+  parallel::Model& m_;
+  const parallel::DataParallelWrap& dp_;
   optim::MixedPrecisionOptimizer& opt_;
   const int64_t start_, end_, tokens_per_step_;
   const bool rank0_, tty_;

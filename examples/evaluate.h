@@ -1,14 +1,13 @@
 // The validation loss train_gpt logs: the mean cross-entropy over a few
 // batches of the held-out split, drawn from a generator of its own (so an
-// evaluation never shifts the training data), in eval mode, without autograd.
+// evaluation never shifts the training data), in eval mode, without autograd,
+// through the pipeline when there is one (parallel::forward_only).
 #pragma once
 
 #include <cstdint>
 
 #include "data/data.h"
-#include "nn/gpt.h"
-#include "parallel/pipeline_parallel/pipeline_p2p.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/model.h"
 
 namespace loom::train {
 
@@ -18,13 +17,8 @@ struct EvalBatches {
   uint64_t seed;    // of the batches' generator
 };
 
-// The whole model on this process.
-double evaluate(nn::GPT& model, const data::TextDataset& ds, const EvalBatches& eb);
-
-// Through the pipeline: the stages run the forwards of the same batches
-// (parallel::eval_step_pipeline) and every stage returns the mean loss.
-// Collective over the pipeline group.
-double evaluate_pipeline(parallel::PipelineStage& stage, parallel::PipelineP2P& p2p, const data::TextDataset& ds,
-                         const EvalBatches& eb);
+// Every rank of a replica returns the same mean loss. Collective over the
+// model-parallel group (the pipeline's stages, the tp ranks).
+double evaluate(parallel::Model& m, const data::TextDataset& ds, const EvalBatches& eb);
 
 }  // namespace loom::train

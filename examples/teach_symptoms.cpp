@@ -30,10 +30,10 @@ double dp_replica_distance(nn::Module& net, parallel::ProcessGroup& dp) {
 
 // || wte of the first stage - the last stage's copy ||, on every rank of the
 // embedding group (0 on middle stages and without a pipeline).
-double tied_copies_distance(ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
-  if (!m.pipelined() || !pgm.in_embedding_group() || pgm.embedding_group().size() == 1) return 0;
+double tied_copies_distance(parallel::Model& m, parallel::ProcessGroupManager& pgm) {
+  if (!pgm.in_embedding_group() || pgm.embedding_group().size() == 1) return 0;
   parallel::ProcessGroup& group = pgm.embedding_group();
-  const Tensor mine = m.stage->embedding_weight();
+  const Tensor mine = m.chunks->embedding_weight();
   Tensor first = ops::clone(mine);
   group.broadcast(first, /*root=*/0);  // group rank 0: the first stage
   double sum = 0;
@@ -46,11 +46,11 @@ double tied_copies_distance(ModelOrStage& m, parallel::ProcessGroupManager& pgm)
 
 }  // namespace
 
-std::string teach_symptom(int64_t step, double grad_norm, ModelOrStage& m, parallel::ProcessGroupManager& pgm) {
+std::string teach_symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
   NoGradGuard no_grad;
   char line[256] = "";
   if (teach::broken(Break::DpAllReduceParam)) {
-    const double d = dp_replica_distance(m.net(), pgm.dp_group());
+    const double d = dp_replica_distance(*m.chunks, pgm.dp_group());
     std::snprintf(line, sizeof line,
                   "teach-break dp-allreduce-param: step %lld: the dp replicas differ by max |param - rank 0's| = %.3e"
                   " (0 when the gradients are averaged)\n",

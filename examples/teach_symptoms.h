@@ -20,6 +20,6 @@
 namespace loom::train {
 
 // The symptom line for this step on world rank 0 ("" elsewhere, and without --teach-break).
-std::string teach_symptom(int64_t step, double grad_norm, ModelOrStage& m, parallel::ProcessGroupManager& pgm);
+std::string teach_symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm);
 
 }  // namespace loom::train

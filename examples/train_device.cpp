@@ -39,18 +39,17 @@ std::unique_ptr<parallel::ProcessGroup> gpu_world(const Args& a) {
   return std::make_unique<parallel::ProcessGroupByDevice>(mpi, parallel::make_nccl_world(mpi, device), "world");
 }
 
-void move_to_device(ModelOrStage& m, const Args& a) {
+void move_to_device(parallel::Model& m, const Args& a) {
   const Device device = rank_device(a);
   if (device.is_cpu()) return;
   cuda::set_allow_tf32(a.tf32);
-  m.net().to(device);  // in place: the tensors keep their identity, so the tied wte stays one tensor
-  if (m.p2p) m.p2p->set_device(device);  // the pipeline receives activations and gradients there
+  m.to(device);  // in place: the tied wte stays one tensor; the pipeline receives there too
 }
 
-void to_device(std::vector<data::Batch>& mbs, const Args& a) {
+void to_device(std::vector<parallel::MicroBatch>& mbs, const Args& a) {
   const Device device = rank_device(a);
   if (device.is_cpu()) return;
-  for (data::Batch& b : mbs) b = {ops::to(b.x, device), ops::to(b.y, device)};
+  for (parallel::MicroBatch& b : mbs) b = {ops::to(b.x, device), ops::to(b.y, device)};
 }
 
 }  // namespace loom::train

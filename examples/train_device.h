@@ -24,9 +24,9 @@ Device rank_device(const Args& a);
 std::unique_ptr<parallel::ProcessGroup> gpu_world(const Args& a);
 // --device cuda[:N]: the params, built on the CPU by the seeded generators
 // (the weights of a CPU run), moved to the GPU in place; TF32 as --tf32 says.
-// Called by build_model_or_stage. The CPU: nothing to do.
-void move_to_device(ModelOrStage& m, const Args& a);
-// A step's micro-batches, copied to --device (pinned staging is not done yet).
-void to_device(std::vector<data::Batch>& mbs, const Args& a);
+// Called by build_model. The CPU: nothing to do.
+void move_to_device(parallel::Model& m, const Args& a);
+// A step's micro-batches, copied to --device.
+void to_device(std::vector<parallel::MicroBatch>& mbs, const Args& a);
 
 }  // namespace loom::train

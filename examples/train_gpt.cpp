@@ -3,8 +3,9 @@
 // checkpoints and a sample of generated text at the end.
 //
 // run() reads like picotron's train.py: process grid (then the corpus) ->
-// model or pipeline stage (its layers' tp shards with --tp) -> dtype -> tied-embedding handler -> data parallel
-// -> optimizer (fp32 main params, sharded with --zero) -> resume -> loop.
+// model (this rank's layer chunks: its pipeline stage's layers, each its tp
+// shard) -> dtype -> finalize step -> data parallel -> optimizer (fp32 main
+// params, sharded with --zero) -> resume -> loop.
 // The wrapping order is the lesson; each wrapper is one helper in
 // train_setup.h that says what it builds and why. The loop's training section
 // ends where llm.c's does: what follows it (diagnostics.h) reports, evaluates
@@ -27,9 +28,9 @@
 #include "examples/train_args.h"
 #include "examples/train_device.h"
 #include "examples/train_setup.h"
-#include "examples/train_step.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/forward_backward.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
 
@@ -53,12 +54,12 @@ int run(const train::Args& a, const std::string& flags) {
     if (d.is_cuda()) parallel::trace::set_gpu(d);  // + the GPU's own tracks: when its kernels and NCCL ran
   }
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
-  train::ModelOrStage m = train::build_model_or_stage(corpus.cfg, a, pgm);  // the GPT, or this rank's stage
+  parallel::Model m = train::build_model(corpus.cfg, a, pgm);  // this rank's layer chunks: its stage, its tp shards
   const DType dtype = train::parse_dtype(a.dtype);
-  if (dtype != kFloat32) m.net().to(dtype);  // bf16/fp16 params and activations; fp32 main params below
-  parallel::SharedWeightGradHandler tied = train::tied_embedding_handler(m, pgm);  // first <-> last stage (+ SP)
-  train::DataParallelWrap dp = train::wrap_data_parallel(m, tied, a, pgm);  // + the fp32 main_grad buffer
-  std::unique_ptr<optim::MixedPrecisionOptimizer> opt = train::make_optimizer(m, dp, a, pgm);  // AdamW; ZeRO-1
+  if (dtype != kFloat32) m.chunks->to(dtype);  // bf16/fp16 params and activations; fp32 main params below
+  parallel::FinalizeModelGrads finalize(m, pgm);  // after backward: dp sync, tied embedding, SP grads
+  parallel::DataParallelWrap dp = train::wrap_data_parallel(m, finalize, a, pgm);  // + the fp32 main_grad buffer
+  auto opt = train::make_optimizer(m, dp, finalize, a, pgm);  // AdamW on fp32 main params; ZeRO-1
   Generator data_gen(a.seed);                                   // draws the global batches
   const int64_t start = train::resume(a, *opt, m, data_gen);    // steps done: 0 without --resume
   const int64_t end = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
@@ -72,17 +73,20 @@ int run(const train::Args& a, const std::string& flags) {
     opt->set_lr(lr);
     // ZeRO: last step's all-gathered params are in place before this forward
     // (with --overlap-param-gather each layer waits for its own, in its forward pre-hook).
-    if (!a.overlap_param_gather) train::finish_param_sync(*opt);
-    dp.zero_grad(m.net());           // at the top of the step, as picotron's train.py and llm.c do
+    if (!a.overlap_param_gather) opt->finish_param_sync();
+    dp.zero_grad(*m.chunks);         // at the top of the step, as picotron's train.py and llm.c do
     if (step == a.inject_overflow) train::inject_overflow(dp, pgm);  // a test aid: an inf in rank 0's gradient
-    // This rank's rows of the global batch, as K micro-batches; only the last
-    // backward syncs gradients (train_step.h). Under fp16 each loss is also
+    // This rank's rows of the global batch, as K micro-batches: gradient
+    // accumulation, or the pipeline schedule (parallel/forward_backward.h);
+    // only the last backward syncs gradients. Under fp16 each loss is also
     // multiplied by the loss scale before backward.
     data::Batch global = corpus.ds.sample("train", plan.global_batch, data_gen);
-    std::vector<data::Batch> mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches);
+    auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches);
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
-    train::StepGradients g = train::forward_backward(m, mbs, a.schedule, *opt, dp, tied);
-    const double loss = train::global_mean_loss(g.loss, pgm);
+    parallel::ForwardBackwardResult g =
+        parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt), dp.dp.get());
+    finalize(dp.dp.get());  // dp sync finished, tied embedding and sequence-parallel grads summed
+    const double loss = train::global_mean_loss(g.loss, *opt, pgm);
     diag.backward_done();  // --memory-report's activation peak, before the optimizer allocates its state
     optim::StepResult stepped;
     {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "nn/loss.h"
+
 namespace loom::nn {
 
 void GPTConfig::validate() const {
@@ -55,6 +57,10 @@ GPTHead::GPTHead(const GPTConfig& cfg) {
 Tensor GPTHead::forward(const Tensor& x) {
   Tensor h = ln_f->forward(x);                                             // [B, T, C]
   return autograd::linear(h, wte->weight, Tensor());  // h @ wteᵀ: [B, T, C] @ [C, V] -> [B, T, V]
+}
+
+Tensor GPTHead::loss(const Tensor& logits, const Tensor& targets) const {
+  return cross_entropy_loss(logits, targets);
 }
 
 // ---- the layer list ---------------------------------------------------------------

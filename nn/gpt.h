@@ -52,8 +52,21 @@ struct GPTConfig {
 // The generator layer i draws its initial weights (and dropout seeds) from.
 Generator layer_generator(uint64_t seed, int64_t layer_index);
 
+// What a model of layer chunks asks of its first and last layer, whatever cut
+// them (tensor parallelism's shards answer the same questions): the token
+// embedding each holds - one weight, tied across pipeline stages - and the
+// head's loss. parallel/model_chunks.h uses these instead of the concrete types.
+struct EmbeddingLayer : Layer {
+  virtual Tensor token_embedding() const = 0;  // wte.weight [V, C] (this rank's rows under tp)
+};
+struct HeadLayer : Layer {
+  virtual Tensor token_embedding() const = 0;  // the head's wte.weight: the embedding's, or its copy
+  // The mean cross-entropy of this layer's logits against targets [B, T].
+  virtual Tensor loss(const Tensor& logits, const Tensor& targets) const = 0;
+};
+
 // Layer 0: x = dropout(wte[idx] + wpe[0..T-1]).
-struct GPTEmbedding : Layer {
+struct GPTEmbedding : EmbeddingLayer {
   int64_t block_size;
   std::shared_ptr<Embedding> wte;  // [V, C]; drawn first, so GPTHead can rebuild it
   std::shared_ptr<Embedding> wpe;  // [block_size, C]
@@ -62,11 +75,12 @@ struct GPTEmbedding : Layer {
   explicit GPTEmbedding(const GPTConfig& cfg);
   // idx: [B, T] int64 (T <= block_size) -> [B, T, C]
   Tensor forward(const Tensor& idx) override;
+  Tensor token_embedding() const override { return wte->weight; }
 };
 
 // Layer L + 1: logits = ln_f(x) @ wte.weightᵀ. Registration order: ln_f, wte,
 // so its parameters are ln_f.weight, ln_f.bias, wte.weight.
-struct GPTHead : Layer {
+struct GPTHead : HeadLayer {
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Embedding> wte;  // the token embedding: shared, or an identical copy
 
@@ -77,6 +91,8 @@ struct GPTHead : Layer {
   explicit GPTHead(const GPTConfig& cfg);
   // x: [B, T, C] -> logits [B, T, V]
   Tensor forward(const Tensor& x) override;
+  Tensor token_embedding() const override { return wte->weight; }
+  Tensor loss(const Tensor& logits, const Tensor& targets) const override;  // nn::cross_entropy_loss
 };
 
 // Layers [begin, end) of the list above. When the slice holds both layer 0 and

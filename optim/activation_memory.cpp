@@ -142,7 +142,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   // the first the gradient it sent back may still be in flight (an isend:
   // whether it is depends on when the previous stage receives it).
   if (double(c.micro_batches) > c.in_flight) {
-    const double sent = c.pipelined && !c.has_embedding ? local : 0;
+    const double sent = c.pp_stage && !c.has_embedding ? local : 0;
     p.backward_extra =
         std::max(p.backward_extra, std::max({at_head, at_ln_f, at_block, at_attention}) + double(c.grad_bytes) + sent);
   }
@@ -166,12 +166,12 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
                                                      int pp, int stage) {
   // Each chunk as a stage of its own: its bytes per micro-batch, and its
   // backward's temporaries the first time and later (with its own .grad
-  // tensors alive). Not pipelined: the gradient in flight is counted below.
+  // tensors alive). Not a pipeline stage: the gradient in flight is counted below.
   std::vector<ActivationPrediction> first, later;
   for (const ChunkActivations& k : chunks) {
     ActivationCase one = c;
     one.blocks = k.blocks, one.has_head = k.has_head, one.has_embedding = k.has_embedding, one.grad_bytes = k.grad_bytes;
-    one.in_flight = 1, one.micro_batches = 1, one.pipelined = false;
+    one.in_flight = 1, one.micro_batches = 1, one.pp_stage = false;
     first.push_back(predict_activations(one));
     one.micro_batches = 2;
     later.push_back(predict_activations(one));

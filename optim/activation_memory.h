@@ -128,7 +128,7 @@ struct ActivationCase {
   int64_t element_bytes = 4; // the model's dtype
   bool native_bf16_gemm = false;  // bf16 GEMMs read and write bf16 (ops::bf16_gemm() == "bf16"): no fp32 copies
   double in_flight = 1;      // micro-batches whose activations are kept at the peak
-  bool pipelined = false;    // a pipeline stage (pp > 1): sends and receives gradients
+  bool pp_stage = false;     // a pipeline stage (pp > 1): sends and receives gradients
   int64_t micro_batches = 1; // m per step
   int64_t grad_bytes = 0;    // the params' .grad tensors, when there is no main_grad buffer (else 0)
 };

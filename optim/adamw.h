@@ -31,12 +31,12 @@ struct AdamWState {
   Tensor exp_avg_sq;  // v, shape of the param
 };
 
-// The fused loop over one fp32 tensor of n elements: param, exp_avg,
-// exp_avg_sq updated in place from grad. step() runs it for every fp32 param,
-// and MixedPrecisionOptimizer for every fp32 main param (llm.c's gpt2_update),
-// so the two agree bit for bit.
-void adamw_fp32(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, int64_t n,
-                const kernels::AdamWScalars<float>& s);
+// One AdamW update of param (fp32, bf16, fp16 or fp64; on any device) and its
+// state from grad (contiguous, in the moments' dtype), counting the step in
+// state.step. AdamW::step runs it for every param, MixedPrecisionOptimizer for
+// every fp32 main param: the update is written once, so the two agree bit for bit.
+void adamw_update(const Tensor& param, const AdamWState& state, const Tensor& grad, double lr, double weight_decay,
+                  const AdamWOptions& o);
 
 class AdamW : public Optimizer {
  public:

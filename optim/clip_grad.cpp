@@ -11,20 +11,6 @@ namespace loom::optim {
 
 namespace {
 
-// sum_i g_i², accumulated in double (fp32 as is, other floating dtypes widened).
-double sum_of_squares(const Tensor& g) {
-  Tensor c = ops::contiguous(g.dtype() == kFloat64 ? g : ops::to(g, kFloat32));
-  double s = 0;
-  if (c.dtype() == kFloat64) {
-    const double* x = c.data<double>();
-    for (int64_t i = 0; i < c.numel(); ++i) s += x[i] * x[i];
-  } else {
-    const float* x = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) s += double(x[i]) * double(x[i]);
-  }
-  return s;
-}
-
 // The gradients of each param once (a tied weight may be listed twice on one
 // rank), leaving out those in `skip`.
 std::vector<Tensor> unique_grads(const std::vector<Tensor>& params, const std::vector<Tensor>& skip = {}) {
@@ -39,20 +25,7 @@ std::vector<Tensor> unique_grads(const std::vector<Tensor>& params, const std::v
 }  // namespace
 
 double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup* group) {
-  double local = 0;
-  Tensor on_gpu;  // GPU grads: squares summed in double on the device, read once at the end
-  for (const Tensor& g : grads)
-    if (g.defined()) {
-      if (g.device().is_cuda()) {
-        Tensor d = ops::to(g, kFloat64);
-        Tensor s = ops::sum(ops::mul(d, d));
-        on_gpu = on_gpu.defined() ? ops::add(on_gpu, s) : s;
-        continue;
-      }
-      check_device_supported("grad norm", g.device());
-      local += sum_of_squares(g);
-    }
-  if (on_gpu.defined()) local += on_gpu.item<double>();
+  const double local = ops::sum_of_squares(grads);  // in double, on the grads' device
   if (!group) return std::sqrt(local);
   // The partial sums of squares add up to the whole model's (not the norms: |a|+|b| != |(a, b)|).
   Tensor total = full({}, local, kFloat64);

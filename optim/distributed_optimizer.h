@@ -4,7 +4,7 @@
 // model, so optimizer memory per rank drops from 12 to 12/dp bytes per param
 // (bf16 model; 8/dp for fp32, whose main params are the params themselves).
 //
-// The layout is DataParallelBucket's gradient buffer (parallel/bucket.h): each
+// The layout is DataParallelBucket's gradient buffer (parallel/data_parallel/bucket.h): each
 // bucket, padded to a multiple of dp x 64, is cut into dp equal contiguous
 // shards and rank r owns shard r of every bucket (one bucket: exactly the r-th
 // 1/dp of the buffer). A shard may cut through a param. Ranges map a param to
@@ -80,7 +80,7 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   // Waits for the param all-gathers of the last step (no-op when none are in
   // flight). Call before the params are read again: the next forward, an
   // evaluation, a checkpoint.
-  void finish_param_sync();
+  void finish_param_sync() override;
   // Main params -> param buffer shard -> all-gather. Collective over dp.
   void refresh_model_params() override;
 
@@ -98,7 +98,7 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   const std::vector<Tensor>& bucketed_params() const { return dp_.params(); }
 
   const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
-  const Tensor& param_buffer() const { return param_buffer_; }
+  const Tensor& param_buffer() const override { return param_buffer_; }
   // True when buckets are stepped as their reduce-scatters finish (zero_overlap.h).
   bool steps_early() const { return overlap_ != nullptr; }
 

@@ -3,8 +3,7 @@
 #include <cmath>
 
 #include "autograd/functions.h"
-#include "tensor/cuda/cuda_ops.h"
-#include "tensor/kernels/unscale.h"
+#include "tensor/ops.h"
 
 namespace loom::optim {
 
@@ -57,19 +56,6 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
   growth_tracker_ = tracker.item<int64_t>();
 }
 
-bool unscale_(const std::vector<Tensor>& grads, double inv_scale) {
-  if (!grads.empty() && grads.front().device().is_cuda()) return cuda::unscale_(grads, inv_scale);
-  const float inv = float(inv_scale);
-  bool found_inf = false;
-  for (const Tensor& g : grads) {
-    LOOM_CHECK(g.dtype() == kFloat32 && g.is_contiguous(), "unscale_: gradients must be contiguous fp32 (main "
-               "grads), got ", g.describe());
-    float* x = g.data<float>();
-    bool bad = false;
-    for (int64_t i = 0, n = g.numel(); i < n; ++i) bad |= kernels::unscale_and_check(x[i], inv);
-    found_inf |= bad;
-  }
-  return found_inf;
-}
+bool unscale_(const std::vector<Tensor>& grads, double inv_scale) { return ops::unscale_(grads, inv_scale); }
 
 }  // namespace loom::optim

@@ -29,8 +29,9 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     int64_t elements = 0;
     for (const Tensor& p : dp->params()) elements += p.numel();
     m.comm = m.grads - elements * 4;
-    if (const auto* zero = dynamic_cast<const DistributedOptimizer*>(&opt))  // its param buffer, laid out alike
-      m.comm += int64_t(zero->param_buffer().storage()->nbytes()) - elements * int64_t(element_size(zero->param_buffer().dtype()));
+    // ZeRO's param buffer, laid out alike: its padding too (undefined without ZeRO).
+    if (const Tensor& buffer = opt.param_buffer(); buffer.defined())
+      m.comm += int64_t(buffer.storage()->nbytes()) - elements * int64_t(element_size(buffer.dtype()));
   } else {
     for (const Tensor& p : params) m.grads += bytes_of(autograd::grad(p));
   }

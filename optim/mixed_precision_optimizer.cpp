@@ -4,7 +4,6 @@
 
 #include "autograd/variable.h"
 #include "optim/clip_grad.h"
-#include "tensor/cuda/cuda_ops.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -124,18 +123,10 @@ bool MixedPrecisionOptimizer::unscale_and_clip(const std::vector<Tensor>& grads,
 
 void MixedPrecisionOptimizer::adam_step(size_t i, const Tensor& grad) {
   if (!grad.defined()) return;
-  // llm.c's gpt2_update: the per-step scalars once, then one pass over the main
-  // param [n], its moments [n] and its gradient [n], all fp32.
+  // AdamW's own update (adamw.h) on the fp32 main param [n], its moments [n] and its gradient [n].
   const MainParam& m = mains_[i];
   const ParamGroup& group = groups_[m.group];
-  const AdamWState& st = adam_[i];
-  const AdamWOptions& o = options_.adam;
-  const int64_t step = ++st.step.data<int64_t>()[0];
-  const auto s = kernels::adamw_scalars<float>(group.lr, o.beta1, o.beta2, o.eps, group.weight_decay, step);
-  const Tensor g = ops::contiguous(grad);
-  if (m.main.device().is_cuda()) return cuda::adamw_update(m.main, st.exp_avg, st.exp_avg_sq, g, s);  // same math
-  adamw_fp32(m.main.data<float>(), st.exp_avg.data<float>(), st.exp_avg_sq.data<float>(), g.data<float>(),
-             m.main.numel(), s);
+  adamw_update(m.main, adam_[i], ops::contiguous(grad), group.lr, group.weight_decay, options_.adam);
 }
 
 void MixedPrecisionOptimizer::copy_to_model(size_t i) {

@@ -87,6 +87,16 @@ class MixedPrecisionOptimizer {
   // Copies the main params into the model params (step 6), e.g. after a
   // checkpoint's main params were loaded. Collective under ZeRO-1.
   virtual void refresh_model_params();
+  // Waits until the model params hold the last step's values: a no-op here,
+  // the param all-gathers under ZeRO-1 (distributed_optimizer.h). Call before
+  // anything reads the params: the next forward, an evaluation, a checkpoint.
+  virtual void finish_param_sync() {}
+  // The buffer the model params live in when the optimizer owns one (ZeRO-1's
+  // all-gathered param buffer, for --memory-report); undefined here.
+  virtual const Tensor& param_buffer() const {
+    static const Tensor none;
+    return none;
+  }
 
   const std::vector<MainParam>& main_params() const { return mains_; }
   // The AdamW state (step, exp_avg, exp_avg_sq) of main_params()[i].

@@ -121,7 +121,7 @@ Machine measure_this_cpu(const ModelShape& model, const Batch& batch) {
   m.latency_us = m.inter_latency_us = 20;
   // More ranks than cores: a collective completes only once every rank of its
   // group has been scheduled, and the ones that arrived first spin on their
-  // core (loom polls MPI flat out while a caller waits, comm/process_group_mpi.cpp)
+  // core (loom polls MPI flat out while a caller waits, parallel/comm/process_group_mpi.cpp)
   // until the scheduler preempts them. Calibrated here (bench/plan_check.sh,
   // 4 ranks on 2 cores, load average 2-3): the step time that tp 4, dp 2 x tp 2
   // and pp 2 x tp 2 + SP lose beyond compute / cores and the bytes, divided by

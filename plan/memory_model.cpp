@@ -4,7 +4,7 @@
 
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/partition.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/model_chunks.h"
 #include "parallel/tensor_parallel/gpt.h"
 
 namespace loom::plan {

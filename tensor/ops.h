@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensor/generator.h"
+#include "tensor/kernels/adamw.h"
 #include "tensor/tensor.h"
 
 namespace loom::ops {
@@ -158,6 +159,18 @@ std::pair<Tensor, Tensor> dropout(const Tensor& x, double p, PhiloxGenerator& ge
 // (seed, offset, i) keeps it, else 0; the same bits on every device and thread count.
 Tensor dropout_mask(const Shape& shape, DType dtype, const Device& device, double p, uint64_t seed,
                     uint64_t offset);
+
+// ---- the optimizer's element math (ops_optim.cpp; tensor/kernels/adamw.h, unscale.h) ----
+// One AdamW step in place: param p (fp32, bf16 or fp16; fp64 with the double
+// scalars) and its moments m, v from gradient g (m, v, g in the compute dtype:
+// fp32, or fp64), all contiguous on one device.
+void adamw_(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const kernels::AdamWScalars<float>& s);
+void adamw_(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const kernels::AdamWScalars<double>& s);
+// Every grad (contiguous fp32) times inv_scale, in place; true when any held an inf or nan.
+bool unscale_(const std::vector<Tensor>& grads, double inv_scale);
+// The sum of every element's square, over all tensors (undefined ones skipped),
+// in double; GPU tensors summed on their device and read once.
+double sum_of_squares(const std::vector<Tensor>& tensors);
 
 // Threads for the math: GEMMs, elementwise and per-row loops (OpenMP; see
 // tensor/cpu/gemm.h). n <= 0 leaves the setting as it is.

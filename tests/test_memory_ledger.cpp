@@ -119,14 +119,14 @@ TEST(ActivationFormula, CountsTheTensorsAliveAtTheBackwardsPeak) {
   // peak is its last c_proj's backward with the received gradient 128 and the
   // 16-bit temporaries above (256 + 512 + 1024 + 1024 + 512); no wte waits.
   optim::ActivationCase s0 = c;
-  s0.element_bytes = 2, s0.has_head = false, s0.pipelined = true, s0.in_flight = 2, s0.micro_batches = 2;
+  s0.element_bytes = 2, s0.has_head = false, s0.pp_stage = true, s0.in_flight = 2, s0.micro_batches = 2;
   EXPECT_DOUBLE_EQ(optim::predict_activations(s0).total,
                    2 * (17 * 128 + 128 + 32 + 128) + 128 + 128 + 256 + 512 + 1024 + 1024 + 512);
   // The last stage, fp32, no main_grad buffer (.grad tensors 4000 bytes), one
   // micro-batch in flight of 2: the second one's c_proj backward, with the
   // first one's .grad tensors and, still in flight, the gradient it sent 256.
   optim::ActivationCase s1 = c;
-  s1.has_embedding = false, s1.pipelined = true, s1.in_flight = 1, s1.micro_batches = 2, s1.grad_bytes = 4000;
+  s1.has_embedding = false, s1.pp_stage = true, s1.in_flight = 1, s1.micro_batches = 2, s1.grad_bytes = 4000;
   EXPECT_DOUBLE_EQ(optim::predict_activations(s1).total,
                    17 * 256 + 128 + 128 + 256 + 1024 + 1024 + 64 + 32 + 4000 + 256);
   // 1F1B keeps p - stage micro-batches (at most m), AFAB all m, no pipeline 1.
@@ -149,12 +149,12 @@ TEST(ActivationFormula, InterleavedWalksTheRanksSchedule) {
   // .grad tensors); B1.0 3A + A's later one + sent + H's .grad.
   optim::ActivationCase c;
   c.micro_batch = 2, c.seq = 4, c.width = 8, c.heads = 2, c.vocab = 10, c.batch_tokens = 32, c.micro_batches = 4;
-  c.pipelined = true;
+  c.pp_stage = true;
   const optim::ChunkActivations a{1, false, false, 1000}, head{1, true, false, 3000};
   auto alone = [&](const optim::ChunkActivations& k, int64_t micro_batches) {
     optim::ActivationCase one = c;
     one.blocks = k.blocks, one.has_head = k.has_head, one.has_embedding = false, one.grad_bytes = k.grad_bytes;
-    one.micro_batches = micro_batches, one.pipelined = false;
+    one.micro_batches = micro_batches, one.pp_stage = false;
     return optim::predict_activations(one);
   };
   const double A = alone(a, 1).per_micro_batch, H = alone(head, 1).per_micro_batch, sent = 2 * 4 * 8 * 4;

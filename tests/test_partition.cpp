@@ -1,4 +1,4 @@
-// Cutting the GPT's layer list into pipeline stages (parallel/partition.h):
+// Cutting the GPT's layer list into pipeline stages (parallel/pipeline_parallel/partition.h):
 // uniform and balanced partitions on inputs whose answer is worked out by hand,
 // the interleaved chunk layout, and the errors; the GPT's per-layer parameter
 // counts that the balanced partition weighs.
@@ -7,7 +7,7 @@
 
 #include "nn/gpt.h"
 #include "parallel/pipeline_parallel/partition.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/model_chunks.h"
 
 using namespace loom;
 using namespace loom::parallel;

@@ -1,4 +1,4 @@
-// The --print-schedule diagram (parallel/schedule_diagram.h): time slots worked
+// The --print-schedule diagram (parallel/trace/schedule_diagram.h): time slots worked
 // out from the executed order alone, on the textbook GPipe and 1F1B orders,
 // and the measured bubble on hand-made timestamps.
 #include <gmock/gmock.h>

@@ -275,6 +275,29 @@ TEST(TrainGptParallel, Bf16TracksFp32) {
   std::printf("[ measured ] bf16 (--dp 2 --zero) vs fp32: worst loss rel. difference %.2e\n", worst);
 }
 
+// fp16 (dynamic loss scaling, scale 2^16) tracks fp32 too, losses and grad
+// norms: the mechanism is checked, not only the arithmetic - a step that
+// forgot to unscale would log norms 2^16 times too large (and, clipped to
+// --grad-clip, take different steps). fp16 keeps 11 significant bits (2^-12
+// relative), finer than bf16's 8, so the loose bound is bf16's, 1e-3; the grad
+// norms, of fp16 gradients of fp16 activations, within 1e-2.
+TEST(TrainGptParallel, Fp16TracksFp32) {
+  Result fp16 = train("fp16_dp2", 2, "--dp 2 --batch 8 --dtype fp16");
+  ASSERT_EQ(fp16.status, 0) << fp16.output;
+  const Result& fp32 = single_process_batch16();
+  ASSERT_EQ(fp16.losses.size(), fp32.losses.size());
+  ASSERT_EQ(fp16.grad_norms.size(), fp32.grad_norms.size());
+  double worst_loss = 0, worst_norm = 0;
+  for (size_t i = 0; i < fp32.losses.size(); ++i) {
+    worst_loss = std::max(worst_loss, std::abs(fp16.losses[i] - fp32.losses[i]) / fp32.losses[i]);
+    worst_norm = std::max(worst_norm, std::abs(fp16.grad_norms[i] - fp32.grad_norms[i]) / fp32.grad_norms[i]);
+  }
+  EXPECT_LE(worst_loss, 1e-3);
+  EXPECT_LE(worst_norm, 1e-2);
+  std::printf("[ measured ] fp16 (--dp 2) vs fp32: worst loss rel. difference %.2e, grad norm %.2e\n", worst_loss,
+              worst_norm);
+}
+
 // fp16 with an inf forced into rank 0's gradient buffer at step 3, in a param
 // of the first pipeline stage only: found_inf's all-reduce (MAX) must make
 // every rank skip exactly that step, the scale halves, and training continues.
@@ -532,8 +555,9 @@ TEST(TrainGptParallel, MemoryReportUnderTensorParallelShowsTheSplit) {
 }
 
 // The trace of a tp run shows the tp collectives on each rank's communication
-// row, inside the forward (F) and the backward (B) spans of its compute row:
-// Megatron's all-reduces, where they happen.
+// row, inside the forward and the backward spans of its compute row:
+// Megatron's all-reduces, where they happen. (Without a pipeline the spans are
+// "forward" and "backward", as on one process; a pipeline's are F<mb> / B<mb>.)
 TEST(TrainGptParallel, TensorParallelTraceShowsTheCollectivesInsideForwardAndBackward) {
   fs::path trace = work_dir() / "trace_tp.json";
   Result r = train("traced_tp", 2, "--tp 2 --batch 16 --trace " + trace.string());
@@ -556,8 +580,8 @@ TEST(TrainGptParallel, TensorParallelTraceShowsTheCollectivesInsideForwardAndBac
     for (const Span& c : spans) {
       if (c.pid != pid || c.name.find(" tp (size 2)") == std::string::npos) continue;
       for (const Span& s : spans)
-        if (s.pid == pid && (s.name == "F0" || s.name == "B0") && c.ts >= s.ts && c.ts <= s.ts + s.dur)
-          (s.name == "F0" ? in_forward : in_backward)++;
+        if (s.pid == pid && (s.name == "forward" || s.name == "backward") && c.ts >= s.ts && c.ts <= s.ts + s.dur)
+          (s.name == "forward" ? in_forward : in_backward)++;
     }
     // Per step 2 layers x 2 all-reduces + the embedding's and the loss's forward, 2 x 2 + the head's backward.
     EXPECT_GE(in_forward, 4) << "rank " << pid << ": tp collectives inside forward";

@@ -68,4 +68,13 @@ void DataParallelBucket::reset() {
   synced_ = false;
 }
 
+void DataParallelBucket::grad_changed(const Tensor& param) {
+  if (options_.grads_to_params && param.dtype() != kFloat32)
+    autograd::set_grad(param, ops::to(buckets_->main_grad(param), param.dtype()));
+}
+
+bool DataParallelBucket::holds_whole_grad(const Tensor& param) const {
+  return buckets_->buckets()[size_t(buckets_->bucket_of(param))].all_reduce;
+}
+
 }  // namespace loom::parallel

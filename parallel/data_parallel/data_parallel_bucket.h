@@ -66,6 +66,13 @@ class DataParallelBucket : public DataParallel {
   // Gradient accumulation: inside the guard backward only adds into main_grad.
   [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
   void zero_grad() override { reset(); }
+  // The end of the first synced backward waits for every bucket.
+  bool syncs_once_per_step() const override { return true; }
+  Tensor grad_of(const Tensor& param) const override { return main_grad(param); }
+  // A bf16/fp16 param's .grad is a rounded copy of main_grad: rounds it again.
+  void grad_changed(const Tensor& param) override;
+  // False for a param in a reduce-scattered bucket (ZeRO-1).
+  bool holds_whole_grad(const Tensor& param) const override;
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
 
   // Zeroes every main_grad and drops every .grad. Call once per optimizer step,

@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "autograd/variable.h"
+
 namespace loom::parallel {
 
 std::vector<Tensor> unique_params(const std::vector<Tensor>& params) {
@@ -22,6 +24,8 @@ std::vector<Tensor> unique_params(const NamedParams& named) {
   }
   return unique_params(params);
 }
+
+Tensor DataParallel::grad_of(const Tensor& param) const { return autograd::grad(param); }
 
 void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group) {
   // Queue them all, then wait: the group runs them back to back.

@@ -66,6 +66,22 @@ class DataParallel {
   // Waits for the deferred reductions. A no-op for a wrapper that finishes
   // every reduction inside its hooks (DataParallelNaive).
   virtual void finish_grad_sync() {}
+  // True when the first synced backward of a step syncs every gradient of
+  // the step at its end (DataParallelBucket waits for all its buckets then);
+  // false when each gradient is reduced in the backward that produces it
+  // (DataParallelNaive). The interleaved schedule picks its sync point by it.
+  virtual bool syncs_once_per_step() const { return false; }
+
+  // Where param's gradient is after backward: the fp32 main_grad buffer
+  // (DataParallelBucket) or .grad (undefined if backward never reached it).
+  virtual Tensor grad_of(const Tensor& param) const;
+  // After a gradient was changed in place outside backward (the tied
+  // embedding's sum over its group, finalize_model_grads.h): refreshes
+  // what the optimizer reads, if it is a copy (a rounded .grad).
+  virtual void grad_changed(const Tensor&) {}
+  // Whether grad_of(param) holds the whole averaged gradient after the sync
+  // (false for a ZeRO reduce-scattered bucket, where only this rank's shard does).
+  virtual bool holds_whole_grad(const Tensor&) const { return true; }
 
  protected:
   bool finish_sync_in_backward_ = true;  // false while a DeferSyncGuard lives

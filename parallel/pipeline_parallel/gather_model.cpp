@@ -24,9 +24,8 @@ struct Entry {
 // layer. A stage holds its layers in the model's order, but with chunks
 // (virtual stages) not contiguously: rank 0 of pp 2 x v 2 has layers 0, 1 and
 // 4, 5. So rank 0 orders the gathered entries by layer, which gives
-// nn::GPT(cfg).named_parameters()'s order. With tp the stage's shards are
-// first joined into full tensors (collective over tp).
-std::vector<Entry> stage_entries(PipelineStage& stage, int pp_rank) {
+// nn::GPT(cfg).named_parameters()'s order.
+std::vector<Entry> stage_entries(ModelChunks& stage, const nn::NamedTensors& state, int pp_rank) {
   std::map<std::string, int64_t> layer_of;
   size_t k = 0;
   for (const LayerRange& r : stage.chunks())
@@ -34,7 +33,7 @@ std::vector<Entry> stage_entries(PipelineStage& stage, int pp_rank) {
       for (auto& [name, t] : stage.layers()[k]->named_parameters())
         layer_of.emplace(nn::gpt_layer_prefix(stage.config(), i) + name, i);  // wte: the embedding's, layer 0
   std::vector<Entry> out;
-  for (auto& [name, t] : stage.full_state_dict())
+  for (auto& [name, t] : state)
     if (pp_rank == 0 || name != "wte.weight") out.push_back({layer_of.at(name), name, t});
   return out;
 }
@@ -87,15 +86,13 @@ std::vector<Entry> allocate_described(const std::vector<int64_t>& meta) {
 // whatever the stages' device (a checkpoint, a sample): GPU params travel as
 // host copies, so every transfer here takes the host path (over NCCL a
 // ProcessGroupByDevice sends host tensors through MPI).
-nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_group) {
+nn::NamedTensors gather_stage_states(ModelChunks& stage, ProcessGroup& pp_group, const nn::NamedTensors* state) {
   const int rank = pp_group.rank(), size = pp_group.size();
   LOOM_CHECK(stage.is_first_stage() == (rank == 0) && stage.is_last_stage() == (rank == size - 1),
              "gather_stage_states: stage layers [", stage.range().start, ", ", stage.chunks().back().end,
              ") do not match pipeline rank ", rank, " of ", size);
   NoGradGuard no_grad;
-  std::vector<Entry> mine = stage_entries(stage, rank);
-  // Every tp rank now holds the same full tensors; tp rank 0's pipeline gathers them.
-  if (stage.tensor_parallel() && stage.tp_group()->rank() != 0) return {};
+  std::vector<Entry> mine = stage_entries(stage, state ? *state : stage.state_dict(), rank);
 
   if (rank != 0) {
     std::vector<int64_t> meta = describe(mine);
@@ -127,7 +124,7 @@ nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_grou
   return full;
 }
 
-void load_stage_state(PipelineStage& stage, const nn::NamedTensors& full) {
+void load_stage_state(ModelChunks& stage, const nn::NamedTensors& full) {
   std::map<std::string, Tensor> by_name(full.begin(), full.end());
   nn::NamedTensors mine;
   std::string missing;

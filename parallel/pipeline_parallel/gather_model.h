@@ -1,5 +1,5 @@
 // From a pipeline's stages to one full model state, and back. A model cut into
-// stages (pipeline_stage.h) is still one model: to save it, print a text
+// stages (parallel/model_chunks.h) is still one model: to save it, print a text
 // sample from it or evaluate it in one process, its pieces are gathered into
 // the state dict the whole GPT would have; to resume, each stage takes back
 // its own entries from such a dict. Megatron saves one file per stage instead
@@ -12,24 +12,24 @@
 #pragma once
 
 #include "nn/module.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/model_chunks.h"
 
 namespace loom::parallel {
 
-// Collective over pp_group (stage order: pp rank s holds stage s), and with
-// tensor parallelism over each stage's tp group first (the shards joined;
-// only tp rank 0's pipeline then gathers). Returns on pp rank 0 (tp rank 0)
-// the full GPT's state dict - the names and order of
-// nn::GPT(cfg).named_parameters(), wte.weight once, the first stage's - as
-// fresh copies owned by the caller, each in its parameter's dtype; on every
-// other rank an empty list.
-nn::NamedTensors gather_stage_states(PipelineStage& stage, ProcessGroup& pp_group);
+// Collective over pp_group (stage order: pp rank s holds stage s). state is
+// what this stage contributes: stage.state_dict() by default, or under tensor
+// parallelism the stage's shards already joined into full tensors (the
+// caller's job: parallel/model.h). Returns on pp rank 0 the full GPT's state
+// dict - the names and order of nn::GPT(cfg).named_parameters(), wte.weight
+// once, the first stage's - as fresh copies owned by the caller, each in its
+// parameter's dtype; on every other rank an empty list.
+nn::NamedTensors gather_stage_states(ModelChunks& stage, ProcessGroup& pp_group, const nn::NamedTensors* state = nullptr);
 
 // Copies into the stage the entries of a full-model state dict that belong to
 // it, by name (the last stage's wte copy from wte.weight), dtype converted.
 // Entries of other stages are ignored. Throws loom::Error naming every entry
 // the stage needs and `full` lacks, or a mis-shaped one, before copying anything.
-void load_stage_state(PipelineStage& stage, const nn::NamedTensors& full);
+void load_stage_state(ModelChunks& stage, const nn::NamedTensors& full);
 
 }  // namespace loom::parallel

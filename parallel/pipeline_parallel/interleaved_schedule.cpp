@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "parallel/data_parallel/data_parallel_bucket.h"
-#include "parallel/pipeline_parallel/microbatch_runner.h"
 
 namespace loom::parallel {
 
@@ -42,16 +40,16 @@ std::vector<ScheduledOp> interleaved_order(int p, int rank, int v, int m) {
   return order;
 }
 
-PipelineStepResult train_step_pipeline_interleaved(PipelineStage& stage, PipelineP2P& p2p,
-                                                   const std::vector<MicroBatch>& micro_batches,
-                                                   const LossFn& loss_fn, DataParallel* dp) {
+ForwardBackwardResult train_step_pipeline_interleaved(ModelChunks& stage, PipelineP2P& p2p,
+                                                      const std::vector<MicroBatch>& micro_batches,
+                                                      const LossFn& loss_fn, DataParallel* dp) {
   // Around the ring every stage sends before it receives: the schedule's sends
   // do not wait for their receivers (pipeline_p2p.h).
-  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp);
+  MicroBatchRunner run(stage, &p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
   const std::vector<ScheduledOp> order = interleaved_order(p2p.pp_size(), p2p.pp_rank(), stage.num_chunks(), m);
   // When the gradients are synced over dp (see the header).
-  const bool sync_at_the_end = dynamic_cast<DataParallelBucket*>(dp) != nullptr;
+  const bool sync_at_the_end = dp && dp->syncs_once_per_step();
   auto sync = [&](size_t i) { return sync_at_the_end ? i + 1 == order.size() : order[i].mb + 1 == m; };
 
   for (size_t i = 0; i < order.size(); ++i) {

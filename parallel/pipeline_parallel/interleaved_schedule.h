@@ -35,11 +35,13 @@
 // forwards' order restricted to the chunks that send), which is all the
 // channels need.
 //
-// Data parallelism: with DataParallelNaive every chunk's parameters are
-// all-reduced in that chunk's last backward (micro-batch m - 1), Megatron's
-// per-chunk rule. DataParallelBucket waits for all its buckets at the end of
-// the backward that first syncs, so it syncs in the rank's last backward
-// alone (B(m-1).0), and launches the buckets no backward completed then.
+// Data parallelism: a wrapper whose hooks reduce each gradient as it arrives
+// (DataParallelNaive) syncs every chunk's parameters in that chunk's last
+// backward (micro-batch m - 1), Megatron's per-chunk rule. One that syncs
+// once per step (DataParallelBucket: it waits for all its buckets at the end
+// of the backward that first syncs; syncs_once_per_step()) syncs in the rank's
+// last backward alone (B(m-1).0), and launches the buckets no backward
+// completed then.
 #pragma once
 
 #include <vector>
@@ -61,8 +63,8 @@ std::vector<ScheduledOp> interleaved_order(int pp_size, int pp_rank, int num_chu
 
 // The interleaved schedule on a stage of stage.num_chunks() chunks, laid out
 // as partition_*(..., pp_size, v) lays them out. dp may be null.
-PipelineStepResult train_step_pipeline_interleaved(PipelineStage& stage, PipelineP2P& p2p,
-                                                   const std::vector<MicroBatch>& micro_batches,
-                                                   const LossFn& loss_fn, DataParallel* dp = nullptr);
+ForwardBackwardResult train_step_pipeline_interleaved(ModelChunks& stage, PipelineP2P& p2p,
+                                                      const std::vector<MicroBatch>& micro_batches,
+                                                      const LossFn& loss_fn, DataParallel* dp = nullptr);
 
 }  // namespace loom::parallel

@@ -1,12 +1,8 @@
 #include "parallel/pipeline_parallel/pipeline_p2p.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include "autograd/variable.h"
-#include "parallel/comm/distributed.h"
-#include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -19,11 +15,6 @@ constexpr int64_t kHeaderSize = 2 + kMaxDims;
 constexpr int kHeaderTag = 0, kPayloadTag = 1;
 // In a channel's two-rank group the sender is group rank 0, the receiver 1.
 constexpr int kSender = 0, kReceiver = 1;
-
-// "send_forward mb3", or with chunks "send_activation mb3.1" (Megatron's virtual micro-batch).
-std::string span_name(const char* verb, int mb, int chunk) {
-  return chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk);
-}
 
 }  // namespace
 
@@ -38,8 +29,6 @@ struct PipelineP2P::Channel {
 
 PipelineP2P::PipelineP2P(ProcessGroup& pp_group)
     : pp_group_(pp_group), rank_(pp_group.rank()), size_(pp_group.size()) {
-  const char* v = std::getenv("LOOM_VERBOSE");
-  verbose_ = v && *v && std::string(v) != "0";
   if (size_ == 1) return;  // one stage: nothing to talk to
   // Link k: k -> k + 1 for activations, k -> k - 1 for gradients (around the
   // ring). Each split is collective over pp_group; the two ranks of the link
@@ -172,12 +161,9 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
   LOOM_CHECK(t.dim() <= kMaxDims, verb, ": ", t.describe(), " has more than ", kMaxDims, " dims");
   // Outside the graph (the sender keeps its own handle for backward), contiguous for MPI.
   Tensor payload = ops::contiguous(autograd::detach(t));
-  if (verbose_)
-    std::fprintf(stderr, "[rank %d] %s -> stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,
-                 shape_str(payload.shape()).c_str(), dtype_name(payload.dtype()));
+  log_.print(verb, "->", c.stage, mb, payload);  // LOOM_VERBOSE
   PendingSend s;
-  s.start_us = trace::enabled() ? trace::now_us() : 0;
-  s.span = span_name(verb, mb, chunk);
+  s.span = log_.open(verb, mb, chunk);             // the trace span, closed when the send is done
   if (c.cached) {
     LOOM_CHECK(payload.shape() == c.shape && payload.dtype() == c.dtype, verb, ": stage ", rank_, " sends ",
                payload.describe(), " in a schedule whose first transfer on this channel was ", shape_str(c.shape),
@@ -197,11 +183,11 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
 void PipelineP2P::wait(PendingSend& s) {
   if (s.header) s.header->wait();
   s.payload->wait();
-  if (trace::enabled()) trace::record(s.span, s.start_us, trace::now_us(), trace::kComm);
+  log_.close(s.span);
 }
 
 Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
-  const double start = trace::enabled() ? trace::now_us() : 0;
+  const TransferLog::Span span = log_.open(verb, mb, chunk);
   if (!c.cached) {
     Tensor header = zeros({kHeaderSize}, kInt64);
     c.group->irecv(header, kSender, kHeaderTag)->wait();
@@ -212,10 +198,8 @@ Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
   }
   Tensor t = empty(c.shape, c.dtype, device_);
   c.group->irecv(t, kSender, kPayloadTag)->wait();  // on this thread: no hand-off to the channel's
-  if (verbose_)
-    std::fprintf(stderr, "[rank %d] %s <- stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,
-                 shape_str(t.shape()).c_str(), dtype_name(t.dtype()));
-  if (trace::enabled()) trace::record(span_name(verb, mb, chunk), start, trace::now_us(), trace::kComm);
+  log_.print(verb, "<-", c.stage, mb, t);
+  log_.close(span);
   return t;
 }
 

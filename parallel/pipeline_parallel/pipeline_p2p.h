@@ -47,27 +47,14 @@
 // (they wait on the requests of batch_isend_irecv); a combined verb posts its
 // receive before it waits for its send.
 //
-// How a transfer is posted, measured (bench/README.md; 2 ranks on a 2-core VM):
-//   - queued on the channel's thread (ProcessGroup::send_async / recv), as
-//     before: every transfer is a hand-off to that thread and back. A send
-//     nobody waits for is polled politely (naps, so as not to take the compute
-//     thread's core), and the next send queues behind that nap; a "20 us" nap
-//     lasts ~140 us here. In a ping-pong a transfer cost 87-112 us that way,
-//     25-40 us with each send waited for (the thread then polls flat out).
-//   - sends with MPI_Isend on the caller's thread (ProcessGroup::isend),
-//     tested at each verb and nowhere else: 8-20 us a transfer, but with real
-//     compute 1F1B took 58-66 ms a step against 33-35 (64 KB activations):
-//     between verbs nothing in the sending process is inside MPI, and the
-//     transfers wait for that (Open MPI moves a message only while some
-//     thread of the process is inside MPI).
-//   - what loom does: sends and receives posted and waited for on the
-//     caller's thread (isend, irecv in comm/mpi_p2p.cpp), and a send still in
-//     flight 500 us after it was posted tested every 500 us by the channel's
-//     thread. Against the receives on the channel's thread with sends tested
-//     at once there (commit f24c439), alternating, 3 rounds, load 2-3:
-//     0.5 KB 16-17 -> 4-5 us a transfer in a schedule, 39 -> 5-7 us as single
-//     verbs; 128 KB 30-40 -> 13-19 and 49-53 -> 14-23 us; whole steps the same
-//     within the noise (pp 2 1F1B 32-33 ms, both).
+// How a transfer is posted: sends and receives are posted and waited for on
+// the caller's thread (ProcessGroup::isend / irecv, comm/mpi_p2p.cpp), and a
+// send still in flight after 500 us is tested every 500 us by the channel's
+// thread. Why both: Open MPI moves a message only while some thread of the
+// process is inside MPI, so a send left alone between verbs stalls while the
+// stage computes; and handing every transfer to the channel's thread and back
+// costs a context switch or two each way. bench/README.md ("One transfer")
+// has the measurements behind this choice and the designs it replaced.
 // A backend that progresses sends by itself (NCCL on its stream) needs none of this.
 //
 // Over NCCL (train_gpt --device cuda, one GPU per rank): the channels are
@@ -80,8 +67,8 @@
 // Megatron's batch_isend_irecv (ncclGroupStart/End on one communicator)
 // guarantees instead. A receive is a stream wait, not a host wait.
 //
-// LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32".
-// With tracing on (trace.h) every transfer is a span on the communication track.
+// LOOM_VERBOSE=1 prints every transfer: "[rank 1] send_forward -> stage 2 mb 3 [2, 16, 32] float32";
+// with tracing on every transfer is a span on the communication track (trace/transfer_log.h).
 #pragma once
 
 #include <memory>
@@ -89,6 +76,7 @@
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/trace/transfer_log.h"
 
 namespace loom::parallel {
 
@@ -133,8 +121,7 @@ class PipelineP2P {
   struct Channel;
   struct PendingSend {
     std::shared_ptr<Work> header, payload;  // header: null when the shape was cached
-    std::string span;                       // trace span name, "send_forward mb3"
-    double start_us;
+    TransferLog::Span span;                 // "send_forward mb3", from the post to the delivery
   };
   // Posts the header (unless cached), then the payload (ProcessGroup::isend).
   void send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk);
@@ -151,7 +138,7 @@ class PipelineP2P {
   std::unique_ptr<Channel> act_out_, act_in_, grad_out_, grad_in_;
   std::vector<PendingSend> pending_;
   bool in_schedule_ = false;
-  bool verbose_ = false;
+  TransferLog log_;  // LOOM_VERBOSE and the trace (trace/transfer_log.h)
 };
 
 }  // namespace loom::parallel

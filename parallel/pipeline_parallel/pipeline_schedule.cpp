@@ -2,17 +2,16 @@
 
 #include <algorithm>
 
-#include "parallel/pipeline_parallel/microbatch_runner.h"
 #include "parallel/trace/trace.h"
 #include "tensor/grad_mode.h"
 
 namespace loom::parallel {
 
 // GPipe: m forwards, then m backwards (picotron's train_step_pipeline_afab).
-PipelineStepResult train_step_pipeline_afab(PipelineStage& stage, PipelineP2P& p2p,
-                                            const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
-                                            DataParallel* dp) {
-  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp);
+ForwardBackwardResult train_step_pipeline_afab(ModelChunks& stage, PipelineP2P& p2p,
+                                               const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
+                                               DataParallel* dp) {
+  MicroBatchRunner run(stage, &p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
   for (int mb = 0; mb < m; ++mb) {
     Tensor input = p2p.recv_forward(mb);
@@ -31,10 +30,10 @@ PipelineStepResult train_step_pipeline_afab(PipelineStage& stage, PipelineP2P& p
 //   steady     m - warm-up times: forward mb f, then backward mb b (b = f - warm-up)
 //   cool-down  the warm-up's backwards
 // so at most warm-up + 1 = p - s micro-batches are in flight on stage s.
-PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p2p,
-                                            const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
-                                            DataParallel* dp) {
-  MicroBatchRunner run(stage, p2p, micro_batches, loss_fn, dp);
+ForwardBackwardResult train_step_pipeline_1f1b(ModelChunks& stage, PipelineP2P& p2p,
+                                               const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
+                                               DataParallel* dp) {
+  MicroBatchRunner run(stage, &p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
   const int warmup = std::min(p2p.pp_size() - p2p.pp_rank() - 1, m);
   const int steady = m - warmup;
@@ -69,10 +68,10 @@ PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p
 // but nothing reads that flag here), and no parameter gets a .grad. With
 // chunks (virtual stages) a micro-batch goes round the ring v times, one
 // chunk after another, before the next micro-batch starts.
-double eval_step_pipeline(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
+double eval_step_pipeline(ModelChunks& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
                           const LossFn& loss_fn) {
   LOOM_CHECK(!micro_batches.empty(), "eval_step_pipeline: no micro-batches");
-  check_stage_matches_rank(stage, p2p);
+  check_stage_matches_rank(stage, &p2p);
   NoGradGuard no_grad;
   const int m = int(micro_batches.size());
   double loss_sum = 0;
@@ -90,7 +89,7 @@ double eval_step_pipeline(PipelineStage& stage, PipelineP2P& p2p, const std::vec
       else p2p.send_activation(output, mb, c);
     }
   p2p.end_schedule();
-  return broadcast_mean_loss(p2p, loss_sum, m);
+  return broadcast_mean_loss(&p2p, loss_sum, m);
 }
 
 }  // namespace loom::parallel

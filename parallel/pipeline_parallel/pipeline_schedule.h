@@ -29,45 +29,28 @@
 //
 // Each forward and backward is recorded as a trace span F<mb> / B<mb>
 // (trace.h) and as a ScheduleEvent, for --print-schedule (schedule_diagram.h).
-// After the schedule: the shared-weight gradient all-reduce (shared_weights.h),
-// clipping (grad_norm.h), the optimizer step.
+// After the schedule: finalize_model_grads (the tied embedding's gradient sum,
+// parallel/finalize_model_grads.h), then the optimizer step (clipping included).
 //
 // Evaluation (eval_step_pipeline) is AFAB's forward half alone: with no
 // backward to come, no activation is kept past its send; the same loss
 // broadcast ends it.
 #pragma once
 
-#include <functional>
 #include <vector>
 
-#include "parallel/data_parallel/data_parallel_common.h"
-#include "parallel/pipeline_parallel/pipeline_p2p.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
-#include "parallel/trace/schedule_diagram.h"
+#include "parallel/microbatch_runner.h"
 
 namespace loom::parallel {
 
-// One micro-batch of this data-parallel rank's rows: x = token ids [b, T]
-// (read by the first stage), y = targets [b, T] (read by the last stage).
-struct MicroBatch {
-  Tensor x, y;
-};
-
-// The loss on the last stage: (logits [b, T, V], targets [b, T]) -> scalar.
-using LossFn = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
-
-struct PipelineStepResult {
-  double loss = 0;             // mean over the micro-batches; the same on every stage (broadcast from the last)
-  StageEvents events;          // what this stage ran, in order
-};
-
-// dp: the data-parallel wrapper of this stage's parameters, or null.
-PipelineStepResult train_step_pipeline_afab(PipelineStage& stage, PipelineP2P& p2p,
-                                            const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
-                                            DataParallel* dp = nullptr);
-PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p2p,
-                                            const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
-                                            DataParallel* dp = nullptr);
+// stage: this rank's chunk of the model; dp: the data-parallel wrapper of its
+// parameters, or null.
+ForwardBackwardResult train_step_pipeline_afab(ModelChunks& stage, PipelineP2P& p2p,
+                                               const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
+                                               DataParallel* dp = nullptr);
+ForwardBackwardResult train_step_pipeline_1f1b(ModelChunks& stage, PipelineP2P& p2p,
+                                               const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
+                                               DataParallel* dp = nullptr);
 
 // The validation loss of a pipeline: every micro-batch's forward in order
 // (AFAB without the backward), under NoGradGuard, so it records no graph,
@@ -75,7 +58,7 @@ PipelineStepResult train_step_pipeline_1f1b(PipelineStage& stage, PipelineP2P& p
 // over the micro-batches, computed on the last stage and broadcast over the pp
 // group: the same number on every stage. Putting the stage in eval mode
 // (stage.eval(): dropout off) is the caller's job, as with model.eval() in PyTorch.
-double eval_step_pipeline(PipelineStage& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
+double eval_step_pipeline(ModelChunks& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& micro_batches,
                           const LossFn& loss_fn);
 
 }  // namespace loom::parallel

@@ -26,7 +26,7 @@ void SharedWeightGradHandler::broadcast_params() {
   for (auto& w : works) w->wait();
 }
 
-void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
+void SharedWeightGradHandler::all_reduce_grads(DataParallel* dp) {
   NoGradGuard no_grad;
   // The gradient tensor of each shared param: main_grad (bucketed dp) or .grad
   // (zeros if backward never reached it: the collective must still happen).
@@ -34,10 +34,10 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
   for (auto& [p, group] : shared_) {
     // Under ZeRO-1 the two stages' shards of the weight differ: its bucket
     // must be all-reduced, so that main_grad holds the whole averaged gradient.
-    LOOM_CHECK(!dp || dp->bucket_manager().buckets()[size_t(dp->bucket_manager().bucket_of(p))].all_reduce,
-               "SharedWeightGradHandler: shared weight ", p.describe(), " sits in a reduce-scattered bucket; "
-               "call dp.bucket_manager().all_reduce_bucket_of(weight) before training");
-    Tensor g = dp ? dp->main_grad(p) : autograd::grad(p);
+    LOOM_CHECK(!dp || dp->holds_whole_grad(p), "SharedWeightGradHandler: shared weight ", p.describe(),
+               " sits in a reduce-scattered bucket; call dp.bucket_manager().all_reduce_bucket_of(weight) "
+               "before training");
+    Tensor g = dp ? dp->grad_of(p) : autograd::grad(p);
     if (!g.defined()) {
       g = zeros(p.shape(), p.dtype(), p.device());
       autograd::set_grad(p, g);
@@ -79,16 +79,14 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallelBucket* dp) {
     for (size_t i : b.members) {
       ops::copy_(grads[i], ops::view(ops::narrow(flat, 0, offset, grads[i].numel()), grads[i].shape()));
       offset += grads[i].numel();
-      // The optimizer reads .grad: for a half-precision param under bucketed
-      // dp it is a rounded copy of main_grad, so round the new sum again.
-      const Tensor& p = shared_[i].first;
-      if (dp && dp->options().grads_to_params && p.dtype() != kFloat32)
-        autograd::set_grad(p, ops::to(grads[i], p.dtype()));
+      // The optimizer may read a copy (a half-precision param's rounded .grad
+      // under bucketed dp): refresh it.
+      if (dp) dp->grad_changed(shared_[i].first);
     }
   }
 }
 
-SharedWeightGradHandler tied_embedding_handler(PipelineStage& stage, ProcessGroupManager& pgm) {
+SharedWeightGradHandler tied_embedding_handler(ModelChunks& stage, ProcessGroupManager& pgm) {
   SharedWeightGradHandler handler;
   if (pgm.pp_size() == 1 || !pgm.in_embedding_group()) return handler;
   // The embedding group is [first stage, last stage]: group rank 0 is the first.

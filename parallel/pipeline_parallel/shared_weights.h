@@ -15,13 +15,18 @@
 // shared params are bucketed by (group, dtype) and each bucket's gradients are
 // coalesced into one flat buffer: one all-reduce per bucket, not per tensor.
 // With pp = 1 there is one wte and nothing to do (a group of size 1 is skipped).
+//
+// The mechanism - copies of one weight whose gradients are summed over a
+// group - serves one more case: under sequence parallelism the layernorms'
+// gradients are partial sums over the tp group (finalize_model_grads.h keeps
+// a second handler for them, under their own name).
 #pragma once
 
 #include <utility>
 #include <vector>
 
-#include "parallel/data_parallel/data_parallel_bucket.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/model_chunks.h"
 #include "parallel/process_group_manager.h"
 
 namespace loom::parallel {
@@ -38,11 +43,11 @@ class SharedWeightGradHandler {
   void broadcast_params();
 
   // Sums the copies' gradients over their groups, in place. Where the gradient
-  // is depends on the data-parallel wrapper: in .grad (none, or
-  // DataParallelNaive), or in DataParallelBucket's fp32 main_grad - pass it as
-  // dp; the param's .grad is refreshed from main_grad afterwards (it is the
-  // main_grad view itself for fp32 params). Collective over each group.
-  void all_reduce_grads(DataParallelBucket* dp = nullptr);
+  // is depends on the data-parallel wrapper (dp->grad_of: .grad, or
+  // DataParallelBucket's fp32 main_grad; .grad without a wrapper); what the
+  // optimizer reads is refreshed afterwards (dp->grad_changed). Collective
+  // over each group.
+  void all_reduce_grads(DataParallel* dp = nullptr);
 
  private:
   std::vector<std::pair<Tensor, ProcessGroup*>> shared_;
@@ -51,6 +56,6 @@ class SharedWeightGradHandler {
 // The GPT's tied embedding: the stage's wte on the first and the last stage,
 // over pgm's embedding group; empty on middle stages and when pp = 1. Broadcasts
 // the first stage's wte to the last stage (collective over the embedding group).
-SharedWeightGradHandler tied_embedding_handler(PipelineStage& stage, ProcessGroupManager& pgm);
+SharedWeightGradHandler tied_embedding_handler(ModelChunks& stage, ProcessGroupManager& pgm);
 
 }  // namespace loom::parallel

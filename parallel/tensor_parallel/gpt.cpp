@@ -49,8 +49,8 @@ Tensor TensorParallelEmbedding::forward(const Tensor& idx) {
 }
 
 TensorParallelHead::TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<VocabParallelEmbedding> tied_wte,
-                                       ProcessGroup& tp_, bool sp)
-    : sequence_parallel(sp), tp(tp_) {
+                                       int64_t vocab_size_, ProcessGroup& tp_, bool sp)
+    : vocab_size(vocab_size_), sequence_parallel(sp), tp(tp_) {
   ln_f = register_module("ln_f", copy_of(*full.ln_f));
   wte = register_module("wte", std::move(tied_wte));
 }
@@ -62,11 +62,10 @@ Tensor TensorParallelHead::forward(const Tensor& x) {
   return autograd::linear(h, wte->weight, Tensor());  // [B, T, C] @ [C, V_pad/tp]
 }
 
-Tensor tensor_parallel_loss(const Tensor& logits, const Tensor& targets, const TensorParallelHead& head,
-                            int64_t vocab_size) {
+Tensor TensorParallelHead::loss(const Tensor& logits, const Tensor& targets) const {
   const int64_t v = logits.size(-1);
   return vocab_parallel_cross_entropy(autograd::reshape(logits, {-1, v}), ops::reshape(targets, {-1}),
-                                      head.wte->vocab_start, head.tp, -100, vocab_size);
+                                      wte->vocab_start, tp, -100, vocab_size);
 }
 
 void check_tensor_parallel_split(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sp) {
@@ -102,7 +101,7 @@ std::vector<std::shared_ptr<nn::Layer>> cut_gpt_layers_for_tp(const std::vector<
       auto wte = embedding_wte ? embedding_wte
                                : std::make_shared<VocabParallelEmbedding>(
                                      padded_table(head.wte->weight, padded_vocab_size(cfg.vocab_size, tp.size())), tp);
-      out.push_back(std::make_shared<TensorParallelHead>(head, wte, tp, sp));
+      out.push_back(std::make_shared<TensorParallelHead>(head, wte, cfg.vocab_size, tp, sp));
     } else {
       out.push_back(std::make_shared<TensorParallelBlock>(static_cast<nn::Block&>(*full[k]), tp, sp));
     }

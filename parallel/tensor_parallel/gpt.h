@@ -27,7 +27,7 @@ namespace loom::parallel {
 // V rounded up to a multiple of tp.
 int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
 
-struct TensorParallelEmbedding : nn::Layer {
+struct TensorParallelEmbedding : nn::EmbeddingLayer {
   std::shared_ptr<VocabParallelEmbedding> wte;  // [V_pad / tp, C]
   std::shared_ptr<nn::Embedding> wpe;           // [block_size, C], replicated
   bool sequence_parallel;
@@ -36,18 +36,24 @@ struct TensorParallelEmbedding : nn::Layer {
   TensorParallelEmbedding(const nn::GPTEmbedding& full, int64_t vocab_size, ProcessGroup& tp, bool sequence_parallel);
   // idx [B, T] -> [B, T, C] ([B, T/tp, C] under sequence parallelism)
   Tensor forward(const Tensor& idx) override;
+  Tensor token_embedding() const override { return wte->weight; }
 };
 
-struct TensorParallelHead : nn::Layer {
+struct TensorParallelHead : nn::HeadLayer {
   std::shared_ptr<nn::LayerNorm> ln_f;          // replicated
   std::shared_ptr<VocabParallelEmbedding> wte;  // tied to the embedding's, or this stage's copy
+  int64_t vocab_size;                           // V, before padding
   bool sequence_parallel;
   ProcessGroup& tp;
 
-  TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<VocabParallelEmbedding> tied_wte, ProcessGroup& tp,
-                     bool sequence_parallel);
+  TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<VocabParallelEmbedding> tied_wte, int64_t vocab_size,
+                     ProcessGroup& tp, bool sequence_parallel);
   // x [B, T, C] ([B, T/tp, C]) -> this rank's logits [B, T, V_pad / tp]
   Tensor forward(const Tensor& x) override;
+  Tensor token_embedding() const override { return wte->weight; }
+  // The mean cross-entropy over the true vocabulary, vocab-parallel over
+  // logits [B, T, V_pad/tp]: nn's cross_entropy_loss of the full logits.
+  Tensor loss(const Tensor& logits, const Tensor& targets) const override;
 };
 
 // Heads, the MLP width and (under sequence parallelism) block_size must divide
@@ -65,10 +71,5 @@ std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const n
 std::vector<std::shared_ptr<nn::Layer>> cut_gpt_layers_for_tp(const std::vector<std::shared_ptr<nn::Layer>>& full,
                                                               const nn::GPTConfig& cfg, int64_t begin,
                                                               ProcessGroup& tp, bool sequence_parallel = false);
-
-// The loss of the head's logits [B, T, V_pad/tp] against targets [B, T]: the
-// mean cross-entropy over the true vocabulary, as nn's cross_entropy_loss of the full logits.
-Tensor tensor_parallel_loss(const Tensor& logits, const Tensor& targets, const TensorParallelHead& head,
-                            int64_t vocab_size);
 
 }  // namespace loom::parallel

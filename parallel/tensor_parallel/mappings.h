@@ -1,5 +1,5 @@
-// The communication of tensor parallelism as autograd functions (Megatron-LM's
-// tensor_parallel/mappings.py). Each one is a collective in forward and its
+// The communication of tensor parallelism as autograd functions
+// (Megatron-LM's core/tensor_parallel/mappings.py). Each one is a collective in forward and its
 // conjugate in backward, so a layer split over the tp group stays one
 // differentiable function:
 //

@@ -8,7 +8,7 @@ namespace loom::parallel {
 
 namespace {
 
-// Every parameter of `layers`, by the name PipelineStage gives it.
+// Every parameter of `layers`, by the name ModelChunks gives it.
 nn::NamedTensors named_params(const std::vector<std::shared_ptr<nn::Layer>>& layers, const nn::GPTConfig& cfg,
                               int64_t begin) {
   nn::NamedTensors out;

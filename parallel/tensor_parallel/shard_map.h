@@ -35,7 +35,7 @@ using ShardMaps = std::map<std::string, ShardMap>;  // by the full model's param
 // The maps of full layers [begin, begin + full.size()) of cfg's GPT cut over
 // tp (as cut_gpt_layers_for_tp cuts them). Overwrites full's weights with
 // their indices: pass layers whose real weights were already cut (so the
-// model is initialised once). Names as PipelineStage registers them:
+// model is initialised once). Names as ModelChunks registers them:
 // "wte.weight", "blocks.3.attn.c_attn.weight", ...
 ShardMaps tensor_parallel_shard_maps(const std::vector<std::shared_ptr<nn::Layer>>& full, const nn::GPTConfig& cfg,
                                      int64_t begin, ProcessGroup& tp, bool sequence_parallel);

@@ -7,7 +7,10 @@
 //     only the waits move), and as the unsharded optimizer within 1e-5;
 //   - when the next forward begins, the all-gathers of every bucket but the
 //     first layer's are still not waited for, and each layer finds its own
-//     buckets waited for when its forward begins.
+//     buckets waited for when its forward begins;
+//   - a step launches the all-gathers first layer first (the last bucket
+//     first): launched the other way round, the numbers and the count of
+//     pending gathers stay the same, but the first layer waits for them all.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +24,7 @@
 #include "optim/distributed_optimizer.h"
 #include "optim/param_groups.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/comm/process_group_decorator.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
 #include "tensor/ops.h"
 
@@ -42,6 +46,18 @@ parallel::ProcessGroup& world() { return parallel::world(); }
 
 enum class Mode { Unsharded, Zero, ZeroOverlapped };
 
+// The dp group, recording where in its storage each all-gather writes: the
+// order in which the optimizer launched them.
+class GatherOrder : public parallel::ProcessGroupDecorator {
+ public:
+  using ProcessGroupDecorator::ProcessGroupDecorator;
+  std::shared_ptr<parallel::Work> all_gather_async(const Tensor& output, const Tensor& input) override {
+    offsets.push_back(output.offset());
+    return inner_.all_gather_async(output, input);
+  }
+  std::vector<int64_t> offsets;  // each all-gather's first element in the param buffer, in launch order
+};
+
 struct Result {
   std::vector<double> losses, norms;
   std::vector<bool> skipped;
@@ -49,13 +65,15 @@ struct Result {
   std::vector<int> not_waited_at_forward_start;  // per step: buckets whose all-gather is not yet waited for
   int buckets = 0, first_layer_buckets = 0;
   int layers_finding_a_pending_bucket = 0;  // should stay 0
+  std::vector<int64_t> gather_offsets;      // GatherOrder::offsets
 };
 
 Result train(DType dtype, Mode mode) {
   nn::GPT model(config());
   if (dtype != kFloat32) model.to(dtype);
   const bool zero = mode != Mode::Unsharded;
-  DataParallelBucket dp(model.named_parameters(), world(),
+  GatherOrder group(world());
+  DataParallelBucket dp(model.named_parameters(), group,
                         BucketOptions{kSmallBuckets, zero ? GradReduce::ReduceScatter : GradReduce::AllReduce, false});
   optim::MixedPrecisionOptions o;
   // eps 1e-5, as in test_pipeline.cpp: the attention key bias's true gradient
@@ -117,6 +135,7 @@ Result train(DType dtype, Mode mode) {
   }
   if (sharded) sharded->finish_param_sync();
   for (const Tensor& p : model.parameters()) run.params.push_back(ops::to(p, kFloat32).to_vector<float>());
+  run.gather_offsets = group.offsets;
   return run;
 }
 
@@ -144,6 +163,14 @@ void expect_overlap_in_flight_and_same_numbers(DType dtype) {
     EXPECT_EQ(overlapped.not_waited_at_forward_start[size_t(s)], want) << "step " << s;
   }
   EXPECT_EQ(overlapped.layers_finding_a_pending_bucket, 0) << "a layer ran before its buckets were gathered";
+  // Each step's all-gathers, first layer first: the buffer is in reverse layer
+  // order, so the offsets decrease within a step (every stepped step launches all).
+  const std::vector<int64_t>& at = overlapped.gather_offsets;
+  ASSERT_EQ(at.size() % size_t(overlapped.buckets), 0u);
+  ASSERT_FALSE(at.empty());
+  for (size_t step = 0; step < at.size(); step += size_t(overlapped.buckets))
+    for (size_t k = 1; k < size_t(overlapped.buckets); ++k)
+      EXPECT_LT(at[step + k], at[step + k - 1]) << "all-gather " << k << " of a step: first layers first";
   if (world().rank() == 0)
     std::printf("[measured] dp=%d %s: %d buckets, %d still in flight when forward begins\n", world().size(),
                 dtype_name(dtype), overlapped.buckets, overlapped.not_waited_at_forward_start.back());

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "autograd/engine.h"
@@ -101,7 +102,7 @@ Run reference(const nn::GPTConfig& cfg, int64_t global_rows) {
 }
 
 // The two copies of wte (first and last stage) hold the same bits.
-bool tied_copies_identical(PipelineStage& stage, ProcessGroupManager& pgm) {
+bool tied_copies_identical(ModelChunks& stage, ProcessGroupManager& pgm) {
   Tensor w = ops::contiguous(stage.embedding_weight());
   Tensor both = zeros({2 * w.numel()}, kFloat32);
   pgm.embedding_group().all_gather(both, ops::reshape(w, {-1}));
@@ -115,7 +116,7 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   ProcessGroupManager pgm(s.dp, s.pp);
   StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp, s.v)
                                                  : partition_balanced(gpt_layer_param_counts(cfg), s.pp, s.v);
-  PipelineStage stage(cfg, part[size_t(pgm.pp_rank())]);
+  ModelChunks stage(cfg, part[size_t(pgm.pp_rank())]);
   PipelineP2P p2p(pgm.pp_group());
   SharedWeightGradHandler shared = tied_embedding_handler(stage, pgm);
   std::unique_ptr<DataParallel> dp;
@@ -145,7 +146,7 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
     auto schedule = s.v > 1 ? train_step_pipeline_interleaved
                     : s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
     LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
-    PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
+    ForwardBackwardResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
     shared.all_reduce_grads(bucket);
     run.norms.push_back(optim::clip_grad_norm_model_parallel(stage.parameters(), kMaxNorm, pgm.model_parallel_group(),
                                                       not_counted));
@@ -262,7 +263,7 @@ TEST(Pipeline, InterleavedNeedsMicroBatchesAMultipleOfTheStages) {
   if (world_size() == 1) GTEST_SKIP() << "a pipeline";
   nn::GPTConfig cfg = config(6);
   const int p = world_size();
-  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), p, 2)[size_t(parallel::world().rank())]);
+  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), p, 2)[size_t(parallel::world().rank())]);
   PipelineP2P p2p(parallel::world());
   std::vector<MicroBatch> mbs(size_t(p + 1), {zeros({2, kT}, kInt64), zeros({2, kT}, kInt64)});
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
@@ -337,7 +338,7 @@ TEST(Pipeline, EachRankHoldsOnlyItsStagesParameters) {
     want += i == 0 ? V * C + kT * C : i == cfg.num_layers() - 1 ? 2 * C + V * C : block;
 
   const int64_t before = memory_stats().live_bytes;
-  auto stage = std::make_shared<PipelineStage>(cfg, range);
+  auto stage = std::make_shared<ModelChunks>(cfg, range);
   const int64_t grown = memory_stats().live_bytes - before;
   EXPECT_EQ(grown, 4 * want);
   // Over the stages: the full model (V C + 16 C + 6 blocks + 2 C) plus the head's copy of wte.
@@ -401,10 +402,11 @@ class RecordingDataParallel : public DataParallel {
   NoSyncGuard no_sync() override { return inner_.no_sync(); }
   DeferSyncGuard defer_grad_sync() override { return inner_.defer_grad_sync(); }
   void zero_grad() override { inner_.zero_grad(); }
+  bool syncs_once_per_step() const override { return inner_.syncs_once_per_step(); }
   void finish_grad_sync() override {
     ++calls;
-    // The last backward launched every bucket's all-reduce and waited for none.
-    for (const Bucket& b : inner_.bucket_manager().buckets()) EXPECT_TRUE(b.work != nullptr);
+    launched_at_finish.clear();
+    for (const Bucket& b : inner_.bucket_manager().buckets()) launched_at_finish.push_back(b.work != nullptr);
     start_us = schedule_clock_us();
     std::this_thread::sleep_for(kSlowSync);
     inner_.finish_grad_sync();
@@ -412,6 +414,7 @@ class RecordingDataParallel : public DataParallel {
   }
   int calls = 0;
   double start_us = 0, end_us = 0;
+  std::vector<bool> launched_at_finish;  // per bucket: its reduction was launched before finish_grad_sync
 
  private:
   DataParallelBucket& inner_;
@@ -427,7 +430,7 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
   const int dp = world_size() >= 4 ? 2 : 1, pp = world_size() / dp;
   ProcessGroupManager pgm(dp, pp);
   nn::GPTConfig cfg = config(6);
-  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0]);
+  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0]);
   PipelineP2P p2p(pgm.pp_group());
   DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
   RecordingDataParallel dp_wrap(bucket);
@@ -441,8 +444,10 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   for (auto schedule : {train_step_pipeline_afab, train_step_pipeline_1f1b}) {
     dp_wrap.calls = 0;
-    PipelineStepResult r = schedule(stage, p2p, mbs, loss_fn, &dp_wrap);
+    ForwardBackwardResult r = schedule(stage, p2p, mbs, loss_fn, &dp_wrap);
     ASSERT_EQ(dp_wrap.calls, 1) << "the schedule finishes the sync once, after its last transfer";
+    // The last backward launched every bucket's all-reduce and waited for none.
+    for (bool launched : dp_wrap.launched_at_finish) EXPECT_TRUE(launched);
     const ScheduleEvent& last_b = r.events.back();
     ASSERT_EQ(last_b.kind, 'B');
     EXPECT_GE(dp_wrap.start_us, last_b.end_us) << "the sync finishes after the last backward";
@@ -464,6 +469,52 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
     EXPECT_EQ(g.to_vector<float>(), mean.to_vector<float>());
     bucket.reset();
   }
+}
+
+// Interleaved 1F1B with bucketed dp: the rank syncs in its last backward
+// (B(m-1).0, chunk 0), so every bucket that holds only chunk 0's params is
+// launched inside it, not left for finish_grad_sync to launch after the
+// schedule - which keeps the numbers and loses all overlap. (Buckets holding a
+// later chunk's params got their gradients under no_sync; finish launches them.)
+TEST(Pipeline, InterleavedLaunchesTheBucketReductionsInsideTheLastBackward) {
+  const int dp = world_size() >= 4 ? 2 : 1, pp = world_size() / dp;
+  ProcessGroupManager pgm(dp, pp);
+  nn::GPTConfig cfg = config(6);
+  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), pp, 2)[size_t(pgm.pp_rank())]);
+  PipelineP2P p2p(pgm.pp_group());
+  DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
+  ASSERT_GT(bucket.bucket_manager().buckets().size(), 2u) << "several buckets, so that some could be left behind";
+  RecordingDataParallel dp_wrap(bucket);
+  const int m = 2 * pp;
+  Batch b = global_batch(0, int64_t(dp) * m * kRowsPerMicroBatch);
+  std::vector<MicroBatch> mbs;
+  for (int i = 0; i < m; ++i) {
+    int64_t r = (int64_t(pgm.dp_rank()) * m + i) * kRowsPerMicroBatch;
+    mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
+  }
+  LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
+  // The buckets whose params all sit in chunk 0's layers.
+  std::set<const TensorImpl*> chunk0;
+  for (size_t k = 0; k < size_t(stage.range(0).size()); ++k)
+    for (const Tensor& p : stage.layers()[k]->parameters()) chunk0.insert(p.impl());
+  std::vector<bool> only_chunk0;
+  for (const Bucket& b : bucket.bucket_manager().buckets())
+    only_chunk0.push_back(std::all_of(b.params.begin(), b.params.end(),
+                                      [&](const Tensor& p) { return chunk0.count(p.impl()) > 0; }));
+  ASSERT_GE(std::count(only_chunk0.begin(), only_chunk0.end(), true), 1) << "some bucket of chunk 0 alone";
+  ForwardBackwardResult r = train_step_pipeline_interleaved(stage, p2p, mbs, loss_fn, &dp_wrap);
+  ASSERT_EQ(dp_wrap.calls, 1);
+  ASSERT_EQ(dp_wrap.launched_at_finish.size(), only_chunk0.size());
+  for (size_t i = 0; i < only_chunk0.size(); ++i) {
+    if (only_chunk0[i]) {
+      EXPECT_TRUE(dp_wrap.launched_at_finish[i]) << "bucket " << i << " (chunk 0's) inside B(m-1).0";
+    }
+  }
+  EXPECT_GE(dp_wrap.start_us, r.events.back().end_us);
+  Tensor g = ops::contiguous(bucket.bucket_manager().buffer());
+  Tensor mean = ops::clone(g);
+  pgm.dp_group().all_reduce(mean, ReduceOp::Avg);
+  EXPECT_EQ(g.to_vector<float>(), mean.to_vector<float>());
 }
 
 TEST(Pipeline, RingTransfersOfLargeTensorsDoNotDeadlockInASchedule) {

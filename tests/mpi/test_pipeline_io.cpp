@@ -65,7 +65,7 @@ TEST(PipelineIO, EvalStepMatchesTheSingleProcessLossAndLeavesNoAutogradState) {
   // The reference and the stage start from different seeds: load_stage_state
   // is what makes their weights equal.
   nn::GPT model(cfg);
-  PipelineStage stage(config(7), my_range(cfg));
+  ModelChunks stage(config(7), my_range(cfg));
   load_stage_state(stage, model.state_dict());
   model.eval();
   stage.eval();
@@ -106,7 +106,7 @@ TEST(PipelineIO, GatherGivesRankZeroTheFullModelsStateDictInEveryDtype) {
     SCOPED_TRACE(dtype_name(dtype));
     // A stage draws exactly the full model's weights from the same seed (nn/gpt.h).
     nn::GPT model(config());
-    PipelineStage stage(config(), my_range(config()));
+    ModelChunks stage(config(), my_range(config()));
     model.to(dtype);
     stage.to(dtype);
 
@@ -130,7 +130,7 @@ TEST(PipelineIO, GatherLoadGatherRoundTripIsIdentical) {
   ProcessGroup& world = parallel::world();
   for (DType dtype : {kFloat32, kBFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    PipelineStage stage(config(), my_range(config()));
+    ModelChunks stage(config(), my_range(config()));
     stage.to(dtype);
     nn::NamedTensors first = gather_stage_states(stage, world);
 
@@ -139,7 +139,7 @@ TEST(PipelineIO, GatherLoadGatherRoundTripIsIdentical) {
     nn::GPT like(config());
     like.to(dtype);
     nn::NamedTensors full = broadcast_from_rank0(first, like.state_dict());
-    PipelineStage fresh(config(99), my_range(config()));
+    ModelChunks fresh(config(99), my_range(config()));
     fresh.to(dtype);
     load_stage_state(fresh, full);
     nn::NamedTensors second = gather_stage_states(fresh, world);
@@ -160,7 +160,7 @@ TEST(PipelineIO, GatherLoadGatherRoundTripIsIdentical) {
 
 TEST(PipelineIO, LoadStageStateNamesTheEntryItLacks) {
   nn::GPT model(config());
-  PipelineStage stage(config(7), my_range(config()));
+  ModelChunks stage(config(7), my_range(config()));
   // Drop this stage's last parameter (wte.weight on the last stage: its copy
   // comes from that entry) from the full state.
   const std::string dropped = stage.named_parameters().back().first;
@@ -181,7 +181,7 @@ TEST(PipelineIO, GatherWithChunksGivesTheFullModelInItsOrder) {
   for (int v : {2, 3}) {
     SCOPED_TRACE(str("v ", v));
     nn::GPT model(config());
-    PipelineStage stage(config(), partition_uniform(config().num_layers(), 2, v)[size_t(world.rank())]);
+    ModelChunks stage(config(), partition_uniform(config().num_layers(), 2, v)[size_t(world.rank())]);
     nn::NamedTensors got = gather_stage_states(stage, world);
     if (world.rank() != 0) continue;
     nn::NamedTensors want = model.state_dict();
@@ -198,7 +198,7 @@ TEST(PipelineIO, EvalStepWithChunksMatchesTheSingleProcessLoss) {
   ProcessGroup& world = parallel::world();
   if (world.size() != 2) GTEST_SKIP() << "pp 2 x v 3 over 6 layers";
   nn::GPT model(config());
-  PipelineStage stage(config(), partition_uniform(config().num_layers(), 2, 3)[size_t(world.rank())]);
+  ModelChunks stage(config(), partition_uniform(config().num_layers(), 2, 3)[size_t(world.rank())]);
   model.eval();
   stage.eval();
   Generator g(5);
@@ -233,7 +233,7 @@ TEST(PipelineReceive, AnActivationOfTheWrongShapeIsNamed) {
     p2p.send_forward(zeros({kRowsPerMicroBatch, kT, 48}), 0);  // C 48, not 32
     return;
   }
-  PipelineStage stage(cfg, partition_uniform(cfg.num_layers(), 2)[1][0]);
+  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), 2)[1][0]);
   std::vector<MicroBatch> mbs{{zeros({kRowsPerMicroBatch, kT}, kInt64), zeros({kRowsPerMicroBatch, kT}, kInt64)}};
   std::string err = test::error_of([&] {
     train_step_pipeline_afab(stage, p2p, mbs, [](const Tensor& l, const Tensor& y) { return nn::cross_entropy_loss(l, y); });

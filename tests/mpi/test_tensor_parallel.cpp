@@ -16,7 +16,8 @@
 #include "tests/error_of.h"
 #include "nn/loss.h"
 #include "parallel/comm/distributed.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/model_chunks.h"
+#include "parallel/tensor_parallel/sharding.h"
 #include "parallel/tensor_parallel/block.h"
 #include "parallel/tensor_parallel/cross_entropy.h"
 #include "parallel/tensor_parallel/gpt.h"
@@ -239,7 +240,7 @@ TEST_P(TensorParallelGptTest, LossAndGradientsEqualTheFullGpt) {
   Tensor x = idx;
   for (auto& layer : layers) x = layer->forward(x);
   auto& head = static_cast<TensorParallelHead&>(*layers.back());
-  Tensor loss_p = tensor_parallel_loss(x, y, head, cfg.vocab_size);
+  Tensor loss_p = head.loss(x, y);
   ag::backward(loss_p);
   expect_close(loss_p, loss_f, "loss");
 
@@ -284,8 +285,9 @@ TEST(TensorParallel, ShardMapsJoinEveryShardIntoTheFullModelAndCutItBack) {
   nn::GPT full(cfg);
   std::map<std::string, Tensor> want;
   for (auto& [name, p] : full.named_parameters()) want[name] = p;
-  PipelineStage stage(cfg, {0, cfg.num_layers()}, {&tp(), false});
-  nn::NamedTensors joined = stage.full_state_dict();
+  TensorParallelSharding sharding(cfg, tp(), false);
+  ModelChunks stage(cfg, LayerRange{0, cfg.num_layers()}, sharding.layer_builder());
+  nn::NamedTensors joined = sharding.full_state_dict(stage);
   ASSERT_EQ(joined.size(), want.size());
   const std::set<std::string> replicated = {"wpe.weight", "ln_f.weight", "ln_f.bias"};
   for (auto& [name, t] : joined) {
@@ -295,7 +297,7 @@ TEST(TensorParallel, ShardMapsJoinEveryShardIntoTheFullModelAndCutItBack) {
   int params = 0;
   for (auto& [name, p] : stage.named_parameters()) {
     if (tp().size() == 1) break;  // no maps without a split
-    const ShardMap& map = stage.shard_maps().at(name);
+    const ShardMap& map = sharding.shard_maps().at(name);
     EXPECT_EQ(ops::reshape(cut_shard(want.at(name), map), p.shape()).to_vector<float>(), p.to_vector<float>()) << name;
     const bool expect_replicated = replicated.count(name) || name.find("ln_") != std::string::npos ||
                                    name.find("c_proj.bias") != std::string::npos;
@@ -311,15 +313,17 @@ TEST(TensorParallel, ShardMapsJoinEveryShardIntoTheFullModelAndCutItBack) {
 TEST(TensorParallel, ReplicatedParamsThatDriftApartAreNamed) {
   if (tp().size() == 1) GTEST_SKIP() << "needs 2 or more tp ranks (runs at np 2 and 4)";
   nn::GPTConfig cfg{10, 8, 2, 4, 8, 0.0, 21};
-  PipelineStage stage(cfg, {0, cfg.num_layers()}, {&tp(), false});
-  check_tp_replicas_identical(stage.tp_replicated_params(), tp());  // as built: identical
-  for (auto& [name, p] : stage.tp_replicated_params())
+  TensorParallelSharding sharding(cfg, tp(), false);
+  ModelChunks stage(cfg, LayerRange{0, cfg.num_layers()}, sharding.layer_builder());
+  check_tp_replicas_identical(sharding.replicated_params(stage), tp());  // as built: identical
+  for (auto& [name, p] : sharding.replicated_params(stage))
     if (name == "blocks.1.ln_2.bias" && tp().rank() == 1) {
       NoGradGuard no_grad;
       float* v = p.data<float>();
       v[0] = std::nextafter(v[0], 1.0f);
     }
-  const std::string msg = test::error_of([&] { check_tp_replicas_identical(stage.tp_replicated_params(), tp()); });
+  const std::string msg =
+      test::error_of([&] { check_tp_replicas_identical(sharding.replicated_params(stage), tp()); });
   EXPECT_NE(msg.find("blocks.1.ln_2.bias"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("blocks.0.ln_1.weight"), std::string::npos) << "only the drifted param is named: " << msg;
 }

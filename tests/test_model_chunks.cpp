@@ -1,4 +1,4 @@
-// A pipeline stage on one process (parallel/pipeline_stage.h): it builds only
+// The model's layer chunks on one process (parallel/model_chunks.h): a pipeline stage builds only
 // its own layers (its parameter memory, read from the allocator, is its
 // layers' and nothing more), its parameters carry the full model's names and
 // values, and two stages chained by hand - forward, then backward from the
@@ -13,7 +13,7 @@
 #include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
-#include "parallel/pipeline_parallel/pipeline_stage.h"
+#include "parallel/model_chunks.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -52,8 +52,8 @@ std::vector<std::string> block_names(int i) {
 
 }  // namespace
 
-TEST(PipelineStage, ParameterNamesAreTheFullModelsNames) {
-  PipelineStage first(kCfg, {0, 2}), middle(kCfg, {2, 4}), last(kCfg, {4, 6});
+TEST(ModelChunks, ParameterNamesAreTheFullModelsNames) {
+  ModelChunks first(kCfg, {0, 2}), middle(kCfg, {2, 4}), last(kCfg, {4, 6});
   std::vector<std::string> want_first{"wte.weight", "wpe.weight"}, want_middle, want_last;
   for (auto& n : block_names(0)) want_first.push_back(n);
   for (int i : {1, 2})
@@ -68,7 +68,7 @@ TEST(PipelineStage, ParameterNamesAreTheFullModelsNames) {
   EXPECT_TRUE(last.is_last_stage() && last.embedding_weight().defined());
 
   // One stage holding everything is the whole model, with a single (tied) wte.
-  PipelineStage all(kCfg, {0, 6});
+  ModelChunks all(kCfg, {0, 6});
   nn::GPT gpt(kCfg);
   EXPECT_EQ(names(all), names(gpt));
 }
@@ -77,9 +77,9 @@ TEST(PipelineStage, ParameterNamesAreTheFullModelsNames) {
 // and 4, rank 1 layers 1, 3 and 5. Names stay the full model's, in layer
 // order; forward(x, c) runs chunk c alone; the embedding and the head are
 // wherever their chunk is.
-TEST(PipelineStage, ChunksKeepTheModelsNamesAndRunOneAtATime) {
-  PipelineStage rank0(kCfg, std::vector<LayerRange>{{0, 1}, {2, 3}, {4, 5}});
-  PipelineStage rank1(kCfg, std::vector<LayerRange>{{1, 2}, {3, 4}, {5, 6}});
+TEST(ModelChunks, ChunksKeepTheModelsNamesAndRunOneAtATime) {
+  ModelChunks rank0(kCfg, std::vector<LayerRange>{{0, 1}, {2, 3}, {4, 5}});
+  ModelChunks rank1(kCfg, std::vector<LayerRange>{{1, 2}, {3, 4}, {5, 6}});
   std::vector<std::string> want0{"wte.weight", "wpe.weight"}, want1;
   for (int i : {1, 3})
     for (auto& n : block_names(i)) want0.push_back(n);
@@ -102,18 +102,18 @@ TEST(PipelineStage, ChunksKeepTheModelsNamesAndRunOneAtATime) {
   EXPECT_LE(rel_diff(h, gpt.forward(x)), 1e-6);
 }
 
-TEST(PipelineStage, ParametersEqualTheFullModels) {
+TEST(ModelChunks, ParametersEqualTheFullModels) {
   nn::GPT gpt(kCfg);
   std::map<std::string, Tensor> full;
   for (auto& [n, p] : gpt.named_parameters()) full[n] = p;
   for (LayerRange r : {LayerRange{0, 2}, LayerRange{2, 4}, LayerRange{4, 6}}) {
-    PipelineStage stage(kCfg, r);
+    ModelChunks stage(kCfg, r);
     for (auto& [n, p] : stage.named_parameters())
       EXPECT_EQ(p.to_vector<float>(), full.at(n).to_vector<float>()) << n;
   }
 }
 
-TEST(PipelineStage, BuildsOnlyItsOwnLayers) {
+TEST(ModelChunks, BuildsOnlyItsOwnLayers) {
   // Parameter counts, by hand: V C + block C = 1536, a block 12 C² + 13 C = 12704, the head 2 C + V C = 1088.
   const int64_t emb = 32 * 32 + 16 * 32, block = 12 * 32 * 32 + 13 * 32, head = 2 * 32 + 32 * 32;
   struct Case {
@@ -123,21 +123,21 @@ TEST(PipelineStage, BuildsOnlyItsOwnLayers) {
   for (Case c : {Case{{0, 2}, emb + block}, Case{{2, 4}, 2 * block}, Case{{4, 6}, block + head},
                  Case{{0, 6}, emb + 4 * block + 2 * 32}}) {  // the whole model: wte counted once
     const int64_t before = memory_stats().live_bytes;
-    auto stage = std::make_shared<PipelineStage>(kCfg, c.range);
+    auto stage = std::make_shared<ModelChunks>(kCfg, c.range);
     const int64_t grown = memory_stats().live_bytes - before;
     EXPECT_EQ(stage->num_parameters(), c.params) << "layers [" << c.range.start << ", " << c.range.end << ")";
     EXPECT_EQ(grown, 4 * c.params) << "layers [" << c.range.start << ", " << c.range.end << ")";
   }
 }
 
-TEST(PipelineStage, LayerParameterCountsMatchTheBuiltLayers) {
+TEST(ModelChunks, LayerParameterCountsMatchTheBuiltLayers) {
   std::vector<int64_t> counts = gpt_layer_param_counts(kCfg);
   ASSERT_EQ(int64_t(counts.size()), kCfg.num_layers());
   for (int64_t i = 0; i < kCfg.num_layers(); ++i)
-    EXPECT_EQ(counts[size_t(i)], PipelineStage(kCfg, {i, i + 1}).num_parameters()) << "layer " << i;
+    EXPECT_EQ(counts[size_t(i)], ModelChunks(kCfg, {i, i + 1}).num_parameters()) << "layer " << i;
 }
 
-TEST(PipelineStage, TwoChainedStagesReproduceTheFullModel) {
+TEST(ModelChunks, TwoChainedStagesReproduceTheFullModel) {
   Generator g(5);
   Tensor x = randint(0, kCfg.vocab_size, {3, 16}, g), y = randint(0, kCfg.vocab_size, {3, 16}, g);
 
@@ -146,7 +146,7 @@ TEST(PipelineStage, TwoChainedStagesReproduceTheFullModel) {
   Tensor full_loss = nn::cross_entropy_loss(full_logits, y);
   autograd::backward(full_loss);
 
-  PipelineStage a(kCfg, {0, 3}), b(kCfg, {3, 6});
+  ModelChunks a(kCfg, {0, 3}), b(kCfg, {3, 6});
   Tensor act = a.forward(x);                          // [3, 16, 32], stays on "rank 0"
   Tensor received = ops::clone(autograd::detach(act));  // what the next stage would receive: a fresh leaf
   Tensor logits = b.forward(received);
@@ -162,7 +162,7 @@ TEST(PipelineStage, TwoChainedStagesReproduceTheFullModel) {
 
   std::map<std::string, Tensor> full;
   for (auto& [n, p] : gpt.named_parameters()) full[n] = autograd::grad(p);
-  for (PipelineStage* s : {&a, &b})
+  for (ModelChunks* s : {&a, &b})
     for (auto& [n, p] : s->named_parameters())
       if (n != "wte.weight") {
         EXPECT_LT(rel_diff(autograd::grad(p), full.at(n)), 1e-6) << n;

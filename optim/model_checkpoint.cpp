@@ -1,0 +1,43 @@
+#include "optim/model_checkpoint.h"
+
+#include <filesystem>
+
+#include "nn/dropout.h"
+#include "optim/checkpoint_tensor_parallel.h"
+#include "parallel/tensor_parallel/replicas.h"
+
+namespace loom::optim {
+
+void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPrecisionOptimizer& opt,
+                           const nn::GPTConfig& cfg, const std::string& vocab_utf8, int64_t steps_done,
+                           const std::array<uint64_t, 4>& data_rng, parallel::ProcessGroupManager& pgm, bool zero) {
+  opt.finish_param_sync();
+  // The whole model's params on rank 0 (a pipeline's stages gathered, tp shards joined), as host copies.
+  const nn::NamedTensors full = parallel::gather_full_state(m, pgm);
+  if (pgm.global_rank() == 0) {
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+  }
+  pgm.world().barrier();  // the directory exists before any rank writes its shard
+  const nn::NamedTensors params = m.chunks->named_parameters();
+  const TrainState state{steps_done, data_rng, nn::dropout_offset(*m.chunks)};
+  if (m.tp) {
+    // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
+    parallel::check_tp_replicas_identical(m.tp->replicated_params(*m.chunks), pgm.tp_group());
+    nn::NamedTensors joined =
+        full_optimizer_fragments(opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &pgm.dp_group(), zero});
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
+                    pgm.tp_rank() == 0 && pgm.dp_rank() == 0, &joined);
+  } else {
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), zero || pgm.dp_rank() == 0);
+  }
+}
+
+TrainState load_model_checkpoint(const std::string& path, parallel::Model& m, MixedPrecisionOptimizer& opt) {
+  // Every rank reads the manifest and the shards it needs.
+  TrainState s = load_checkpoint(path, opt, m.chunks->named_parameters(), m.tp ? &m.tp->shard_maps() : nullptr);
+  nn::set_dropout_offset(*m.chunks, s.dropout_offset);  // the next masks are those the saved run would have drawn
+  return s;
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,40 @@
+// Which data-parallel wrapper a model gets, decided in one place (Megatron
+// always wraps in DDP). Gradients accumulate in DataParallelBucket's fp32
+// main_grad buffer whenever there is more than one replica, the model is not
+// fp32 (bf16 sums lose bits), or the optimizer is sharded (ZeRO-1 shards that
+// buffer) - on a single process too, as a dp group of one. mode "naive"
+// (DataParallelNaive: a hook per gradient, no buffer) serves only fp32
+// replicas without ZeRO; an fp32 single process gets no wrapper at all
+// (plain .grad tensors).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+#include "parallel/data_parallel/data_parallel_bucket.h"
+
+namespace loom::parallel {
+
+struct DataParallelOptions {
+  std::string mode = "bucket";  // "bucket" or "naive"
+  double bucket_mb = 25;        // MiB of fp32 gradients per bucket (PyTorch DDP's default)
+  DType dtype = kFloat32;       // the model's params
+  bool zero = false;            // the optimizer shards the buffer (ZeRO-1): reduce-scatter
+};
+
+struct DataParallelWrap {
+  std::unique_ptr<DataParallel> dp;  // null: one fp32 process, plain .grad tensors
+  DataParallelBucket* bucket = nullptr;  // == dp when it holds the main_grad buffer
+  // At the top of a step: the wrapper's zero_grad, or the params' .grad dropped.
+  void zero_grad(nn::Module& model);
+};
+
+// Collective over dp_group (the params broadcast from dp rank 0). whole_grad:
+// params whose bucket stays all-reduced under ZeRO (the tied embedding:
+// FinalizeModelGrads::needs_whole_grad). Errors: naive with a buffer needed.
+DataParallelWrap wrap_data_parallel(nn::Module& model, ProcessGroup& dp_group, const DataParallelOptions& options,
+                                    const std::vector<Tensor>& whole_grad = {});
+
+}  // namespace loom::parallel

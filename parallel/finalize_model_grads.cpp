@@ -1,0 +1,39 @@
+#include "parallel/finalize_model_grads.h"
+
+#include "parallel/teach/teach_break.h"
+
+namespace loom::parallel {
+
+FinalizeModelGrads::FinalizeModelGrads(Model& model, ProcessGroupManager& pgm)
+    : model_(model), pgm_(pgm), tied_embedding_(tied_embedding_handler(*model.chunks, pgm)) {
+  if (model.tp)
+    for (const Tensor& p : model.tp->sequence_parallel_partial_params(*model.chunks))
+      sequence_parallel_partial_grads_.add(p, pgm.tp_group());
+}
+
+void FinalizeModelGrads::operator()(DataParallel* dp) {
+  if (dp) dp->finish_grad_sync();  // 1.
+  // 2. After the data-parallel sync, which averaged each copy over its own replicas.
+  if (!teach::broken(teach::Break::SkipTiedSync)) tied_embedding_.all_reduce_grads(dp);  // --teach-break skip-tied-sync: the copies drift apart
+  sequence_parallel_partial_grads_.all_reduce_grads(dp);  // 3.
+}
+
+ProcessGroup* FinalizeModelGrads::grad_stats_group(bool zero) const {
+  // --teach-break found-inf-wrong-group: only this stage's dp replicas, so stages decide alone.
+  if (teach::broken(teach::Break::FoundInfWrongGroup)) return &pgm_.dp_group();
+  if (zero) return &pgm_.world();  // every dp shard too
+  return pgm_.model_parallel_group().size() > 1 ? &pgm_.model_parallel_group() : nullptr;
+}
+
+std::vector<Tensor> FinalizeModelGrads::not_counted() const {
+  std::vector<Tensor> out;
+  // The tied weight once: the last stage's copy is left out.
+  const ModelChunks& m = *model_.chunks;
+  if (m.is_last_stage() && !m.is_first_stage()) out.push_back(m.embedding_weight());
+  // Tensor parallelism's replicated params once: tp rank 0's copies (all tp ranks' are equal).
+  if (model_.tp && pgm_.tp_rank() != 0)
+    for (const auto& [name, p] : model_.tp->replicated_params(m)) out.push_back(p);
+  return out;
+}
+
+}  // namespace loom::parallel

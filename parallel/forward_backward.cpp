@@ -1,0 +1,43 @@
+#include "parallel/forward_backward.h"
+
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
+#include "parallel/pipeline_parallel/pipeline_schedule.h"
+#include "tensor/grad_mode.h"
+
+namespace loom::parallel {
+
+ForwardBackwardResult forward_backward_no_pipelining(ModelChunks& model, const std::vector<MicroBatch>& micro_batches,
+                                                     const LossFn& loss_fn, DataParallel* dp) {
+  MicroBatchRunner run(model, /*p2p=*/nullptr, micro_batches, loss_fn, dp);
+  const int m = run.num_microbatches();
+  // Only the last backward syncs over dp: the others run inside no_sync().
+  for (int mb = 0; mb < m; ++mb) {
+    run.forward(mb, Tensor());
+    run.backward(mb, Tensor(), /*sync=*/mb + 1 == m);
+  }
+  return run.finish();
+}
+
+ForwardBackwardResult forward_backward(Model& model, const std::vector<MicroBatch>& micro_batches,
+                                       const std::string& schedule, const LossFn& loss_fn, DataParallel* dp) {
+  if (!model.p2p) return forward_backward_no_pipelining(*model.chunks, micro_batches, loss_fn, dp);
+  ModelChunks& stage = *model.chunks;
+  PipelineP2P& p2p = *model.p2p;
+  if (stage.num_chunks() > 1) return train_step_pipeline_interleaved(stage, p2p, micro_batches, loss_fn, dp);
+  if (schedule == "afab") return train_step_pipeline_afab(stage, p2p, micro_batches, loss_fn, dp);
+  LOOM_CHECK(schedule == "1f1b", "forward_backward: unknown schedule '", schedule, "' (afab or 1f1b)");
+  return train_step_pipeline_1f1b(stage, p2p, micro_batches, loss_fn, dp);
+}
+
+double forward_only(Model& model, const std::vector<MicroBatch>& micro_batches) {
+  ModelChunks& chunks = *model.chunks;
+  auto loss_fn = [&chunks](const Tensor& logits, const Tensor& y) { return chunks.loss(logits, y); };
+  if (model.p2p) return eval_step_pipeline(chunks, *model.p2p, micro_batches, loss_fn);
+  LOOM_CHECK(!micro_batches.empty(), "forward_only: no micro-batches");
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const MicroBatch& mb : micro_batches) total += loss_fn(chunks.forward(mb.x), mb.y).item<double>();
+  return total / double(micro_batches.size());
+}
+
+}  // namespace loom::parallel
