@@ -1,0 +1,77 @@
+// train_gpt across hosts equals one process: the runs of
+// test_train_gpt_parallel.cpp, launched by mpirun on h0 over the hosts of
+// tests/multihost/hosts.sh (each test is one CTest test inside its own set of
+// hosts; see CMakeLists.txt here). MPI's messages between hosts cross a veth
+// and a bridge by TCP; within a host they use shared memory.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "tests/train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+// Launch through hosts.sh's mpirun (LOOM_MH_MPIRUN), which prints where each
+// rank runs (--display-map); without it, skip.
+bool on_hosts() {
+  const char* mpirun = std::getenv("LOOM_MH_MPIRUN");
+  if (!mpirun) return false;
+  setenv("LOOM_TEST_LAUNCHER", (std::string(mpirun) + " --display-map").c_str(), 1);
+  return true;
+}
+
+// The run really was spread: mpirun's map puts `procs` ranks on each of h0 and h1.
+void expect_on_two_hosts(const Result& r, int procs) {
+  for (const char* host : {"h0", "h1"})
+    EXPECT_NE(r.output.find(str("Data for node: ", host, "\tNum slots: ", procs, "\tMax slots: 0\tNum procs: ", procs)),
+              std::string::npos)
+        << host << "\n" << r.output;
+}
+
+}  // namespace
+
+#define REQUIRE_HOSTS() \
+  if (!on_hosts()) GTEST_SKIP() << "run inside tests/multihost/hosts.sh (ctest -L multihost)"
+
+// hostfile: h0 slots=1, h1 slots=1 -> rank 0 on h0, rank 1 on h1.
+TEST(Multihost, DataParallelAcrossTwoHostsMatchesOneProcess) {
+  REQUIRE_HOSTS();
+  Result r = train("mh_dp2", 2, "--dp 2 --batch 8");
+  expect_on_two_hosts(r, 1);
+  expect_same_run(r, single_process_batch16(), "--dp 2 over 2 hosts");
+}
+
+// slots=2: ranks 0, 1 (pipeline stages 0, 1 of replica 0) on h0, ranks 2, 3 on h1:
+// the pipeline stays inside a host, data parallelism crosses hosts.
+TEST(Multihost, DataAndPipelineParallelAcrossTwoHostsMatchesOneProcess) {
+  REQUIRE_HOSTS();
+  Result r = train("mh_dp2_pp2", 4, "--dp 2 --pp 2 --microbatches 2 --batch 4");
+  expect_on_two_hosts(r, 2);
+  expect_same_run(r, single_process_batch16(), "--dp 2 --pp 2 over 2 hosts");
+  expect_tied_copies_identical("mh_dp2_pp2");
+}
+
+// slots=2: the tp pair (ranks 0, 1) on h0, the other replica on h1.
+TEST(Multihost, TensorParallelInsideAHostDataParallelAcrossMatchesOneProcess) {
+  REQUIRE_HOSTS();
+  Result r = train("mh_dp2_tp2", 4, "--dp 2 --tp 2 --batch 8");
+  expect_on_two_hosts(r, 2);
+  expect_same_run(r, single_process_batch16(), "--tp 2 in a host, --dp 2 over 2 hosts");
+}
+
+// 5 steps on two hosts, sharded (ZeRO: each host writes its own optimizer
+// shard into the shared folder), then 5 more steps by one process.
+TEST(Multihost, CheckpointSavedAcrossHostsResumesOnOneHost) {
+  REQUIRE_HOSTS();
+  Result first = train("mh_resume", 2, "--dp 2 --batch 8 --zero --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  expect_on_two_hosts(first, 1);
+  ASSERT_TRUE(fs::exists(work_dir() / "mh_resume.step5.optim.1.safetensors")) << "the shard of rank 1 (on h1)";
+  unsetenv("LOOM_TEST_LAUNCHER");
+  expect_same_run(train("mh_resume", 1, "--batch 16 --resume " + checkpoint("mh_resume")), single_process_batch16(),
+                  "--zero dp 2 over 2 hosts -> save -> one process");
+}
