@@ -45,8 +45,10 @@ TEST(Multihost, DataParallelAcrossTwoHostsMatchesOneProcess) {
   expect_same_run(r, single_process_batch16(), "--dp 2 over 2 hosts");
 }
 
-// slots=2: ranks 0, 1 (pipeline stages 0, 1 of replica 0) on h0, ranks 2, 3 on h1:
-// the pipeline stays inside a host, data parallelism crosses hosts.
+// slots=2, and the grid in Megatron's order (tp, then dp, then pp;
+// parallel/process_group_manager.h): ranks 0, 1 (stage 0 of both replicas)
+// on h0, ranks 2, 3 (stage 1) on h1. The dp all-reduce stays inside each
+// host, the pipeline's activations cross between them.
 TEST(Multihost, DataAndPipelineParallelAcrossTwoHostsMatchesOneProcess) {
   REQUIRE_HOSTS();
   Result r = train("mh_dp2_pp2", 4, "--dp 2 --pp 2 --microbatches 2 --batch 4");
@@ -55,7 +57,8 @@ TEST(Multihost, DataAndPipelineParallelAcrossTwoHostsMatchesOneProcess) {
   expect_tied_copies_identical("mh_dp2_pp2");
 }
 
-// slots=2: the tp pair (ranks 0, 1) on h0, the other replica on h1.
+// slots=2: replica 0's tp pair (ranks 0, 1) on h0, replica 1's on h1; the dp
+// all-reduce crosses hosts, tp's per-layer all-reduces never do.
 TEST(Multihost, TensorParallelInsideAHostDataParallelAcrossMatchesOneProcess) {
   REQUIRE_HOSTS();
   Result r = train("mh_dp2_tp2", 4, "--dp 2 --tp 2 --batch 8");
