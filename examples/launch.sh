@@ -13,6 +13,13 @@
 # - a check that every host answers (ssh HOST true, 10 s) before anything
 #   starts: an unreachable host fails at once, named, instead of mpirun
 #   waiting on a daemon that never calls back;
+# - a bound on the start: mpirun waits forever for a daemon that cannot call
+#   back (ssh reaches the host, but the --subnet network does not: measured,
+#   still waiting after 100 s; orte_startup_timeout does not cover it). If
+#   the job map (--display-map, printed once every daemon is up) has not
+#   appeared within --startup seconds (default 120, LOOM_LAUNCH_STARTUP),
+#   launch.sh names the hosts that cannot open a TCP connection back to this
+#   one on --subnet, stops mpirun and exits 1;
 # - --subnet: MPI's traffic (btl_tcp_if_include) and mpirun's own channel to
 #   its daemons (oob_tcp_if_include) on one network, the fast one; without it
 #   Open MPI tries every interface, docker bridges included;
@@ -49,18 +56,21 @@
 # to force TCP, NCCL_DEBUG=INFO to see what it chose. launch.sh passes every
 # NCCL_* variable that is set.
 #
-# Options (before -np): --hostfile FILE, --subnet CIDR, --keepalive SECONDS, --grace SECONDS.
+# Options (before -np): --hostfile FILE, --subnet CIDR, --startup SECONDS, --keepalive SECONDS,
+# --grace SECONDS.
 # LOOM_LAUNCH_AGENT replaces ssh (tests/multihost/on_host.sh enters a network
 # namespace). Everything from -np on goes to mpirun unchanged.
 set -uo pipefail
 
 hostfile="" subnet="" grace=${LOOM_LAUNCH_GRACE:-30} keepalive=${LOOM_LAUNCH_KEEPALIVE:-60}
+startup=${LOOM_LAUNCH_STARTUP:-120}
 while [ $# -gt 0 ]; do
   case "$1" in
     --hostfile) hostfile=$2; shift 2 ;;
     --subnet) subnet=$2; shift 2 ;;
     --grace) grace=$2; shift 2 ;;
     --keepalive) keepalive=$2; shift 2 ;;
+    --startup) startup=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -68,6 +78,7 @@ fail() { echo "launch.sh: $*" >&2; exit 1; }
 [ -n "$hostfile" ] || fail "--hostfile FILE is required (one host a line: 'node1 slots=4')"
 [ -r "$hostfile" ] || fail "cannot read the hostfile '$hostfile'"
 [[ "$grace" =~ ^[0-9]+$ ]] && [ "$grace" -ge 1 ] || fail "--grace must be a whole number of seconds >= 1, got '$grace'"
+[[ "$startup" =~ ^[0-9]+$ ]] && [ "$startup" -ge 1 ] || fail "--startup must be a whole number of seconds >= 1, got '$startup'"
 [[ "$keepalive" =~ ^[0-9]+$ ]] && [ "$keepalive" -ge 8 ] ||
   fail "--keepalive must be a whole number of seconds >= 8, got '$keepalive'"
 [ $# -gt 0 ] || fail "nothing to run: give mpirun's arguments, e.g. -np 4 build/examples/train_gpt --dp 4"
@@ -103,25 +114,54 @@ for v in LOOM_COLLECTIVE_TIMEOUT LOOM_VERBOSE $(compgen -e | grep '^NCCL_'); do
   [ -n "${!v+x}" ] && env_args+=(-x "$v")
 done
 
-# mpirun's stderr goes through a reader that notes the first fatal loom line.
+# mpirun's output goes through two readers: stdout's notes when the job map
+# is printed (--display-map: every daemon has called back, the ranks start),
+# stderr's notes the first fatal loom line.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkfifo "$work/stderr"
-mpirun --hostfile "$hostfile" "${mca[@]}" "${env_args[@]}" "$@" 2> "$work/stderr" &
+mkfifo "$work/stdout" "$work/stderr"
+mpirun --hostfile "$hostfile" --display-map "${mca[@]}" "${env_args[@]}" "$@" > "$work/stdout" 2> "$work/stderr" &
 mpirun_pid=$!
+while IFS= read -r line; do
+  printf '%s\n' "$line"
+  if [[ "$line" == *"JOB MAP"* ]]; then touch "$work/started"; fi
+done < "$work/stdout" &
 while IFS= read -r line; do
   printf '%s\n' "$line" >&2
   if [[ "$line" == *"[loom rank "* && ! -e "$work/failed" ]]; then date +%s > "$work/failed"; fi
 done < "$work/stderr" &
+
+stop_mpirun() {
+  kill -TERM "$mpirun_pid" 2> /dev/null
+  sleep 2
+  kill -KILL "$mpirun_pid" 2> /dev/null
+  wait "$mpirun_pid" 2> /dev/null
+  exit 1
+}
+# Which hosts cannot open a TCP connection to this one on --subnet: a
+# connection refused on port 9 is an answer, silence or "no route" is not.
+unreachable_hosts() {
+  local here_addr host bad=""
+  here_addr=$(ip -o -4 addr show to "$subnet" 2> /dev/null | awk '{print $4}' | cut -d/ -f1 | head -n 1)
+  [ -n "$here_addr" ] || { echo "(this host has no address on $subnet)"; return; }
+  for host in "${hosts[@]}"; do
+    out=$(timeout 10 $agent "$host" "timeout 3 bash -c '</dev/tcp/$here_addr/9'" 2>&1)
+    [[ "$out" == *"Connection refused"* ]] || bad+=" '$host'"
+  done
+  echo "${bad:- (none found: every host reaches $here_addr)}"
+}
+t_start=$(date +%s)
 while kill -0 "$mpirun_pid" 2> /dev/null; do
+  if [ ! -e "$work/started" ] && [ $(($(date +%s) - t_start)) -ge "$startup" ]; then
+    msg="launch.sh: mpirun's daemons did not all call back within $startup s (--startup)"
+    if [ -n "$subnet" ]; then msg+="; hosts that cannot reach this one on $subnet:$(unreachable_hosts)"; fi
+    echo "$msg. Stopping mpirun." >&2
+    stop_mpirun
+  fi
   if [ -e "$work/failed" ] && [ $(($(date +%s) - $(cat "$work/failed"))) -ge "$grace" ]; then
     echo "launch.sh: a rank failed $grace s ago and mpirun is still waiting (for a host it cannot reach?):" \
          "stopping it. Ranks on an unreachable host end by their own collective watchdog." >&2
-    kill -TERM "$mpirun_pid" 2> /dev/null
-    sleep 2
-    kill -KILL "$mpirun_pid" 2> /dev/null
-    wait "$mpirun_pid" 2> /dev/null
-    exit 1
+    stop_mpirun
   fi
   sleep 1
 done

@@ -38,7 +38,8 @@ class MpiPeers final : public watchdog::Peers {
   ~MpiPeers() override {
     MPI_Cancel(&question_);
     MPI_Wait(&question_, MPI_STATUS_IGNORE);
-    for (auto& s : sends_) MPI_Request_free(&s.request);
+    for (auto& s : sends_)
+      if (s.request != MPI_REQUEST_NULL) MPI_Request_free(&s.request);  // an answer to a rank that aborted
     MPI_Comm_free(&comm_);
   }
 

@@ -25,6 +25,9 @@
 #            retransmits, the job finishes every step with exit code 0.
 #   missing  a hostfile naming a host that does not exist: launch.sh refuses
 #            within 10 s naming it, and starts nothing.
+#   netdown  h1 answers (its "ssh" works) but its cable is out before the
+#            launch: mpirun alone would wait for h1's daemon forever;
+#            launch.sh --startup 10 names h1 and exits 1 within 30 s.
 set -uo pipefail
 train=$1 corpus=$2 mode=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -168,6 +171,18 @@ case "$mode" in
     [ "$ms" -le 10000 ] || fail "launch.sh took $ms ms (limit 10000)"
     grep -q "launch.sh: host 'h7' (hostfile $d/bad_hostfile) does not answer" "$d/out.txt" || fail "h7 not named"
     pass "refused in $ms ms, exit code $rc: $(cat "$d/out.txt")"
+    ;;
+  netdown)
+    "$here/hosts.sh" cut h1
+    t0=$(now_ms)
+    LOOM_LAUNCH_STARTUP=10 "$LOOM_MH_MPIRUN" -np 2 "$train" --dp 2 > "$d/out.txt" 2>&1
+    rc=$? ms=$(($(now_ms) - t0))
+    [ "$rc" -ne 0 ] || fail "launch.sh exited 0"
+    [ "$ms" -le 30000 ] || fail "launch.sh took $ms ms (limit 30000)"
+    grep -q "did not all call back within 10 s (--startup); hosts that cannot reach this one on 192.0.2.0/24: 'h1'\." \
+      "$d/out.txt" || fail "h1 not named"
+    [ -z "$(ranks_on h0)$(ranks_on h1)" ] || fail "ranks left running"
+    pass "refused in $ms ms, exit code $rc: $(grep launch.sh "$d/out.txt")"
     ;;
   *) echo "faults.sh: unknown mode '$mode'"; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # on_host.sh HOST COMMAND: runs the shell command line COMMAND on HOST (one of
 # hosts.sh's namespaces), as ssh would: HOST's network, its own hostname (a
-# UTS namespace), and /etc/hosts naming every host. Also Open MPI's rsh agent
+# UTS namespace), its own clock, and /etc/hosts naming every host. Also Open MPI's rsh agent
 # (--mca plm_rsh_agent), which calls it as `on_host.sh HOST orted ...`.
 # Exit code 255 and a message, like ssh, when HOST does not exist.
 host=$1
@@ -12,5 +12,8 @@ if ! ip netns list | grep -qw "^$ns"; then
   exit 255
 fi
 # ip netns exec gives the command a mount namespace of its own, so the bind
-# mount of /etc/hosts stays inside it.
-exec ip netns exec "$ns" unshare -u sh -c 'hostname "$0" && mount --bind "$LOOM_MH_DIR/hosts" /etc/hosts && exec bash -c "$1"' "$host" "$*"
+# mount of /etc/hosts stays inside it. Each host gets its own clock too, as
+# machines have: a time namespace whose CLOCK_MONOTONIC runs 1000 s ahead
+# per host number (h1: +1000 s), so a trace from several hosts must align them.
+offset=$(( ${host#h} * 1000 )) 2> /dev/null || offset=0
+exec ip netns exec "$ns" unshare -u -T --monotonic "$offset" sh -c 'hostname "$0" && mount --bind "$LOOM_MH_DIR/hosts" /etc/hosts && exec bash -c "$1"' "$host" "$*"

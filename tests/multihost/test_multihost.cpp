@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
+#include <map>
+#include <regex>
 
 #include "tests/train_gpt_run.h"
 
@@ -15,12 +18,12 @@ using namespace loom::test;
 
 namespace {
 
-// Launch through hosts.sh's mpirun (LOOM_MH_MPIRUN), which prints where each
-// rank runs (--display-map); without it, skip.
+// Launch through hosts.sh's mpirun (LOOM_MH_MPIRUN: examples/launch.sh on
+// h0, which prints where each rank runs); without it, skip.
 bool on_hosts() {
   const char* mpirun = std::getenv("LOOM_MH_MPIRUN");
   if (!mpirun) return false;
-  setenv("LOOM_TEST_LAUNCHER", (std::string(mpirun) + " --display-map").c_str(), 1);
+  setenv("LOOM_TEST_LAUNCHER", mpirun, 1);
   return true;
 }
 
@@ -77,4 +80,41 @@ TEST(Multihost, CheckpointSavedAcrossHostsResumesOnOneHost) {
   unsetenv("LOOM_TEST_LAUNCHER");
   expect_same_run(train("mh_resume", 1, "--batch 16 --resume " + checkpoint("mh_resume")), single_process_batch16(),
                   "--zero dp 2 over 2 hosts -> save -> one process");
+}
+
+// --trace over two hosts whose steady clocks are 1000 s apart (on_host.sh
+// gives each host a time namespace): one file, a row per rank, each labelled
+// with its measured offset; the same all-reduce ends at about the same moment
+// on both rows (it cannot end on one rank long before the other has sent its
+// half). Measured on the loaded 2-core machine: within +-0.2 ms (sometimes
+// +-2 ms), the ends 0.2 ms apart; the limits are 10 ms and error + 5 ms, so
+// they catch rows not put on one clock (1000 s), not the last 0.1 ms.
+TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
+  REQUIRE_HOSTS();
+  fs::path path = work_dir() / "mh_trace.json";
+  Result r = train("mh_trace", 2, "--dp 2 --batch 8 --trace " + path.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_on_two_hosts(r, 1);
+  std::ifstream f(path);
+  std::map<int, double> error_us;                 // rank -> the clock's error bound
+  std::map<std::string, double> end_us[2];        // all-reduce "#k" -> its end, per rank
+  std::regex label(R"re("pid": (\d+), "args": \{"labels": "clock: rank 0's [-+0-9.]+ us, within \+-([0-9.]+) us")re");
+  std::regex all_reduce(R"re("name": "all_reduce\(avg, float32\) dp \(size 2\) (#\d+) [^"]*", "ph": "X", "ts": ([0-9.]+), "dur": ([0-9.]+), "pid": (\d+), "tid": 1)re");
+  std::smatch m;
+  for (std::string line; std::getline(f, line);) {
+    if (std::regex_search(line, m, label)) error_us[std::stoi(m[1])] = std::stod(m[2]);
+    if (std::regex_search(line, m, all_reduce)) end_us[std::stoi(m[4])][m[1]] = std::stod(m[2]) + std::stod(m[3]);
+  }
+  ASSERT_EQ(error_us.size(), 2u) << "a clock label per rank";
+  EXPECT_EQ(error_us[0], 0) << "rank 0 is the reference";
+  EXPECT_LT(error_us[1], 10000) << "half the best of 16 round trips";
+  ASSERT_EQ(end_us[0].size(), 10u) << "one gradient all-reduce a step";
+  ASSERT_EQ(end_us[1].size(), 10u);
+  std::vector<double> gaps;
+  for (auto& [k, end] : end_us[0]) gaps.push_back(std::abs(end - end_us[1].at(k)));
+  std::sort(gaps.begin(), gaps.end());
+  const double median = gaps[gaps.size() / 2];
+  std::printf("[ measured ] rank 1's clock within +-%.1f us of rank 0's; the all-reduces' ends %.1f us apart (median)\n",
+              error_us[1], median);
+  EXPECT_LT(median, error_us[1] + 5000) << "the hosts' clocks are 1000 s apart";
 }
