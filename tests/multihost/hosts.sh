@@ -42,6 +42,9 @@ if ! command -v ip > /dev/null || ! command -v unshare > /dev/null; then
   echo "hosts.sh: SKIP: 'ip' (iproute2) or 'unshare' not available"; exit 77
 fi
 
+# Each host its own clock where the kernel has time namespaces (Linux 5.6).
+export LOOM_MH_CLOCKS=0
+unshare -T --monotonic 1 true 2> /dev/null && LOOM_MH_CLOCKS=1
 export LOOM_MH_PREFIX="loom$$x"
 export LOOM_MH_DIR
 LOOM_MH_DIR=$(mktemp -d /tmp/loom_multihost.XXXXXX)

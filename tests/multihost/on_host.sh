@@ -15,5 +15,7 @@ fi
 # mount of /etc/hosts stays inside it. Each host gets its own clock too, as
 # machines have: a time namespace whose CLOCK_MONOTONIC runs 1000 s ahead
 # per host number (h1: +1000 s), so a trace from several hosts must align them.
-offset=$(( ${host#h} * 1000 )) 2> /dev/null || offset=0
-exec ip netns exec "$ns" unshare -u -T --monotonic "$offset" sh -c 'hostname "$0" && mount --bind "$LOOM_MH_DIR/hosts" /etc/hosts && exec bash -c "$1"' "$host" "$*"
+# (Without time namespaces, LOOM_MH_CLOCKS=0, the hosts share the clock.)
+clock=()
+[ "${LOOM_MH_CLOCKS:-0}" = 1 ] && clock=(-T --monotonic $(( ${host#h} * 1000 )))
+exec ip netns exec "$ns" unshare -u "${clock[@]}" sh -c 'hostname "$0" && mount --bind "$LOOM_MH_DIR/hosts" /etc/hosts && exec bash -c "$1"' "$host" "$*"

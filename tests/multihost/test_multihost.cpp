@@ -86,9 +86,9 @@ TEST(Multihost, CheckpointSavedAcrossHostsResumesOnOneHost) {
 // gives each host a time namespace): one file, a row per rank, each labelled
 // with its measured offset; the same all-reduce ends at about the same moment
 // on both rows (it cannot end on one rank long before the other has sent its
-// half). Measured on the loaded 2-core machine: within +-0.2 ms (sometimes
-// +-2 ms), the ends 0.2 ms apart; the limits are 10 ms and error + 5 ms, so
-// they catch rows not put on one clock (1000 s), not the last 0.1 ms.
+// half). Measured on the 2-core machine under other builds' load: within
+// +-0.2 to +-4 ms, the ends 0.2 to 4 ms apart; the limits (50 ms, error +
+// 20 ms) catch rows not put on one clock (1000 s), not the last millisecond.
 TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
   REQUIRE_HOSTS();
   fs::path path = work_dir() / "mh_trace.json";
@@ -107,7 +107,7 @@ TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
   }
   ASSERT_EQ(error_us.size(), 2u) << "a clock label per rank";
   EXPECT_EQ(error_us[0], 0) << "rank 0 is the reference";
-  EXPECT_LT(error_us[1], 10000) << "half the best of 16 round trips";
+  EXPECT_LT(error_us[1], 50000) << "half the best of 16 round trips";
   ASSERT_EQ(end_us[0].size(), 10u) << "one gradient all-reduce a step";
   ASSERT_EQ(end_us[1].size(), 10u);
   std::vector<double> gaps;
@@ -116,5 +116,5 @@ TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
   const double median = gaps[gaps.size() / 2];
   std::printf("[ measured ] rank 1's clock within +-%.1f us of rank 0's; the all-reduces' ends %.1f us apart (median)\n",
               error_us[1], median);
-  EXPECT_LT(median, error_us[1] + 5000) << "the hosts' clocks are 1000 s apart";
+  EXPECT_LT(median, error_us[1] + 20000) << "the hosts' clocks are 1000 s apart";
 }
