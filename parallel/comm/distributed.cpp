@@ -105,7 +105,8 @@ void abort_job(const std::string& message, int exit_code) {
   try {
     std::thread([exit_code] {
       std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
-      std::fprintf(stderr, "[loom rank %d] MPI_Abort did not end this process within %d s (mpirun unreachable?): exiting\n",
+      std::fprintf(stderr,
+                   "[loom rank %d] MPI_Abort did not end this process within %d s (mpirun unreachable?): exiting\n",
                    g_rank, kAbortGraceSeconds);
       std::_Exit(exit_code);
     }).detach();

@@ -30,7 +30,8 @@ std::unique_ptr<Peers> g_peers;
 // rank answers well within this, even on a loaded machine.
 constexpr double kAskSeconds = 3;
 
-// What this rank's queues are doing: "world (size 2): in all_reduce(sum, float32) #7 for 3 s; dp (size 2): idle after #4".
+// What this rank's queues are doing:
+// "world (size 2): in all_reduce(sum, float32) #7 for 3 s; dp (size 2): idle after #4".
 std::string state_locked() {
   std::string s;
   for (const Watched* q : g_queues) {

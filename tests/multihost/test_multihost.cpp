@@ -102,7 +102,8 @@ TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
   std::map<int, double> error_us;                 // rank -> the clock's error bound
   std::map<std::string, double> end_us[2];        // all-reduce "#k" -> its end, per rank
   std::regex label(R"re("pid": (\d+), "args": \{"labels": "clock: rank 0's [-+0-9.]+ us, within \+-([0-9.]+) us")re");
-  std::regex all_reduce(R"re("name": "all_reduce\(avg, float32\) dp \(size 2\) (#\d+) [^"]*", "ph": "X", "ts": ([0-9.]+), "dur": ([0-9.]+), "pid": (\d+), "tid": 1)re");
+  std::regex all_reduce(R"re("name": "all_reduce\(avg, float32\) dp \(size 2\) (#\d+) [^"]*", "ph": "X", )re"
+                        R"re("ts": ([0-9.]+), "dur": ([0-9.]+), "pid": (\d+), "tid": 1)re");
   std::smatch m;
   for (std::string line; std::getline(f, line);) {
     if (std::regex_search(line, m, label)) error_us[std::stoi(m[1])] = std::stod(m[2]);
@@ -117,7 +118,8 @@ TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
   for (auto& [k, end] : end_us[0]) gaps.push_back(std::abs(end - end_us[1].at(k)));
   std::sort(gaps.begin(), gaps.end());
   const double median = gaps[gaps.size() / 2];
-  std::printf("[ measured ] rank 1's clock within +-%.1f us of rank 0's; the all-reduces' ends %.1f us apart (median)\n",
+  std::printf("[ measured ] rank 1's clock within +-%.1f us of rank 0's; the all-reduces' ends %.1f us apart "
+              "(median)\n",
               error_us[1], median);
   EXPECT_LT(median, error_us[1] + 20000) << "rank 1's row is not on rank 0's clock";
 }
