@@ -41,6 +41,7 @@ fi
 if ! command -v ip > /dev/null || ! command -v unshare > /dev/null; then
   echo "hosts.sh: SKIP: 'ip' (iproute2) or 'unshare' not available"; exit 77
 fi
+if ! unshare -u true 2> /dev/null; then echo "hosts.sh: SKIP: unshare -u (a hostname per host) is not permitted here"; exit 77; fi
 
 # Each host its own clock where the kernel has time namespaces (Linux 5.6).
 export LOOM_MH_CLOCKS=0
