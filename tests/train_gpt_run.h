@@ -101,9 +101,12 @@ inline Result train(const std::string& name, int ranks, const std::string& args)
   std::string common = " --steps 10 --block 16 --layers 2 --heads 2 --embd 32 --eval-every 0 --sample 0 --warmup 3"
                        " --data " + (d / "corpus.txt").string() + " --log " + (d / (name + ".jsonl")).string() +
                        " --save " + checkpoint(name) + " ";
+  // LOOM_TEST_LAUNCHER, when set, replaces mpiexec and its flags (tests/multihost: mpirun on several hosts).
+  const char* launcher = std::getenv("LOOM_TEST_LAUNCHER");
   std::string launch = ranks == 1 ? std::string()
-                                  : std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " +
-                                        std::to_string(ranks) + " ";
+                                  : (launcher ? std::string(launcher)
+                                              : std::string(LOOM_MPIEXEC) + " --allow-run-as-root --oversubscribe") +
+                                        " -np " + std::to_string(ranks) + " ";
   // The watchdog (default 300 s) below the 120 s timeout, unless the caller chose one.
   std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=${LOOM_COLLECTIVE_TIMEOUT:-60} " + launch +
                     LOOM_TRAIN_GPT + common + args + " 2>&1";

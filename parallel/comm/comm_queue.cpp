@@ -126,6 +126,11 @@ std::optional<CommQueue::Running> CommQueue::running() const {
   return Running{current_->op, current_->seq, current_->bytes, s};
 }
 
+uint64_t CommQueue::started() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return started_;
+}
+
 void CommQueue::loop() {
   // Communication never records autograd graphs, and may write into leaf
   // tensors (a broadcast of parameters).
@@ -140,6 +145,7 @@ void CommQueue::loop() {
       tasks_.pop_front();
       task->start = Clock::now();
       current_ = task;
+      started_ = task->seq;
     }
     std::exception_ptr error;
     const double t0 = trace::enabled() ? trace::now_us() : 0;

@@ -43,6 +43,7 @@ class CommQueue final : public watchdog::Watched {
   using Running = watchdog::Running;
   std::optional<Running> running() const override;
   const std::string& label() const override { return label_; }
+  uint64_t started() const override;
 
   // For an operation's body, on the queue's thread: true while some thread is
   // blocked in wait() on one of this queue's operations. That thread's core is
@@ -70,6 +71,7 @@ class CommQueue final : public watchdog::Watched {
   std::deque<std::shared_ptr<Task>> tasks_;
   std::shared_ptr<Task> current_;  // the task being run (null when idle)
   uint64_t next_seq_ = 1;
+  uint64_t started_ = 0;  // the seq of the last task the thread took
   bool stopping_ = false;
   std::thread thread_;
 };

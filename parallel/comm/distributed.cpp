@@ -3,8 +3,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <chrono>
 #include <memory>
+#include <thread>
 
+#include "parallel/comm/peer_status.h"
 #include "parallel/comm/process_group_mpi.h"
 #include "parallel/comm/watchdog.h"
 
@@ -13,6 +16,9 @@ namespace loom::parallel {
 namespace {
 
 std::unique_ptr<MpiProcessGroup> g_world;
+
+// abort_job's bound on MPI_Abort (see there).
+constexpr int kAbortGraceSeconds = 5;
 int g_rank = 0;
 
 // An exception nobody caught, on any thread: say which rank and what, then
@@ -53,7 +59,7 @@ void init_impl(int* argc, char*** argv) {
   MPI_Comm world;
   mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &world));
   g_world = std::make_unique<MpiProcessGroup>(world, "world");
-  watchdog::start(g_rank, timeout, [](const std::string& msg) { abort_job(msg); });
+  watchdog::start(g_rank, timeout, [](const std::string& msg) { abort_job(msg); }, mpi_peers(MPI_COMM_WORLD));
 }
 
 }  // namespace
@@ -93,6 +99,19 @@ int run(int argc, char** argv, const std::function<int()>& main_fn) {
 void abort_job(const std::string& message, int exit_code) {
   std::fprintf(stderr, "%s\n", message.c_str());
   std::fflush(stderr);
+  // MPI_Abort asks mpirun to end every rank, through this host's daemon. When
+  // mpirun cannot be reached (the link to its host is cut) the request may
+  // never be answered, and MPI_Abort never return: leave anyway after a grace.
+  try {
+    std::thread([exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+      std::fprintf(stderr,
+                   "[loom rank %d] MPI_Abort did not end this process within %d s (mpirun unreachable?): exiting\n",
+                   g_rank, kAbortGraceSeconds);
+      std::_Exit(exit_code);
+    }).detach();
+  } catch (...) {  // no thread to be had: MPI_Abort alone, as before
+  }
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -40,6 +40,8 @@ ProcessGroup& world();
 int run(int argc, char** argv, const std::function<int()>& main_fn);
 
 // Prints message to stderr and terminates every rank of the job (MPI_Abort).
+// Returns never: if MPI_Abort has not ended this process within 5 s (mpirun
+// cannot be reached), the process exits by itself with exit_code.
 [[noreturn]] void abort_job(const std::string& message, int exit_code = 1);
 
 }  // namespace loom::parallel

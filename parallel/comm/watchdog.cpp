@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -22,19 +23,43 @@ std::set<const Watched*> g_queues;
 std::thread g_thread;
 bool g_stop = false;
 
+std::unique_ptr<Peers> g_peers;
+
+// How long a stuck rank waits for the others to say where they are. Their
+// watchdog threads look for questions every period (at most 1 s), so a live
+// rank answers well within this, even on a loaded machine.
+constexpr double kAskSeconds = 3;
+
+// What this rank's queues are doing:
+// "world (size 2): in all_reduce(sum, float32) #7 for 3 s; dp (size 2): idle after #4".
+std::string state_locked() {
+  std::string s;
+  for (const Watched* q : g_queues) {
+    if (!s.empty()) s += "; ";
+    auto r = q->running();
+    s += r ? str(q->label(), ": in ", r->op, " #", r->seq, " for ", int(r->seconds), " s")
+           : str(q->label(), ": idle after #", q->started());
+  }
+  return s.empty() ? "no process groups" : s;
+}
+
 void run(int world_rank, double timeout, std::function<void(const std::string&)> abort_job) {
   // Look often enough that a short timeout (tests use 3 s) fires promptly.
   auto period = std::chrono::duration<double>(std::clamp(timeout / 10, 0.05, 1.0));
   std::unique_lock<std::mutex> lock(g_mutex);
   while (!g_cv.wait_for(lock, period, [] { return g_stop; })) {
+    if (g_peers) g_peers->serve(state_locked);
     for (const Watched* q : g_queues) {
       auto r = q->running();
       if (!r || r->seconds < timeout) continue;
+      // Where the others are tells a rank that skipped this collective from
+      // one that cannot answer at all.
+      std::string diagnosis = g_peers ? g_peers->ask(state_locked(), kAskSeconds)
+                                      : "Another rank probably skipped this collective or issued its collectives in "
+                                        "a different order.";
       std::string msg = str("[loom rank ", world_rank, "] collective watchdog: stuck for ", int(r->seconds),
                             " s in ", r->op, " #", r->seq, " (", r->bytes, " bytes) on group ", q->label(),
-                            "; LOOM_COLLECTIVE_TIMEOUT=", timeout,
-                            " s. Another rank probably skipped this collective or issued its collectives in a "
-                            "different order. Aborting the job.");
+                            "; LOOM_COLLECTIVE_TIMEOUT=", timeout, " s. ", diagnosis, " Aborting the job.");
       q->abort_communication();  // under the lock: q cannot go away meanwhile
       lock.unlock();
       abort_job(msg);
@@ -55,10 +80,12 @@ double timeout_from_env() {
   return t;
 }
 
-void start(int world_rank, double timeout_seconds, std::function<void(const std::string&)> abort_job) {
+void start(int world_rank, double timeout_seconds, std::function<void(const std::string&)> abort_job,
+           std::unique_ptr<Peers> peers) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_thread.joinable()) return;
   g_stop = false;
+  g_peers = std::move(peers);
   g_thread = std::thread(run, world_rank, timeout_seconds, std::move(abort_job));
 }
 
@@ -69,6 +96,7 @@ void stop() {
   }
   g_cv.notify_all();
   if (g_thread.joinable()) g_thread.join();
+  g_peers.reset();  // before MPI_Finalize: it cancels its posted receive
 }
 
 void watch(const Watched* queue) {

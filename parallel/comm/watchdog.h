@@ -8,11 +8,18 @@
 // that group's communicator (NCCL's kernels would otherwise spin on), and
 // aborts the whole job. PyTorch's NCCL watchdog does the same
 // (TORCH_NCCL_ASYNC_ERROR_HANDLING, "Watchdog caught collective operation timeout").
+//
+// Before it aborts, it asks every other rank where it is (Peers, answered by
+// their watchdog threads, which keep running whatever their ranks are doing):
+// a rank that answers but is not in this collective skipped it or ran its
+// collectives in another order; a rank that does not answer within a few
+// seconds is dead or cannot be reached (its host is down, the link is cut).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -33,6 +40,8 @@ class Watched {
  public:
   virtual std::optional<Running> running() const = 0;
   virtual const std::string& label() const = 0;  // the group in messages: "world (size 4)"
+  // How many operations have started running (the last one's sequence number); 0 if unknown.
+  virtual uint64_t started() const { return 0; }
   // Just before the job is aborted: let go of the stuck operation where the
   // backend can (ncclCommAbort). Best effort; must not block.
   virtual void abort_communication() const {}
@@ -41,11 +50,27 @@ class Watched {
   ~Watched() = default;
 };
 
+// The other ranks, as the watchdog thread sees them (peer_status.h: over MPI).
+// Both are called on the watchdog's thread only; state() is this rank's
+// answer ("world (size 2): in all_reduce(sum, float32) #7 for 3 s").
+class Peers {
+ public:
+  virtual ~Peers() = default;
+  // Answers the questions other ranks' watchdogs have sent (state() only if
+  // one has). Must not block.
+  virtual void serve(const std::function<std::string()>& state) = 0;
+  // Asks every other rank for its state and waits up to `seconds` (serving
+  // meanwhile); returns the diagnosis for the abort message.
+  virtual std::string ask(const std::string& my_state, double seconds) = 0;
+};
+
 // LOOM_COLLECTIVE_TIMEOUT in seconds, or 300 when unset. Error if not a positive number.
 double timeout_from_env();
 
 // Starts the watchdog thread (init() does). abort_job(message) must not return.
-void start(int world_rank, double timeout_seconds, std::function<void(const std::string&)> abort_job);
+// peers may be null (no one to ask); the watchdog owns it.
+void start(int world_rank, double timeout_seconds, std::function<void(const std::string&)> abort_job,
+           std::unique_ptr<Peers> peers = nullptr);
 void stop();  // finalize() does
 
 // Every queue registers itself for its lifetime.

@@ -42,9 +42,11 @@ namespace loom::parallel::trace {
 // kGpuCompute, kGpuComm: spans on the GPU's clock (set_gpu).
 enum Track : int { kCompute = 0, kComm = 1, kLaunched = 2, kGpuCompute = 3, kGpuComm = 4 };
 
-// Collective over `world`: a barrier, then every rank's clock starts at zero.
-// On one machine the ranks share CLOCK_MONOTONIC anyway; the barrier keeps
-// the rows aligned to within the barrier's latency across machines too.
+// Collective over `world` (every rank of the job: the ping-pongs run on
+// MPI_COMM_WORLD): a barrier, then every rank's clock starts at zero,
+// moved onto rank 0's by a few ping-pongs (clock_sync.h: across machines the
+// barrier alone leaves up to a one-way latency between rows). Each rank's
+// row is labelled with its offset and how accurate it is ("within +-40 us").
 void start(ProcessGroup& world);
 bool enabled();
 
