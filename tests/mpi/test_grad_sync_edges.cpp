@@ -12,6 +12,7 @@
 #include "parallel/comm/distributed.h"
 #include "parallel/data_parallel/bucket.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/comm/process_group_decorator.h"
 #include "parallel/pipeline_parallel/shared_weights.h"
 #include "tensor/ops.h"
 
@@ -22,12 +23,9 @@ namespace {
 
 // Forwards to a real group and records each collective as "<op> <numel>", in
 // the order they were issued.
-class RecordingGroup final : public ProcessGroup {
+class RecordingGroup final : public ProcessGroupDecorator {
  public:
-  explicit RecordingGroup(ProcessGroup& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const std::string& name() const override { return inner_.name(); }
+  using ProcessGroupDecorator::ProcessGroupDecorator;
   std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
     calls.push_back("all_reduce " + std::to_string(t.numel()));
     return inner_.all_reduce_async(t, op);
@@ -36,25 +34,8 @@ class RecordingGroup final : public ProcessGroup {
     calls.push_back("reduce_scatter " + std::to_string(in.numel()));
     return inner_.reduce_scatter_async(out, in, op);
   }
-  std::shared_ptr<Work> all_gather_async(const Tensor& out, const Tensor& in) override {
-    return inner_.all_gather_async(out, in);
-  }
-  std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override { return inner_.broadcast_async(t, root); }
-  std::shared_ptr<Work> send_async(const Tensor& t, int dst, int tag) override {
-    return inner_.send_async(t, dst, tag);
-  }
-  std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag) override {
-    return inner_.recv_async(t, src, tag);
-  }
-  std::shared_ptr<Work> barrier_async() override { return inner_.barrier_async(); }
-  std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override {
-    return inner_.split(color, key, name);
-  }
 
   std::vector<std::string> calls;
-
- private:
-  ProcessGroup& inner_;
 };
 
 using Calls = std::vector<std::string>;

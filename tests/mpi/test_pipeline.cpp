@@ -396,6 +396,17 @@ TEST(Pipeline, CombinedTransfersOfLargeTensorsDoNotDeadlock) {
 // to finish the sync, and a wait of kSlowSync inside that finish: a dp
 // reduction that takes that long to come back (a slow network).
 constexpr auto kSlowSync = std::chrono::milliseconds(300);
+
+// Step 0's global batch, this dp rank's rows as m micro-batches of kRowsPerMicroBatch.
+std::vector<MicroBatch> my_micro_batches(ProcessGroupManager& pgm, int m) {
+  Batch b = global_batch(0, int64_t(pgm.dp_size()) * m * kRowsPerMicroBatch);
+  std::vector<MicroBatch> mbs;
+  for (int i = 0; i < m; ++i) {
+    int64_t r = (int64_t(pgm.dp_rank()) * m + i) * kRowsPerMicroBatch;
+    mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
+  }
+  return mbs;
+}
 class RecordingDataParallel : public DataParallel {
  public:
   explicit RecordingDataParallel(DataParallelBucket& inner) : inner_(inner) {}
@@ -434,13 +445,7 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
   PipelineP2P p2p(pgm.pp_group());
   DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
   RecordingDataParallel dp_wrap(bucket);
-  const int m = 4;
-  Batch b = global_batch(0, int64_t(dp) * m * kRowsPerMicroBatch);
-  std::vector<MicroBatch> mbs;
-  for (int i = 0; i < m; ++i) {
-    int64_t r = (int64_t(pgm.dp_rank()) * m + i) * kRowsPerMicroBatch;
-    mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
-  }
+  const std::vector<MicroBatch> mbs = my_micro_batches(pgm, 4);
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   for (auto schedule : {train_step_pipeline_afab, train_step_pipeline_1f1b}) {
     dp_wrap.calls = 0;
@@ -485,13 +490,7 @@ TEST(Pipeline, InterleavedLaunchesTheBucketReductionsInsideTheLastBackward) {
   DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
   ASSERT_GT(bucket.bucket_manager().buckets().size(), 2u) << "several buckets, so that some could be left behind";
   RecordingDataParallel dp_wrap(bucket);
-  const int m = 2 * pp;
-  Batch b = global_batch(0, int64_t(dp) * m * kRowsPerMicroBatch);
-  std::vector<MicroBatch> mbs;
-  for (int i = 0; i < m; ++i) {
-    int64_t r = (int64_t(pgm.dp_rank()) * m + i) * kRowsPerMicroBatch;
-    mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
-  }
+  const std::vector<MicroBatch> mbs = my_micro_batches(pgm, 2 * pp);
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   // The buckets whose params all sit in chunk 0's layers.
   std::set<const TensorImpl*> chunk0;
