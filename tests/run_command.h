@@ -5,9 +5,11 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -26,6 +28,24 @@ inline Exec run_command(const std::string& command) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A program a test launches (train_gpt, mpiexec), found at run time so that
+// test binaries built in one folder run from another (a GPU bundle,
+// tests/cuda/build_bundle.sh): the environment variable `env` when set, else
+// `name` beside this test binary, else `built` (the build tree's path, from
+// CMake) when it exists, else `name` itself, for the shell's PATH.
+inline std::string program_path(const char* env, const char* name, const char* built) {
+  if (const char* e = std::getenv(env); e && *e) return e;
+  auto exists = [](const std::string& p) { return !p.empty() && access(p.c_str(), X_OK) == 0; };
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, size_t(n));
+    dir.resize(dir.rfind('/') + 1);
+    if (exists(dir + name)) return dir + name;
+  }
+  return exists(built) ? std::string(built) : std::string(name);
 }
 
 }  // namespace loom::test
