@@ -178,9 +178,5 @@ std::string gemm_library();
 // hardware lacks it. For comparisons (bench/gemm, bench/gpt_step).
 void set_bf16_gemm(const std::string& mode);
 std::string bf16_gemm();
-// Whether bf16 products on device d read bf16 operands as they are (no fp32
-// copies): on the CPU the switch above; the GPU always widens them to fp32
-// (tensor/cuda/gemm.cpp). What a memory prediction for d must assume.
-bool native_bf16_gemm(const Device& d);
 
 }  // namespace loom::ops

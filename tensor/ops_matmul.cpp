@@ -187,6 +187,5 @@ void set_bf16_gemm(const std::string& mode) {
   cpu::bf16_gemm_switch() = mode == "bf16";
 }
 std::string bf16_gemm() { return cpu::bf16_gemm_enabled() ? "bf16" : "fp32"; }
-bool native_bf16_gemm(const Device& d) { return !d.is_cuda() && cpu::bf16_gemm_enabled(); }
 
 }  // namespace loom::ops

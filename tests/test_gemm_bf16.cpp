@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/activation_memory.h"
 #include "tensor/cpu/gemm_bf16.h"
 #include "tensor/error.h"
 #include "tensor/generator.h"
@@ -256,11 +257,11 @@ TEST(Bf16Gemm, TheSwitchSelectsThePathAndRefusesWhatIsNotThere) {
 // CPU's switch, so a GPU run's fp32 copies must be counted.
 TEST(Bf16Gemm, OnlyTheCpuSwitchMakesBf16OperandsNative) {
   Setting setting("fp32", ops::get_num_threads());
-  EXPECT_FALSE(ops::native_bf16_gemm(kCPU));
-  EXPECT_FALSE(ops::native_bf16_gemm(Device("cuda:0")));
+  EXPECT_FALSE(optim::native_bf16_gemm(kCPU));
+  EXPECT_FALSE(optim::native_bf16_gemm(Device("cuda:0")));
   if (!cpu::bf16_gemm_hardware()) return;  // the switch cannot say "bf16" here
   setting.set("bf16", ops::get_num_threads());
-  EXPECT_TRUE(ops::native_bf16_gemm(kCPU));
-  EXPECT_FALSE(ops::native_bf16_gemm(Device("cuda:0"))) << "the GPU follows the CPU's bf16 switch";
-  EXPECT_FALSE(ops::native_bf16_gemm(Device("cuda:1")));
+  EXPECT_TRUE(optim::native_bf16_gemm(kCPU));
+  EXPECT_FALSE(optim::native_bf16_gemm(Device("cuda:0"))) << "the GPU follows the CPU's bf16 switch";
+  EXPECT_FALSE(optim::native_bf16_gemm(Device("cuda:1")));
 }

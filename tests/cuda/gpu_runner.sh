@@ -89,9 +89,9 @@ verdict() {
         if (!ok && !failed && gpus == 0 && nodev) { print "skipped (no GPU: " substr(nodev, 1, 120) ")" t; exit }
         print "failed (rc " rc (failed ? ", " failed " failed:" names : "") (ok ? ", " ok " passed" : "") extra ")" t; exit
       }
-      if (ok) { print "passed (" ok extra ")" t; exit }
+      if (ok) { print "passed (" ok " ok" extra ")" t; exit }
       if (onegpu && !skipped) { print "not run (one GPU: " onegpu " tests need 2)" t; exit }
-      if (skipped) { print "skipped (" skipped ": " why ")" extra t; exit }
+      if (skipped) { print "skipped (" skipped " tests: " why (onegpu ? "; not run (one GPU): " onegpu : "") ")" t; exit }
       print "passed" t
     }' "$f"
 }
