@@ -21,7 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 t_start=$SECONDS
 deadline=${DEADLINE:-540}
-bundle=${BUNDLE:-build-gpu-bundle}
+bundle=${BUNDLE:-build-gpu-bundle}  # what the device tool carries: the packed bundle alone
+run_dir=${RUN_DIR:-build-gpu-run}    # where it is unpacked (ignored; not carried: 40 MB)
 out=${OUT:-out/gpu}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -39,11 +40,11 @@ trap 'rm -rf "$tmp"' EXIT
 left() { echo $((deadline - (SECONDS - t_start))); }
 note() { echo "$*" | tee -a "$summary"; }
 
-# The bundle: unpacked beside itself; bin/ holds every program (flat).
-[ -f "$bundle/loom-gpu-bundle.tar.xz" ] || { echo "gpu_runner.sh: no $bundle/loom-gpu-bundle.tar.xz (bash tests/cuda/build_bundle.sh here first)" >&2; exit 2; }
-rm -rf "${bundle:?}/bin" && tar -C "$bundle" -xJf "$bundle/loom-gpu-bundle.tar.xz" || exit 2
-bin=$(cd "$bundle/bin" && pwd)
-mkdir -p "$bundle/bench" && ln -sf ../bin/bench_gpt_step "$bundle/bench/bench_gpt_step"  # gpt_step.sh's layout
+# The bundle, unpacked: bin/ holds every program (flat).
+[ -f "$bundle/loom-gpu-bundle.tar.xz" ] || { echo "gpu_runner.sh: no $bundle/loom-gpu-bundle.tar.xz (nice -n 10 bash tests/cuda/build_bundle.sh here first)" >&2; exit 2; }
+rm -rf "${run_dir:?}" && mkdir -p "$run_dir/bench" && tar -C "$run_dir" -xJf "$bundle/loom-gpu-bundle.tar.xz" || exit 2
+bin=$(cd "$run_dir/bin" && pwd)
+ln -s ../bin/bench_gpt_step "$run_dir/bench/bench_gpt_step"  # the layout bench/gpt_step.sh expects of a build
 mpiexec_path=$(command -v mpiexec || true)
 [ -n "$mpiexec_path" ] && export LOOM_MPIEXEC=$mpiexec_path
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -51,7 +52,7 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
   echo "gpu_runner.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'), phases ${phases[*]}, deadline ${deadline} s"
   echo "host: $(hostname), $(nproc) cores, $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "GPUs: $gpus $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
-  sed 's/^/bundle /' "$bundle/BUNDLE.txt"
+  sed 's/^/bundle /' "$run_dir/BUNDLE.txt"
 } >> "$summary"
 
 # Libraries: each one ldd cannot find is looked for where CUDA, NCCL and
@@ -73,7 +74,7 @@ done
 verdict() {
   local f=$1 rc=$2 secs=$3
   awk -v rc="$rc" -v secs="$secs" -v gpus="$gpus" '
-    /: Skipped$/ { getline reason; reason = substr(reason, 1, 100); next }
+    /: Skipped$/ { getline reason; if (reason ~ /^no CUDA device/) reason = "no CUDA device"; reason = substr(reason, 1, 100); next }
     /^\[       OK \] .*\([0-9]+ ms\)$/ { ok++ }
     /^\[  FAILED  \] .*\([0-9]+ ms\)$/ { failed++; name = $4; sub(/,$/, "", name); if (failed <= 3) names = names " " name }
     /^\[  SKIPPED \] .*\([0-9]+ ms\)$/ {
@@ -195,7 +196,7 @@ phase_bench() {
   local c
   for c in small gpt124m; do
     if python3 -c 'import torch' 2> /dev/null; then
-      step bench "gpt_step $c" 180 env DEVICE=cuda PYTHON=python3 bash bench/gpt_step.sh "$bundle" "$c" 1
+      step bench "gpt_step $c" 180 env DEVICE=cuda PYTHON=python3 bash bench/gpt_step.sh "$run_dir" "$c" 1
     else  # loom's side alone
       note "  gpt_step $c, PyTorch: skipped (python3 has no torch)"
       step bench "bench_gpt_step $c" 120 "$bin/bench_gpt_step" --config "$c" --device cuda --warmup 3 --steps 10
