@@ -33,19 +33,21 @@ inline Exec run_command(const std::string& command) {
 // A program a test launches (train_gpt, mpiexec), found at run time so that
 // test binaries built in one folder run from another (a GPU bundle,
 // tests/cuda/build_bundle.sh): the environment variable `env` when set, else
-// `name` beside this test binary, else `built` (the build tree's path, from
-// CMake) when it exists, else `name` itself, for the shell's PATH.
-inline std::string program_path(const char* env, const char* name, const char* built) {
+// `name` beside this test binary (the bundle's flat bin/), else `in_build`
+// (where the build tree puts it, relative to this binary's folder, or an
+// absolute system path) when it exists, else `name` itself, for the PATH.
+inline std::string program_path(const char* env, const char* name, const std::string& in_build) {
   if (const char* e = std::getenv(env); e && *e) return e;
-  auto exists = [](const std::string& p) { return !p.empty() && access(p.c_str(), X_OK) == 0; };
+  auto exists = [](const std::string& p) { return access(p.c_str(), X_OK) == 0; };
+  std::string dir;
   char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    std::string dir(self, size_t(n));
+  if (const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1); n > 0) {
+    dir.assign(self, size_t(n));
     dir.resize(dir.rfind('/') + 1);
-    if (exists(dir + name)) return dir + name;
   }
-  return exists(built) ? std::string(built) : std::string(name);
+  if (exists(dir + name)) return dir + name;
+  const std::string built = !in_build.empty() && in_build[0] == '/' ? in_build : dir + in_build;
+  return !in_build.empty() && exists(built) ? built : std::string(name);
 }
 
 }  // namespace loom::test

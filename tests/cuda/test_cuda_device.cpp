@@ -57,15 +57,17 @@ TEST(CudaBuild, Tf32IsOffByDefault) {  // GEMMs keep full fp32 products unless a
 TEST(CudaBuild, ProgramsAreFoundAtRunTime) {
   using loom::test::program_path;
   ::setenv("LOOM_TEST_PROGRAM", "/from/the/environment", 1);
-  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "test_cuda_device", "/nonexistent/built"), "/from/the/environment");
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "test_cuda_device", "../nonexistent"), "/from/the/environment");
   ::unsetenv("LOOM_TEST_PROGRAM");
-  // Beside this test binary comes before the build's path...
+  // Beside this test binary comes first...
   const std::string self = program_path("LOOM_TEST_PROGRAM", "test_cuda_device", "/bin/sh");
   EXPECT_THAT(self, ::testing::EndsWith("/test_cuda_device"));
   EXPECT_EQ(access(self.c_str(), X_OK), 0) << self;
-  // ...then the build's path where it exists, else the bare name for PATH.
+  // ...then the build tree's place (relative to this binary, or absolute), else the bare name for PATH.
+  const std::string dir = self.substr(0, self.rfind('/') + 1);
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "./test_cuda_device"), dir + "./test_cuda_device");
   EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "/bin/sh"), "/bin/sh");
-  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "/nonexistent/built"), "no_such_program");
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "../nonexistent/train_gpt"), "no_such_program");
 }
 
 using CudaDevice = cuda_test::CudaTest;
