@@ -31,7 +31,7 @@ phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(1 2 3 4 5 6 7)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none  # cross-memory attach is often refused in VMs
-export NCCL_DEBUG=${NCCL_DEBUG:-WARN} PYTHONUNBUFFERED=1
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN} PYTHONUNBUFFERED=1 GTEST_COLOR=no  # (mpirun's pty made gtest colour)
 mpi_env=(env LOOM_COLLECTIVE_TIMEOUT=60 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)  # as tests/mpi/CMakeLists.txt
 mpirun_=(mpirun --allow-run-as-root --oversubscribe)
 tmp=$(mktemp -d)
@@ -74,6 +74,7 @@ done
 verdict() {
   local f=$1 rc=$2 secs=$3
   awk -v rc="$rc" -v secs="$secs" -v gpus="$gpus" '
+    { gsub(/\033\[[0-9;]*m/, "") }
     /: Skipped$/ { getline reason; if (reason ~ /^no CUDA device/) reason = "no CUDA device"; reason = substr(reason, 1, 100); next }
     /^\[       OK \] .*\([0-9]+ ms\)$/ { ok++ }
     /^\[  FAILED  \] .*\([0-9]+ ms\)$/ { failed++; name = $4; sub(/,$/, "", name); if (failed <= 3) names = names " " name }
@@ -81,13 +82,13 @@ verdict() {
       if (reason ~ /2 GPUs/) onegpu++; else { skipped++; if (!(reason in seen)) { seen[reason]; why = why (why ? "; " : "") reason } }
       reason = ""
     }
-    /no CUDA device/ && !nodev { nodev = $0 }
+    /no CUDA device|no GPU|cudaGetDeviceCount/ && !nodev { nodev = match($0, /\(cudaError[A-Za-z]+\)/) ? substr($0, RSTART + 1, RLENGTH - 2) : "no CUDA device" }
     END {
       extra = (onegpu ? ", not run (one GPU): " onegpu : "") (skipped ? ", skipped " skipped " (" why ")" : "")
       t = " [" secs " s]"
       if (rc == 124 || rc == 137) { print "failed (timed out; " ok + 0 " passed, " failed + 0 " failed" extra ")" t; exit }
       if (failed || rc != 0) {
-        if (!ok && !failed && gpus == 0 && nodev) { print "skipped (no GPU: " substr(nodev, 1, 120) ")" t; exit }
+        if (!ok && !failed && gpus == 0 && nodev) { print "skipped (no GPU: " nodev ")" t; exit }
         print "failed (rc " rc (failed ? ", " failed " failed:" names : "") (ok ? ", " ok " passed" : "") extra ")" t; exit
       }
       if (ok) { print "passed (" ok " ok" extra ")" t; exit }
