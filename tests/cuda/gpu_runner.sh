@@ -59,9 +59,9 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 # Python's nvidia-* wheels put theirs, and its folder added to the search path.
 missing() { for f in "$bin"/*; do ldd "$f" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u; }
 added=""
+read -ra lib_roots <<< "${LIB_ROOTS:-$(echo /usr/local/cuda* /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/local/lib /opt)}"
 for lib in $(missing); do
-  found=$(timeout 30 find /usr/local/cuda* /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/local/lib /opt \
-    -maxdepth 7 -name "$lib" 2>/dev/null | head -n 1)
+  found=$(timeout 30 find "${lib_roots[@]}" -maxdepth 10 -name "$lib" 2>/dev/null | head -n 1)
   if [ -n "$found" ]; then
     found=$(dirname "$found")
     added+=" $found"
