@@ -131,7 +131,7 @@ double Diagnostics::predicted_activation_bytes() const {
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
   c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
-  c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && ops::bf16_gemm() == "bf16";
+  c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
   if (m_.pipelined()) {
     for (const parallel::LayerRange& r : m_.stage->chunks())  // items [embedding, blocks 1..L, head]
