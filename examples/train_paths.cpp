@@ -20,7 +20,7 @@ struct RunFile {
   std::string flag;  // "--log", or "--save (its manifest)"
   fs::path path;
   bool output;
-  int group;  // the files of one flag (--save and its manifest) are never compared with each other
+  int group;  // the files of one flag (--save and its manifest) are not compared with each other
 };
 
 // The same file: the same canonical path (symlinks and "a/../b" resolved), or
@@ -67,12 +67,8 @@ bool inside(const fs::path& file, const fs::path& dir) {
   return end == d.end();
 }
 
-}  // namespace
-
-void check_paths(const Args& a) {
-  check_data(a.data);
-  if (!a.save.empty()) optim::check_checkpoint_name(a.save, a.steps, a.dp * a.pp * a.tp);
-
+// Every file of the run, grouped by the flag it comes from.
+std::vector<RunFile> run_files(const Args& a) {
   std::vector<RunFile> files;
   int group = 0;
   files.push_back({"--data", a.data, false, group++});
@@ -80,7 +76,6 @@ void check_paths(const Args& a) {
     files.push_back({"--resume", a.resume, false, group});
     files.push_back({"--resume (its manifest)", optim::optimizer_path(a.resume), false, group++});
   }
-  const int save_group = group;
   if (!a.save.empty()) {
     files.push_back({"--save", a.save, true, group});
     files.push_back({"--save (its manifest)", optim::optimizer_path(a.save), true, group});
@@ -91,7 +86,32 @@ void check_paths(const Args& a) {
                                    {"--memory-json", a.memory_json},
                                    {"--schedule-svg", a.schedule_svg}})
     if (!path.empty()) files.push_back({flag, path, true, group++});
+  return files;
+}
 
+// No file of the run may have the name of a piece of `checkpoint`: --save's
+// are written and later removed by each commit (so no input or output), and
+// --resume's hold its state (so no output).
+void check_piece_names(const std::vector<RunFile>& files, const std::string& flag, const std::string& checkpoint,
+                       bool outputs_only) {
+  if (checkpoint.empty()) return;
+  const fs::path dir = fs::path(checkpoint).parent_path();
+  for (const RunFile& f : files) {
+    if (f.flag.starts_with(flag) || (outputs_only && !f.output)) continue;
+    const bool beside = same_file(f.path.parent_path().empty() ? "." : f.path.parent_path(), dir.empty() ? "." : dir);
+    LOOM_CHECK(!beside || !optim::is_piece_name(f.path.filename().string(), stem_of(checkpoint)), f.flag, " '",
+               f.path.string(), "' has the name of a piece of the checkpoint ", flag, " '", checkpoint, "'",
+               flag == "--save" ? ", which a save writes and later removes" : "", "; give another path");
+  }
+}
+
+}  // namespace
+
+void check_paths(const Args& a) {
+  check_data(a.data);
+  if (!a.save.empty()) optim::check_checkpoint_name(a.save, a.steps, a.dp * a.pp * a.tp);
+  const std::vector<RunFile> files = run_files(a);
+  // --save over --resume is how a run trains on: the commit keeps the old checkpoint whole until the new one is.
   const bool resume_is_save = !a.resume.empty() && !a.save.empty() && same_file(a.resume, a.save);
   for (size_t i = 0; i < files.size(); ++i) {
     const RunFile& out = files[i];
@@ -99,7 +119,7 @@ void check_paths(const Args& a) {
     for (size_t j = 0; j < files.size(); ++j) {
       const RunFile& other = files[j];
       if (other.group == out.group || (j < i && other.output)) continue;  // each pair of outputs once
-      if (resume_is_save && out.group == save_group && other.flag.starts_with("--resume")) continue;
+      if (resume_is_save && out.flag.starts_with("--save") && other.flag.starts_with("--resume")) continue;
       LOOM_CHECK(!same_file(out.path, other.path), out.flag, " '", out.path.string(), "' is the same file as ",
                  other.flag, " '", other.path.string(), "': ",
                  other.output ? "one output would overwrite the other" : "writing it would destroy the input",
@@ -110,17 +130,8 @@ void check_paths(const Args& a) {
                "' is inside the --data directory '", a.data,
                "', whose files are read as the corpus; write it elsewhere");
   }
-  // Names a commit of --save writes and then removes: no other file of the run may have one.
-  if (a.save.empty()) return;
-  const fs::path save_dir = fs::path(a.save).parent_path();
-  for (const RunFile& f : files) {
-    if (f.group == save_group) continue;
-    const bool beside = same_file(f.path.parent_path().empty() ? "." : f.path.parent_path(),
-                                  save_dir.empty() ? "." : save_dir);
-    LOOM_CHECK(!beside || !optim::is_piece_name(f.path.filename().string(), stem_of(a.save)), f.flag, " '",
-               f.path.string(), "' has the name of a piece of the checkpoint --save '", a.save,
-               "', which a save writes and later removes; give another path");
-  }
+  check_piece_names(files, "--save", a.save, /*outputs_only=*/false);
+  check_piece_names(files, "--resume", a.resume, /*outputs_only=*/true);
 }
 
 }  // namespace loom::train

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +9,7 @@
 
 #include "parallel/comm/handshake.h"
 #include "tensor/error.h"
+#include "tensor/numbers.h"
 
 namespace fs = std::filesystem;
 
@@ -140,30 +140,17 @@ void check_checkpoint_name(const std::string& path, int64_t max_step, int ranks)
              "); choose a shorter name");
 }
 
-// The whole string must be the number: std::stoll("6x") would read 6.
-template <class T, class Parse>
-static T parse_strictly(const std::string& value, const std::string& file, const std::string& key, const char* what,
-                        Parse parse) {
-  size_t used = 0;
-  T v{};
-  try {
-    v = parse(value, &used);
-  } catch (...) {
-    used = 0;
-  }
-  LOOM_CHECK(!value.empty() && used == value.size() && !std::isspace(static_cast<unsigned char>(value[0])),
-             "checkpoint '", file, "': '", key, "' = '", value, "' is not ", what);
-  return v;
-}
-
+// loom's one number parser (tensor/numbers.h): the whole string is the number.
 int64_t parse_int(const std::string& value, const std::string& file, const std::string& key) {
-  return parse_strictly<int64_t>(value, file, key, "an integer",
-                                 [](const std::string& s, size_t* used) { return std::stoll(s, used); });
+  std::optional<int64_t> v = read_int64(value);
+  LOOM_CHECK(v, "checkpoint '", file, "': '", key, "' = '", value, "' is not an integer");
+  return *v;
 }
 
 double parse_double(const std::string& value, const std::string& file, const std::string& key) {
-  return parse_strictly<double>(value, file, key, "a number",
-                                [](const std::string& s, size_t* used) { return std::stod(s, used); });
+  std::optional<double> v = read_double(value);
+  LOOM_CHECK(v, "checkpoint '", file, "': '", key, "' = '", value, "' is not a number");
+  return *v;
 }
 
 }  // namespace loom::optim

@@ -6,9 +6,11 @@
 // and the manifest - the index, PATH.optim.safetensors - is written last, once
 // every rank has finished its pieces, atomically (temp file + rename). It names
 // every piece with its size and checksum: that rename is the commit. A resume
-// reads the manifest and verifies every piece before it trusts any; after a
-// commit the older steps' pieces and the temporaries of interrupted saves are
-// removed. (Megatron's latest_checkpointed_iteration.txt plays the same role.)
+// reads the manifest, checks it (its own checksum, its fields against each
+// other: checkpoint_manifest_check.h) and verifies every piece before it
+// trusts any; after a commit the older steps' pieces and the temporaries of
+// interrupted saves are removed, by loom's own names only. (Megatron's
+// latest_checkpointed_iteration.txt plays the same role.)
 #pragma once
 
 #include <cstdint>

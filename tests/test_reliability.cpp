@@ -165,6 +165,8 @@ TEST(Paths, AnOutputOverAnInputOrAnotherOutputIsRefused) {
        "is the same file as --resume (its manifest)"},
       {"--log " + (d / "ck.step7.model.safetensors") + " --save " + (d / "ck.safetensors"),
        "has the name of a piece of the checkpoint --save"},
+      {"--trace " + (d / "ck.step2.optim.0.safetensors") + " --resume " + (d / "ck.safetensors"),
+       "--trace '" + (d / "ck.step2.optim.0.safetensors") + "' has the name of a piece of the checkpoint --resume"},
   };
   for (const auto& [flags, message] : cases) expect_refused_up_front(train(data + flags), message, flags);
   // An output inside a --data directory would be read as corpus by the next run.
