@@ -1,9 +1,9 @@
 #include "examples/train_args.h"
 #include "examples/train_paths.h"
-#include "tensor/numbers.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "parallel/teach/teach_break.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/numbers.h"
 
 #include <unistd.h>
 
