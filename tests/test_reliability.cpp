@@ -1,8 +1,10 @@
 // The reliability catalog (issue 32) kept as tests: numbers read strictly,
 // outputs that never destroy inputs, a checkpoint manifest that verifies
 // itself, a clean-up that touches only loom's own files, save names that
-// round-trip, a file-size limit during save, ranks built differently. Each
-// case is one that once ran silently wrong, lost data or died without a word.
+// round-trip, a file-size limit and a full disk during a save, ranks built
+// differently. Each case is one that once ran silently wrong, lost data or
+// died without a word. (The kill -9 loop is test_checkpoint_commit's, also
+// under this label.)
 // CTest label `reliability` (with `mpi`: some cases launch 2 or 4 ranks).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -387,6 +389,53 @@ TEST(Faults, AFileSizeLimitDuringASaveIsAnErrorAndThePreviousCheckpointStays) {
   Exec on = train(" --steps 4" + data + "--resume " + ck + " --save " + ck);
   ASSERT_EQ(on.status, 0) << on.output;
   EXPECT_EQ(committed_step(ck), 4);
+}
+
+// The losses of a JSON-lines log, as printed (%.17g: equal text, equal bits).
+std::vector<std::string> logged_losses(const std::string& log) {
+  std::vector<std::string> out;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const size_t k = line.find("\"loss\": ");
+    if (k != std::string::npos) out.push_back(line.substr(k + 8, line.find(',', k) - k - 8));
+  }
+  return out;
+}
+
+// The disk-full loop: a run saving every step into a small tmpfs (its own
+// mount namespace, gone when the run is) fills it during a save - at the
+// optimizer shard or at the model piece, by the size - and stops with the
+// save's error ("No space left on device"); the checkpoint committed before is
+// whole, and a run resumed from it gives the straight run's losses bit for bit.
+TEST(Faults, ADiskFullDuringASaveLeavesThePreviousCheckpointToResumeFrom) {
+  TempDir d("disk_full");
+  const Exec probe = run_command("unshare -m true 2>&1");
+  if (probe.status != 0)
+    GTEST_SKIP() << "no mount namespace for a small tmpfs (unshare -m: " << probe.output << "); it needs root";
+  const std::string data = kSmall + "--data " + (d / "corpus.txt") + " ";
+  ASSERT_EQ(train(" --steps 3" + data + "--log " + (d / "straight.jsonl")).status, 0);
+  const std::vector<std::string> straight = logged_losses(d / "straight.jsonl");
+  ASSERT_EQ(straight.size(), 3u);
+  // One checkpoint is ~450 KB (a 338 KB shard, a 112 KB model); a commit holds two for a moment.
+  for (const char* size : {"480k", "640k", "860k"}) {
+    const std::string mnt = d / (std::string("tmpfs_") + size), copy = d / (std::string("copy_") + size);
+    fs::create_directories(mnt);
+    fs::create_directories(copy);
+    const std::string script = "mount -t tmpfs -o size=" + std::string(size) + " tmpfs " + mnt + " && " +
+                               LOOM_TRAIN_GPT + " --steps 100 --save-every 1" + data + "--save " + mnt +
+                               "/ck.safetensors; echo exit=$?; cp -a " + mnt + "/. " + copy;
+    Exec r = run_command("timeout -k 5 120 unshare -m sh -c '" + script + "' 2>&1");
+    EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << size << "\n" << r.output;
+    EXPECT_NE(r.output.find("exit=1"), std::string::npos) << size << "\n" << r.output;
+    const int64_t step = committed_step(copy + "/ck.safetensors");
+    std::printf("[ measured ] tmpfs %s: full at the save of step %lld\n", size, (long long)step + 1);
+    ASSERT_GE(step, 1) << size;
+    ASSERT_LT(step, 3) << size << ": the disk never filled";
+    Exec on = train(" --steps 3" + data + "--resume " + copy + "/ck.safetensors --log " + copy + "/resumed.jsonl");
+    ASSERT_EQ(on.status, 0) << size << "\n" << on.output;
+    const std::vector<std::string> resumed = logged_losses(copy + "/resumed.jsonl");
+    EXPECT_EQ(resumed, std::vector<std::string>(straight.begin() + step, straight.end())) << size;
+  }
 }
 
 // Ranks built differently (a release and a sanitizer build) stop at the
