@@ -12,6 +12,7 @@
 #include "optim/checkpoint_manifest_check.h"
 #include "optim/checkpoint_tensor_parallel.h"
 #include "parallel/comm/handshake.h"
+#include "tensor/numbers.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
@@ -182,7 +183,10 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
   c.n_layer = meta_int(f, "n_layer");
   c.n_head = meta_int(f, "n_head");
   c.n_embd = meta_int(f, "n_embd");
-  c.seed = uint64_t(meta_int(f, "seed"));
+  // A seed is any uint64 (--seed 18446744073709551615), past int64's end: read as one.
+  const std::optional<uint64_t> seed = read_uint64(f.metadata.count("seed") ? f.metadata.at("seed") : "");
+  LOOM_CHECK(seed, "checkpoint '", f.path, "': 'seed' is missing or not an unsigned integer");
+  c.seed = *seed;
   auto d = f.metadata.find("dropout");
   if (d != f.metadata.end()) c.dropout = optim::parse_double(d->second, f.path, "dropout");
   auto v = f.metadata.find("vocab");

@@ -131,10 +131,14 @@ TEST(Numbers, EveryNumericFlagAndVariableIsReadStrictly) {
            {"''", "LOOM_COLLECTIVE_TIMEOUT must be a number in [0.1, 604800] (seconds), got ''"},
            {"5s", "LOOM_COLLECTIVE_TIMEOUT must be a number in [0.1, 604800] (seconds), got '5s'"}})
     expect_refused_up_front(train(data, "LOOM_COLLECTIVE_TIMEOUT=" + value), message, "timeout " + value);
-  // In range, a flag given twice takes its last value, and runs.
-  Exec fine = train(data + "--seed 18446744073709551615 --bucket-mb 0.5 --warmup 5 --warmup 1",
+  // In range, a flag given twice takes its last value, and runs; the largest
+  // seed (past int64's end) round-trips through a checkpoint.
+  Exec fine = train(data + "--seed 18446744073709551615 --bucket-mb 0.5 --warmup 5 --warmup 1 --save " +
+                        (d / "ck.safetensors"),
                     "LOOM_COLLECTIVE_TIMEOUT=30");
   EXPECT_EQ(fine.status, 0) << fine.output;
+  Exec resumed = train(" --steps 3" + kSmall + "--data " + (d / "corpus.txt") + " --resume " + (d / "ck.safetensors"));
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
 }
 
 // ---- outputs and inputs -----------------------------------------------------------------
