@@ -17,7 +17,7 @@ void add_options(CLI::App& app, Args& a) {
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
   app.add_option("--steps", a.steps, "total optimizer steps");
-  app.add_option("--batch", a.batch, "sequences per step");
+  app.add_option("--batch", a.batch, "sequences per micro-batch on each dp rank (global batch: dp x --batch x micro-batches)");
   app.add_option("--block", a.block, "sequence length (block size)");
   app.add_option("--layers", a.layers, "transformer blocks");
   app.add_option("--heads", a.heads, "attention heads");
@@ -29,7 +29,7 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay on matmul weights");
   app.add_option("--grad-clip", a.grad_clip, "clip the gradient norm to this (0: off)");
   app.add_option("--seed", a.seed, "seed for weights, data order and sampling");
-  app.add_option("--threads", a.threads, "math threads (BLAS)");
+  app.add_option("--threads", a.threads, "math threads (OpenMP); idle ones sleep (OMP_WAIT_POLICY=passive unless set)");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
   app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
   app.add_option("--backend", a.backend, "mpi or nccl: how ranks exchange tensors (default: nccl with --device cuda, "
@@ -49,7 +49,7 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
   app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
       ->check(CLI::IsMember({"naive", "bucket"}));
-  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
+  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (--dp-mode bucket)");
   app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step");
   app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp*tp)");
   app.add_option("--tp", a.tp, "tensor-parallel ranks splitting each matmul (Megatron-style; divides --heads)");

@@ -60,7 +60,8 @@ int64_t total_params(const ModelShape& m) {
   return m.vocab * h + m.seq * h + m.layers * (12 * h * h + 13 * h) + 2 * h;
 }
 
-std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s) {
+std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s,
+                   double train_tokens) {
   std::string out;
   say(out, "model: GPT %lld layers, width %lld, %lld heads, vocab %lld, seq %lld: %.4g parameters\n",
       (long long)m.layers, (long long)m.width, (long long)m.heads, (long long)m.vocab, (long long)m.seq,
@@ -89,8 +90,10 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
       micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
 
-  say(out, "\npipeline: bubble (p - 1) / (v m) = %d / (%d x %lld) = %.1f%%\n", g.pp - 1, g.virtual_stages,
-      (long long)b.micro_batches, 100 * bubble_fraction(g, b.micro_batches));
+  say(out, "\npipeline: bubble (p - 1)/(v m + p - 1) = %d/%lld = %.1f%% of the pipeline's time "
+      "(Megatron's bubble/compute (p - 1)/(v m) = %d/%lld = %.1f%%)\n", g.pp - 1,
+      (long long)(g.virtual_stages * b.micro_batches + g.pp - 1), 100 * bubble_fraction(g, b.micro_batches), g.pp - 1,
+      (long long)(g.virtual_stages * b.micro_batches), 100 * bubble_over_compute(g, b.micro_batches));
 
   say(out, "\ncommunication per step per rank (tp and pp: pipeline rank 0; ring: all-reduce 2(n-1)/n, all-gather/reduce-scatter (n-1)/n on the wire)\n");
   say(out, "  group     link          ops     payload     on wire       time   what\n");
@@ -111,6 +114,11 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
       s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
   say(out, "binds: %s\n", s.binds.c_str());
+  if (train_tokens > 0) {
+    const TrainTime tt = time_to_train(s, m, g, b, train_tokens);
+    say(out, "to train %.4g tokens: %.4g steps x %s = %s (%.3g days) on %d ranks = %.4g device-hours\n", train_tokens,
+        tt.steps, seconds(t).c_str(), seconds(tt.seconds).c_str(), tt.seconds / 86400, g.world(), tt.device_hours);
+  }
   return out;
 }
 

@@ -1,12 +1,26 @@
 #include "plan/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace loom::plan {
 
 double bubble_fraction(const Grid& g, int64_t micro_batches) {
+  return double(g.pp - 1) / (double(g.virtual_stages) * double(micro_batches) + double(g.pp - 1));
+}
+
+double bubble_over_compute(const Grid& g, int64_t micro_batches) {
   return double(g.pp - 1) / (double(g.virtual_stages) * double(micro_batches));
+}
+
+TrainTime time_to_train(const StepPlan& s, const ModelShape& m, const Grid& g, const Batch& b, double tokens) {
+  TrainTime t;
+  const double per_step = double(b.tokens_per_step(m, g));
+  t.steps = std::ceil(tokens / per_step);
+  t.seconds = t.steps * s.step_s;
+  t.device_hours = t.seconds * double(g.world()) / 3600.0;
+  return t;
 }
 
 namespace {
