@@ -61,7 +61,7 @@ void add_options(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"uniform", "balanced"}));
   app.add_option("--virtual-stages", a.virtual_stages,
                  "model chunks per pipeline rank; > 1: interleaved 1F1B (--microbatches a multiple of --pp)");
-  app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
+  app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 2 (step 1 if only one)");
   app.add_option("--schedule-svg", a.schedule_svg, "with --pp: draw step 2's schedule (step 1's if only one), in time, to this SVG file");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")

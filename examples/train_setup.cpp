@@ -175,7 +175,7 @@ DataParallelWrap wrap_data_parallel(ModelOrStage& m, const parallel::SharedWeigh
   if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
                 a.zero ? "reduce-scatter" : "all-reduce",
-                a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MiB").c_str() : "");
+                a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
   return w;
 }
 

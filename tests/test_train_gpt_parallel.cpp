@@ -76,8 +76,9 @@ TEST(TrainGptParallel, PipelineTraceShowsMicroBatchesAndTransfers) {
   std::ifstream f(trace);
   std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   for (const char* needle : {"\"name\": \"F0\"", "\"name\": \"F1\"", "\"name\": \"B0\"", "\"name\": \"B1\"",
-                             "\"name\": \"send_forward mb1\"", "\"name\": \"recv_forward mb1\"",
-                             "\"name\": \"send_backward mb0\"", "\"name\": \"recv_backward mb0\""})
+                             // each transfer with its size: [8, 16, 32] fp32 = 16 KiB
+                             "\"name\": \"send_forward mb1 (16 KiB)\"", "\"name\": \"recv_forward mb1 (16 KiB)\"",
+                             "\"name\": \"send_backward mb0 (16 KiB)\"", "\"name\": \"recv_backward mb0 (16 KiB)\""})
     EXPECT_NE(json.find(needle), std::string::npos) << needle;
   // Micro-batch 1 (--batch 8 sequences of --block 16 tokens, --embd 32 wide), from stage 0 to stage 1.
   EXPECT_NE(r.output.find("[rank 0] send_forward -> stage 1 mb 1 [8, 16, 32] float32"), std::string::npos) << r.output;

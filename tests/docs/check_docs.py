@@ -139,6 +139,18 @@ def check_trace_summary(repo, problems):
             problems.append(f"docs/trace_summary.py: {k} = {s[k]} on the made-up trace, by hand {v}")
     if s["per_step"].get("all_reduce(avg, float32) dp (size 2)") != (2.0, 16.0):
         problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 all-reduces, 16 KiB")
+    if s["gather_overlaps_forward"] is not None:
+        problems.append("docs/trace_summary.py: an all-gather share without any all-gather")
+    # A pipeline stage with ZeRO: two micro-batches' transfers of 64 KiB each aggregate to one line;
+    # the all-gather [35, 75) overlaps the forward F0 [30, 60) by 25 of its 40 us.
+    events = [x("F0", 30, 30, 0), x("B0", 60, 20, 0), x("optimizer step", 100, 10, 0),
+              x("all_gather(float32) dp (size 2) #1 (8 KiB)", 35, 40, 1),
+              x("send_forward mb0 (64 KiB)", 60, 5, 1), x("send_forward mb1 (64 KiB)", 70, 5, 1)]
+    s = trace_summary.summarise(events)[0]
+    if s["per_step"].get("send_forward") != (2.0, 128.0):
+        problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 send_forward, 128 KiB")
+    if s["gather_overlaps_forward"] is None or abs(s["gather_overlaps_forward"] - 0.625) > 1e-9:
+        problems.append(f"docs/trace_summary.py: all-gather overlap {s['gather_overlaps_forward']}, by hand 0.625")
 
 
 def fenced_blocks(text):
