@@ -32,8 +32,9 @@ int main(int argc, char** argv) {
   Grid g;
   Batch b;
   std::string machine = "cpu", model;
-  double efficiency = 0, calibrate_ms = 0, tokens = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gb = 0;
-  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200)")
+  double efficiency = 0, calibrate_ms = 0, tokens = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gib = 0;
+  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200) or gpt2-124m "
+                 "(12 x 768, 12 heads, seq 1024, vocab 50257); --layers etc. given too override it")
       ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m"}));
   app.add_option("--layers", m.layers, "transformer blocks (L)");
   app.add_option("--embd", m.width, "width (h)");
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
   app.add_option("--handoff-us", handoff_us, "cpu, more ranks than cores: cost of one synchronous collective");
   app.add_option("--link-gbs", link_gbs, "bandwidth of every link, GB/s per direction (bench/plan_check.sh measures it)");
   app.add_option("--gflops", gflops, "cpu: per-core GFLOP/s instead of measuring");
-  app.add_option("--memory-gb", memory_gb, "capacity per device instead of the table's");
+  app.add_option("--memory-gib", memory_gib, "capacity per device in GiB instead of the table's");
   app.add_option("--tokens", tokens, "also print the time and device-hours to train on this many tokens (e.g. 300e9)");
   CLI11_PARSE(app, argc, argv);
 
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
     if (latency_us >= 0) mc.latency_us = mc.inter_latency_us = latency_us;
     if (handoff_us >= 0) mc.handoff_us = handoff_us;
     if (link_gbs > 0) mc.intra_gbs = mc.inter_gbs = link_gbs, mc.link_efficiency = 1;
-    if (memory_gb > 0) mc.memory_gb = memory_gb;
+    if (memory_gib > 0) mc.memory_gib = memory_gib;
     if (efficiency > 0) mc.efficiency = efficiency;
     if (calibrate_ms > 0) {
       // One rank: step = compute / efficiency + optimizer, so efficiency =

@@ -163,6 +163,15 @@ TEST(PlanProgram, APresetTakesAnExplicitShapeFlagAndSaysSo) {
   EXPECT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("--layers 2 overrides gpt2-124m's 12"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("model: GPT 2 layers, width 768, 12 heads"), std::string::npos) << run.output;
+  // memory in binary units, as train_gpt's --memory-report: the H100's 80 GiB
+  EXPECT_NE(run.output.find(", 80 GiB, memory 3350 GB/s"), std::string::npos) << run.output;
+}
+
+TEST(PlanProgram, HelpShowsEveryDefault) {
+  const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --help 2>&1");
+  EXPECT_EQ(run.status, 0) << run.output;
+  for (const char* want : {"--layers INT=4", "--batch INT=16", "--dp INT=1", "--machine TEXT:{h100,a100,cpu}=cpu"})
+    EXPECT_NE(run.output.find(want), std::string::npos) << want << "\n" << run.output;
 }
 
 TEST(PlanProgram, NonsenseFailsBeforeAnyWorkWithTheFlagNamed) {
