@@ -8,6 +8,12 @@
 // the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT: then theirs stands. Likewise
 // OPENBLAS_NUM_THREADS=1 (loom calls OpenBLAS single-threaded; its idle pool
 // would spin too) unless the user set it.
+//
+// How: the process starts over once with those variables added (execve of
+// itself, before anything has run; thread_wait.cpp says why nothing gentler
+// works). A tool that follows a program only until its first exec (valgrind
+// without --trace-children=yes) should be given OMP_WAIT_POLICY and
+// OPENBLAS_NUM_THREADS in the environment: then nothing starts over.
 #pragma once
 
 #include <string>
