@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--link-gbs", link_gbs, "bandwidth of every link, GB/s per direction (bench/plan_check.sh measures it)");
   app.add_option("--gflops", gflops, "cpu: per-core GFLOP/s instead of measuring");
   app.add_option("--memory-gib", memory_gib, "capacity per device in GiB instead of the table's");
-  app.add_option("--tokens", tokens, "also print the time and device-hours to train on this many tokens (e.g. 300e9)");
+  app.add_option("--tokens", tokens, "also print the time and GPU-hours to train on this many tokens (e.g. 300e9)");
   CLI11_PARSE(app, argc, argv);
 
   try {

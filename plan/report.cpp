@@ -118,8 +118,9 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "binds: %s\n", s.binds.c_str());
   if (train_tokens > 0) {
     const TrainTime tt = time_to_train(s, m, g, b, train_tokens);
-    say(out, "to train %.4g tokens: %.0f steps x %s = %.4g hours (%.3g days) on %d ranks = %.4g device-hours\n",
-        train_tokens, tt.steps, seconds(t).c_str(), tt.seconds / 3600, tt.seconds / 86400, g.world(), tt.device_hours);
+    say(out, "to train %.4g tokens: %.0f steps x %s = %.4g hours (%.3g days) on %d ranks = %.4g %s-hours\n",
+        train_tokens, tt.steps, seconds(t).c_str(), tt.seconds / 3600, tt.seconds / 86400, g.world(), tt.device_hours,
+        mc.one_node ? "rank" : "GPU");
   }
   return out;
 }
