@@ -60,10 +60,10 @@ void Diagnostics::backward_done() { peak_ = memory_stats(device_).peak_bytes; }
 
 void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
                             const parallel::StageEvents& events) {
-  // The picture is of the second step when there is one: the first is slowed by one-time work
-  // (oneDNN's kernel JIT, first allocations) that would fill it.
+  // The schedule (text and picture) is of the second step when there is one: the first is slowed by
+  // one-time work (oneDNN's kernel JIT, first allocations) that would fill its measured bubble.
   const int64_t svg_step = std::min(start_ + 1, end_ - 1);
-  const bool text_now = a_.print_schedule && step == start_, svg_now = !a_.schedule_svg.empty() && step == svg_step;
+  const bool text_now = a_.print_schedule && step == svg_step, svg_now = !a_.schedule_svg.empty() && step == svg_step;
   if ((text_now || svg_now) && m_.pipelined()) {
     std::string svg;
     std::string report = parallel::schedule_report(

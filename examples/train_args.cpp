@@ -45,7 +45,8 @@ void add_options(CLI::App& app, Args& a) {
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
   number(app, "--steps", a.steps, {1, kMaxSteps}, "total optimizer steps");
-  number(app, "--batch", a.batch, {1, kMaxSize}, "sequences per step");
+  number(app, "--batch", a.batch, {1, kMaxSize},
+         "sequences per micro-batch on each dp rank (global batch: dp x --batch x micro-batches)");
   number(app, "--block", a.block, {1, kMaxSize}, "sequence length (block size)");
   number(app, "--layers", a.layers, {1, 4096}, "transformer blocks");
   number(app, "--heads", a.heads, {1, 4096}, "attention heads");
@@ -57,7 +58,8 @@ void add_options(CLI::App& app, Args& a) {
   number(app, "--weight-decay", a.weight_decay, {0.0, 1e6}, "AdamW weight decay on matmul weights");
   number(app, "--grad-clip", a.grad_clip, {0.0, 1e30, " (0: off)"}, "clip the gradient norm to this (0: off)");
   number(app, "--seed", a.seed, {0, UINT64_MAX}, "seed for weights, data order and sampling");
-  number(app, "--threads", a.threads, {1, 4096}, "math threads (BLAS)");
+  number(app, "--threads", a.threads, {1, 4096},
+         "math threads (OpenMP); idle ones sleep (OMP_WAIT_POLICY=passive unless set)");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
   app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
   app.add_option("--backend", a.backend, "mpi or nccl: how ranks exchange tensors (default: nccl with --device cuda, "
@@ -78,8 +80,8 @@ void add_options(CLI::App& app, Args& a) {
   number(app, "--dp", a.dp, {1, 65536}, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
   app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
       ->check(CLI::IsMember({"naive", "bucket"}));
-  number(app, "--bucket-mb", a.bucket_mb, {0.0, 1e6, " (1e6 MB: 1 TB)", true},
-         "gradient bucket size in MB (--dp-mode bucket)");
+  number(app, "--bucket-mb", a.bucket_mb, {0.0, 1e6, " (1e6 MiB: 977 GiB)", true},
+         "gradient bucket size in MiB (--dp-mode bucket)");
   number(app, "--grad-accum", a.grad_accum, {1, kMaxSize}, "micro-batches accumulated per step");
   number(app, "--pp", a.pp, {1, 65536}, "pipeline stages (launch with mpirun -np dp*pp*tp)");
   number(app, "--tp", a.tp, {1, 65536},
@@ -93,7 +95,8 @@ void add_options(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"uniform", "balanced"}));
   number(app, "--virtual-stages", a.virtual_stages, {1, 4096},
          "model chunks per pipeline rank; > 1: interleaved 1F1B (--microbatches a multiple of --pp)");
-  app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
+  app.add_flag("--print-schedule", a.print_schedule,
+               "print the executed pipeline schedule and its bubble after step 2 (step 1 if only one)");
   app.add_option("--schedule-svg", a.schedule_svg, "with --pp: draw step 2's schedule (step 1's if only one), in time, to this SVG file");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")

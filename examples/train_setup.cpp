@@ -180,7 +180,7 @@ DataParallelWrap wrap_data_parallel(ModelOrStage& m, const parallel::SharedWeigh
   if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
                 a.zero ? "reduce-scatter" : "all-reduce",
-                a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
+                a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
   return w;
 }
 
@@ -287,8 +287,12 @@ void check_ranks_agree_on_skip(int64_t step, const optim::StepResult& s, const o
                                parallel::ProcessGroupManager& pgm) {
   if (!opt.scaler() || pgm.world().size() == 1) return;  // only fp16's loss scaler skips steps
   parallel::check_ranks_agree(pgm.world(), {{str("step ", step + 1, " skipped for overflow"), s.skipped ? "yes" : "no"}},
-                              "decision whether to skip the step (found_inf must be reduced over every rank holding "
-                              "part of the model, or the stages step different models)");
+                              "decision whether to skip the step",
+                              teach::broken(teach::Break::FoundInfWrongGroup)
+                                  ? "--teach-break found-inf-wrong-group reduced found_inf over the dp group, so "
+                                    "each pipeline stage decided alone"
+                                  : "found_inf must be reduced over every rank holding part of the model, or the "
+                                    "stages step different models");
 }
 
 void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s) {

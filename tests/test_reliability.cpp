@@ -115,7 +115,7 @@ TEST(Numbers, EveryNumericFlagAndVariableIsReadStrictly) {
       {"--seed -1", "--seed must be an integer in [0, 18446744073709551615], got '-1'"},
       {"--seed 18446744073709551616",
        "--seed must be an integer in [0, 18446744073709551615], got '18446744073709551616'"},
-      {"--bucket-mb 1e30", "--bucket-mb must be a number in (0, 1000000] (1e6 MB: 1 TB), got '1e30'"},
+      {"--bucket-mb 1e30", "--bucket-mb must be a number in (0, 1000000] (1e6 MiB: 977 GiB), got '1e30'"},
       {"--layers 99999999999999999999", "--layers must be an integer in [1, 4096], got '99999999999999999999'"},
       {"--log-every 0", "--log-every must be an integer in [1, 1099511627776], got '0'"},
       {"--eval-every -1", "--eval-every must be an integer in [0, 1099511627776] (0: never), got '-1'"},

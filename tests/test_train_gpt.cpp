@@ -274,7 +274,7 @@ TEST(TrainGpt, EveryFlagIsCheckedBeforeTrainingWithItsRange) {
       {"--steps 0", "--steps must be an integer in [1, 1099511627776], got '0'"},
       {"--lr nan", "--lr must be a number in (0, 1e+30], got 'nan'"},
       {"--dropout 1", "--dropout must be a number in [0, 0.99], got '1'"},
-      {"--bucket-mb 0", "--bucket-mb must be a number in (0, 1000000] (1e6 MB: 1 TB), got '0'"},
+      {"--bucket-mb 0", "--bucket-mb must be a number in (0, 1000000] (1e6 MiB: 977 GiB), got '0'"},
       {"--loss-scale-backoff 2", "--loss-scale-backoff must be a number in [1e-06, 1], got '2'"},
       {"--loss-scale 0.5", "--loss-scale must be a number in [1, 1e+30] (fp16's scaler stops below 1), got '0.5'"},
       // 1e20 does not fit int64: refused as written (CLI11 read the largest int64).

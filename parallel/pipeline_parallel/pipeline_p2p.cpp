@@ -21,8 +21,10 @@ constexpr int kHeaderTag = 0, kPayloadTag = 1;
 constexpr int kSender = 0, kReceiver = 1;
 
 // "send_forward mb3", or with chunks "send_activation mb3.1" (Megatron's virtual micro-batch).
-std::string span_name(const char* verb, int mb, int chunk) {
-  return chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk);
+// The payload's size follows as the collectives' spans give theirs: "send_forward mb3 (64 KiB)".
+std::string span_name(const char* verb, int mb, int chunk, const Tensor& t) {
+  const std::string kib = str(" (", t.numel() * int64_t(element_size(t.dtype())) / 1024, " KiB)");
+  return (chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk)) + kib;
 }
 
 }  // namespace
@@ -177,7 +179,7 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
                  shape_str(payload.shape()).c_str(), dtype_name(payload.dtype()));
   PendingSend s;
   s.start_us = trace::enabled() ? trace::now_us() : 0;
-  s.span = span_name(verb, mb, chunk);
+  s.span = span_name(verb, mb, chunk, payload);
   if (c.cached) {
     LOOM_CHECK(payload.shape() == c.shape && payload.dtype() == c.dtype, verb, ": stage ", rank_, " sends ",
                payload.describe(), " in a schedule whose first transfer on this channel was ", shape_str(c.shape),
@@ -215,7 +217,7 @@ Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
   if (verbose_)
     std::fprintf(stderr, "[rank %d] %s <- stage %d mb %d %s %s\n", world().rank(), verb, c.stage, mb,
                  shape_str(t.shape()).c_str(), dtype_name(t.dtype()));
-  if (trace::enabled()) trace::record(span_name(verb, mb, chunk), start, trace::now_us(), trace::kComm);
+  if (trace::enabled()) trace::record(span_name(verb, mb, chunk, t), start, trace::now_us(), trace::kComm);
   return t;
 }
 
