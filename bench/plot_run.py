@@ -62,6 +62,8 @@ def main():
         ax.plot(steps, [r["live_mib"] for r in rows], label="live after the step", linewidth=1)
         ax.plot(steps, [r["peak_mib"] for r in rows], label="peak so far", linewidth=1)
         ax.set_ylabel("MiB (rank 0)")
+        # From 0: a flat line a few KiB above or below its start is not a leak or a drop.
+        ax.set_ylim(bottom=0, top=1.1 * max(max(r["peak_mib"] for r in rows), 1e-9))
         ax.legend()
     for ax in axes:
         ax.grid(alpha=0.3)

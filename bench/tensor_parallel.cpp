@@ -116,9 +116,10 @@ CountingGroup::Counts since(const CountingGroup::Counts& now, const CountingGrou
 
 std::string describe(const CountingGroup::Counts& g) {
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%2lld all-reduce %7.1f KB, %2lld all-gather %7.1f KB, %2lld reduce-scatter %7.1f KB",
-                (long long)g.all_reduce.ops, g.all_reduce.bytes / 1e3, (long long)g.all_gather.ops,
-                g.all_gather.bytes / 1e3, (long long)g.reduce_scatter.ops, g.reduce_scatter.bytes / 1e3);
+  // KiB and MiB throughout, as train_gpt's --memory-report and --trace give them.
+  std::snprintf(buf, sizeof buf, "%2lld all-reduce %7.1f KiB, %2lld all-gather %7.1f KiB, %2lld reduce-scatter %7.1f KiB",
+                (long long)g.all_reduce.ops, g.all_reduce.bytes / 1024.0, (long long)g.all_gather.ops,
+                g.all_gather.bytes / 1024.0, (long long)g.reduce_scatter.ops, g.reduce_scatter.bytes / 1024.0);
   return buf;
 }
 
@@ -203,12 +204,12 @@ int main(int argc, char** argv) {
 
         const int64_t v_pad = padded_vocab_size(V, tp);
         const int64_t formula = (v_pad * C + L * (12 * C * C + 7 * C)) / tp + (T * C + 2 * C + L * 6 * C);
-        const double bsh_kb = double(B * T * C) * 4 / 1e3;
+        const double bsh_kib = double(B * T * C) * 4 / 1024.0;
         if (!rank0) continue;
         std::printf("tp %d%s\n", tp, sp ? " + sequence parallel" : "");
         std::printf("  params/rank   %9lld   formula %9lld   ratio %.3f\n", (long long)stage.num_parameters(),
                     (long long)formula, double(stage.num_parameters()) / double(formula));
-        std::printf("  activations   %9.2f MB peak   vs tp 1: %.3f   Megatron's formula: %.3f\n", peak / 1e6,
+        std::printf("  activations   %9.2f MiB peak   vs tp 1: %.3f   Megatron's formula: %.3f\n", peak / 1048576.0,
                     peak / activations_tp1,
                     megatron_activations(tp, sp, double(H), double(T), double(C)) /
                         megatron_activations(1, false, double(H), double(T), double(C)));
@@ -216,9 +217,9 @@ int main(int argc, char** argv) {
           const auto [want_f, want_b] = expected(L, sp, B * T * C * 4, B * T * 4);
           std::printf("  forward       %s\n  expected      %s\n", describe(fwd).c_str(), describe(want_f).c_str());
           std::printf("  backward      %s\n  expected      %s\n", describe(bwd).c_str(), describe(want_b).c_str());
-          std::printf("  (Megatron: per layer 2 %s of [b,s,h] = %.1f KB each way, + embedding, head, cross-entropy)"
+          std::printf("  (Megatron: per layer 2 %s of [b,s,h] = %.1f KiB each way, + embedding, head, cross-entropy)"
                       " -> %s\n",
-                      sp ? "all-gathers + 2 reduce-scatters" : "all-reduces", bsh_kb,
+                      sp ? "all-gathers + 2 reduce-scatters" : "all-reduces", bsh_kib,
                       same(fwd, want_f) && same(bwd, want_b) ? "measured = expected" : "MEASURED DIFFERS");
         }
         std::printf("  forward + backward %.1f ms\n\n", ms);

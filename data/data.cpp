@@ -108,9 +108,11 @@ static std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-std::u32string read_corpus(const std::string& path) {
+std::u32string read_corpus(const std::string& path, CorpusStats* stats) {
   LOOM_CHECK(fs::exists(path), "corpus: '", path, "' does not exist",
              path == default_corpus_path() ? " (install Debian's fortunes package: apt-get install fortunes)" : "");
+  LOOM_CHECK(fs::is_regular_file(path) || fs::is_directory(path), "corpus: '", path,
+             "' is not a regular file or a directory (a FIFO or a device would block or never end)");
   std::u32string text;
   if (fs::is_directory(path)) {
     std::vector<fs::path> files;
@@ -122,12 +124,29 @@ std::u32string read_corpus(const std::string& path) {
   } else {
     text = decode_utf8(read_file(path), path);
   }
+  CorpusStats s;
+  s.characters = int64_t(text.size());
   std::u32string clean;
   clean.reserve(text.size());
-  for (char32_t c : text)
-    if (c >= 0x20 || c == U'\n' || c == U'\t') clean.push_back(c);
-  LOOM_CHECK(!clean.empty(), "corpus: '", path, "' is empty");
+  for (char32_t c : text) {
+    if (c >= 0x20 || c == U'\n' || c == U'\t') {
+      clean.push_back(c);
+    } else {
+      ++s.dropped;
+      s.nul += c == 0;
+    }
+  }
+  LOOM_CHECK(!text.empty(), "corpus: '", path, "' is empty");
+  LOOM_CHECK(!clean.empty(), "corpus: '", path, "' holds ", s.characters, " characters, all of them control "
+             "characters (", s.nul, " NUL bytes), which are dropped: no text is left to train on");
+  if (stats) *stats = s;
   return clean;
+}
+
+std::string dropped_note(const CorpusStats& s) {
+  if (s.dropped == 0) return "";
+  return str("; ", s.dropped, " control character", s.dropped == 1 ? "" : "s", " dropped",
+             s.nul ? str(" (", s.nul, " NUL byte", s.nul == 1 ? "" : "s", ")") : "");
 }
 
 TextDataset::TextDataset(std::vector<int32_t> ids, int64_t block_size, double train_fraction) : block_(block_size) {
@@ -139,8 +158,16 @@ TextDataset::TextDataset(std::vector<int32_t> ids, int64_t block_size, double tr
   // Each split needs at least one window of block_size + 1 tokens.
   n_train = std::max(n_train, block_size + 1);
   train_.assign(ids.begin(), ids.begin() + n_train);
-  if (n - n_train >= block_size + 1) val_.assign(ids.begin() + n_train, ids.end());
-  else val_ = train_;  // a tiny corpus: validate on the training text (said in the log by the caller)
+  if (n - n_train >= block_size + 1) {
+    val_.assign(ids.begin() + n_train, ids.end());
+  } else {  // a tiny corpus: validate on the training text (val_note says so)
+    val_ = train_;
+    val_is_train_ = true;
+  }
+}
+
+std::string TextDataset::val_note() const {
+  return val_is_train_ ? " (validation = the training text: the corpus is too short to hold out a tenth)" : "";
 }
 
 Batch TextDataset::sample(const std::string& split, int64_t batch, Generator& gen) const {

@@ -38,10 +38,22 @@ std::string encode_utf8(const std::u32string& text);
 // The default corpus: the plain-text files of Debian's `fortunes` package
 // (/usr/share/games/fortunes, no .dat indexes, no .u8 links), in name order.
 std::string default_corpus_path();
-// Reads a UTF-8 text file, or every fortunes file when path is a directory.
-// Control characters other than newline and tab are dropped (fortunes use
-// backspace "overstriking").
-std::u32string read_corpus(const std::string& path);
+// What read_corpus read and what it dropped, for the run's "data:" line.
+struct CorpusStats {
+  int64_t characters = 0;  // decoded, before dropping
+  int64_t dropped = 0;     // control characters dropped
+  int64_t nul = 0;         // of which NUL bytes
+};
+
+// Reads a UTF-8 text file, or every regular file of a directory (the
+// fortunes), in name order. A FIFO or a device is refused (it would block, or
+// never end). Control characters other than newline and tab are dropped
+// (fortunes use backspace "overstriking"), counted in stats; a file with
+// nothing else (all NUL bytes) is refused saying so.
+std::u32string read_corpus(const std::string& path, CorpusStats* stats = nullptr);
+
+// "; 12 control characters dropped (3 NUL bytes)", "" when none.
+std::string dropped_note(const CorpusStats& stats);
 
 struct Batch {
   Tensor x;  // [B, T] int64 token ids
@@ -50,8 +62,9 @@ struct Batch {
 
 class TextDataset {
  public:
-  // Splits ids into train (first 90%) and val (last 10%). Both parts must be
-  // longer than block_size, with an error naming the sizes otherwise.
+  // Splits ids into train (first 90%) and val (last 10%). The corpus must be
+  // longer than block_size (an error naming the sizes otherwise); when the
+  // last 10% is not, val is the training text (val_is_train()).
   TextDataset(std::vector<int32_t> ids, int64_t block_size, double train_fraction = 0.9);
 
   // B random windows of block_size + 1 tokens from one split ("train"/"val").
@@ -63,10 +76,15 @@ class TextDataset {
   int64_t block_size() const { return block_; }
   int64_t train_tokens() const { return int64_t(train_.size()); }
   int64_t val_tokens() const { return int64_t(val_.size()); }
+  // A corpus too short for a held-out tenth validates on the training text:
+  // " (validation = the training text: the corpus is too short to hold out a tenth)", or "".
+  bool val_is_train() const { return val_is_train_; }
+  std::string val_note() const;
 
  private:
   std::vector<int32_t> train_, val_;
   int64_t block_;
+  bool val_is_train_ = false;
 };
 
 }  // namespace loom::data

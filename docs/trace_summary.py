@@ -4,9 +4,11 @@ communication overlapped backward.
 
   /usr/bin/python3 docs/trace_summary.py trace.json
 
-Per rank it prints every collective that runs every step (its name without the
-sequence number) with how many times it ran per optimizer step and the KiB it
-carried (sizes as the trace rounds them), then the time of the data-parallel
+Per rank it prints every collective and pipeline transfer that runs every
+step (its name without the sequence number, and a transfer's without its
+micro-batch: "send_forward" stands for send_forward mb0, mb1, ...) with how
+many times it ran per optimizer step and the KiB it carried (sizes as the
+trace rounds them, each span down to whole KiB), then the time of the data-parallel
 collectives, the share of it hidden
 behind backward's compute (inside `backward` or a pipeline B<i> or, interleaved,
 B<i>.<c> span, but not
@@ -14,7 +16,13 @@ inside a "wait for ..." span, where the compute thread blocks on them), and
 the time per step the compute thread spent in "wait for ..." spans: the
 overlap the bucketed and ZeRO chapters are about. A trace without any "wait
 for" span ran synchronous collectives (--dp-mode naive: the hook returns when
-its all-reduce is done), so none of their time was hidden.
+its all-reduce is done), so none of their time was hidden. With ZeRO's param
+all-gathers it also prints the share of their time that overlapped a forward
+(`forward` or F<i>) span on the compute track: what --overlap-param-gather buys.
+
+A span on the communication track runs from the moment the collective starts
+on this rank to the moment it completes here, so it includes waiting for the
+slowest rank of the group to arrive: a long span is not a slow link by itself.
 """
 import collections
 import json
@@ -40,9 +48,9 @@ def summarise(events):
         backward = [(e["ts"], e["ts"] + e["dur"]) for e in compute
                     if e["name"] == "backward" or re.fullmatch(r"B\d+(\.\d+)?", e["name"])]
         counts, kib = collections.Counter(), collections.Counter()
-        for e in comm:  # "all_reduce(avg, float32) dp (size 2) #7 (27 KiB)"
-            m = re.match(r"(.*?) #\d+ \((\d+) KiB\)", e["name"])
-            name = m.group(1) if m else e["name"]
+        for e in comm:  # "all_reduce(avg, float32) dp (size 2) #7 (27 KiB)", "send_forward mb3.1 (64 KiB)"
+            m = re.fullmatch(r"(.*?)(?: #\d+| mb\d+(?:\.\d+)?)? \((\d+) KiB\)", e["name"])
+            name = m.group(1) if m else re.sub(r" mb\d+(\.\d+)?$", "", e["name"])
             counts[name] += 1
             kib[name] += int(m.group(2)) if m else 0
         # The compute thread blocked on communication: spans named "wait for ...".
@@ -59,7 +67,14 @@ def summarise(events):
             total += b - a
             # hidden: while backward computed (inside backward, not inside a wait)
             hidden += overlap(a, b, backward) - overlap(a, b, waits_in_backward)
+        # ZeRO's param all-gathers: the share of their time a forward computed beside them.
+        forward = [(e["ts"], e["ts"] + e["dur"]) for e in compute
+                   if e["name"] == "forward" or re.fullmatch(r"F\d+(\.\d+)?", e["name"])]
+        gathers = [(e["ts"], e["ts"] + e["dur"]) for e in comm if e["name"].startswith("all_gather(") and " dp " in e["name"]]
+        gather_total = sum(b - a for a, b in gathers)
+        gather_in_forward = sum(overlap(a, b, forward) for a, b in gathers)
         out[pid] = {"steps": steps, "per_step": {k: (v / steps, kib[k] / steps) for k, v in counts.items()},
+                    "gather_overlaps_forward": gather_in_forward / gather_total if gather_total else None,
                     "dp_comm_ms": total / 1e3, "dp_comm_hidden": hidden / total if total else 0.0,
                     "wait_ms_per_step": sum(y - x for x, y in waits) / 1e3 / steps, "async": bool(waits)}
     return out
@@ -74,6 +89,8 @@ def main():
         print(f"rank {pid}: {s['steps']} optimizer steps")
         for name, (n, kib) in sorted(s["per_step"].items()):
             print(f"  {n:6.1f} per step {kib:8.0f} KiB per step  {name}")
+        if s["gather_overlaps_forward"] is not None:
+            print(f"  param all-gathers: {100 * s['gather_overlaps_forward']:.0f}% of their time overlapped a forward")
         if s["dp_comm_ms"] == 0:
             print("  no data-parallel gradient collectives (dp = 1)")
             continue

@@ -59,10 +59,10 @@ void Diagnostics::backward_done() { peak_ = memory_stats(device_).peak_bytes; }
 
 void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
                             const parallel::StageEvents& events) {
-  // The picture is of the second step when there is one: the first is slowed by one-time work
-  // (oneDNN's kernel JIT, first allocations) that would fill it.
+  // The schedule (text and picture) is of the second step when there is one: the first is slowed by
+  // one-time work (oneDNN's kernel JIT, first allocations) that would fill its measured bubble.
   const int64_t svg_step = std::min(start_ + 1, end_ - 1);
-  const bool text_now = a_.print_schedule && step == start_, svg_now = !a_.schedule_svg.empty() && step == svg_step;
+  const bool text_now = a_.print_schedule && step == svg_step, svg_now = !a_.schedule_svg.empty() && step == svg_step;
   if ((text_now || svg_now) && pgm_.pp_size() > 1) {
     std::string svg;
     std::string report = parallel::schedule_report(
@@ -128,7 +128,7 @@ double Diagnostics::predicted_activation_bytes() const {
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
   c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
-  c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && ops::bf16_gemm() == "bf16";
+  c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
   for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]
     for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;

@@ -62,10 +62,11 @@ std::string teach_symptom(int64_t step, double grad_norm, parallel::Model& m, pa
                   " (0 when the embedding group sums their gradients)\n",
                   (long long)step + 1, d);
   } else if (teach::broken(Break::DpDivideTwice)) {
+    // The bug scales every gradient by 1/dp, so the true norm is dp times the logged one.
     std::snprintf(line, sizeof line,
-                  "teach-break dp-divide-twice: step %lld: grad norm %.4g, 1/%d of the true one (AdamW hides it "
-                  "from the loss)\n",
-                  (long long)step + 1, grad_norm, pgm.dp_size());
+                  "teach-break dp-divide-twice: step %lld: grad norm %.4g, the true one %.4g (%d x): AdamW cancels a "
+                  "factor that is the same every step, but clipping rescales some steps and not others\n",
+                  (long long)step + 1, grad_norm, grad_norm * pgm.dp_size(), pgm.dp_size());
   }
   return pgm.global_rank() == 0 ? std::string(line) : std::string();
 }

@@ -1,7 +1,9 @@
 #include "examples/train_args.h"
+#include "examples/train_paths.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "parallel/teach/teach_break.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/numbers.h"
 
 #include <unistd.h>
 
@@ -11,57 +13,90 @@
 
 namespace loom::train {
 
+namespace {
+
+// Sizes: bounded so that products like 12 x layers x embd^2 stay far from int64's end.
+constexpr int64_t kMaxSize = int64_t(1) << 20, kMaxSteps = int64_t(1) << 40;
+
+// A numeric flag, read by loom's one parser with its allowed range
+// (tensor/numbers.h): '', "6x", "-1" for the seed or a value outside the range
+// stops the run before any work, in one shape: "--warmup must be an integer in
+// [0, 1099511627776], got ''". Exit code 1, like every check of validate().
+template <class T>
+void number(CLI::App& app, const std::string& flag, T& field, const NumberRange<T>& range, const std::string& help) {
+  auto read = [&field, flag, range](const CLI::results_t& given) {
+    try {
+      field = parse_number<T>(given.back(), flag, range);  // the last of a flag given twice
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what(), 1);
+    }
+    return true;
+  };
+  app.add_option(flag, CLI::callback_t(read), help)
+      ->default_str(str(field))
+      ->type_name(std::is_floating_point_v<T> ? "FLOAT" : std::is_signed_v<T> ? "INT" : "UINT");
+}
+
+}  // namespace
+
 void add_options(CLI::App& app, Args& a) {
   // A flag given twice takes its last value, so wrappers can override their
   // defaults: `bash examples/train.sh --steps 50`.
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", a.data, "UTF-8 text file, or a directory of them (default: Debian's fortunes)");
-  app.add_option("--steps", a.steps, "total optimizer steps");
-  app.add_option("--batch", a.batch, "sequences per step");
-  app.add_option("--block", a.block, "sequence length (block size)");
-  app.add_option("--layers", a.layers, "transformer blocks");
-  app.add_option("--heads", a.heads, "attention heads");
-  app.add_option("--embd", a.embd, "embedding width (divisible by --heads)");
-  app.add_option("--dropout", a.dropout, "dropout probability");
-  app.add_option("--lr", a.lr, "peak learning rate");
-  app.add_option("--min-lr-ratio", a.min_lr_ratio, "final lr as a fraction of --lr (cosine decay)");
-  app.add_option("--warmup", a.warmup, "linear warmup steps");
-  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay on matmul weights");
-  app.add_option("--grad-clip", a.grad_clip, "clip the gradient norm to this (0: off)");
-  app.add_option("--seed", a.seed, "seed for weights, data order and sampling");
-  app.add_option("--threads", a.threads, "math threads (BLAS)");
+  number(app, "--steps", a.steps, {1, kMaxSteps}, "total optimizer steps");
+  number(app, "--batch", a.batch, {1, kMaxSize},
+         "sequences per micro-batch on each dp rank (global batch: dp x --batch x micro-batches)");
+  number(app, "--block", a.block, {1, kMaxSize}, "sequence length (block size)");
+  number(app, "--layers", a.layers, {1, 4096}, "transformer blocks");
+  number(app, "--heads", a.heads, {1, 4096}, "attention heads");
+  number(app, "--embd", a.embd, {1, kMaxSize}, "embedding width (divisible by --heads)");
+  number(app, "--dropout", a.dropout, {0.0, 0.99}, "dropout probability");
+  number(app, "--lr", a.lr, {0.0, 1e30, "", true}, "peak learning rate");
+  number(app, "--min-lr-ratio", a.min_lr_ratio, {0.0, 1.0}, "final lr as a fraction of --lr (cosine decay)");
+  number(app, "--warmup", a.warmup, {0, kMaxSteps}, "linear warmup steps");
+  number(app, "--weight-decay", a.weight_decay, {0.0, 1e6}, "AdamW weight decay on matmul weights");
+  number(app, "--grad-clip", a.grad_clip, {0.0, 1e30, " (0: off)"}, "clip the gradient norm to this (0: off)");
+  number(app, "--seed", a.seed, {0, UINT64_MAX}, "seed for weights, data order and sampling");
+  number(app, "--threads", a.threads, {1, 4096},
+         "math threads (OpenMP); idle ones sleep (OMP_WAIT_POLICY=passive unless set)");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
   app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
   app.add_option("--backend", a.backend, "mpi or nccl: how ranks exchange tensors (default: nccl with --device cuda, "
                  "mpi on the CPU; mpi moves GPU tensors through host memory, so ranks can share one GPU)")
       ->check(CLI::IsMember({"mpi", "nccl"}));
-  app.add_option("--eval-every", a.eval_every, "validation loss every N steps (0: never)");
-  app.add_option("--eval-batches", a.eval_batches, "batches per validation");
-  app.add_option("--log-every", a.log_every, "print a line every N steps when stdout is not a terminal");
+  number(app, "--eval-every", a.eval_every, {0, kMaxSteps, " (0: never)"}, "validation loss every N steps (0: never)");
+  number(app, "--eval-batches", a.eval_batches, {1, kMaxSize}, "batches per validation");
+  number(app, "--log-every", a.log_every, {1, kMaxSteps}, "print a line every N steps when stdout is not a terminal");
   app.add_option("--save", a.save, "checkpoint path (PATH and PATH.optim.safetensors), written at the end");
-  app.add_option("--save-every", a.save_every, "also checkpoint every N steps");
-  app.add_option("--stop-at", a.stop_at, "stop after this many steps; the LR schedule still spans --steps (0: run to --steps)");
+  number(app, "--save-every", a.save_every, {0, kMaxSteps, " (0: only at the end)"}, "also checkpoint every N steps");
+  number(app, "--stop-at", a.stop_at, {0, kMaxSteps, " (0: run to --steps)"},
+         "stop after this many steps; the LR schedule still spans --steps (0: run to --steps)");
   app.add_option("--resume", a.resume, "resume from a checkpoint written by --save");
   app.add_option("--log", a.log, "JSON-lines log: step, loss, lr, tokens_per_s, ms (+ val_loss)");
-  app.add_option("--sample", a.sample, "characters of generated text to print at the end");
-  app.add_option("--temperature", a.temperature, "sampling temperature");
-  app.add_option("--top-k", a.top_k, "sample from the k most likely characters (0: all)");
-  app.add_option("--dp", a.dp, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
+  number(app, "--sample", a.sample, {0, kMaxSize}, "characters of generated text to print at the end");
+  number(app, "--temperature", a.temperature, {0.0, 1e6, "", true}, "sampling temperature");
+  number(app, "--top-k", a.top_k, {0, kMaxSize, " (0: all)"}, "sample from the k most likely characters (0: all)");
+  number(app, "--dp", a.dp, {1, 65536}, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
   app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
       ->check(CLI::IsMember({"naive", "bucket"}));
-  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MB (--dp-mode bucket)");
-  app.add_option("--grad-accum", a.grad_accum, "micro-batches accumulated per step");
-  app.add_option("--pp", a.pp, "pipeline stages (launch with mpirun -np dp*pp*tp)");
-  app.add_option("--tp", a.tp, "tensor-parallel ranks splitting each matmul (Megatron-style; divides --heads)");
+  number(app, "--bucket-mb", a.bucket_mb, {0.0, 1e6, " (1e6 MiB: 977 GiB)", true},
+         "gradient bucket size in MiB (--dp-mode bucket)");
+  number(app, "--grad-accum", a.grad_accum, {1, kMaxSize}, "micro-batches accumulated per step");
+  number(app, "--pp", a.pp, {1, 65536}, "pipeline stages (launch with mpirun -np dp*pp*tp)");
+  number(app, "--tp", a.tp, {1, 65536},
+         "tensor-parallel ranks splitting each matmul (Megatron-style; divides --heads)");
   app.add_flag("--sequence-parallel", a.sequence_parallel,
                "with --tp: layernorms and the residual stream sharded along the sequence (Megatron-SP)");
-  app.add_option("--microbatches", a.microbatches, "micro-batches per step in a pipeline (0: pp)");
+  number(app, "--microbatches", a.microbatches, {0, kMaxSize, " (0: --pp)"},
+         "micro-batches per step in a pipeline (0: pp)");
   app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
       ->check(CLI::IsMember({"uniform", "balanced"}));
-  app.add_option("--virtual-stages", a.virtual_stages,
-                 "model chunks per pipeline rank; > 1: interleaved 1F1B (--microbatches a multiple of --pp)");
-  app.add_flag("--print-schedule", a.print_schedule, "print the executed pipeline schedule and its bubble after step 1");
+  number(app, "--virtual-stages", a.virtual_stages, {1, 4096},
+         "model chunks per pipeline rank; > 1: interleaved 1F1B (--microbatches a multiple of --pp)");
+  app.add_flag("--print-schedule", a.print_schedule,
+               "print the executed pipeline schedule and its bubble after step 2 (step 1 if only one)");
   app.add_option("--schedule-svg", a.schedule_svg, "with --pp: draw step 2's schedule (step 1's if only one), in time, to this SVG file");
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
@@ -71,12 +106,16 @@ void add_options(CLI::App& app, Args& a) {
                "--zero: overlap the param all-gathers with the next forward (Megatron's overlap_param_gather)");
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
   app.add_option("--memory-json", a.memory_json, "write --memory-report's ledger as JSON to this file (implies it)");
-  app.add_option("--loss-scale", a.loss_scale, "fp16: initial dynamic loss scale");
-  app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean steps before the loss scale doubles")
-      ;
-  app.add_option("--loss-scale-growth", a.loss_scale_growth, "fp16: factor the scale grows by after the window");
-  app.add_option("--loss-scale-backoff", a.loss_scale_backoff, "fp16: factor the scale shrinks by on an overflow");
-  app.add_option("--inject-overflow", a.inject_overflow, "testing: put an inf into rank 0's gradient at this step (-1: never)");
+  number(app, "--loss-scale", a.loss_scale, {1.0, 1e30, " (fp16's scaler stops below 1)"},
+         "fp16: initial dynamic loss scale");
+  number(app, "--loss-scale-window", a.loss_scale_window, {1, int64_t(1) << 40},
+         "fp16: clean steps before the loss scale doubles");
+  number(app, "--loss-scale-growth", a.loss_scale_growth, {1.0, 1e6},
+         "fp16: factor the scale grows by after the window");
+  number(app, "--loss-scale-backoff", a.loss_scale_backoff, {1e-6, 1.0},
+         "fp16: factor the scale shrinks by on an overflow");
+  number(app, "--inject-overflow", a.inject_overflow, {-1, kMaxSteps, " (-1: never)"},
+         "testing: put an inf into rank 0's gradient at this step (-1: never)");
   app.add_option("--teach-break", a.teach_break,
                  "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
                  "dp-divide-twice, skip-tied-sync, found-inf-wrong-group");
@@ -85,15 +124,6 @@ void add_options(CLI::App& app, Args& a) {
 namespace {
 
 namespace fs = std::filesystem;
-
-// "--flag must be in [lo, hi], got v": every numeric flag's allowed range.
-template <typename T>
-void check_range(const char* flag, T v, T lo, T hi, const char* why = "") {
-  LOOM_CHECK(v >= lo && v <= hi, flag, " must be in [", lo, ", ", hi, "]", why, ", got ", v);
-}
-void check_positive(const char* flag, double v, const char* why = "") {
-  LOOM_CHECK(std::isfinite(v) && v > 0, flag, " must be a finite number > 0", why, ", got ", v);
-}
 
 // The closest directory that exists at or above p (p's own directory part).
 fs::path existing_ancestor(fs::path dir) {
@@ -154,14 +184,7 @@ void check_device(const Args& a) {
 }  // namespace
 
 void validate(const Args& a) {
-  // Sizes: bounded so that products like 12 x layers x embd^2 stay far from int64's end.
-  constexpr int64_t kMaxSize = int64_t(1) << 20, kMaxSteps = int64_t(1) << 40;
-  check_range<int64_t>("--steps", a.steps, 1, kMaxSteps);
-  check_range<int64_t>("--batch", a.batch, 1, kMaxSize);
-  check_range<int64_t>("--block", a.block, 1, kMaxSize);
-  check_range<int64_t>("--layers", a.layers, 1, 4096);
-  check_range<int64_t>("--heads", a.heads, 1, 4096);
-  check_range<int64_t>("--embd", a.embd, 1, kMaxSize);
+  // Each number's own range was checked as it was read (number() above); here what ties flags together.
   LOOM_CHECK(a.embd % a.heads == 0, "--embd ", a.embd, " must be divisible by --heads ", a.heads);
   // The weights, gradients and AdamW's two moments in fp32 (16 bytes a parameter,
   // the vocabulary's rows not counted) must fit in this machine's memory.
@@ -170,24 +193,6 @@ void validate(const Args& a) {
   LOOM_CHECK(16.0 * params <= ram, "--layers ", a.layers, " --embd ", a.embd, " --block ", a.block, ": about ",
              params / 1e6, " M parameters need ", 16.0 * params / 1e9, " GB for weights, gradients and AdamW state; ",
              "this machine has ", ram / 1e9, " GB");
-  check_range("--dropout", a.dropout, 0.0, 0.99);
-  check_positive("--lr", a.lr);
-  check_range("--min-lr-ratio", a.min_lr_ratio, 0.0, 1.0);
-  check_range<int64_t>("--warmup", a.warmup, 0, kMaxSteps);
-  check_range("--weight-decay", a.weight_decay, 0.0, 1e6);
-  check_range("--grad-clip", a.grad_clip, 0.0, 1e30, " (0: off)");
-  check_range("--threads", a.threads, 1, 4096);
-  check_range<int64_t>("--eval-every", a.eval_every, 0, kMaxSteps, " (0: never)");
-  check_range<int64_t>("--eval-batches", a.eval_batches, 1, kMaxSize);
-  check_range<int64_t>("--log-every", a.log_every, 1, kMaxSteps);
-  check_range<int64_t>("--save-every", a.save_every, 0, kMaxSteps, " (0: only at the end)");
-  check_range<int64_t>("--stop-at", a.stop_at, 0, kMaxSteps, " (0: run to --steps)");
-  check_range<int64_t>("--sample", a.sample, 0, kMaxSize);
-  check_positive("--temperature", a.temperature);
-  check_range<int64_t>("--top-k", a.top_k, 0, kMaxSize, " (0: all)");
-  check_range("--dp", a.dp, 1, 65536);
-  check_range("--pp", a.pp, 1, 65536);
-  check_range("--tp", a.tp, 1, 65536);
   // Tensor parallelism splits heads, the MLP and (with --sequence-parallel) the
   // sequence: each must divide. The vocabulary is padded instead (gpt.h).
   LOOM_CHECK(a.heads % a.tp == 0, "--tp ", a.tp, " must divide --heads ", a.heads,
@@ -198,10 +203,6 @@ void validate(const Args& a) {
   LOOM_CHECK(a.tp == 1 || a.dropout == 0, "--dropout ", a.dropout, " with --tp ", a.tp,
              ": dropout under tensor parallelism is not supported yet (matching tp = 1's masks needs a "
              "position-keyed generator); use --dropout 0");
-  check_positive("--bucket-mb", a.bucket_mb);
-  check_range<int64_t>("--grad-accum", a.grad_accum, 1, kMaxSize);
-  check_range<int64_t>("--microbatches", a.microbatches, 0, kMaxSize, " (0: --pp)");
-  check_range("--virtual-stages", a.virtual_stages, 1, 4096);
   if (a.virtual_stages > 1) {  // interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h)
     LOOM_CHECK(a.pp >= 2, "--virtual-stages ", a.virtual_stages,
                " interleaves the chunks of a pipeline; it needs --pp >= 2");
@@ -211,11 +212,6 @@ void validate(const Args& a) {
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
-  check_range("--loss-scale", a.loss_scale, 1.0, 1e30, " (fp16's scaler stops below 1)");
-  check_range("--loss-scale-growth", a.loss_scale_growth, 1.0, 1e6);
-  check_range("--loss-scale-backoff", a.loss_scale_backoff, 1e-6, 1.0);
-  check_range<int64_t>("--loss-scale-window", a.loss_scale_window, 1, int64_t(1) << 40);
-  check_range<int64_t>("--inject-overflow", a.inject_overflow, -1, kMaxSteps, " (-1: never)");
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   LOOM_CHECK(!a.overlap_param_gather || a.zero, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
   check_device(a);
@@ -225,6 +221,7 @@ void validate(const Args& a) {
   check_writable("--trace", a.trace, /*create_dirs=*/false);
   check_writable("--memory-json", a.memory_json, /*create_dirs=*/false);
   check_writable("--schedule-svg", a.schedule_svg, /*create_dirs=*/false);
+  check_paths(a);  // --data a regular file; no output over an input or another output (train_paths.h)
 }
 
 }  // namespace loom::train

@@ -51,9 +51,11 @@ struct Args {
 
 void add_options(CLI::App& app, Args& a);
 
-// Every flag against its allowed range, and every output path (--save, --log,
-// --trace) for being a writable file path, before any work: errors name the
-// flag, its value and the range ("--log-every must be in [1, 1099511627776], got 0").
+// Every flag against the others, and every output path (--save, --log,
+// --trace) for being a writable file path that destroys no input
+// (train_paths.h), before any work. (Each numeric flag's own range is checked
+// as add_options' parser reads it: "--log-every must be an integer in
+// [1, 1099511627776], got '0'".)
 // --device cuda[:N] is checked against the build and the machine here too: a
 // machine without a GPU stops before any work ("--device cuda:0: no CUDA device (...)").
 void validate(const Args& a);

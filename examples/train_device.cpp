@@ -6,6 +6,7 @@
 #include "parallel/comm/process_group_by_device.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/numbers.h"
 #include "tensor/ops.h"
 
 namespace loom::train {
@@ -16,7 +17,7 @@ namespace {
 // says (Open MPI, MPICH, Slurm); 0 when launched alone.
 int local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(name)) return std::atoi(v);
+    if (const char* v = std::getenv(name)) return parse_number<int>(v, name, {0, 1 << 20});  // atoi("x") was 0
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "optim/build_optimizer.h"
 #include "optim/checkpoint.h"
 #include "optim/model_checkpoint.h"
+#include "parallel/comm/build_info.h"
 #include "parallel/comm/handshake.h"
 #include "parallel/tensor_parallel/gpt.h"
 
@@ -41,11 +42,14 @@ void check_ranks_agree_on_flags(const std::string& flags) {
     fields.emplace_back(line.substr(0, eq), value);
   }
   parallel::check_ranks_agree(parallel::world(), fields, "flags");
+  parallel::check_ranks_agree(parallel::world(), parallel::build_fields(), "build",  // parallel/comm/build_info.h
+                              "every rank must run the same build of train_gpt, with the same LOOM_* kernels");
 }
 
 Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   const bool rank0 = world.rank() == 0;
-  std::u32string text = data::read_corpus(a.data);
+  data::CorpusStats read;
+  std::u32string text = data::read_corpus(a.data, &read);
   std::string vocab;
   nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
   if (!a.resume.empty()) {
@@ -77,8 +81,9 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   } catch (const Error& e) {  // a corpus too short for one block: name the file
     throw Error(str("--data ", a.data, ": ", e.what()));
   }
-  say(rank0, "data: %s, %lld train / %lld val tokens, vocab %lld\n", a.data.c_str(), (long long)ds->train_tokens(),
-      (long long)ds->val_tokens(), (long long)tok.vocab_size());
+  say(rank0, "data: %s, %lld train / %lld val tokens%s, vocab %lld%s\n", a.data.c_str(),
+      (long long)ds->train_tokens(), (long long)ds->val_tokens(), ds->val_note().c_str(), (long long)tok.vocab_size(),
+      data::dropped_note(read).c_str());
   return Corpus{std::move(tok), std::move(*ds), cfg};
 }
 
@@ -120,7 +125,7 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
                 a.zero ? "reduce-scatter" : "all-reduce",
-                a.dp_mode == "bucket" ? (", buckets of " + std::to_string(a.bucket_mb) + " MB").c_str() : "");
+                a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
   return w;
 }
 
@@ -145,6 +150,9 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
   const optim::TrainState s = optim::load_model_checkpoint(a.resume, m, opt);
   LOOM_CHECK(s.step <= a.steps, "--steps ", a.steps, " is below the step of the checkpoint --resume ", a.resume, " (",
              s.step, " steps done); to train further pass --steps > ", s.step);
+  LOOM_CHECK(a.stop_at == 0 || s.step <= a.stop_at, "--stop-at ", a.stop_at, " is below the step of the checkpoint "
+             "--resume ", a.resume, " (", s.step, " steps done): a save would label step ", s.step, "'s state as step ",
+             a.stop_at, "; pass --stop-at >= ", s.step);
   data_gen.set_state(s.data_rng);
   return s.step;
 }
@@ -196,8 +204,12 @@ void check_ranks_agree_on_skip(int64_t step, const optim::StepResult& s, const o
                                parallel::ProcessGroupManager& pgm) {
   if (!opt.scaler() || pgm.world().size() == 1) return;  // only fp16's loss scaler skips steps
   parallel::check_ranks_agree(pgm.world(), {{str("step ", step + 1, " skipped for overflow"), s.skipped ? "yes" : "no"}},
-                              "whether to skip the step (found_inf must be reduced over every rank holding "
-                              "part of the model, or the stages step different models)");
+                              "decision whether to skip the step",
+                              teach::broken(teach::Break::FoundInfWrongGroup)
+                                  ? "--teach-break found-inf-wrong-group reduced found_inf over the dp group, so "
+                                    "each pipeline stage decided alone"
+                                  : "found_inf must be reduced over every rank holding part of the model, or the "
+                                    "stages step different models");
 }
 
 void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
+#include "tensor/ops.h"
 
 namespace loom::optim {
 
@@ -202,5 +203,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   p.total += p.tokens;
   return p;
 }
+
+bool native_bf16_gemm(const Device& d) { return !d.is_cuda() && ops::bf16_gemm() == "bf16"; }
 
 }  // namespace loom::optim

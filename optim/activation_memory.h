@@ -111,6 +111,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/device.h"
+
 namespace loom::optim {
 
 struct ActivationCase {
@@ -126,12 +128,17 @@ struct ActivationCase {
   int tp = 1;
   bool sequence_parallel = false;
   int64_t element_bytes = 4; // the model's dtype
-  bool native_bf16_gemm = false;  // bf16 GEMMs read and write bf16 (ops::bf16_gemm() == "bf16"): no fp32 copies
+  bool native_bf16_gemm = false;  // bf16 GEMMs read and write bf16 (native_bf16_gemm below): no fp32 copies
   double in_flight = 1;      // micro-batches whose activations are kept at the peak
   bool pp_stage = false;     // a pipeline stage (pp > 1): sends and receives gradients
   int64_t micro_batches = 1; // m per step
   int64_t grad_bytes = 0;    // the params' .grad tensors, when there is no main_grad buffer (else 0)
 };
+
+// Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32
+// copies): on the CPU, ops::bf16_gemm()'s switch; a GPU always widens them to
+// fp32 (tensor/cuda/gemm.cpp), whatever the CPU's switch says.
+bool native_bf16_gemm(const Device& d);
 
 struct ActivationPrediction {
   double per_block = 0;      // bytes, one block, one micro-batch

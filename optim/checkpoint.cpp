@@ -1,6 +1,7 @@
 #include "optim/checkpoint.h"
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -8,8 +9,10 @@
 
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
+#include "optim/checkpoint_manifest_check.h"
 #include "optim/checkpoint_tensor_parallel.h"
 #include "parallel/comm/handshake.h"
+#include "tensor/numbers.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
@@ -70,6 +73,11 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
              "gpt.safetensors");
   const int64_t step = state.step;
   const std::string step_str = std::to_string(step);
+  optim::check_checkpoint_name(path, step, world.size());  // train_gpt checks it before training too
+  // A file-size limit (ulimit -f) would kill the process with SIGXFSZ halfway
+  // through a write; ignored, the write fails with EFBIG instead and the save
+  // reports it, the previous checkpoint left whole.
+  std::signal(SIGXFSZ, SIG_IGN);
   // 1. This rank's optimizer shard, under a name of its own step: the previous
   //    checkpoint stays whole on disk until the new manifest replaces it.
   std::string mine;
@@ -117,9 +125,9 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
   index.push_back({"train.dropout_offset", from_vector(std::vector<int64_t>{int64_t(state.dropout_offset)})});
   if (opt.scaler())
     for (auto& [name, t] : opt.scaler()->state_dict()) index.push_back({"scaler." + name, t});
-  nn::save_safetensors(optimizer_path(path), index,
-                       {{"format", "loom-optimizer-index"}, {"step", step_str}, {"shards", shards},
-                        {"model", pieces[0].file}, {"pieces", optim::encode_pieces(pieces)}});
+  optim::write_manifest(optimizer_path(path), index,
+                        {{"format", "loom-optimizer-index"}, {"step", step_str}, {"shards", shards},
+                         {"model", pieces[0].file}, {"pieces", optim::encode_pieces(pieces)}});
 
   // 5. PATH itself: the model piece under the name the user gave (a hard link,
   //    no second copy, renamed into place), for PyTorch and for eyes.
@@ -136,16 +144,13 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
 
 namespace {
 
-// The committed manifest of the checkpoint at `path`, every piece verified.
-nn::SafetensorsFile read_manifest(const std::string& path) {
+// The committed manifest of the checkpoint at `path`, itself and every piece
+// verified (checkpoint_manifest_check.h).
+nn::SafetensorsFile committed_manifest(const std::string& path) {
   const std::string index_path = optimizer_path(path);
   LOOM_CHECK(std::filesystem::exists(index_path), "checkpoint '", path, "': no manifest '", index_path,
              "' (the checkpoint was never committed, or this is a model file without optimizer state)");
-  nn::SafetensorsFile index = nn::load_safetensors(index_path);
-  for (const char* key : {"pieces", "model", "shards", "step"})
-    LOOM_CHECK(index.metadata.count(key), "checkpoint manifest '", index_path, "': metadata has no '", key, "'");
-  optim::verify_pieces(optim::decode_pieces(index.metadata.at("pieces"), index_path), index_path);
-  return index;
+  return optim::read_manifest(index_path);
 }
 
 int64_t meta_int(const nn::SafetensorsFile& f, const std::string& key) {
@@ -169,7 +174,7 @@ void check_step(const nn::SafetensorsFile& piece, const nn::SafetensorsFile& ind
 }  // namespace
 
 nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
-  nn::SafetensorsFile index = read_manifest(path);
+  nn::SafetensorsFile index = committed_manifest(path);
   nn::SafetensorsFile f = nn::load_safetensors(model_piece_of(index));
   check_step(f, index);
   nn::GPTConfig c;
@@ -178,7 +183,10 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
   c.n_layer = meta_int(f, "n_layer");
   c.n_head = meta_int(f, "n_head");
   c.n_embd = meta_int(f, "n_embd");
-  c.seed = uint64_t(meta_int(f, "seed"));
+  // A seed is any uint64 (--seed 18446744073709551615), past int64's end: read as one.
+  const std::optional<uint64_t> seed = read_uint64(f.metadata.count("seed") ? f.metadata.at("seed") : "");
+  LOOM_CHECK(seed, "checkpoint '", f.path, "': 'seed' is missing or not an unsigned integer");
+  c.seed = *seed;
   auto d = f.metadata.find("dropout");
   if (d != f.metadata.end()) c.dropout = optim::parse_double(d->second, f.path, "dropout");
   auto v = f.metadata.find("vocab");
@@ -191,7 +199,7 @@ TrainState load_checkpoint(const std::string& path, MixedPrecisionOptimizer& opt
                            const parallel::ShardMaps* tp_maps) {
   // 1. The manifest, every piece verified: train state, loss scale, the shard files.
   const std::string index_path = optimizer_path(path);
-  nn::SafetensorsFile index = read_manifest(path);
+  nn::SafetensorsFile index = committed_manifest(path);
   LOOM_CHECK(index.contains("train.data_rng") && index.contains("train.step") && index.metadata.count("shards"),
              "checkpoint '", index_path, "': not an optimizer index (missing train.data_rng, train.step or shards)");
   TrainState s{};

@@ -13,7 +13,8 @@
 //                                "main/<param name>/<first element>" etc.
 //                                Replicas (dp ranks without --zero) hold the same
 //                                state: only dp rank 0 writes.
-//   PATH.optim.safetensors       the index (rank 0, written last but one): the
+//   PATH.optim.safetensors       the index (rank 0, written last but one, with its own
+//                                checksum: checkpoint_manifest_check.h): the
 //                                shard file names, the step, the data RNG, the
 //                                dropout offset, the loss scale
 // Loading reads the index and every shard it lists and cuts out the elements

@@ -1,6 +1,7 @@
 #include "optim/checkpoint_manifest.h"
 
-#include <cctype>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,7 @@
 
 #include "parallel/comm/handshake.h"
 #include "tensor/error.h"
+#include "tensor/numbers.h"
 
 namespace fs = std::filesystem;
 
@@ -20,14 +22,8 @@ std::string strip_ext(const std::string& path) {
   return path.ends_with(ext) && path.size() > ext.size() ? path.substr(0, path.size() - ext.size()) : path;
 }
 
-// The step in a piece's name "<base>.step<N>.<what>.safetensors", or -1.
-int64_t step_of(const std::string& name, const std::string& base) {
-  const std::string prefix = base + ".step";
-  if (!name.starts_with(prefix)) return -1;
-  size_t end = name.find('.', prefix.size());
-  std::string digits = name.substr(prefix.size(), end == std::string::npos ? std::string::npos : end - prefix.size());
-  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(digits);
+bool digits(const std::string& s, size_t max_len) {
+  return !s.empty() && s.size() <= max_len && s.find_first_not_of("0123456789") == std::string::npos;
 }
 
 }  // namespace
@@ -84,48 +80,77 @@ void verify_pieces(const std::vector<CheckpointPiece>& pieces, const std::string
   }
 }
 
+bool is_piece_name(const std::string& name, const std::string& base, int64_t* step, bool* temporary) {
+  const std::string prefix = base + ".step";
+  if (!name.starts_with(prefix)) return false;
+  std::string rest = name.substr(prefix.size());  // "12.optim.0.safetensors[.tmp]"
+  const bool tmp = rest.ends_with(".tmp");
+  if (tmp) rest.resize(rest.size() - 4);
+  const size_t dot = rest.find('.');
+  if (dot == std::string::npos || !digits(rest.substr(0, dot), 18)) return false;
+  const std::string what = rest.substr(dot + 1);  // "model.safetensors" or "optim.<rank>.safetensors"
+  const std::string ext = ".safetensors";
+  const bool model = what == "model" + ext;
+  const bool shard = what.starts_with("optim.") && what.ends_with(ext) && what.size() > 6 + ext.size() &&
+                     digits(what.substr(6, what.size() - 6 - ext.size()), 9);
+  if (!model && !shard) return false;
+  if (step) *step = std::stoll(rest.substr(0, dot));
+  if (temporary) *temporary = tmp;
+  return true;
+}
+
 void remove_stale_pieces(const std::string& path, int64_t step) {
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   const std::string base = fs::path(strip_ext(path)).filename().string();
   const std::string model_name = fs::path(path).filename().string();
+  const std::string manifest_name = base + ".optim.safetensors";
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    const int64_t s = step_of(name, base);
+    int64_t s = -1;
+    bool tmp = false;
+    // Only loom's own names: "notes.txt" or "gpt.step3.txt" beside the checkpoint are the user's.
+    const bool piece = is_piece_name(name, base, &s, &tmp);
     // Once `step` is committed every rank has finished its pieces of it, so a
     // temporary of this step or before is a leftover; one of a later step may
-    // be a rank already writing the next checkpoint.
-    const bool old_piece = s >= 0 && s < step && !name.ends_with(".tmp");
-    const bool leftover = name.ends_with(".tmp") && (name.starts_with(base + ".") || name == model_name + ".tmp") &&
-                          s <= step;
+    // be a rank already writing the next checkpoint. PATH.tmp and the
+    // manifest's temporary are rank 0's, which is here.
+    const bool old_piece = piece && !tmp && s < step;
+    const bool leftover = (piece && tmp && s <= step) || name == model_name + ".tmp" || name == manifest_name + ".tmp";
     if (old_piece || leftover) fs::remove(e.path(), ec);  // best effort: a file another process removed is fine
   }
 }
 
-// The whole string must be the number: std::stoll("6x") would read 6.
-template <class T, class Parse>
-static T parse_strictly(const std::string& value, const std::string& file, const std::string& key, const char* what,
-                        Parse parse) {
-  size_t used = 0;
-  T v{};
-  try {
-    v = parse(value, &used);
-  } catch (...) {
-    used = 0;
-  }
-  LOOM_CHECK(!value.empty() && used == value.size() && !std::isspace(static_cast<unsigned char>(value[0])),
-             "checkpoint '", file, "': '", key, "' = '", value, "' is not ", what);
-  return v;
+void check_checkpoint_name(const std::string& path, int64_t max_step, int ranks) {
+  const fs::path p(path);
+  const std::string base = fs::path(strip_ext(path)).filename().string();
+  const size_t sep = base.find_first_of(";:,");
+  LOOM_CHECK(sep == std::string::npos, "checkpoint '", path, "': the name holds '",
+             sep == std::string::npos ? ' ' : base[sep],
+             "', which the manifest uses to separate its pieces (';', ':' and ','); choose a name without them");
+  // The longest name a save writes: the last rank's shard at the last step, as a temporary.
+  const std::string last_shard = piece_path(path, max_step, "optim." + std::to_string(ranks - 1));
+  const std::string longest = fs::path(last_shard).filename().string() + ".tmp";
+  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  while (!fs::exists(dir) && dir.has_parent_path() && dir.parent_path() != dir) dir = dir.parent_path();
+  const long limit = pathconf(dir.c_str(), _PC_NAME_MAX);
+  const size_t name_max = limit > 0 ? size_t(limit) : 255;
+  LOOM_CHECK(longest.size() <= name_max, "checkpoint '", path, "': its pieces' names would be too long for the file "
+             "system (", longest.size(), " characters for '", longest, "', the limit is ", name_max,
+             "); choose a shorter name");
 }
 
+// loom's one number parser (tensor/numbers.h): the whole string is the number.
 int64_t parse_int(const std::string& value, const std::string& file, const std::string& key) {
-  return parse_strictly<int64_t>(value, file, key, "an integer",
-                                 [](const std::string& s, size_t* used) { return std::stoll(s, used); });
+  std::optional<int64_t> v = read_int64(value);
+  LOOM_CHECK(v, "checkpoint '", file, "': '", key, "' = '", value, "' is not an integer");
+  return *v;
 }
 
 double parse_double(const std::string& value, const std::string& file, const std::string& key) {
-  return parse_strictly<double>(value, file, key, "a number",
-                                [](const std::string& s, size_t* used) { return std::stod(s, used); });
+  std::optional<double> v = read_double(value);
+  LOOM_CHECK(v, "checkpoint '", file, "': '", key, "' = '", value, "' is not a number");
+  return *v;
 }
 
 }  // namespace loom::optim

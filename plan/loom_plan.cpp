@@ -8,6 +8,9 @@
 //
 // The flags are train_gpt's (same names, same meaning: --batch is the
 // micro-batch per dp rank), plus the machine and a few knobs train_gpt lacks.
+// --model gives a preset shape; a shape flag given as well (--layers 2)
+// overrides that one number, and loom_plan says so. --tokens: also the time
+// to train on that many tokens, and the device-hours.
 // --calibrate-ms: the measured step time of the same model on ONE rank here,
 // one micro-batch of --batch sequences per step;
 // the efficiency is set so that the one-rank plan matches it, and the grid
@@ -16,6 +19,7 @@
 
 #include <cstdio>
 
+#include "plan/check_plan.h"
 #include "plan/report.h"
 #include "tensor/error.h"
 
@@ -23,12 +27,14 @@ using namespace loom::plan;
 
 int main(int argc, char** argv) {
   CLI::App app{"loom_plan: predict memory, communication, step time and MFU of a GPT training run"};
+  app.option_defaults()->always_capture_default();  // --help shows each default
   ModelShape m;
   Grid g;
   Batch b;
   std::string machine = "cpu", model;
-  double efficiency = 0, calibrate_ms = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gb = 0;
-  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200)")
+  double efficiency = 0, calibrate_ms = 0, tokens = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gib = 0;
+  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200) or gpt2-124m "
+                 "(12 x 768, 12 heads, seq 1024, vocab 50257); --layers etc. given too override it")
       ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m"}));
   app.add_option("--layers", m.layers, "transformer blocks (L)");
   app.add_option("--embd", m.width, "width (h)");
@@ -36,7 +42,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", m.vocab, "vocabulary size (V)");
   app.add_option("--block", m.seq, "sequence length (s)");
   app.add_option("--batch", b.micro_batch, "sequences per micro-batch per dp rank (b)");
-  app.add_option("--microbatches", b.micro_batches, "micro-batches per step (m; --grad-accum without pp)");
+  app.add_option("--microbatches", b.micro_batches, "micro-batches per step (m; --grad-accum without pp; 0: pp)");
   app.add_option("--dp", g.dp, "data-parallel ranks");
   app.add_option("--pp", g.pp, "pipeline stages");
   app.add_option("--tp", g.tp, "tensor-parallel ranks");
@@ -56,22 +62,41 @@ int main(int argc, char** argv) {
   app.add_option("--handoff-us", handoff_us, "cpu, more ranks than cores: cost of one synchronous collective");
   app.add_option("--link-gbs", link_gbs, "bandwidth of every link, GB/s per direction (bench/plan_check.sh measures it)");
   app.add_option("--gflops", gflops, "cpu: per-core GFLOP/s instead of measuring");
-  app.add_option("--memory-gb", memory_gb, "capacity per device instead of the table's");
+  app.add_option("--memory-gib", memory_gib, "capacity per device in GiB instead of the table's");
+  app.add_option("--tokens", tokens, "also print the time and GPU-hours to train on this many tokens (e.g. 300e9)");
   CLI11_PARSE(app, argc, argv);
 
-  if (model == "gpt3-175b") m = {96, 12288, 96, 51200, 2048};
-  if (model == "gpt2-124m") m = {12, 768, 12, 50257, 1024};
-  if (b.micro_batches < 1) b.micro_batches = 1;
   try {
-    LOOM_CHECK(m.heads % g.tp == 0, "--tp ", g.tp, " must divide --heads ", m.heads);
-    LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp x --virtual-stages exceeds the ",
-               m.layers + 2, " layers (embedding + blocks + head)");
+    if (!model.empty()) {  // the preset, with every shape flag given as well taking its place
+      ModelShape preset = model == "gpt3-175b" ? ModelShape{96, 12288, 96, 51200, 2048}
+                                               : ModelShape{12, 768, 12, 50257, 1024};
+      const struct {
+        const char* flag;
+        int64_t ModelShape::*field;
+      } shape[] = {{"--layers", &ModelShape::layers}, {"--embd", &ModelShape::width}, {"--heads", &ModelShape::heads},
+                   {"--vocab", &ModelShape::vocab}, {"--block", &ModelShape::seq}};
+      for (const auto& f : shape)
+        if (app.count(f.flag)) {
+          std::printf("%s %lld overrides %s's %lld\n", f.flag, (long long)(m.*f.field), model.c_str(),
+                      (long long)(preset.*f.field));
+          preset.*f.field = m.*f.field;
+        }
+      m = preset;
+    }
+    if (b.micro_batches == 0) b.micro_batches = g.pp;  // train_gpt's --microbatches 0
+    check_plan(m, g, b);
+    check_efficiency(efficiency);
+    LOOM_CHECK(calibrate_ms >= 0 && tokens >= 0, "--calibrate-ms and --tokens must be >= 0, got ", calibrate_ms,
+               " and ", tokens);
+    if (machine == "cpu" && !app.count("--machine"))
+      std::fprintf(stderr, "loom_plan: no --machine: measuring this CPU (loom's GEMM at the MLP's shape, a memcpy; "
+                           "seconds to minutes) - or give --machine h100 or a100\n");
     Machine mc = machine == "cpu" ? measure_this_cpu(m, b) : machine_by_name(machine);
     if (gflops > 0) mc.peak_tflops_16 = mc.peak_tflops_32 = gflops / 1e3;
     if (latency_us >= 0) mc.latency_us = mc.inter_latency_us = latency_us;
     if (handoff_us >= 0) mc.handoff_us = handoff_us;
     if (link_gbs > 0) mc.intra_gbs = mc.inter_gbs = link_gbs, mc.link_efficiency = 1;
-    if (memory_gb > 0) mc.memory_gb = memory_gb;
+    if (memory_gib > 0) mc.memory_gib = memory_gib;
     if (efficiency > 0) mc.efficiency = efficiency;
     if (calibrate_ms > 0) {
       // One rank: step = compute / efficiency + optimizer, so efficiency =
@@ -85,7 +110,7 @@ int main(int argc, char** argv) {
       std::printf("calibrated: one rank measured %.1f ms -> efficiency %.3f of %.4g GFLOP/s\n", calibrate_ms,
                   mc.efficiency, mc.peak_tflops(g.dtype) * 1e3);
     }
-    std::fputs(report(m, g, b, mc, plan_step(m, g, b, mc)).c_str(), stdout);
+    std::fputs(report(m, g, b, mc, plan_step(m, g, b, mc), tokens).c_str(), stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom_plan: %s\n", e.what());
     return 1;

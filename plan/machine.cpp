@@ -24,7 +24,7 @@ Machine h100() {
   Machine m;
   m.name = "H100 SXM 80GB (NVLink 4 + 400 Gb/s InfiniBand per GPU)";
   m.peak_tflops_16 = 989, m.peak_tflops_32 = 67, m.efficiency = 0.45;
-  m.memory_gb = 80, m.memory_bw_gbs = 3350;
+  m.memory_gib = 80, m.memory_bw_gbs = 3350;
   m.devices_per_node = 8, m.intra_gbs = 450, m.inter_gbs = 50;
   m.latency_us = 10, m.inter_latency_us = 15;
   return m;
@@ -44,7 +44,7 @@ Machine a100() {
   Machine m;
   m.name = "A100 SXM 80GB (NVLink 3 + 200 Gb/s InfiniBand per GPU)";
   m.peak_tflops_16 = 312, m.peak_tflops_32 = 19.5, m.efficiency = 0.52;
-  m.memory_gb = 80, m.memory_bw_gbs = 2039;
+  m.memory_gib = 80, m.memory_bw_gbs = 2039;
   m.devices_per_node = 8, m.intra_gbs = 300, m.inter_gbs = 25;
   m.latency_us = 10, m.inter_latency_us = 15;
   return m;
@@ -67,12 +67,12 @@ double best_seconds(F&& f, int repeats) {
   return best;
 }
 
-double memory_gb_of_this_machine() {
+double memory_gib_of_this_machine() {
   std::ifstream f("/proc/meminfo");
   std::string key;
   double kb = 0;
   while (f >> key >> kb)
-    if (key == "MemTotal:") return kb * 1024 / 1e9;
+    if (key == "MemTotal:") return kb / (1024.0 * 1024.0);  // kB here means KiB
   return 0;
 }
 
@@ -109,7 +109,7 @@ Machine measure_this_cpu(const ModelShape& model, const Batch& batch) {
   // first guess; loom_plan --efficiency overrides it, and docs/09-planner.md shows
   // it calibrated on a one-rank run.
   m.efficiency = 0.5;
-  m.memory_gb = memory_gb_of_this_machine();
+  m.memory_gib = memory_gib_of_this_machine();
   m.devices_per_node = int(std::max(1u, std::thread::hardware_concurrency()));
   m.one_node = true;
   // MPI over shared memory copies twice (sender -> shared segment ->

@@ -15,7 +15,7 @@ struct Machine {
   double peak_tflops_16 = 0;   // dense bf16/fp16 matrix math, per device (TFLOP/s)
   double peak_tflops_32 = 0;   // fp32 without TF32, per device
   double efficiency = 0.5;     // fraction of peak a transformer layer's math reaches (GEMMs + the rest)
-  double memory_gb = 0;        // capacity per device (GB = 1e9 bytes)
+  double memory_gib = 0;       // capacity per device (GiB = 2^30 bytes: an "80GB" A100 or H100 holds 80 GiB)
   double memory_bw_gbs = 0;    // HBM / DRAM bandwidth per device (GB/s): the optimizer step is bound by it
   int devices_per_node = 8;    // ranks that share the fast link (NVLink / shared memory)
   double intra_gbs = 0;        // per direction, per device, inside a node (GB/s)

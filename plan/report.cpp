@@ -31,9 +31,11 @@ std::string stage_items(const ModelShape& m, const Grid& g, int stage) {
 
 std::string bytes(double b) {
   char buf[32];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
+  // Binary units, as train_gpt's --memory-report and --trace (link rates stay GB/s, 1e9 bytes).
+  constexpr double kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+  if (b >= kGiB) std::snprintf(buf, sizeof buf, "%.2f GiB", b / kGiB);
+  else if (b >= kMiB) std::snprintf(buf, sizeof buf, "%.2f MiB", b / kMiB);
+  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / kKiB);
   return buf;
 }
 
@@ -60,7 +62,8 @@ int64_t total_params(const ModelShape& m) {
   return m.vocab * h + m.seq * h + m.layers * (12 * h * h + 13 * h) + 2 * h;
 }
 
-std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s) {
+std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s,
+                   double train_tokens) {
   std::string out;
   say(out, "model: GPT %lld layers, width %lld, %lld heads, vocab %lld, seq %lld: %.4g parameters\n",
       (long long)m.layers, (long long)m.width, (long long)m.heads, (long long)m.vocab, (long long)m.seq,
@@ -71,26 +74,28 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "batch: micro-batch %lld x %lld micro-batches x dp %d = %lld sequences, %lld tokens per step\n",
       (long long)b.micro_batch, (long long)b.micro_batches, g.dp, (long long)(g.dp * b.micro_batch * b.micro_batches),
       (long long)b.tokens_per_step(m, g));
-  say(out, "machine: %s\n  %.4g TFLOP/s %s peak x %.2f efficiency per rank%s, %.0f GB, memory %.0f GB/s, links %.0f / %.0f GB/s"
+  say(out, "machine: %s\n  %.4g TFLOP/s %s peak x %.2f efficiency per rank%s, %.0f GiB, memory %.0f GB/s, links %.0f / %.0f GB/s"
       " (inside / across nodes, x %.2f), %d per node\n",
       mc.name.c_str(), mc.peak_tflops(g.dtype), g.dtype.c_str(), mc.efficiency,
-      mc.one_node && g.world() > mc.devices_per_node ? " (more ranks than cores: they take turns)" : "", mc.memory_gb, mc.memory_bw_gbs,
+      mc.one_node && g.world() > mc.devices_per_node ? " (more ranks than cores: they take turns)" : "", mc.memory_gib, mc.memory_bw_gbs,
       mc.intra_gbs, mc.inter_gbs, mc.link_efficiency, mc.devices_per_node);
 
   say(out, "\nmemory per rank (params/grads/optimizer: loom's bytes per param; activations: Korthikanti et al. 2022)\n");
-  say(out, "  pp rank  holds                params      params     grads  optimizer  activations      total\n");
+  say(out, "  pp rank  holds                params       params      grads   optimizer  activations       total\n");
   for (int st = 0; st < g.pp; ++st) {
     const RankMemory& r = s.stages[size_t(st)].memory;
-    say(out, "  %7d  %-18s %10lld  %10s %9s %10s  %11s  %9s%s\n", st, stage_items(m, g, st).c_str(),
+    say(out, "  %7d  %-18s %10lld  %11s %10s %11s  %11s  %10s%s\n", st, stage_items(m, g, st).c_str(),
         (long long)r.num_params, bytes(double(r.params)).c_str(), bytes(double(r.grads)).c_str(),
         bytes(double(r.optimizer)).c_str(), bytes(r.activations).c_str(), bytes(r.total()).c_str(),
-        r.total() > mc.memory_gb * 1e9 ? "  > capacity!" : "");
+        r.total() > mc.memory_gib * 1073741824.0 ? "  > capacity!" : "");
   }
   say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
       micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
 
-  say(out, "\npipeline: bubble (p - 1) / (v m) = %d / (%d x %lld) = %.1f%%\n", g.pp - 1, g.virtual_stages,
-      (long long)b.micro_batches, 100 * bubble_fraction(g, b.micro_batches));
+  say(out, "\npipeline: bubble (p - 1)/(v m + p - 1) = %d/%lld = %.1f%% of the pipeline's time "
+      "(Megatron's bubble/compute (p - 1)/(v m) = %d/%lld = %.1f%%)\n", g.pp - 1,
+      (long long)(g.virtual_stages * b.micro_batches + g.pp - 1), 100 * bubble_fraction(g, b.micro_batches), g.pp - 1,
+      (long long)(g.virtual_stages * b.micro_batches), 100 * bubble_over_compute(g, b.micro_batches));
 
   say(out, "\ncommunication per step per rank (tp and pp: pipeline rank 0; ring: all-reduce 2(n-1)/n, all-gather/reduce-scatter (n-1)/n on the wire)\n");
   say(out, "  group     link          ops     payload     on wire       time   what\n");
@@ -111,6 +116,12 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
       s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
   say(out, "binds: %s\n", s.binds.c_str());
+  if (train_tokens > 0) {
+    const TrainTime tt = time_to_train(s, m, g, b, train_tokens);
+    say(out, "to train %.4g tokens: %.0f steps x %s = %.4g hours (%.3g days) on %d ranks = %.4g %s-hours\n",
+        train_tokens, tt.steps, seconds(t).c_str(), tt.seconds / 3600, tt.seconds / 86400, g.world(), tt.device_hours,
+        mc.one_node ? "rank" : "GPU");
+  }
   return out;
 }
 

@@ -8,7 +8,9 @@
 
 namespace loom::plan {
 
-std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s);
+// train_tokens > 0: also the time to train on that many tokens, and the device-hours.
+std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc, const StepPlan& s,
+                   double train_tokens = 0);
 
 // Parameters of the whole model (tp 1, pp 1; the tied embedding counted once).
 int64_t total_params(const ModelShape& m);

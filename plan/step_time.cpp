@@ -1,12 +1,26 @@
 #include "plan/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace loom::plan {
 
 double bubble_fraction(const Grid& g, int64_t micro_batches) {
+  return double(g.pp - 1) / (double(g.virtual_stages) * double(micro_batches) + double(g.pp - 1));
+}
+
+double bubble_over_compute(const Grid& g, int64_t micro_batches) {
   return double(g.pp - 1) / (double(g.virtual_stages) * double(micro_batches));
+}
+
+TrainTime time_to_train(const StepPlan& s, const ModelShape& m, const Grid& g, const Batch& b, double tokens) {
+  TrainTime t;
+  const double per_step = double(b.tokens_per_step(m, g));
+  t.steps = std::ceil(tokens / per_step);
+  t.seconds = t.steps * s.step_s;
+  t.device_hours = t.seconds * double(g.world()) / 3600.0;
+  return t;
 }
 
 namespace {
@@ -16,8 +30,8 @@ namespace {
 std::string binding_constraint(const StepPlan& s, const Machine& mc) {
   char buf[256];
   if (!s.fits) {
-    std::snprintf(buf, sizeof buf, "memory: pipeline rank %d needs %.1f GB of %.0f GB", s.worst_memory_stage,
-                  s.stages[size_t(s.worst_memory_stage)].memory.total() / 1e9, mc.memory_gb);
+    std::snprintf(buf, sizeof buf, "memory: pipeline rank %d needs %.1f GiB of %.0f GiB", s.worst_memory_stage,
+                  s.stages[size_t(s.worst_memory_stage)].memory.total() / 1073741824.0, mc.memory_gib);
     return buf;
   }
   const double comm = s.tp_s + s.pp_s + s.dp_exposed_s + s.embedding_s;
@@ -110,7 +124,7 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   s.mfu = s.model_flops / (s.step_s * peak);
   s.hfu = s.hardware_flops / (s.step_s * peak);
   s.tokens_per_s = double(b.tokens_per_step(m, g)) / s.step_s;
-  s.fits = s.stages[size_t(s.worst_memory_stage)].memory.total() <= mc.memory_gb * 1e9;
+  s.fits = s.stages[size_t(s.worst_memory_stage)].memory.total() <= mc.memory_gib * 1073741824.0;
   s.binds = binding_constraint(s, mc);
   return s;
 }

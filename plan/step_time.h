@@ -5,8 +5,10 @@
 // Pipeline (Narayanan et al. 2021, section 2.2): with p stages, m
 // micro-batches and v chunks per stage (interleaved 1F1B), each stage idles
 // for (p - 1) / v micro-batch slots while the pipeline fills and drains:
-//     bubble fraction = (p - 1) / (v m)          (of the ideal m slots)
 //     T_pipeline      = m t_max + (p - 1) / v x t_mean
+//     bubble          = (p - 1) / (v m + p - 1)  (idle share of T_pipeline, equal stages;
+//                                                 --print-schedule and chapter 4 use the same)
+//     bubble/compute  = (p - 1) / (v m)          (Megatron's form: idle over useful time)
 // t = one micro-batch's forward + backward on a stage, its tp collectives and
 // its p2p sends included (they are on the critical path); t_max the slowest
 // stage's, which sets the steady state; t_mean the fill and drain.
@@ -42,7 +44,10 @@
 
 namespace loom::plan {
 
+// (p - 1) / (v m + p - 1): the share of the pipeline's time a stage idles.
 double bubble_fraction(const Grid& g, int64_t micro_batches);
+// (p - 1) / (v m): Megatron's bubble time over compute time (Narayanan et al. 2021).
+double bubble_over_compute(const Grid& g, int64_t micro_batches);
 
 struct StagePlan {
   RankMemory memory;
@@ -66,5 +71,12 @@ struct StepPlan {
 };
 
 StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc);
+
+// Training on `tokens` tokens (loom_plan --tokens): whole steps of
+// tokens_per_step, each s.step_s long; device-hours count every rank.
+struct TrainTime {
+  double steps = 0, seconds = 0, device_hours = 0;
+};
+TrainTime time_to_train(const StepPlan& s, const ModelShape& m, const Grid& g, const Batch& b, double tokens);
 
 }  // namespace loom::plan

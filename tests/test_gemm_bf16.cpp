@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/activation_memory.h"
 #include "tensor/cpu/gemm_bf16.h"
 #include "tensor/error.h"
 #include "tensor/generator.h"
@@ -248,4 +249,19 @@ TEST(Bf16Gemm, TheSwitchSelectsThePathAndRefusesWhatIsNotThere) {
     EXPECT_EQ(ops::bf16_gemm(), "fp32");
   }
   EXPECT_THROW(ops::set_bf16_gemm("fp16"), Error);
+}
+
+// What a memory prediction assumes for a run's device (examples/diagnostics.cpp,
+// --memory-report): the CPU reads bf16 operands natively where its switch says
+// so; a GPU always widens them to fp32 (tensor/cuda/gemm.cpp), whatever the
+// CPU's switch, so a GPU run's fp32 copies must be counted.
+TEST(Bf16Gemm, OnlyTheCpuSwitchMakesBf16OperandsNative) {
+  Setting setting("fp32", ops::get_num_threads());
+  EXPECT_FALSE(optim::native_bf16_gemm(kCPU));
+  EXPECT_FALSE(optim::native_bf16_gemm(Device("cuda:0")));
+  if (!cpu::bf16_gemm_hardware()) return;  // the switch cannot say "bf16" here
+  setting.set("bf16", ops::get_num_threads());
+  EXPECT_TRUE(optim::native_bf16_gemm(kCPU));
+  EXPECT_FALSE(optim::native_bf16_gemm(Device("cuda:0"))) << "the GPU follows the CPU's bf16 switch";
+  EXPECT_FALSE(optim::native_bf16_gemm(Device("cuda:1")));
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "plan/check_plan.h"
 #include "plan/report.h"
 #include "run_command.h"
 
@@ -99,11 +100,88 @@ TEST(PlanMemory, OneFOneBHoldsPMicroBatchesOnTheFirstStage) {
   EXPECT_EQ(micro_batches_in_flight(g, 8, 0), 8);
 }
 
-TEST(PlanPipeline, BubbleIsPMinusOneOverVM) {
+TEST(PlanPipeline, BubbleIsPMinusOneOverVMPlusPMinusOneAsPrintScheduleSays) {
+  // The idle share of the pipeline's time, the definition --print-schedule
+  // and chapter 4 use (parallel/trace/schedule_diagram.h); Megatron's
+  // bubble/compute beside it.
   Grid g = grid(1, 4, 1);
-  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 11);
+  EXPECT_DOUBLE_EQ(bubble_over_compute(g, 8), 3.0 / 8);
   g.virtual_stages = 2;
-  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 16);
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 19);
+  EXPECT_DOUBLE_EQ(bubble_over_compute(g, 8), 3.0 / 16);
+}
+
+TEST(PlanChecks, RefusesWhatTrainGptRefusesNamingTheFlagAndValue) {
+  auto refused = [](ModelShape m, Grid g, Batch b) -> std::string {
+    try {
+      check_plan(m, g, b);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const ModelShape ok = tiny();
+  EXPECT_EQ(refused(ok, grid(2, 2, 2), Batch{4, 4}), "");
+  EXPECT_NE(refused(ok, grid(0, 1, 1), Batch{4, 1}).find("--dp must be in [1, 65536], got 0"), std::string::npos);
+  ModelShape m = ok;
+  m.seq = 0;
+  EXPECT_NE(refused(m, grid(1, 1, 1), Batch{4, 1}).find("--block must be in [1,"), std::string::npos);
+  EXPECT_NE(refused(ok, grid(1, 1, 1), Batch{-1, 1}).find("--batch must be in [1,"), std::string::npos);
+  m = ok;
+  m.width = 130;  // 4 heads of 32.5
+  EXPECT_NE(refused(m, grid(1, 1, 1), Batch{4, 1}).find("--embd 130 must be divisible by --heads 4"),
+            std::string::npos);
+  Grid g = grid(1, 2, 1);
+  g.virtual_stages = 2;
+  EXPECT_NE(refused(ok, g, Batch{4, 3}).find("multiple of --pp"), std::string::npos);  // m 3, pp 2
+  EXPECT_EQ(refused(ok, g, Batch{4, 4}), "");
+  g.schedule = "afab";
+  EXPECT_NE(refused(ok, g, Batch{4, 4}).find("no interleaved form"), std::string::npos);
+  EXPECT_NO_THROW(check_efficiency(0.5));
+  EXPECT_NO_THROW(check_efficiency(0));  // the machine's own
+  EXPECT_THROW(check_efficiency(2), std::exception);
+  EXPECT_THROW(check_efficiency(-0.1), std::exception);
+}
+
+TEST(PlanStep, TimeToTrainIsWholeStepsTimesTheStepAndDeviceHoursCountEveryRank) {
+  Machine mc = machine_by_name("a100");
+  Grid g = grid(4, 2, 2);
+  const Batch b{2, 8};
+  const StepPlan s = plan_step(tiny(), g, b, mc);
+  const double per_step = 4.0 * 2 * 8 * 64;  // dp x micro-batch x m x seq = 4096 tokens
+  const TrainTime t = time_to_train(s, tiny(), g, b, 10 * per_step + 1);  // one token more: 11 steps
+  EXPECT_EQ(t.steps, 11);
+  EXPECT_DOUBLE_EQ(t.seconds, 11 * s.step_s);
+  EXPECT_DOUBLE_EQ(t.device_hours, 11 * s.step_s * 16 / 3600);
+  EXPECT_NE(report(tiny(), g, b, mc, s, 10 * per_step + 1).find("11 steps"), std::string::npos);
+}
+
+TEST(PlanProgram, APresetTakesAnExplicitShapeFlagAndSaysSo) {
+  const loom::test::Exec run =
+      loom::test::run_command(std::string(LOOM_PLAN) + " --model gpt2-124m --layers 2 --machine h100 2>&1");
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("--layers 2 overrides gpt2-124m's 12"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("model: GPT 2 layers, width 768, 12 heads"), std::string::npos) << run.output;
+  // memory in binary units, as train_gpt's --memory-report: the H100's 80 GiB
+  EXPECT_NE(run.output.find(", 80 GiB, memory 3350 GB/s"), std::string::npos) << run.output;
+}
+
+TEST(PlanProgram, HelpShowsEveryDefault) {
+  const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --help 2>&1");
+  EXPECT_EQ(run.status, 0) << run.output;
+  for (const char* want : {"--layers INT=4", "--batch INT=16", "--dp INT=1", "--machine TEXT:{h100,a100,cpu}=cpu"})
+    EXPECT_NE(run.output.find(want), std::string::npos) << want << "\n" << run.output;
+}
+
+TEST(PlanProgram, NonsenseFailsBeforeAnyWorkWithTheFlagNamed) {
+  for (const char* args : {"--dp 0", "--block 0", "--efficiency 2", "--embd 130 --heads 4", "--batch -1",
+                           "--pp 2 --virtual-stages 2 --microbatches 3"}) {
+    const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --machine h100 " + args + " 2>&1");
+    EXPECT_EQ(run.status, 1) << args << "\n" << run.output;
+    EXPECT_NE(run.output.find("loom_plan: --"), std::string::npos) << args << "\n" << run.output;
+    EXPECT_EQ(run.output.find("nan"), std::string::npos) << args << "\n" << run.output;
+  }
 }
 
 TEST(PlanCommunication, RingCollectivesSendTwoNMinusOneOverN) {

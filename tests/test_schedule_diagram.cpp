@@ -61,6 +61,25 @@ TEST(ScheduleDiagram, BubbleFractions) {
   EXPECT_DOUBLE_EQ(measured_bubble_fraction(stages), 0.5);
 }
 
+// Transfers taken out: stage 1's F0 waited 5 us for the activation and stage
+// 0's B0 5 us for the gradient. Replayed back to back the step is 60 us, not
+// 70, and with equal stages the bubble is the formula's (p - 1)/(m + p - 1) = 1/2.
+TEST(ScheduleDiagram, WithoutTransfersTheSameSpansRunBackToBack) {
+  std::vector<StageEvents> stages{{{'F', 0, 0, 10}, {'B', 0, 50, 70}}, {{'F', 0, 15, 25}, {'B', 0, 25, 45}}};
+  EXPECT_DOUBLE_EQ(measured_bubble_fraction(stages), 40.0 / 70.0);
+  const std::vector<StageEvents> r = without_transfers(stages);
+  EXPECT_DOUBLE_EQ(r[1][0].start_us, 10);  // F0 on stage 1 right after F0 on stage 0
+  EXPECT_DOUBLE_EQ(r[1][1].end_us, 40);
+  EXPECT_DOUBLE_EQ(r[0][1].start_us, 40);  // B0 on stage 0 right after B0 on stage 1
+  EXPECT_DOUBLE_EQ(r[0][1].end_us, 60);
+  EXPECT_DOUBLE_EQ(measured_bubble_fraction(r), theoretical_bubble_fraction(2, 1));
+  // A stage that is itself idle between its own events keeps no gap either:
+  // 1F1B on 2 stages, m 2, unit spans, spread out in time -> the textbook bubble 1/3.
+  std::vector<StageEvents> spread{{{'F', 0, 0, 1}, {'F', 1, 3, 4}, {'B', 0, 9, 10}, {'B', 1, 20, 21}},
+                                  {{'F', 0, 5, 6}, {'B', 0, 7, 8}, {'F', 1, 11, 12}, {'B', 1, 13, 14}}};
+  EXPECT_NEAR(measured_bubble_fraction(without_transfers(spread)), 1.0 / 3.0, 1e-12);
+}
+
 // The picture (schedule_svg.h): one box per event at its measured time, forwards
 // blue and backwards green, time scaled so the step spans the row (80 px to 980 px).
 TEST(ScheduleSvg, DrawsEveryEventAtItsTime) {
@@ -81,4 +100,31 @@ TEST(ScheduleSvg, DrawsEveryEventAtItsTime) {
   EXPECT_NE(svg.find("<rect x=\"380.0\" y=\"74.0\" width=\"300.0\""), std::string::npos) << svg;
   EXPECT_NE(svg.find("bubble: measured 0.500"), std::string::npos);
   EXPECT_NE(svg.find(">1f1b, pp 2, m 1<"), std::string::npos);
+}
+
+// Interleaved: boxes told apart by chunk (their own shade), a tooltip on every
+// box, labels where they fit, and a caption longer than the picture wrapped
+// onto lines that each fit its 1000 px.
+TEST(ScheduleSvg, ChunksHaveTheirOwnShadeEveryBoxATooltipAndTheCaptionWraps) {
+  std::vector<loom::parallel::StageEvents> stages(2);
+  for (int s = 0; s < 2; ++s)
+    for (int k = 0; k < 16; ++k)
+      stages[size_t(s)].push_back({k % 2 ? 'B' : 'F', k / 4, 100.0 * (2 * k + s), 100.0 * (2 * k + s) + 90, (k / 2) % 2});
+  const std::string word(90, 'x');  // "bubble: xxx...x xxx...x": 189 characters, one space to break at
+  std::string line = "bubble: ";
+  line.append(word).append(" ").append(word);
+  const std::string svg = loom::parallel::schedule_svg(stages, "interleaved", line);
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<title>"), 32);                    // every box
+  EXPECT_EQ(count("fill=\"#6fa8dc\""), 8);            // forwards of chunk 0
+  EXPECT_EQ(count("fill=\"#1c4587\""), 8);            // forwards of chunk 1
+  EXPECT_EQ(count("fill=\"#93c47d\""), 8);            // backwards of chunk 0
+  EXPECT_EQ(count("fill=\"#274e13\""), 8);            // backwards of chunk 1
+  EXPECT_EQ(count("text-anchor=\"middle\">"), 32);    // 900 px / 32 boxes: each ~28 px, room for "F3.1" at 9 px
+  EXPECT_NE(svg.find(">bubble: " + word + "</text>"), std::string::npos) << svg;  // line 1
+  EXPECT_NE(svg.find(">" + word + "</text>"), std::string::npos) << svg;             // line 2
 }

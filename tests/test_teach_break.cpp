@@ -53,7 +53,12 @@ TEST(TeachBreak, DividingByDpTwiceHalvesTheGradNorm) {
   ASSERT_EQ(r.grad_norms.size(), 10u);
   EXPECT_NEAR(r.grad_norms[0] / ref.grad_norms[0], 0.5, 1e-5) << "step 1: the same params, half the gradient";
   EXPECT_NEAR(r.losses[0], ref.losses[0], 1e-6 * ref.losses[0]);
-  EXPECT_NE(r.output.find("teach-break dp-divide-twice: step 1: grad norm"), std::string::npos) << r.output;
+  std::vector<double> shown = numbers_after(r.output, "teach-break dp-divide-twice: step 1: grad norm ");
+  std::vector<double> truth = numbers_after(r.output, ", the true one ");
+  ASSERT_FALSE(shown.empty()) << r.output;
+  ASSERT_FALSE(truth.empty()) << r.output;
+  EXPECT_NEAR(shown[0] / ref.grad_norms[0], 0.5, 1e-3) << "the halved norm, as printed";
+  EXPECT_NEAR(truth[0] / ref.grad_norms[0], 1.0, 1e-3) << "the true norm beside it, as printed";
   std::printf("[ measured ] dp-divide-twice: grad norm ratio at step 1 %.6f, loss at step 10 %.5f vs %.5f\n",
               r.grad_norms[0] / ref.grad_norms[0], r.losses[9], ref.losses[9]);
 }
@@ -82,7 +87,11 @@ TEST(TeachBreak, FoundInfOverTheWrongGroupIsDetectedNotAHang) {
                    "--teach-break found-inf-wrong-group");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.status, 124) << "timed out: a hang, not a detection";
-  EXPECT_NE(r.output.find("whether to skip the step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ranks disagree on the decision whether to skip the step"), std::string::npos) << r.output;
+  // the cause named is the teach-break, not differing flags
+  EXPECT_NE(r.output.find("--teach-break found-inf-wrong-group reduced found_inf over the dp group"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("same flags"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step 3 skipped for overflow: 'yes' on rank 0; 'no' on rank 1"), std::string::npos)
       << r.output;
 }

@@ -13,6 +13,7 @@
 
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
+#include "optim/checkpoint_manifest_check.h"
 #include "run_command.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/ops.h"
@@ -74,7 +75,8 @@ fs::path corpus(const fs::path& dir) {
 }
 
 // Rewrites a checkpoint's manifest so that it lists its pieces as they now are
-// on disk: how a test gets an edited piece past the checksum to the check behind it.
+// on disk, and reseals it: how a test gets an edited piece past the checksums
+// to the check behind them.
 void recommit(const fs::path& model_path) {
   fs::path index = model_path;
   index.replace_extension(".optim.safetensors");
@@ -82,7 +84,7 @@ void recommit(const fs::path& model_path) {
   std::vector<loom::optim::CheckpointPiece> pieces = loom::optim::decode_pieces(m.metadata.at("pieces"), m.path);
   for (auto& p : pieces) p = loom::optim::describe_piece((model_path.parent_path() / p.file).string());
   m.metadata["pieces"] = loom::optim::encode_pieces(pieces);
-  loom::nn::save_safetensors(index.string(), m.tensors, m.metadata);
+  loom::optim::write_manifest(index.string(), m.tensors, m.metadata);  // under a fresh checksum of its own
 }
 
 const std::string kSmall = " --batch 4 --block 16 --layers 2 --heads 2 --embd 32 --eval-every 0 --sample 0 --warmup 3 ";
@@ -264,19 +266,19 @@ TEST(TrainGpt, EveryFlagIsCheckedBeforeTrainingWithItsRange) {
   std::ofstream(d / "file") << "x";
   const std::string data = " --steps 2" + kSmall + "--data " + corpus(d).string() + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--log-every 0", "--log-every must be in [1, 1099511627776], got 0"},
-      {"--top-k -3", "--top-k must be in [0, 1048576] (0: all), got -3"},
-      {"--eval-every -1", "--eval-every must be in [0, 1099511627776] (0: never), got -1"},
-      {"--temperature 0", "--temperature must be a finite number > 0, got 0"},
-      {"--eval-batches 0", "--eval-batches must be in [1, 1048576], got 0"},
-      {"--steps 0", "--steps must be in [1, 1099511627776], got 0"},
-      {"--lr nan", "--lr must be a finite number > 0, got nan"},
-      {"--dropout 1", "--dropout must be in [0, 0.99], got 1"},
-      {"--bucket-mb 0", "--bucket-mb must be a finite number > 0, got 0"},
-      {"--loss-scale-backoff 2", "--loss-scale-backoff must be in [1e-06, 1], got 2"},
-      {"--loss-scale 0.5", "--loss-scale must be in [1, 1e+30] (fp16's scaler stops below 1), got 0.5"},
-      // 1e20 does not fit int64: CLI11 reads the largest int64, which is out of range too.
-      {"--layers 99999999999999999999", "--layers must be in [1, 4096], got 9223372036854775807"},
+      {"--log-every 0", "--log-every must be an integer in [1, 1099511627776], got '0'"},
+      {"--top-k -3", "--top-k must be an integer in [0, 1048576] (0: all), got '-3'"},
+      {"--eval-every -1", "--eval-every must be an integer in [0, 1099511627776] (0: never), got '-1'"},
+      {"--temperature 0", "--temperature must be a number in (0, 1000000], got '0'"},
+      {"--eval-batches 0", "--eval-batches must be an integer in [1, 1048576], got '0'"},
+      {"--steps 0", "--steps must be an integer in [1, 1099511627776], got '0'"},
+      {"--lr nan", "--lr must be a number in (0, 1e+30], got 'nan'"},
+      {"--dropout 1", "--dropout must be a number in [0, 0.99], got '1'"},
+      {"--bucket-mb 0", "--bucket-mb must be a number in (0, 1000000] (1e6 MiB: 977 GiB), got '0'"},
+      {"--loss-scale-backoff 2", "--loss-scale-backoff must be a number in [1e-06, 1], got '2'"},
+      {"--loss-scale 0.5", "--loss-scale must be a number in [1, 1e+30] (fp16's scaler stops below 1), got '0.5'"},
+      // 1e20 does not fit int64: refused as written (CLI11 read the largest int64).
+      {"--layers 99999999999999999999", "--layers must be an integer in [1, 4096], got '99999999999999999999'"},
       {"--layers 4 --embd 1000000",
        "--embd 1000000 --block 16: about 4.8e+07 M parameters need 768000 GB for weights, gradients and AdamW state"},
       {"--embd 30 --heads 4", "--embd 30 must be divisible by --heads 4"},

@@ -76,8 +76,9 @@ TEST(TrainGptParallel, PipelineTraceShowsMicroBatchesAndTransfers) {
   std::ifstream f(trace);
   std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   for (const char* needle : {"\"name\": \"F0\"", "\"name\": \"F1\"", "\"name\": \"B0\"", "\"name\": \"B1\"",
-                             "\"name\": \"send_forward mb1\"", "\"name\": \"recv_forward mb1\"",
-                             "\"name\": \"send_backward mb0\"", "\"name\": \"recv_backward mb0\""})
+                             // each transfer with its size: [8, 16, 32] fp32 = 16 KiB
+                             "\"name\": \"send_forward mb1 (16 KiB)\"", "\"name\": \"recv_forward mb1 (16 KiB)\"",
+                             "\"name\": \"send_backward mb0 (16 KiB)\"", "\"name\": \"recv_backward mb0 (16 KiB)\""})
     EXPECT_NE(json.find(needle), std::string::npos) << needle;
   // Micro-batch 1 (--batch 8 sequences of --block 16 tokens, --embd 32 wide), from stage 0 to stage 1.
   EXPECT_NE(r.output.find("[rank 0] send_forward -> stage 1 mb 1 [8, 16, 32] float32"), std::string::npos) << r.output;
@@ -114,6 +115,16 @@ TEST(TrainGptParallel, PrintScheduleDrawsOneRowPerStageWithTheBubble) {
   EXPECT_NE(r.output.find("stage 0 | F0 F1"), std::string::npos) << r.output;  // 1F1B warm-up: pp - rank - 1 = 1 extra forward
   EXPECT_NE(r.output.find("stage 1 | .  F0 B0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("theory (p - 1)/(m + p - 1) = 1/5 = 0.200"), std::string::npos) << r.output;
+  // Both measured bubbles: with the transfers, and the same spans replayed without them, which
+  // can only be shorter (every replayed event starts no later than it ran).
+  double with = -1, without = -1;
+  const size_t at = r.output.find("bubble: measured ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "bubble: measured %lf with transfers, %lf without (the same F/B spans "
+                        "replayed back to back)", &with, &without), 2) << r.output.substr(at, 200);
+  EXPECT_GE(without, 0.0);
+  EXPECT_LE(without, with);
+  EXPECT_LT(with, 1.0);
 }
 
 // Interleaved 1F1B (--virtual-stages 2): each rank holds 2 chunks of the 4

@@ -81,7 +81,8 @@ std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::stri
   return out;
 }
 
-void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what) {
+void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what,
+                       const std::string& hint) {
   if (group.size() == 1) return;
   std::vector<std::string> raw = all_gather_strings(group, serialize(fields));
   // field name -> value -> ranks; a rank that lacks a field holds "(missing)".
@@ -109,7 +110,7 @@ void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::
     diffs.pop_back();
   }
   LOOM_CHECK(diffs.empty(), "ranks disagree on the ", what, " (group ", group.name(), ", size ", group.size(),
-             "); every rank must be started with the same flags and data:", diffs);
+             "); ", hint, ":", diffs);
 }
 
 void Fingerprint::add(const void* data, size_t bytes) {

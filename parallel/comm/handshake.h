@@ -28,8 +28,10 @@ using RunFields = std::vector<std::pair<std::string, std::string>>;  // (name, v
 
 // Gathers every rank's fields and compares them; throws naming each field that
 // differs, its values and the ranks holding each. `what` names the fields in
-// the message ("run config", "data").
-void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what = "run config");
+// the message ("run config", "data"); `hint` says what a difference means or
+// what to do about it (the build, a teach-break that caused it).
+void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::string& what = "run config",
+                       const std::string& hint = "every rank must be started with the same flags and data");
 
 // Every rank's string, in rank order (lengths, then the padded bytes, by two
 // all_gathers). Collective over group.

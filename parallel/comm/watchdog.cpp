@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "tensor/error.h"
+#include "tensor/numbers.h"
 
 namespace loom::parallel::watchdog {
 
@@ -71,13 +72,8 @@ void run(int world_rank, double timeout, std::function<void(const std::string&)>
 }  // namespace
 
 double timeout_from_env() {
-  const char* s = std::getenv("LOOM_COLLECTIVE_TIMEOUT");
-  if (!s || !*s) return 300.0;
-  char* end = nullptr;
-  double t = std::strtod(s, &end);
-  LOOM_CHECK(end && *end == '\0' && t > 0, "LOOM_COLLECTIVE_TIMEOUT must be a positive number of seconds, got '", s,
-             "'");
-  return t;
+  // Below 0.1 s an ordinary collective would be taken for a hang; a week is "never".
+  return env_number("LOOM_COLLECTIVE_TIMEOUT", 300.0, {0.1, 604800.0, " (seconds)"});
 }
 
 void start(int world_rank, double timeout_seconds, std::function<void(const std::string&)> abort_job,

@@ -10,7 +10,9 @@ namespace loom::parallel {
 BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
                              GradReduce reduce)
     : group_(dp_group), reduce_(reduce) {
-  LOOM_CHECK(bucket_cap_mb > 0, "BucketManager: bucket_cap_mb must be > 0, got ", bucket_cap_mb);
+  // Bounded: the element count below is an int64 (1e30 MiB would overflow it).
+  LOOM_CHECK(bucket_cap_mb > 0 && bucket_cap_mb <= 1e6, "BucketManager: bucket_cap_mb must be in (0, 1e6], got ",
+             bucket_cap_mb);
   const int64_t cap = std::max<int64_t>(1, int64_t(bucket_cap_mb * 1024 * 1024 / sizeof(float)));
   const int64_t pad_to = int64_t(dp_group.size()) * kBucketPadElements;
   // The buffer lives beside the params (on their GPU with --device cuda), so

@@ -164,6 +164,7 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
   log_.print(verb, "->", c.stage, mb, payload);  // LOOM_VERBOSE
   PendingSend s;
   s.span = log_.open(verb, mb, chunk);             // the trace span, closed when the send is done
+  s.bytes = int64_t(payload.nbytes());
   if (c.cached) {
     LOOM_CHECK(payload.shape() == c.shape && payload.dtype() == c.dtype, verb, ": stage ", rank_, " sends ",
                payload.describe(), " in a schedule whose first transfer on this channel was ", shape_str(c.shape),
@@ -183,7 +184,7 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
 void PipelineP2P::wait(PendingSend& s) {
   if (s.header) s.header->wait();
   s.payload->wait();
-  log_.close(s.span);
+  log_.close(s.span, s.bytes);
 }
 
 Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
@@ -199,7 +200,7 @@ Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
   Tensor t = empty(c.shape, c.dtype, device_);
   c.group->irecv(t, kSender, kPayloadTag)->wait();  // on this thread: no hand-off to the channel's
   log_.print(verb, "<-", c.stage, mb, t);
-  log_.close(span);
+  log_.close(span, int64_t(t.nbytes()));
   return t;
 }
 

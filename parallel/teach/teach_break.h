@@ -8,8 +8,10 @@
 //                         instead of its gradient (picotron issue #39): the
 //                         replicas step on their own gradients and drift apart
 //   dp-divide-twice       each bucket is divided by dp before its averaging
-//                         all-reduce: gradients 1/dp too small (AdamW hides it
-//                         from the loss; the logged grad norm shows it)
+//                         all-reduce: gradients 1/dp too small. AdamW would
+//                         cancel a factor that is the same every step, but
+//                         clipping rescales some steps and not others, so the
+//                         loss drifts; the logged grad norm is 1/dp of the true one
 //   skip-tied-sync        the tied embedding's gradient is not summed over the
 //                         embedding group: the first stage's wte and the last
 //                         stage's copy drift apart (train_gpt prints the distance)

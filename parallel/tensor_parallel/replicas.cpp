@@ -12,7 +12,7 @@ void check_tp_replicas_identical(const nn::NamedTensors& replicated, ProcessGrou
     Tensor c = ops::contiguous(p);
     fields.emplace_back(name, fingerprint(c.raw_data(), c.nbytes()));
   }
-  check_ranks_agree(tp, fields, "the tp replicas of the replicated params (they must stay bit-identical)");
+  check_ranks_agree(tp, fields, "tp replicas of the replicated params (they must stay bit-identical)");
 }
 
 }  // namespace loom::parallel

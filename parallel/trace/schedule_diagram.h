@@ -7,14 +7,20 @@
 //   stage 1 | .  F0 F1 F2 .  .  B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 .  B6 .  B7 .
 //   stage 2 | .  .  F0 F1 .  B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 .  B7 .  .
 //   stage 3 | .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 .  .  .
-//   bubble: measured 0.291 (from timestamps), theory (p - 1)/(m + p - 1) = 3/11 = 0.273
+//   bubble: measured 0.341 with transfers, 0.291 without (...), theory (p - 1)/(m + p - 1) = 3/11 = 0.273
 //
 // Columns come from the executed order alone: every forward and backward takes
 // one slot, a stage runs its operations in the order it logged them, F<i> on
 // stage s waits for F<i> on stage s - 1 and B<i> for B<i> on stage s + 1. The
 // measured bubble uses the real timestamps: per stage 1 - busy / step time,
-// averaged over stages. With p stages, m micro-batches and equal stages the
-// theory is (p - 1)/(m + p - 1) (GPipe, Huang et al. 2019), for AFAB and 1F1B alike.
+// averaged over stages, where busy is the forwards and backwards alone, so the
+// time a stage waits for a transfer (send, receive, the peer's scheduling)
+// counts as idle. The bubble "without transfers" replays the same forwards and
+// backwards, with their measured lengths, each starting the moment its stage
+// is free and its input has been computed: the bubble that unequal stages
+// alone leave. With p stages, m micro-batches, equal stages and instant
+// transfers the theory is (p - 1)/(m + p - 1) (GPipe, Huang et al. 2019), for
+// AFAB and 1F1B alike.
 //
 // Interleaved 1F1B (v model chunks per stage) logs the chunk too: F3.1 is the
 // forward of micro-batch 3 on chunk 1. F<i>.<c> on stage 0 waits for
@@ -54,6 +60,9 @@ std::string render_schedule(const std::vector<StageEvents>& stages, const std::s
 // 1 - busy / span per stage, averaged over stages; span is the first start to
 // the last end over all stages.
 double measured_bubble_fraction(const std::vector<StageEvents>& stages);
+// The same events, replayed with instant transfers: each starts when its
+// stage is free and its dependency has ended (times from 0), lengths kept.
+std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages);
 // (p - 1)/(v m + p - 1); v = 1: (p - 1)/(m + p - 1).
 double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks = 1);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "tensor/error.h"
 
@@ -34,6 +36,29 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
+// Forwards blue, backwards green; each model chunk (interleaved 1F1B) its own
+// shade, so a stage's two chunks tell apart at a glance.
+const char* fill(const ScheduleEvent& e) {
+  static const char* forward[] = {"#6fa8dc", "#1c4587", "#a4c2f4", "#3c78d8"};
+  static const char* backward[] = {"#93c47d", "#274e13", "#b6d7a8", "#6aa84f"};
+  return (e.kind == 'F' ? forward : backward)[e.chunk % 4];
+}
+
+// A caption cut into lines of at most `width` characters, at spaces.
+std::vector<std::string> wrapped(const std::string& text, size_t width) {
+  std::vector<std::string> lines(1);
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!lines.back().empty() && lines.back().size() + 1 + word.size() > width) lines.emplace_back();
+    lines.back() += (lines.back().empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::string schedule_svg(const std::vector<StageEvents>& stages, const std::string& title,
@@ -47,7 +72,9 @@ std::string schedule_svg(const std::vector<StageEvents>& stages, const std::stri
   for (const StageEvents& s : stages)
     for (const ScheduleEvent& e : s) chunked |= e.chunk > 0;
   const double scale = (kWidth - kLeft - kRight) / (t1 - t0);  // pixels per microsecond
-  const double height = kTop + kRow * double(stages.size()) + 50;
+  // 12 px monospace is ~7.2 px a character: the caption wraps inside the picture.
+  const std::vector<std::string> caption = wrapped(bubble_line, size_t((kWidth - kLeft - kRight) / 7.2));
+  const double height = kTop + kRow * double(stages.size()) + 36 + 16 * double(caption.size());
 
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(kWidth) + "\" height=\"" +
                     number(height) + "\" font-family=\"monospace\" font-size=\"12\">\n";
@@ -64,10 +91,14 @@ std::string schedule_svg(const std::vector<StageEvents>& stages, const std::stri
       const std::string label = chunked ? str(e.kind, e.mb, ".", e.chunk) : str(e.kind, e.mb);
       svg += "<g><title>" + label + ": " + number((e.end_us - e.start_us) / 1000.0) + " ms</title>";
       svg += "<rect x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" + number(w) + "\" height=\"" +
-             number(kBox) + "\" fill=\"" + (e.kind == 'F' ? "#6fa8dc" : "#93c47d") + "\" stroke=\"#333333\"/>";
-      if (w >= 8.0 * double(label.size()))  // the label only where it fits
-        svg += "<text x=\"" + number(x + w / 2) + "\" y=\"" + number(y + kBox * 0.7) +
-               "\" text-anchor=\"middle\">" + label + "</text>";
+             number(kBox) + "\" fill=\"" + fill(e) + "\" stroke=\"#333333\"/>";
+      // The label where it fits: at 12 px (~7.2 px a character), else at 9 px (~5.4); the tooltip always.
+      const double chars = double(label.size());
+      const char* size = w >= 7.2 * chars + 4 ? "12" : w >= 5.4 * chars + 2 ? "9" : nullptr;
+      const char* ink = e.chunk % 2 == 1 ? "white" : "black";  // readable on the dark shades
+      if (size)
+        svg += "<text x=\"" + number(x + w / 2) + "\" y=\"" + number(y + kBox * 0.7) + "\" font-size=\"" + size +
+               "\" fill=\"" + ink + "\" text-anchor=\"middle\">" + label + "</text>";
       svg += "</g>\n";
     }
   }
@@ -75,7 +106,9 @@ std::string schedule_svg(const std::vector<StageEvents>& stages, const std::stri
   svg += "<text x=\"" + number(kLeft) + "\" y=\"" + number(bottom + 14) + "\">0 ms</text>\n";
   svg += "<text x=\"" + number(kWidth - kRight) + "\" y=\"" + number(bottom + 14) + "\" text-anchor=\"end\">" +
          number((t1 - t0) / 1000.0) + " ms</text>\n";
-  svg += "<text x=\"" + number(kLeft) + "\" y=\"" + number(bottom + 36) + "\">" + escaped(bubble_line) + "</text>\n";
+  for (size_t i = 0; i < caption.size(); ++i)
+    svg += "<text x=\"" + number(kLeft) + "\" y=\"" + number(bottom + 36 + 16 * double(i)) + "\">" +
+           escaped(caption[i]) + "</text>\n";
   return svg + "</svg>\n";
 }
 

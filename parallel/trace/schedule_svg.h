@@ -1,9 +1,11 @@
 // The schedule of the step actually run, as a picture (SVG, opens in any
 // browser): one row per pipeline stage, time running left to right, each
 // forward and backward a box at its measured start and end, labelled with its
-// micro-batch (and chunk, F3.1, under interleaved 1F1B), and the idle time left blank - the bubble, seen. Forwards are
-// blue, backwards green (a backward takes about twice a forward, which the
-// boxes show); under the rows, the bubble measured beside the theory.
+// micro-batch (and chunk, F3.1, under interleaved 1F1B) where the label fits,
+// and the idle time left blank - the bubble, seen. Forwards are blue, backwards
+// green (a backward takes about twice a forward, which the boxes show), each
+// chunk its own shade; every box has a tooltip (its name and length). Under
+// the rows, the bubble measured beside the theory, wrapped to the picture's width.
 //
 //   stage 0 |[F0][F1][F2][F3]        [ B0 ][F4][ B1 ]...
 //   stage 1 |    [F0][F1][F2]    [ B0 ][F3][ B1 ]...

@@ -18,8 +18,9 @@ TransferLog::Span TransferLog::open(const char* verb, int mb, int chunk) const {
   return {chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk), trace::now_us()};
 }
 
-void TransferLog::close(const Span& span) const {
-  if (trace::enabled() && !span.name.empty()) trace::record(span.name, span.start_us, trace::now_us(), trace::kComm);
+void TransferLog::close(const Span& span, int64_t bytes) const {
+  if (!trace::enabled() || span.name.empty()) return;
+  trace::record(str(span.name, " (", bytes / 1024, " KiB)"), span.start_us, trace::now_us(), trace::kComm);
 }
 
 void TransferLog::print(const char* verb, const char* arrow, int peer_stage, int mb, const Tensor& t) const {

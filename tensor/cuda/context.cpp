@@ -15,8 +15,8 @@ constexpr int kMaxDevices = 16;
 struct DeviceContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
-  IndexError* index_error = nullptr;         // mapped host memory, read by the host
-  IndexError* index_error_device = nullptr;  // the same memory as the GPU addresses it
+  IndexError* index_error_device = nullptr;  // device memory: the kernels' atomicCAS claims it there
+  IndexError* index_error = nullptr;         // pinned host copy, brought down at each synchronisation
 };
 
 std::mutex g_mutex;
@@ -61,10 +61,21 @@ void check_device(const Device& d) {
   LOOM_CHECK(d.index < kMaxDevices, "device ", d.str(), ": loom supports at most ", kMaxDevices, " GPUs per process");
 }
 
+namespace {
+// Whether this thread has a device yet. A thread that never set one reads
+// device 0 from cudaGetDevice (the runtime's default, not a choice), and
+// setting that back would make a context on GPU 0 for every rank's threads.
+thread_local bool t_has_device = false;
+}  // namespace
+
 DeviceGuard::DeviceGuard(const Device& d) {
-  CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ != d.index) CUDA_CHECK(cudaSetDevice(d.index));
-  else previous_ = -1;  // nothing to restore
+  int current = 0;
+  CUDA_CHECK(cudaGetDevice(&current));
+  if (current != d.index) CUDA_CHECK(cudaSetDevice(d.index));
+  // The thread's first guard sets its rank's device once, for good (the main,
+  // comm and watchdog threads alike); later guards restore what they found.
+  previous_ = t_has_device && current != d.index ? current : -1;
+  t_has_device = true;
 }
 
 DeviceGuard::~DeviceGuard() {
@@ -97,32 +108,49 @@ cublasHandle_t cublas_handle(const Device& d) {
 }
 
 IndexError* index_error_slot(const Device& d) {
+  cudaStream_t s = stream(d);
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceContext& c = g_contexts[d.index];
-  if (!c.index_error) {
+  if (!c.index_error_device) {
     DeviceGuard guard(d);
-    void* p = nullptr;
-    CUDA_CHECK(cudaHostAlloc(&p, sizeof(IndexError), cudaHostAllocMapped | cudaHostAllocPortable));
-    c.index_error = static_cast<IndexError*>(p);
+    void* host = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&host, sizeof(IndexError), cudaHostAllocDefault));
+    c.index_error = static_cast<IndexError*>(host);
     *c.index_error = IndexError{0, 0, 0};
     void* dev = nullptr;
-    CUDA_CHECK(cudaHostGetDevicePointer(&dev, p, 0));
+    CUDA_CHECK(cudaMalloc(&dev, sizeof(IndexError)));
+    // On the stream, so the kernel that receives the slot runs after the zeros land.
+    CUDA_CHECK(cudaMemsetAsync(dev, 0, sizeof(IndexError), s));
     c.index_error_device = static_cast<IndexError*>(dev);
   }
   return c.index_error_device;
 }
 
-void throw_if_index_error(const Device& d) {
-  IndexError* e = nullptr;
+void enqueue_index_error_copy(const Device& d) {
+  IndexError *dev = nullptr, *host = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    e = g_contexts[d.index].index_error;
+    dev = g_contexts[d.index].index_error_device, host = g_contexts[d.index].index_error;
+  }
+  if (!dev) return;  // no kernel that checks indices has run on d
+  DeviceGuard guard(d);
+  CUDA_CHECK(cudaMemcpyAsync(host, dev, sizeof(IndexError), cudaMemcpyDeviceToHost, stream(d)));
+}
+
+void throw_if_index_error(const Device& d) {
+  IndexError *e = nullptr, *dev = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    e = g_contexts[d.index].index_error, dev = g_contexts[d.index].index_error_device;
   }
   if (!e) return;  // no kernel that checks indices has run on d
-  const volatile IndexError* v = e;  // written by the GPU, not by this thread
-  const IndexError found{v->op, v->index, v->limit};
+  const IndexError found = *e;  // the copy enqueue_index_error_copy made, finished by the caller's sync
   if (found.op == int64_t(IndexOp::None)) return;
   *e = IndexError{0, 0, 0};
+  {
+    DeviceGuard guard(d);  // cleared on the stream: later kernels may record the next one
+    CUDA_CHECK(cudaMemsetAsync(dev, 0, sizeof(IndexError), stream(d)));
+  }
   // Worded as the CPU ops word the same error.
   struct Wording { const char* op; const char* what; const char* before_limit; const char* after_limit; };
   static const Wording words[] = {{"", "", "", ""},
@@ -144,6 +172,7 @@ void throw_if_index_error(const Device& d) {
 void synchronize(const Device& d) {
   if (!d.is_cuda()) return;
   DeviceGuard guard(d);
+  enqueue_index_error_copy(d);
   CUDA_CHECK(cudaStreamSynchronize(stream(d)));
   throw_if_index_error(d);
 }

@@ -20,6 +20,9 @@ namespace loom::cuda {
 void check_device(const Device& d);
 
 // Makes d the current CUDA device for its lifetime, restoring the previous one.
+// A thread's first guard sets d once and restores nothing: a thread that never
+// chose a device has none to go back to (cudaGetDevice's 0 is only the
+// default), so each rank's threads stay on the rank's GPU and none touches GPU 0.
 class DeviceGuard {
  public:
   explicit DeviceGuard(const Device& d);
@@ -36,9 +39,9 @@ cublasHandle_t cublas_handle(const Device& d);  // bound to stream(d)
 
 // A bad index met by a kernel (an embedding row, a cross-entropy target). A
 // kernel cannot throw, and checking indices on the host would mean waiting for
-// the GPU, so the first bad index is written here (host memory the GPU writes
-// through, cudaHostAllocMapped) and the next synchronisation with the host -
-// a copy to the CPU, .item(), synchronize() - throws it as a loom::Error:
+// the GPU, so the first bad index is claimed here (device memory: atomicCAS on
+// the op field) and the next synchronisation with the host - a copy to the
+// CPU, .item(), synchronize() - copies the record down and throws it:
 //   "embedding: index 70 out of range for 65 rows (found on cuda:0 by a kernel)"
 // The kernel itself writes zeros (or skips the row) for a bad index.
 enum class IndexOp : int64_t {
@@ -49,7 +52,11 @@ struct IndexError {
   int64_t index;
   int64_t limit;
 };
-IndexError* index_error_slot(const Device& d);  // a device-visible pointer
-void throw_if_index_error(const Device& d);      // call after the stream has been synchronised
+IndexError* index_error_slot(const Device& d);  // device memory, zeroed on d's stream
+// Before a synchronisation: enqueues the record's copy to the host on d's
+// stream (nothing when no index-checking kernel ran on d).
+void enqueue_index_error_copy(const Device& d);
+// After it: throws the copied record, if any, and clears it on both sides.
+void throw_if_index_error(const Device& d);
 
 }  // namespace loom::cuda

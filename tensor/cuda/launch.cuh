@@ -124,7 +124,9 @@ Offsets<K> make_offsets(const char* op, Shape shape, std::array<Shape, K> stride
   return o;
 }
 
-// Records the first bad index of a kernel for the host (context.h).
+// Records the first bad index of a kernel for the host (context.h). The slot
+// is device memory, so the claim is an ordinary device atomic; the host sees
+// the record when the next synchronisation copies it down.
 __device__ __forceinline__ void report_index_error(IndexError* slot, IndexOp op, int64_t index, int64_t limit) {
   auto* word = reinterpret_cast<unsigned long long*>(&slot->op);
   if (atomicCAS(word, 0ull, static_cast<unsigned long long>(op)) == 0ull) {

@@ -39,6 +39,7 @@ void device_to_host(const Tensor& dst, const Tensor& src) {
   DeviceGuard guard(src.device());
   cudaStream_t s = stream(src.device());
   CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), dev.raw_data(), dev.nbytes(), cudaMemcpyDeviceToHost, s));
+  enqueue_index_error_copy(src.device());  // rides the same synchronisation
   CUDA_CHECK(cudaStreamSynchronize(s));
   if (!DeferIndexErrors::active()) throw_if_index_error(src.device());
   if (!landing.is_same(dst)) ops::copy_(dst, landing);

@@ -5,6 +5,9 @@
 // the CUDA_CHECK / CUBLAS_CHECK macros carrying file:line and CUDA's message.
 #include <gmock/gmock.h>
 
+#include <thread>
+
+#include "../run_command.h"
 #include "cuda_test.h"
 #include "tensor/cuda/check.h"
 
@@ -49,6 +52,24 @@ TEST(CudaBuild, Tf32IsOffByDefault) {  // GEMMs keep full fp32 products unless a
   cuda::set_allow_tf32(false);
 }
 
+// The programs the GPU tests launch are found at run time, so a bundle built
+// in one folder runs from another (tests/cuda/build_bundle.sh).
+TEST(CudaBuild, ProgramsAreFoundAtRunTime) {
+  using loom::test::program_path;
+  ::setenv("LOOM_TEST_PROGRAM", "/from/the/environment", 1);
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "test_cuda_device", "../nonexistent"), "/from/the/environment");
+  ::unsetenv("LOOM_TEST_PROGRAM");
+  // Beside this test binary comes first...
+  const std::string self = program_path("LOOM_TEST_PROGRAM", "test_cuda_device", "/bin/sh");
+  EXPECT_THAT(self, ::testing::EndsWith("/test_cuda_device"));
+  EXPECT_EQ(access(self.c_str(), X_OK), 0) << self;
+  // ...then the build tree's place (relative to this binary, or absolute), else the bare name for PATH.
+  const std::string dir = self.substr(0, self.rfind('/') + 1);
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "./test_cuda_device"), dir + "./test_cuda_device");
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "/bin/sh"), "/bin/sh");
+  EXPECT_EQ(program_path("LOOM_TEST_PROGRAM", "no_such_program", "../nonexistent/train_gpt"), "no_such_program");
+}
+
 using CudaDevice = cuda_test::CudaTest;
 
 TEST_F(CudaDevice, AnIndexPastTheLastGpuNamesHowManyExist) {
@@ -85,3 +106,31 @@ TEST_F(CudaDevice, ABadIndexFoundByAKernelIsThrownAtTheNextSync) {
               ThrowsMessage<Error>(HasSubstr("index_select: index 65 out of range for size 65")));
 }
 
+// The record lives in device memory: the first bad index of the kernels
+// enqueued before a synchronisation is the one reported (a later kernel's
+// claim fails), and after the report the record is clear again.
+TEST_F(CudaDevice, TheFirstBadIndexBeforeASyncIsTheOneReported) {
+  Tensor w = ops::to(cuda_test::random({65, 8}, 1), gpu);
+  Tensor first = ops::embedding(w, ops::to(from_vector(std::vector<int64_t>{80}), gpu));
+  Tensor second = ops::index_select(w, 0, ops::to(from_vector(std::vector<int64_t>{66}), gpu));
+  EXPECT_THAT([&] { cuda::synchronize(gpu); },
+              ThrowsMessage<Error>(HasSubstr("embedding: index 80 out of range for 65 rows")));
+  EXPECT_NO_THROW(cuda::synchronize(gpu));
+  EXPECT_NO_THROW(second.to_vector<float>());
+}
+
+// A thread's first guard sets its device for good: a thread that only works
+// on cuda:1 must not be sent back to cuda:0 (that would make a context there
+// for every rank's comm and watchdog threads).
+TEST_F(CudaDevice, AThreadStaysOnTheDeviceItFirstUsed) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (not run: one GPU)";
+  int after = -1;
+  std::thread t([&] {
+    Tensor x = ops::to(tensor({1, 2}), Device("cuda:1"));
+    x = ops::add(x, x);
+    cuda::synchronize(Device("cuda:1"));
+    CUDA_CHECK(cudaGetDevice(&after));
+  });
+  t.join();
+  EXPECT_EQ(after, 1) << "a guard restored the runtime's default device 0";
+}

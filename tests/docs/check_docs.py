@@ -16,6 +16,13 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
             section; docs/README.md and README.md link every chapter
   tool      docs/trace_summary.py, run on a small made-up trace, gives the
             numbers worked out by hand
+  outputs   (with TRAIN_GPT) every ```sh check block is run again, in a fresh
+            directory where build/ is TRAIN_GPT's build and docs/ the repo's;
+            each ```output block after it quotes lines of what it printed,
+            and every line must still be printed: words and exact quantities
+            (counts, bytes, losses, MiB) as quoted, to the printed digits.
+            A timing is marked ~ before it (~26541 tok/s, ETA ~0m04s) and
+            matches any word there; "..." stands for any text.
 Exits 1 listing every problem (file:line: what), 0 when there is none.
 """
 import os
@@ -27,7 +34,8 @@ PATH_RE = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*<>-]+)+/?)`")
 ANCHOR_RE = re.compile(r"`([A-Za-z0-9_./-]+\.[A-Za-z0-9]+)`\s*\(((?:\s*`[^`]+`\s*,?)+)\)")
 LINK_RE = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
-CHECKED = {"paths": 0, "symbols": 0, "flags": 0}  # how many anchors were checked, for the summary line
+NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0}  # how many anchors were checked, for the summary line
 
 
 def repo_file(repo, path):
@@ -54,7 +62,7 @@ def command_lines(text):
     out, in_sh, pending, start = [], False, "", 0
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith("```"):
-            in_sh = not in_sh and line.strip() in ("```sh", "```bash")
+            in_sh = not in_sh and line.strip() in ("```sh", "```bash", "```sh check")
             continue
         if not in_sh:
             continue
@@ -131,6 +139,92 @@ def check_trace_summary(repo, problems):
             problems.append(f"docs/trace_summary.py: {k} = {s[k]} on the made-up trace, by hand {v}")
     if s["per_step"].get("all_reduce(avg, float32) dp (size 2)") != (2.0, 16.0):
         problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 all-reduces, 16 KiB")
+    if s["gather_overlaps_forward"] is not None:
+        problems.append("docs/trace_summary.py: an all-gather share without any all-gather")
+    # A pipeline stage with ZeRO: two micro-batches' transfers of 64 KiB each aggregate to one line;
+    # the all-gather [35, 75) overlaps the forward F0 [30, 60) by 25 of its 40 us.
+    events = [x("F0", 30, 30, 0), x("B0", 60, 20, 0), x("optimizer step", 100, 10, 0),
+              x("all_gather(float32) dp (size 2) #1 (8 KiB)", 35, 40, 1),
+              x("send_forward mb0 (64 KiB)", 60, 5, 1), x("send_forward mb1 (64 KiB)", 70, 5, 1)]
+    s = trace_summary.summarise(events)[0]
+    if s["per_step"].get("send_forward") != (2.0, 128.0):
+        problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 send_forward, 128 KiB")
+    if s["gather_overlaps_forward"] is None or abs(s["gather_overlaps_forward"] - 0.625) > 1e-9:
+        problems.append(f"docs/trace_summary.py: all-gather overlap {s['gather_overlaps_forward']}, by hand 0.625")
+
+
+def fenced_blocks(text):
+    """(line number of the fence, info string, [lines]) for each fenced block."""
+    out, info, body, start = [], None, [], 0
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if info is None and stripped.startswith("```"):
+            info, body, start = stripped[3:].strip(), [], n
+        elif info is not None and stripped == "```":
+            out.append((start, info, body))
+            info = None
+        elif info is not None:
+            body.append(line)
+    return out
+
+
+def quoted_line_regex(quoted):
+    """A quoted output line as a regex: numbers exact (a ~number: any number), '...' any text, any spacing."""
+    parts, pos = [], 0
+    text = quoted.strip()
+    for m in re.finditer(r"\.\.\.|~\S+|" + NUMBER_RE.pattern, text):
+        parts.append(re.escape(text[pos:m.start()]))
+        tok = m.group(0)
+        if tok == "...":
+            parts.append(".*?")
+        elif tok.startswith("~"):
+            parts.append(r"\S+")
+        else:
+            parts.append(r"(?<![\d.])" + re.escape(tok) + r"(?![\d])")
+        pos = m.end()
+    parts.append(re.escape(text[pos:]))
+    return re.compile(re.sub(r"(\\ )+", r"\\s+", "".join(parts)))
+
+
+def run_commands(commands, build, repo, workdir):
+    """Runs one ```sh check block's commands in workdir; their stdout and stderr, concatenated."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", LC_ALL="C")
+    out = ""
+    for cmd in commands:
+        r = subprocess.run(cmd, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=240)
+        out += r.stdout + r.stderr
+        if r.returncode != 0 and "teach-break found-inf-wrong-group" not in cmd:
+            out += f"\n(exit status {r.returncode})\n"
+    return out
+
+
+def check_outputs(repo, path, text, build, problems):
+    """Reruns each ```sh check block and compares the ```output blocks after it with what it printed."""
+    import tempfile
+    import time
+    name = os.path.relpath(path, repo)
+    printed, started = None, time.time()
+    with tempfile.TemporaryDirectory(prefix="docs_check_") as work:
+        os.symlink(build, os.path.join(work, "build"))
+        os.symlink(os.path.join(repo, "docs"), os.path.join(work, "docs"))
+        for n, info, body in fenced_blocks(text):
+            if info == "sh check":
+                cmds = [c for _, c in command_lines("```sh\n" + "\n".join(body) + "\n```")]
+                CHECKED["commands"] += len(cmds)
+                printed = run_commands(cmds, build, repo, work)
+            elif info == "output":
+                if printed is None:
+                    problems.append(f"{name}:{n}: an ```output block with no ```sh check block before it")
+                    continue
+                lines = printed.splitlines()
+                for k, quoted in enumerate(body, n + 1):
+                    if not quoted.strip():
+                        continue
+                    CHECKED["quoted lines"] += 1
+                    rx = quoted_line_regex(quoted)
+                    if not any(rx.search(line) for line in lines):
+                        problems.append(f"{name}:{k}: the run no longer prints: {quoted.strip()}")
+    return time.time() - started
 
 
 def main():
@@ -162,10 +256,21 @@ def main():
         if f"](docs/{c})" not in readme:
             problems.append(f"README.md: does not link the chapter docs/{c}")
     check_trace_summary(repo, problems)
+    if len(sys.argv) == 3:  # the build to rerun the chapters' commands with
+        build = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[2])))
+        only = os.environ.get("LOOM_DOCS_CHAPTERS", "")  # e.g. "04,06": rerun only these
+        for f in ["README.md"] + chapters:
+            if only and not any(f.startswith(c) for c in only.split(",")):
+                continue
+            with open(os.path.join(docs, f)) as fh:
+                seconds = check_outputs(repo, os.path.join(docs, f), fh.read(), build, problems)
+            if seconds > 0.5:
+                print(f"check_docs: reran docs/{f} in {seconds:.0f} s")
     for p in problems:
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
-          f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); {len(problems)} problems")
+          f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
+          f"{CHECKED['quoted lines']} quoted output lines; {len(problems)} problems")
     return 1 if problems else 0
 
 

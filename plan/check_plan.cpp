@@ -1,0 +1,54 @@
+#include "plan/check_plan.h"
+
+#include <cmath>
+
+#include "tensor/error.h"
+
+namespace loom::plan {
+
+namespace {
+
+// "--flag must be in [lo, hi], got v", as train_gpt words it.
+void check_range(const char* flag, int64_t v, int64_t lo, int64_t hi, const char* why = "") {
+  LOOM_CHECK(v >= lo && v <= hi, flag, " must be in [", lo, ", ", hi, "]", why, ", got ", v);
+}
+
+}  // namespace
+
+void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
+  constexpr int64_t kMaxSize = int64_t(1) << 20;
+  check_range("--layers", m.layers, 1, 4096);
+  check_range("--embd", m.width, 1, kMaxSize);
+  check_range("--heads", m.heads, 1, 4096);
+  check_range("--vocab", m.vocab, 1, kMaxSize);
+  check_range("--block", m.seq, 1, kMaxSize);
+  check_range("--batch", b.micro_batch, 1, kMaxSize, " (sequences per micro-batch per dp rank)");
+  check_range("--microbatches", b.micro_batches, 1, kMaxSize);
+  check_range("--dp", g.dp, 1, 65536);
+  check_range("--pp", g.pp, 1, 65536);
+  check_range("--tp", g.tp, 1, 65536);
+  check_range("--virtual-stages", g.virtual_stages, 1, 4096);
+  LOOM_CHECK(m.width % m.heads == 0, "--embd ", m.width, " must be divisible by --heads ", m.heads);
+  LOOM_CHECK(m.heads % g.tp == 0, "--tp ", g.tp, " must divide --heads ", m.heads, " (attention is split by heads)");
+  LOOM_CHECK(!g.sequence_parallel || g.tp > 1, "--sequence-parallel needs --tp > 1");
+  LOOM_CHECK(!g.sequence_parallel || m.seq % g.tp == 0, "--sequence-parallel: --tp ", g.tp, " must divide --block ",
+             m.seq, " (each rank holds block / tp positions)");
+  LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp ", g.pp, " x --virtual-stages ",
+             g.virtual_stages, " exceeds the ", m.layers + 2, " layers (embedding + blocks + head)");
+  if (g.virtual_stages > 1) {  // interleaved 1F1B: train_gpt's rules
+    LOOM_CHECK(g.pp >= 2, "--virtual-stages ", g.virtual_stages,
+               " interleaves the chunks of a pipeline; it needs --pp >= 2");
+    LOOM_CHECK(g.schedule == "1f1b", "--virtual-stages ", g.virtual_stages, " runs interleaved 1F1B; --schedule ",
+               g.schedule, " has no interleaved form");
+    LOOM_CHECK(b.micro_batches % g.pp == 0, "--virtual-stages ", g.virtual_stages, ": interleaved 1F1B needs "
+               "--microbatches a multiple of --pp (Megatron's rule), got ", b.micro_batches, " micro-batches for pp ",
+               g.pp);
+  }
+}
+
+void check_efficiency(double efficiency) {
+  LOOM_CHECK(std::isfinite(efficiency) && efficiency >= 0 && efficiency <= 1, "--efficiency ", efficiency,
+             " must be a fraction of the peak in (0, 1] (0: the machine's own)");
+}
+
+}  // namespace loom::plan
