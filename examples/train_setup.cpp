@@ -15,6 +15,7 @@
 #include "optim/model_checkpoint.h"
 #include "parallel/comm/build_info.h"
 #include "parallel/comm/handshake.h"
+#include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 
 namespace loom::train {

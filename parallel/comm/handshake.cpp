@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include <unistd.h>
+
 #include "tensor/error.h"
 
 namespace loom::parallel {
@@ -59,6 +61,24 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
+// "ranks 0, 1 on h0; rank 2 on h1": where each rank of the group runs, so that a
+// disagreement across machines names the machine to fix. A collective, called
+// only when the (identical) gathered fields differ, so every rank calls it or none.
+std::string rank_hosts(ProcessGroup& group) {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) std::snprintf(name, sizeof name, "(unknown)");
+  std::vector<std::string> hosts = all_gather_strings(group, name);
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;  // in the order of each host's lowest rank
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    auto same = std::find_if(by_host.begin(), by_host.end(), [&](const auto& e) { return e.first == hosts[r]; });
+    if (same == by_host.end()) by_host.push_back({hosts[r], {int(r)}});
+    else same->second.push_back(int(r));
+  }
+  std::string s;
+  for (const auto& [host, ranks] : by_host) s += (s.empty() ? "" : "; ") + rank_list(ranks) + " on " + host;
+  return s;
+}
+
 }  // namespace
 
 // Lengths first (one int64 each), then the bytes padded to the longest, one
@@ -109,6 +129,7 @@ void check_ranks_agree(ProcessGroup& group, const RunFields& fields, const std::
     for (const auto& [value, ranks] : values) diffs += " " + value + " on " + rank_list(ranks) + ";";
     diffs.pop_back();
   }
+  if (!diffs.empty()) diffs += "\n  hosts: " + rank_hosts(group);
   LOOM_CHECK(diffs.empty(), "ranks disagree on the ", what, " (group ", group.name(), ", size ", group.size(),
              "); ", hint, ":", diffs);
 }

@@ -7,7 +7,9 @@
 // sizes (MPI and NCCL do not check), so the check belongs before them.
 //
 //   check_ranks_agree(world(), {{"layers", "4"}, {"dtype", "bf16"}, {"corpus hash", "9f3a..."}});
-//   -> on every rank: "ranks disagree on the run config: layers: '4' on ranks 0, 2; '3' on rank 1"
+//   -> on every rank: "ranks disagree on the run config: layers: '4' on ranks 0, 2; '3' on rank 1
+//                       hosts: ranks 0, 1 on node-a; rank 2 on node-b"
+// (the last line, each rank's hostname, says which machine to fix).
 //
 // Collective over `group`; every rank throws the same loom::Error, so the job
 // ends through the usual error path on every rank at once (no rank is left

@@ -1,8 +1,10 @@
 // The start-up handshake (parallel/comm/handshake.h) on real ranks (CTest runs
 // it on 2 and 3): equal fields pass; a field that differs on one rank throws on
-// every rank, naming the field, each value and the ranks that hold it.
+// every rank, naming the field, each value and the ranks that hold it, and
+// each rank's host (here all on this machine; tests/multihost: on several).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -25,10 +27,13 @@ TEST(Handshake, AFieldThatDiffersOnOneRankThrowsOnEveryRankNamingIt) {
   const int last = world().size() - 1;
   const std::string layers = world().rank() == last ? "3" : "2";
   std::string want_others = world().size() == 2 ? "'2' on rank 0" : "'2' on ranks 0, 1";
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  const std::string all_ranks = world().size() == 2 ? "ranks 0, 1" : "ranks 0, 1, 2";
   EXPECT_THAT([&] { check_ranks_agree(world(), {{"layers", layers}, {"heads", "4"}}); },
               ThrowsMessage<Error>(AllOf(HasSubstr("ranks disagree on the run config (group world"),
                                          HasSubstr("layers: " + want_others + "; '3' on rank " + std::to_string(last)),
-                                         Not(HasSubstr("heads")))));
+                                         HasSubstr("\n  hosts: " + all_ranks + " on " + host), Not(HasSubstr("heads")))));
 }
 
 TEST(Handshake, AFieldOneRankLacksIsNamedAsMissing) {

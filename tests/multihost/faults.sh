@@ -41,10 +41,12 @@ fail() {
 }
 pass() { echo "faults.sh $mode: PASS: $*"; exit 0; }
 steps_logged() { [ -f "$d/log.jsonl" ] && wc -l < "$d/log.jsonl" || echo 0; }
-# The train_gpt processes running on a host.
+# The train_gpt processes running on a host: by the executable, not the
+# command name, which is "exe" after tensor/cpu/thread_wait.cpp's re-execution
+# through /proc/self/exe.
 ranks_on() {
   for p in $("$here/hosts.sh" pids "$1"); do
-    [ "$(cat /proc/"$p"/comm 2> /dev/null)" = train_gpt ] && echo "$p"
+    [ "$(basename "$(readlink /proc/"$p"/exe 2> /dev/null)")" = train_gpt ] && echo "$p"
   done
 }
 
