@@ -9,11 +9,11 @@
 
 #include "examples/evaluate.h"
 #include "examples/progress.h"
-#include "examples/teach_symptoms.h"
 #include "examples/train_device.h"
 #include "nn/generate.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
+#include "parallel/teach/symptoms.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/shard_map.h"
 #include "parallel/trace/trace.h"
@@ -90,7 +90,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                   (long long)m_.chunks->num_parameters());
     }
   }
-  const std::string symptom = teach_symptom(step, stepped.grad_norm, m_, pgm_);  // --teach-break only
+  const std::string symptom = teach::symptom(step, stepped.grad_norm, m_, pgm_);  // --teach-break only
   if (!symptom.empty()) std::printf("%s%s", tty_ ? "\n" : "", symptom.c_str());
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
   total_ms_ += ms;

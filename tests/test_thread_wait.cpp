@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -69,4 +70,15 @@ TEST(ThreadWait, AnIdleWorkerBurnsNoCpuWhilePassive) {
   EXPECT_EQ(out[100], 50.0f);
   if (want == "passive") EXPECT_LT(idle_workers_ms, 5.0) << "the idle OpenMP thread spun while the main thread slept";
   else EXPECT_GT(idle_workers_ms, 20.0) << "OMP_WAIT_POLICY=active should spin: the measurement cannot see it";
+}
+
+// Started over, the process keeps its name: ps, top and pgrep show the
+// program, not "exe" (the start-over goes through the program's own path).
+TEST(ThreadWait, TheProcessKeepsItsName) {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  if (name.empty()) GTEST_SKIP() << "no /proc/self/comm";
+  EXPECT_EQ(name, std::string("test_thread_wait").substr(0, 15));  // the kernel keeps 15 characters
+  EXPECT_NE(name, "exe");
 }

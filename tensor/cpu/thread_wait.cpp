@@ -65,6 +65,14 @@ extern "C" void loom_omp_wait_policy_preinit(int, char** argv, char** envp) {
   env[n++] = has_policy ? theirs : ours;
   if (!has_blas_threads) env[n++] = blas;
   env[n] = nullptr;
+  // The program's own path, not /proc/self/exe: the process keeps its name
+  // (ps, top, pgrep show train_gpt, not "exe").
+  static char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) {
+    self[len] = '\0';
+    execve(self, argv, env);
+  }
   execve("/proc/self/exe", argv, env);  // returns only if it failed (no /proc): then OpenMP's default stands
   std::free(env);
 }

@@ -1,4 +1,4 @@
-// What train_gpt prints under --teach-break (parallel/teach/teach_break.h):
+// What a run prints under --teach-break (teach_break.h):
 // the symptom of the bug, measured on the run, next to the value it has when
 // the code is right. Collective over the ranks that hold what is compared;
 // called on every rank after each step, and a no-op without --teach-break.
@@ -15,11 +15,12 @@
 
 #include <string>
 
-#include "examples/train_setup.h"
+#include "parallel/model.h"
+#include "parallel/process_group_manager.h"
 
-namespace loom::train {
+namespace loom::teach {
 
 // The symptom line for this step on world rank 0 ("" elsewhere, and without --teach-break).
-std::string teach_symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm);
+std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm);
 
-}  // namespace loom::train
+}  // namespace loom::teach

@@ -1,4 +1,4 @@
-#include "examples/teach_symptoms.h"
+#include "parallel/teach/symptoms.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +8,10 @@
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
-namespace loom::train {
+namespace loom::teach {
 
 namespace {
 
-using teach::Break;
 
 // max over params of max |p - p on dp rank 0|, the same on every rank of dp.
 double dp_replica_distance(nn::Module& net, parallel::ProcessGroup& dp) {
@@ -46,22 +45,22 @@ double tied_copies_distance(parallel::Model& m, parallel::ProcessGroupManager& p
 
 }  // namespace
 
-std::string teach_symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
+std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
   NoGradGuard no_grad;
   char line[256] = "";
-  if (teach::broken(Break::DpAllReduceParam)) {
+  if (broken(Break::DpAllReduceParam)) {
     const double d = dp_replica_distance(*m.chunks, pgm.dp_group());
     std::snprintf(line, sizeof line,
                   "teach-break dp-allreduce-param: step %lld: the dp replicas differ by max |param - rank 0's| = %.3e"
                   " (0 when the gradients are averaged)\n",
                   (long long)step + 1, d);
-  } else if (teach::broken(Break::SkipTiedSync)) {
+  } else if (broken(Break::SkipTiedSync)) {
     const double d = tied_copies_distance(m, pgm);
     std::snprintf(line, sizeof line,
                   "teach-break skip-tied-sync: step %lld: ||wte(first stage) - wte(last stage's copy)|| = %.3e"
                   " (0 when the embedding group sums their gradients)\n",
                   (long long)step + 1, d);
-  } else if (teach::broken(Break::DpDivideTwice)) {
+  } else if (broken(Break::DpDivideTwice)) {
     // The bug scales every gradient by 1/dp, so the true norm is dp times the logged one.
     std::snprintf(line, sizeof line,
                   "teach-break dp-divide-twice: step %lld: grad norm %.4g, the true one %.4g (%d x): AdamW cancels a "
@@ -71,4 +70,4 @@ std::string teach_symptom(int64_t step, double grad_norm, parallel::Model& m, pa
   return pgm.global_rank() == 0 ? std::string(line) : std::string();
 }
 
-}  // namespace loom::train
+}  // namespace loom::teach
