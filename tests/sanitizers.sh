@@ -65,8 +65,13 @@ asan() {
   # Not install_find_package: it builds a consumer program against the
   # installed (here: instrumented) libraries with the consumer's own flags, and
   # would fail to link the sanitizer runtimes; it runs in the normal suite.
+  # Not docs_check: it reruns the chapters' commands and compares the numbers
+  # the chapters quote, which are the Release build's (-O3, -march=native); at
+  # -O1 the fp16 run of chapter 5 printed other losses than the five lines it
+  # quotes (measured in this stage, 2026-11-27; every other chapter matched).
+  # It runs in the normal suite, where those numbers come from.
   export ASAN_OPTIONS="detect_leaks=1:$asan_options"
-  timed asan-ctest ctest --test-dir build-asan --output-on-failure -j"$jobs" -E '^install_find_package$'
+  timed asan-ctest ctest --test-dir build-asan --output-on-failure -j"$jobs" -E '^(install_find_package|docs_check)$'
 }
 
 tsan() {
