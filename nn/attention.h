@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "nn/dropout.h"
@@ -54,11 +55,17 @@ inline Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, Dropout*
   return matmul(att, v);  // [B, H, T, T] @ [B, H, T, hd] -> [B, H, T, hd]
 }
 
+// The attention core, q, k, v [B, H, T, hd] -> [B, H, T, hd] (attend() by
+// default): the seam where context parallelism swaps in ring attention and
+// selective recomputation wraps the core in a checkpoint.
+using AttentionCore = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v, Dropout* attn_dropout)>;
+
 struct CausalSelfAttention : Layer {
   int64_t n_embd, n_head;
   std::shared_ptr<Linear> c_attn;  // [3C, C]: q, k and v projections stacked
   std::shared_ptr<Linear> c_proj;  // [C, C], a residual projection
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
+  AttentionCore core = attend;
 
   CausalSelfAttention(int64_t C, int64_t n_head, Generator& gen, double proj_std, double p_dropout = 0.0)
       : n_embd(C), n_head(n_head) {
@@ -84,7 +91,7 @@ struct CausalSelfAttention : Layer {
     };
     Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
 
-    Tensor y = attend(q, k, v, attn_dropout.get());  // [B, H, T, hd]
+    Tensor y = core(q, k, v, attn_dropout.get());  // [B, H, T, hd]
     y = reshape(transpose(y, 1, 2), {B, T, C});  // merge heads: [B, T, H, hd] -> [B, T, C]
     return resid_dropout->forward(c_proj->forward(y));
   }

@@ -38,7 +38,7 @@ Tensor TensorParallelAttention::forward(const Tensor& x) {
   const int64_t B = qkv.size(0), T = qkv.size(1), H = local_heads, hd = head_dim, c = H * hd;
   TensorList parts = split(qkv, c, 2);  // q, k, v: [B, T, C/tp]
   auto heads = [&](const Tensor& t) { return transpose(reshape(t, {B, T, H, hd}), 1, 2); };  // [B, H/tp, T, hd]
-  Tensor y = nn::attend(heads(parts[0]), heads(parts[1]), heads(parts[2]), nullptr);  // this rank's heads
+  Tensor y = core(heads(parts[0]), heads(parts[1]), heads(parts[2]), nullptr);  // this rank's heads
   y = reshape(transpose(y, 1, 2), {B, T, c});  // [B, T, C/tp]
   return c_proj->forward(y);                   // g: the heads' shares summed
 }

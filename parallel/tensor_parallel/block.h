@@ -30,6 +30,7 @@ struct TensorParallelAttention : nn::Module {
   std::shared_ptr<ColumnParallelLinear> c_attn;  // [3C/tp, C]: this rank's heads' q, k, v rows
   std::shared_ptr<RowParallelLinear> c_proj;     // [C, C/tp]
   int64_t local_heads, head_dim;
+  nn::AttentionCore core = nn::attend;  // this rank's heads (nn/attention.h: the seam)
 
   TensorParallelAttention(const nn::CausalSelfAttention& full, ProcessGroup& tp, bool sequence_parallel);
   // x: [B, T, C] ([B, T/tp, C] under sequence parallelism) -> the same shape
