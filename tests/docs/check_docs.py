@@ -23,6 +23,18 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
             (counts, bytes, losses, MiB) as quoted, to the printed digits.
             A timing is marked ~ before it (~26541 tok/s, ETA ~0m04s) and
             matches any word there; "..." stands for any text.
+  tables    a Markdown table reports measurements when a column's header says
+            "measured" (| formula | measured |, | grid | bytes measured |).
+            Every exact number in such a column's cells must be printed by the
+            chapter: it must occur in one of the chapter's ```output blocks,
+            which "outputs" compares with a fresh run (4.6954 there for 4.6954
+            here, 418944 or 418,944 for 418,944). Two exceptions, both said in
+            the chapter: a timing or any quantity that varies from run to run
+            is marked ~ (~95 ms, ~0.421, ~0.2-2.1 s), and a table a laptop
+            cannot rerun (it needs a GPU, root, several hosts) has the comment
+            <!-- not rerun: WHY --> on a line of its own right above it.
+            Formula columns are arithmetic, not measurements: not compared.
+            Numbers inside words (float32, h1, 6627e8d5, 50th) are not numbers.
 Exits 1 listing every problem (file:line: what), 0 when there is none.
 """
 import os
@@ -34,8 +46,12 @@ PATH_RE = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*<>-]+)+/?)`")
 ANCHOR_RE = re.compile(r"`([A-Za-z0-9_./-]+\.[A-Za-z0-9]+)`\s*\(((?:\s*`[^`]+`\s*,?)+)\)")
 LINK_RE = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+# An exact quantity in a table cell or an output block: 418,944  4.6954  1.544e-02  83 (of 83%); not the digits
+# inside a word (float32, h1, 6627e8d5, 50th). A ~ token (~95, ~0.2-2.1) is a timing and is skipped.
+TABLE_NUMBER_RE = re.compile(r"~\S+|(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
+NOT_RERUN_RE = re.compile(r"^\s*<!--\s*not rerun:\s*(.*?)\s*-->\s*$")
 NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
-CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0}  # how many anchors were checked, for the summary line
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0}  # how many anchors were checked, for the summary line
 
 
 def repo_file(repo, path):
@@ -198,6 +214,65 @@ def run_commands(commands, build, repo, workdir):
     return out
 
 
+def exact_numbers(text):
+    """The exact quantities of a text, commas dropped ("418,944" -> "418944"); ~ timings left out."""
+    return [m.group(0).replace(",", "") for m in TABLE_NUMBER_RE.finditer(text) if not m.group(0).startswith("~")]
+
+
+def table_cells(line):
+    """The cells of a Markdown table row: '| a | b \\| c |' -> ['a', 'b \\| c']."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def check_tables(repo, path, text, problems):
+    """Every exact number in a "measured" column must be printed by one of the chapter's ```output blocks."""
+    name = os.path.relpath(path, repo)
+    printed = set()
+    for _, info, body in fenced_blocks(text):
+        if info == "output":
+            printed.update(exact_numbers("\n".join(body)))
+    lines = text.splitlines()
+    in_fence, n = False, 0
+    while n < len(lines):
+        line = lines[n]
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+        if in_fence or not line.lstrip().startswith("|"):
+            n += 1
+            continue
+        start, header = n, table_cells(line)
+        rows = []
+        while n < len(lines) and lines[n].lstrip().startswith("|"):
+            rows.append((n + 1, table_cells(lines[n])))
+            n += 1
+        measured = [k for k, h in enumerate(header) if "measured" in h.lower()]
+        if not measured:
+            continue
+        above = start - 1
+        while above >= 0 and not lines[above].strip():
+            above -= 1
+        marker = NOT_RERUN_RE.match(lines[above]) if above >= 0 else None
+        if marker:
+            if not marker.group(1):
+                problems.append(f"{name}:{above + 1}: <!-- not rerun: --> without the reason (say why a laptop "
+                                f"cannot rerun the table below it)")
+            continue
+        for row_n, cells in rows[2:]:  # past the header and its |---| line
+            for k in measured:
+                if k >= len(cells):
+                    continue
+                for num in exact_numbers(cells[k]):
+                    CHECKED["table numbers"] += 1
+                    if num not in printed:
+                        problems.append(
+                            f"{name}:{row_n}: {num} in the '{header[k]}' column (row '{cells[0][:40]}') is printed "
+                            f"by none of the chapter's ```output blocks. Fix it one of three ways: quote the line "
+                            f"that prints it in an ```output block after the ```sh check block that runs it "
+                            f"(docs_check reruns it); write ~{num} if it is a timing or varies from run to run; "
+                            f"or, if a laptop cannot rerun the table, put <!-- not rerun: WHY --> on the line "
+                            f"above it")
+
+
 def check_outputs(repo, path, text, build, problems):
     """Reruns each ```sh check block and compares the ```output blocks after it with what it printed."""
     import tempfile
@@ -247,7 +322,9 @@ def main():
     for f in chapters:
         path = os.path.join(docs, f)
         with open(path) as fh:
-            check_chapter(repo, path, fh.read(), flags, problems)
+            text = fh.read()
+        check_chapter(repo, path, text, flags, problems)
+        check_tables(repo, path, text, problems)
     with open(os.path.join(repo, "README.md")) as fh:
         readme = fh.read()
     for c in chapters:
@@ -270,7 +347,8 @@ def main():
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
           f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
-          f"{CHECKED['quoted lines']} quoted output lines; {len(problems)} problems")
+          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers; "
+          f"{len(problems)} problems")
     return 1 if problems else 0
 
 
