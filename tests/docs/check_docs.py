@@ -34,7 +34,9 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
             cannot rerun (it needs a GPU, root, several hosts) has the comment
             <!-- not rerun: WHY --> on a line of its own right above it.
             Formula columns are arithmetic, not measurements: not compared.
-            Numbers inside words (float32, h1, 6627e8d5, 50th) are not numbers.
+            Numbers inside words (float32, h1, 6627e8d5, 50th), references
+            (chapter 2) and dates (2026-11-27) are not quantities. A ratio of
+            two measured numbers is arithmetic: write it in the formula column.
 Exits 1 listing every problem (file:line: what), 0 when there is none.
 """
 import os
@@ -49,6 +51,7 @@ FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 # An exact quantity in a table cell or an output block: 418,944  4.6954  1.544e-02  83 (of 83%); not the digits
 # inside a word (float32, h1, 6627e8d5, 50th). A ~ token (~95, ~0.2-2.1) is a timing and is skipped.
 TABLE_NUMBER_RE = re.compile(r"~\S+|(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
+NOT_A_QUANTITY_RE = re.compile(r"\b(?:chapters?|issues?) \d+|\b\d{4}-\d{2}-\d{2}\b")  # a reference, a date
 NOT_RERUN_RE = re.compile(r"^\s*<!--\s*not rerun:\s*(.*?)\s*-->\s*$")
 NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
 CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0}  # how many anchors were checked, for the summary line
@@ -216,6 +219,7 @@ def run_commands(commands, build, repo, workdir):
 
 def exact_numbers(text):
     """The exact quantities of a text, commas dropped ("418,944" -> "418944"); ~ timings left out."""
+    text = NOT_A_QUANTITY_RE.sub(" ", text)
     return [m.group(0).replace(",", "") for m in TABLE_NUMBER_RE.finditer(text) if not m.group(0).startswith("~")]
 
 
