@@ -37,6 +37,10 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
             Numbers inside words (float32, h1, 6627e8d5, 50th), references
             (chapter 2) and dates (2026-11-27) are not quantities. A ratio of
             two measured numbers is arithmetic: write it in the formula column.
+  arithmetic  outside code blocks, every plain sum or product written out
+            with its result (2 + 4 + 12/2 = 12, 111 × 64 = 7,104, 1/9 = 0.111)
+            comes out right to the result's printed digits; a result with a
+            unit after it (4 × 109,248 = 427 KiB) is not checked.
 Exits 1 listing every problem (file:line: what), 0 when there is none.
 """
 import os
@@ -52,9 +56,14 @@ FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 # inside a word (float32, h1, 6627e8d5, 50th). A ~ token (~95, ~0.2-2.1) is a timing and is skipped.
 TABLE_NUMBER_RE = re.compile(r"~\S+|(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
 NOT_A_QUANTITY_RE = re.compile(r"\b(?:chapters?|issues?) \d+|\b\d{4}-\d{2}-\d{2}\b")  # a reference, a date
+# "a op b op c = d" with plain numbers and + - − × · * / ( ): the left side is evaluated, d compared to its digits
+ARITH_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+ARITH_TERM = r"(?:\(\s*)*" + ARITH_NUM + r"(?:\s*\))*"
+ARITH_RE = re.compile(r"(?<![\w.,²³^/])(" + ARITH_TERM + r"(?:\s*[+\-−×·*/]\s*" + ARITH_TERM + r")+)\s*=\s*("
+                      + ARITH_NUM + r")(?![\w.%²³]|\s*[A-Za-z%])")
 NOT_RERUN_RE = re.compile(r"^\s*<!--\s*not rerun:\s*(.*?)\s*-->\s*$")
 NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
-CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0}  # how many anchors were checked, for the summary line
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0, "sums": 0}  # how many anchors were checked, for the summary line
 
 
 def repo_file(repo, path):
@@ -277,6 +286,32 @@ def check_tables(repo, path, text, problems):
                             f"above it")
 
 
+def check_arithmetic(repo, path, text, problems):
+    """Every written-out sum or product (2 + 4 + 12 = 18) outside code blocks comes out right."""
+    name = os.path.relpath(path, repo)
+    in_fence = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+        if in_fence:
+            continue
+        pos = 0
+        while m := ARITH_RE.search(line, pos):
+            pos = m.start(2)  # the result may start the next one: 53,184 + 2,944 = 56,128 = ...
+            lhs, rhs = m.group(1), m.group(2).replace(",", "")
+            if lhs.count("(") != lhs.count(")"):
+                continue  # a piece of a longer formula (64² or a symbol before it), not a whole sum
+            expr = lhs.replace(",", "").replace("×", "*").replace("·", "*").replace("−", "-")
+            try:
+                value = eval(expr, {"__builtins__": {}})  # digits, + - * / and parentheses only (ARITH_RE)
+            except (SyntaxError, ZeroDivisionError):
+                continue
+            CHECKED["sums"] += 1
+            digits = len(rhs.split(".")[1]) if "." in rhs else 0
+            if abs(round(value, digits) - float(rhs)) > 1e-9:
+                problems.append(f"{name}:{n}: {lhs.strip()} = {round(value, digits)}, not {m.group(2)}")
+
+
 def check_outputs(repo, path, text, build, problems):
     """Reruns each ```sh check block and compares the ```output blocks after it with what it printed."""
     import tempfile
@@ -329,6 +364,7 @@ def main():
             text = fh.read()
         check_chapter(repo, path, text, flags, problems)
         check_tables(repo, path, text, problems)
+        check_arithmetic(repo, path, text, problems)
     with open(os.path.join(repo, "README.md")) as fh:
         readme = fh.read()
     for c in chapters:
@@ -351,7 +387,7 @@ def main():
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
           f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
-          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers; "
+          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers, {CHECKED['sums']} sums; "
           f"{len(problems)} problems")
     return 1 if problems else 0
 
