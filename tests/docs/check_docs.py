@@ -324,6 +324,10 @@ def check_outputs(repo, path, text, build, problems):
         for n, info, body in fenced_blocks(text):
             if info == "sh check":
                 cmds = [c for _, c in command_lines("```sh\n" + "\n".join(body) + "\n```")]
+                for prog in sorted(set(re.findall(r"(?<![\w/])build/[\w/.-]+", " ".join(cmds)))):
+                    if not os.path.exists(os.path.join(work, prog)):
+                        problems.append(f"{name}:{n}: {prog} is not built, so this block cannot be rerun "
+                                        f"(cmake --build build --target {os.path.basename(prog)})")
                 CHECKED["commands"] += len(cmds)
                 printed = run_commands(cmds, build, repo, work)
             elif info == "output":
