@@ -156,8 +156,9 @@ def check_trace_summary(repo, problems):
 
     # One step: backward [0, 100) with a wait [80, 100); two 8 KiB all-reduces,
     # [50, 90) (30 us of it while backward computed) and [90, 110) (none).
+    # ZeRO's per-bucket step: bucket 0 inside the wait, bucket 1 after it.
     events = [x("forward", -50, 50, 0), x("backward", 0, 100, 0), x("wait for gradient all-reduce", 80, 20, 0),
-              x("optimizer step", 110, 10, 0),
+              x("step bucket 0", 85, 5, 0), x("step bucket 1", 111, 2, 0), x("optimizer step", 110, 10, 0),
               x("all_reduce(avg, float32) dp (size 2) #1 (8 KiB)", 50, 40, 1),
               x("all_reduce(avg, float32) dp (size 2) #2 (8 KiB)", 90, 20, 1)]
     s = trace_summary.summarise(events)[0]
@@ -167,6 +168,8 @@ def check_trace_summary(repo, problems):
             problems.append(f"docs/trace_summary.py: {k} = {s[k]} on the made-up trace, by hand {v}")
     if s["per_step"].get("all_reduce(avg, float32) dp (size 2)") != (2.0, 16.0):
         problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 all-reduces, 16 KiB")
+    if s["step_buckets_in_wait"] != (1, 2):
+        problems.append(f"docs/trace_summary.py: step buckets in a wait {s['step_buckets_in_wait']}, by hand (1, 2)")
     if s["gather_overlaps_forward"] is not None:
         problems.append("docs/trace_summary.py: an all-gather share without any all-gather")
     # A pipeline stage with ZeRO: two micro-batches' transfers of 64 KiB each aggregate to one line;
