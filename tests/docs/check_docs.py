@@ -63,7 +63,8 @@ ARITH_RE = re.compile(r"(?<![\w.,²³^/])(" + ARITH_TERM + r"(?:\s*[+\-−×·*/
                       + ARITH_NUM + r")(?![\w.%²³]|\s*[A-Za-z%])")
 NOT_RERUN_RE = re.compile(r"^\s*<!--\s*not rerun:\s*(.*?)\s*-->\s*$")
 NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
-CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0, "sums": 0}  # how many anchors were checked, for the summary line
+# how many anchors were checked, for the summary line
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0, "sums": 0}
 
 
 def repo_file(repo, path):
@@ -394,8 +395,8 @@ def main():
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
           f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
-          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers, {CHECKED['sums']} sums; "
-          f"{len(problems)} problems")
+          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers, "
+          f"{CHECKED['sums']} sums; {len(problems)} problems")
     return 1 if problems else 0
 
 
