@@ -10,6 +10,9 @@
 // And the flag: --zero N, --zero alone meaning 1.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "tests/train_gpt_run.h"
 
 using namespace loom;
@@ -58,10 +61,30 @@ TEST(Zero2, WithPipelineMatchesOneProcess) {
 }
 
 // Two micro-batches: each is reduce-scattered on its own and the shard sums
-// the two averages (ZeRO-1 sums the full buffer first, then reduces once).
+// the two averages (ZeRO-1 sums the full buffer first, then reduces once) -
+// through the same two scratches: the grads row of --memory-json is the
+// formula's (shards + 2 scratches), not a scratch per bucket kept across
+// micro-batches (which would give the right numbers for ZeRO-1's memory).
 TEST(Zero2, GradientAccumulationMatchesOneProcess) {
-  expect_same_run(train("z2_dp2_accum", 2, "--dp 2 --batch 4 --grad-accum 2 --zero 2" + kSmallBuckets),
-                  single_process_batch16(), "--dp 2 --grad-accum 2 --zero 2");
+  const fs::path json = work_dir() / "z2_dp2_accum_memory.json";
+  Result r = train("z2_dp2_accum", 2, "--dp 2 --batch 4 --grad-accum 2 --zero 2 --memory-json " + json.string() +
+                                          kSmallBuckets);
+  expect_same_run(r, single_process_batch16(), "--dp 2 --grad-accum 2 --zero 2");
+  std::ifstream f(json);
+  std::stringstream text;
+  text << f.rdbuf();
+  for (int rank : {0, 1}) {  // "grads": {"measured": B, "predicted": B}, each rank's line
+    const std::string line = [&] {
+      std::string all = text.str();
+      size_t at = all.find("{\"rank\": " + std::to_string(rank));
+      return at == std::string::npos ? std::string() : all.substr(at, all.find('\n', at) - at);
+    }();
+    ASSERT_FALSE(line.empty()) << text.str();
+    const double measured = field(line.substr(line.find("\"grads\"")), "measured");
+    const double predicted = field(line.substr(line.find("\"grads\"")), "predicted");
+    EXPECT_EQ(measured, predicted) << "rank " << rank << ": " << line;
+    EXPECT_LT(measured, 4 * field(line, "num_params")) << "rank " << rank << ": ZeRO-1 keeps 4 bytes a param";
+  }
 }
 
 TEST(Zero2, Bf16EqualsZero1BitForBit) {
