@@ -26,6 +26,7 @@
 //   for (step...) {
 //     for (micro-batches but the last) { auto guard = dp.no_sync(); backward(loss / K); }
 //     backward(loss / K);   // syncs the sum of all micro-batches
+//                           // (ZeRO-2, ShardGrads: every micro-batch reduce-scatters; grad_shards.h)
 //     optimizer.step();
 //     dp.reset();           // zero main_grad, drop .grad: once per step
 //   }
