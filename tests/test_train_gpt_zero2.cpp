@@ -37,6 +37,11 @@ void expect_identical_runs(const Result& a, const Result& b, const char* what) {
 
 }  // namespace
 
+// A dp group of one: the shard is the whole bucket, still filled through a scratch.
+TEST(Zero2, OneRankMatchesThePlainRun) {
+  expect_same_run(train("z2_dp1", 1, "--batch 16 --zero 2" + kSmallBuckets), single_process_batch16(), "--zero 2");
+}
+
 TEST(Zero2, TwoRanksMatchesOneProcess) {
   expect_same_run(train("z2_dp2", 2, "--dp 2 --batch 8 --zero 2" + kSmallBuckets), single_process_batch16(),
                   "--dp 2 --zero 2");

@@ -69,7 +69,8 @@ void BucketManager::allocate() {
   //    of it, and fills a scratch during backward (grad_shards.h).
   const bool shard_only = reduce_ == GradReduce::ShardGrads;
   const int64_t dp = group_.size(), r = group_.rank();
-  auto stored = [&](const Bucket& b) { return shard_only && !b.all_reduce ? b.numel / dp : b.numel; };
+  auto whole = [&](const Bucket& b) { return !shard_only || b.all_reduce; };
+  auto stored = [&](const Bucket& b) { return whole(b) ? b.numel : b.numel / dp; };
   int64_t total = 0;
   for (const Bucket& b : buckets_) total += stored(b);
   buffer_ = zeros({total}, kFloat32, device_);
@@ -78,8 +79,8 @@ void BucketManager::allocate() {
     Tensor kept = ops::narrow(buffer_, 0, at, stored(b));
     at += stored(b);
     const int64_t n = b.numel / dp;
-    b.grad_data = stored(b) == b.numel ? kept : Tensor();
-    b.shard_grad = stored(b) == b.numel ? ops::narrow(kept, 0, r * n, n) : kept;
+    b.grad_data = whole(b) ? kept : Tensor();
+    b.shard_grad = whole(b) ? ops::narrow(kept, 0, r * n, n) : kept;
   }
   for (auto& [impl, s] : slots_) {
     const Bucket& b = buckets_[size_t(s.bucket)];
