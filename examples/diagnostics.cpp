@@ -75,6 +75,11 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     optim::MemoryBreakdown mine = optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+    if (a_.zero >= 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
+      std::vector<int64_t> numels;
+      for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
+      predicted.grads = optim::predict_zero2_grad_bytes(numels, a_.bucket_mb, pgm_.dp_size());
+    }
     predicted.comm = predicted_comm_bytes();
     predicted.activations = int64_t(predicted_activation_bytes());
     std::string json;
@@ -117,8 +122,8 @@ int64_t Diagnostics::predicted_comm_bytes() const {
   std::vector<int64_t> numels;
   for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
   const int64_t pad = optim::predict_bucket_padding(numels, a_.bucket_mb, pgm_.dp_size());
-  // fp32 grad buffer; under ZeRO also the param buffer, in the model's dtype
-  return pad * (4 + (a_.zero ? int64_t(element_size(parse_dtype(a_.dtype))) : 0));
+  // fp32 grad buffer (under ZeRO-2 in the grads row); under ZeRO also the param buffer, in the model's dtype
+  return pad * ((a_.zero >= 2 ? 0 : 4) + (a_.zero >= 1 ? int64_t(element_size(parse_dtype(a_.dtype))) : 0));
 }
 
 double Diagnostics::predicted_activation_bytes() const {

@@ -101,7 +101,19 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_flag("--zero", a.zero, "shard the optimizer state over the dp ranks (ZeRO-1, distributed optimizer)");
+  // --zero N, the ZeRO stage; --zero alone is 1 (the flag was a switch for ZeRO-1 before the ladder grew).
+  auto zero = [&a](const CLI::results_t& given) {
+    try {
+      a.zero = parse_number<int>(given.back(), "--zero", {0, 3, " (0: off, 1: optimizer state, 2: + gradients, 3: "
+                                                               "+ params)"});
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what(), 1);
+    }
+    return true;
+  };
+  app.add_option("--zero", CLI::callback_t(zero), "ZeRO stage over the dp ranks: 1 shards the optimizer state "
+                 "(distributed optimizer), 2 the gradients too (--zero alone: 1)")
+      ->expected(0, 1)->default_str("1")->type_name("0..3");
   app.add_flag("--overlap-param-gather", a.overlap_param_gather,
                "--zero: overlap the param all-gathers with the next forward (Megatron's overlap_param_gather)");
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
@@ -213,7 +225,8 @@ void validate(const Args& a) {
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
-  LOOM_CHECK(!a.overlap_param_gather || a.zero, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
+  LOOM_CHECK(a.zero != 3, "--zero 3: ZeRO-3 (FSDP, parallel/fsdp/) is not in this build; use --zero 2 or 1");
+  LOOM_CHECK(!a.overlap_param_gather || a.zero >= 1, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
   check_device(a);
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);

@@ -124,7 +124,7 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
       *m.chunks, pgm.dp_group(), {a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero}, finalize.needs_whole_grad());
   if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
-                a.zero ? "reduce-scatter" : "all-reduce",
+                a.zero >= 2 ? "reduce-scatter into gradient shards (ZeRO-2)" : a.zero ? "reduce-scatter" : "all-reduce",
                 a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
   return w;
 }
@@ -136,10 +136,10 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.lr = a.lr, o.weight_decay = a.weight_decay, o.max_grad_norm = a.grad_clip;
   o.loss_scaling = parse_dtype(a.dtype) == kFloat16;
   o.scaler = {a.loss_scale, a.loss_scale_growth, a.loss_scale_backoff, a.loss_scale_window};
-  o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
+  o.zero = a.zero >= 1, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   if (pgm.global_rank() == 0)
-    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero ? ", sharded over dp (ZeRO-1)" : "",
+    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str() : "",
                 a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 o.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;
@@ -160,7 +160,7 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
 void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
           const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
   if (a.save.empty()) return;
-  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.vocab_utf8(), steps_done, data_gen.state(), pgm, a.zero);
+  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.vocab_utf8(), steps_done, data_gen.state(), pgm, a.zero >= 1);
   say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
       (long long)steps_done);
 }
@@ -231,7 +231,12 @@ void inject_overflow(const parallel::DataParallelWrap& dp, parallel::ProcessGrou
   // the last stage.
   LOOM_CHECK(dp.bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
   const Tensor& p = dp.bucket->params().back();
-  ops::fill_(optim::flat_range(dp.bucket->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());
+  const parallel::BucketManager& bm = dp.bucket->bucket_manager();
+  const parallel::Bucket& last = bm.buckets()[size_t(bm.bucket_of(p))];
+  // ZeRO-2 keeps no whole gradient, only rank 0's shard of p's bucket (which the reduce-scatters add into).
+  Tensor grad = last.grad_data.defined() ? optim::flat_range(dp.bucket->main_grad(p), 0, 1)
+                                         : ops::narrow(last.shard_grad, 0, 0, 1);
+  ops::fill_(grad, std::numeric_limits<double>::infinity());
 }
 
 }  // namespace loom::train

@@ -23,6 +23,7 @@ struct DistributedOptimizer::Layout {
   std::vector<MainParam> mains;
   std::vector<ParamRange> ranges;
   std::vector<std::vector<size_t>> bucket_mains;
+  std::vector<Tensor> shard_grads;
 };
 
 namespace {
@@ -45,11 +46,12 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
 DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                                            MixedPrecisionOptions options, Layout layout)
     : MixedPrecisionOptimizer(std::move(groups), std::move(layout.mains), std::move(options),
-                              [&dp](const Tensor& p) { return dp.main_grad(p); }),
+                              /*main_grad_of=*/nullptr),  // main_grad(i) reads the shard instead
       dp_(dp),
       param_buffer_(std::move(layout.param_buffer)),
       ranges_(std::move(layout.ranges)),
       bucket_mains_(std::move(layout.bucket_mains)),
+      shard_grads_(std::move(layout.shard_grads)),
       gathers_(bucket_mains_.size()) {
   if (ZeroOverlap::applies(options_, dp_.bucket_manager())) overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
   // Whether buckets may be stepped early depends on how each is reduced:
@@ -65,8 +67,8 @@ DistributedOptimizer::~DistributedOptimizer() {
 DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vector<ParamGroup>& groups,
                                                                parallel::DataParallelBucket& dp) {
   parallel::BucketManager& bm = dp.bucket_manager();
-  LOOM_CHECK(bm.reduce() == parallel::GradReduce::ReduceScatter, "DistributedOptimizer: the DataParallelBucket must "
-             "reduce-scatter (BucketOptions::reduce = GradReduce::ReduceScatter); it all-reduces");
+  LOOM_CHECK(bm.reduce() != parallel::GradReduce::AllReduce, "DistributedOptimizer: the DataParallelBucket must "
+             "reduce-scatter (BucketOptions::reduce = GradReduce::ReduceScatter or ShardGrads); it all-reduces");
   DistributedOptimizer::Layout layout;
   std::unordered_map<const TensorImpl*, size_t> group_of;
   for (size_t g = 0; g < groups.size(); ++g)
@@ -82,7 +84,7 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
   for (const Tensor& p : params)
     LOOM_CHECK(p.dtype() == dtype, "DistributedOptimizer: params of mixed dtypes (", dtype_name(dtype), " and ",
                p.describe(), "); cast the model to one dtype first");
-  layout.param_buffer = zeros(bm.buffer().shape(), dtype, bm.buffer().device());  // beside the grad buffer
+  layout.param_buffer = zeros({bm.numel()}, dtype, bm.buffer().device());  // beside the grad buffer
   for (const Tensor& p : params) {
     LOOM_CHECK(group_of.count(p.impl()), "DistributedOptimizer: ", p.describe(), " is wrapped by the "
                "DataParallelBucket but is in no param group");
@@ -104,6 +106,9 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
       layout.bucket_mains[b].push_back(layout.mains.size());
       layout.mains.push_back({p, r.param.start, r.param.end, main, group_of.at(p.impl()), true});
       layout.ranges.push_back(r);
+      // Its gradient: the owned range of this rank's shard of the bucket (under
+      // ZeRO-1 a view into the whole buffer, under ZeRO-2 all that is kept).
+      layout.shard_grads.push_back(ops::narrow(bm.buckets()[b].shard_grad, 0, r.gbuf_local.start, r.gbuf_local.size()));
     }
   }
   return layout;

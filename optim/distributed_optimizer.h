@@ -22,7 +22,8 @@
 //                   an fp32 main param for each
 //   reduce-scatter  during backward (DataParallelBucket, ReduceScatter mode):
 //                   each bucket as soon as its last gradient arrives; rank r
-//                   receives the average of its shard
+//                   receives the average of its shard (ShardGrads mode, ZeRO-2:
+//                   the same shards, and no whole buffer kept: grad_shards.h)
 //   step            step(): unscale/clip over every shard of the model, AdamW on
 //                   the owned ranges' main params, rounded into this rank's
 //                   shard of the param buffer
@@ -116,6 +117,8 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   Tensor param_buffer_;                            // model dtype, the gradient buffer's layout
   std::vector<ParamRange> ranges_;                 // [main param]
   std::vector<std::vector<size_t>> bucket_mains_;  // [bucket] -> main params in it
+  std::vector<Tensor> shard_grads_;                // [main param] fp32 view of its range in its bucket's shard_grad
+  Tensor main_grad(size_t i) const override { return shard_grads_[i]; }
   std::vector<std::shared_ptr<parallel::Work>> gathers_;  // in-flight param all-gathers
   std::unique_ptr<ZeroOverlap> overlap_;           // when it applies (zero_overlap.h)
   std::unique_ptr<ParamGatherOverlap> gather_overlap_;  // overlap_param_gather() (param_gather_overlap.h)

@@ -23,7 +23,15 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     m.num_params += p.numel();
     m.params += bytes_of(p);
   }
-  if (dp) {
+  if (dp && dp->bucket_manager().reduce() == parallel::GradReduce::ShardGrads) {
+    // ZeRO-2: the shards (their padding included) and the bucket-sized scratches.
+    m.grads = bytes_of(dp->bucket_manager().buffer());
+    for (const Tensor& s : dp->bucket_manager().scratches()) m.grads += bytes_of(s);
+    int64_t elements = 0;
+    for (const Tensor& p : dp->params()) elements += p.numel();
+    const Tensor& buffer = opt.param_buffer();  // ZeRO's param buffer's padding
+    m.comm = int64_t(buffer.storage()->nbytes()) - elements * int64_t(element_size(buffer.dtype()));
+  } else if (dp) {
     m.grads = bytes_of(dp->bucket_manager().buffer());
     // What the buffer holds beyond its params' gradients: the buckets' padding.
     int64_t elements = 0;
@@ -45,23 +53,40 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
   return m;
 }
 
-MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool zero) {
+MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, int zero) {
   const int64_t param_bytes = int64_t(element_size(dtype));
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;  // fp32 main params alias fp32 params
-  const double opt_per_param = double(main_bytes + 8) / double(zero ? dp : 1);
-  return {num_params * param_bytes, num_params * 4, int64_t(double(num_params) * opt_per_param)};
+  const double opt_per_param = double(main_bytes + 8) / double(zero >= 1 ? dp : 1);
+  const double grad_per_param = 4.0 / double(zero >= 2 ? dp : 1);
+  return {num_params * param_bytes, int64_t(double(num_params) * grad_per_param),
+          int64_t(double(num_params) * opt_per_param)};
 }
 
-int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb, int dp) {
+std::vector<int64_t> predict_bucket_numels(const std::vector<int64_t>& numels, double cap_mb, int dp) {
   const int64_t cap = std::max<int64_t>(1, int64_t(cap_mb * 1024 * 1024 / 4)), pad_to = int64_t(dp) * 64;
-  int64_t pad = 0, used = 0;
-  auto close = [&] { pad += (used + pad_to - 1) / pad_to * pad_to - used; };
+  std::vector<int64_t> buckets;
+  int64_t used = 0;
+  auto close = [&] { buckets.push_back((used + pad_to - 1) / pad_to * pad_to); };
   for (auto it = numels.rbegin(); it != numels.rend(); ++it) {
     if (used > 0 && used + *it > cap) close(), used = 0;
     used += *it;
   }
   if (used > 0) close();
+  return buckets;
+}
+
+int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb, int dp) {
+  int64_t pad = 0;
+  for (int64_t n : predict_bucket_numels(numels, cap_mb, dp)) pad += n;
+  for (int64_t n : numels) pad -= n;
   return pad;
+}
+
+int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_mb, int dp) {
+  const std::vector<int64_t> buckets = predict_bucket_numels(numels, cap_mb, dp);
+  int64_t shards = 0, largest = 0;
+  for (int64_t n : buckets) shards += n / dp, largest = std::max(largest, n);
+  return 4 * (shards + largest * std::min<int64_t>(2, int64_t(buckets.size())));
 }
 
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,

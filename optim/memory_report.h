@@ -12,6 +12,14 @@
 // so bf16 with the distributed optimizer costs 6 + 12/dp bytes per param, and
 // fp32 8 + 8/dp (an fp32 model's main params are the params themselves).
 //
+// ZeRO-2 (--zero 2) keeps only this rank's shards of the fp32 gradient plus the
+// scratches buckets are reduced through (parallel/data_parallel/grad_shards.h):
+//   grads = 4 (N + pad) / dp + 4 B min(2, buckets)   B: the largest bucket, padded
+// so bf16 costs 2 + (4 + 12)/dp bytes per param plus the scratches: the
+// Ultra-Scale Playbook's 2Ψ + (2Ψ + 12Ψ)/N with fp32 gradients (loom reduces
+// in fp32, so 4Ψ where the playbook's bf16 grads have 2Ψ). The shards' padding
+// is in the grads row (exact), not in comm.
+//
 // Two more rows:
 //   comm buffers  what communication adds to the buffers above. loom reduces
 //                 gradients in place in the main_grad buffer (the grads row is
@@ -40,7 +48,8 @@ namespace loom::optim {
 struct MemoryBreakdown {
   int64_t num_params = 0;        // parameters on this rank (its pipeline stage)
   int64_t params = 0;            // bytes of the model params (the param buffer under --zero)
-  int64_t grads = 0;             // bytes of the fp32 main_grad buffer (or of the .grad tensors)
+  int64_t grads = 0;             // bytes of the fp32 main_grad buffer (or of the .grad tensors;
+                                 // ZeRO-2: of the shards and the scratches)
   int64_t optimizer = 0;         // fp32 main params that are not the params themselves, exp_avg, exp_avg_sq, steps
   int64_t comm = 0;              // bucket padding of the grad buffer (+ ZeRO's param buffer)
   int64_t activations_peak = 0;  // peak bytes during step 1's forward + backward above what was live before it
@@ -59,12 +68,18 @@ struct MemoryPrediction {
   int64_t comm = 0;
   int64_t activations = 0;
 };
-MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, bool zero);
+// zero: the ZeRO stage (>= 1: optimizer state / dp; 2: grads 4 N / dp, without
+// the scratches: predict_zero2_grad_bytes has them).
+MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, int zero);
 
 // The buckets' padding in elements: params (element counts, module order)
 // bucketed as BucketManager does - in reverse, a new bucket when the next
 // param would pass cap_mb of fp32 - each bucket padded to a multiple of dp x 64.
 int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb, int dp);
+// The buckets' sizes in elements, padding included, bucket 0 first (same walk).
+std::vector<int64_t> predict_bucket_numels(const std::vector<int64_t>& numels, double cap_mb, int dp);
+// ZeRO-2's gradient bytes on a rank: its shards and the scratches (the formula above).
+int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_mb, int dp);
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
 // the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),

@@ -112,7 +112,7 @@ class MixedPrecisionOptimizer {
                           MixedPrecisionOptions options, Optimizer::GradSource main_grad_of);
 
   // Main param i's gradient: fp32 [end - start], undefined if it has none.
-  Tensor main_grad(size_t i) const;
+  virtual Tensor main_grad(size_t i) const;
   // Steps 2-4 on the given main grads; returns false (and counts the skip) on an overflow.
   bool unscale_and_clip(const std::vector<Tensor>& grads, StepResult& result);
   // Step 5 for main param i (nothing without a gradient, as in PyTorch).

@@ -22,7 +22,7 @@ struct ModelShape {
 struct Grid {
   int dp = 1, pp = 1, tp = 1;
   int virtual_stages = 1;       // v: model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B
-  bool zero = false;            // ZeRO-1: optimizer state sharded over dp
+  int zero = 0;                 // ZeRO stage: 1 optimizer state sharded over dp, 2 the gradients too
   bool sequence_parallel = false;
   bool recompute = false;       // full activation recomputation (Megatron --recompute-granularity full)
   std::string dtype = "fp32";   // fp32 | bf16 | fp16: params and activations

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", g.pp, "pipeline stages");
   app.add_option("--tp", g.tp, "tensor-parallel ranks");
   app.add_option("--virtual-stages", g.virtual_stages, "model chunks per pipeline rank (interleaved 1F1B)");
-  app.add_flag("--zero", g.zero, "ZeRO-1: shard the optimizer state over dp");
+  app.add_option("--zero", g.zero, "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too "
+                 "(--zero alone: 1)")->expected(0, 1)->default_str("1")->check(CLI::Range(0, 2));
   app.add_flag("--sequence-parallel", g.sequence_parallel, "Megatron's sequence parallelism (with --tp)");
   app.add_flag("--recompute", g.recompute, "full activation recomputation");
   app.add_option("--dtype", g.dtype, "params and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
       // One rank: step = compute / efficiency + optimizer, so efficiency =
       // compute at efficiency 1 / (measured - optimizer).
       Grid one = g;
-      one.dp = one.pp = one.tp = 1, one.virtual_stages = 1, one.zero = false, one.sequence_parallel = false;
+      one.dp = one.pp = one.tp = 1, one.virtual_stages = 1, one.zero = 0, one.sequence_parallel = false;
       Machine ideal = mc;
       ideal.efficiency = 1;
       const StepPlan p = plan_step(m, one, Batch{b.micro_batch, 1}, ideal);

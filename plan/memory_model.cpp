@@ -75,6 +75,13 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
 
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
+  if (g.zero >= 2) {  // + the two scratches (the header)
+    const int64_t V = g.tp > 1 ? parallel::padded_vocab_size(m.vocab, g.tp) : m.vocab;
+    const bool embedding = items.front() == 0 || items.back() == m.layers + 1;
+    const double largest_param = double(embedding ? std::max(V, 4 * m.width) : 4 * m.width) * double(m.width) / g.tp;
+    const double bucket = std::min(double(r.num_params), std::max(25.0 * 1024 * 1024 / 4, largest_param));
+    r.grads += int64_t((bucket < double(r.num_params) ? 2 : 1) * 4 * bucket);  // one bucket: one scratch
+  }
   const int64_t blocks = int64_t(std::count_if(items.begin(), items.end(),
                                                [&](int64_t i) { return i >= 1 && i <= m.layers; }));
   // With recomputation one layer's full activations also exist during its backward.

@@ -19,6 +19,12 @@
 // Bytes per parameter (optim::predict_memory, what --memory-report prints):
 //   fp32: 4 params + 4 grads + 8 (m, v)                 (/dp for the optimizer under --zero)
 //   bf16: 2 params + 4 grads (fp32 main_grad) + 12 (main, m, v)
+// --zero 2 divides the grads by dp too and adds the two bucket-sized scratches
+// they are reduced through (parallel/data_parallel/grad_shards.h): 2 x 4 B
+// bytes, B the largest bucket - train_gpt's default 25 MiB of fp32, or the
+// largest param if bigger (a bucket of its own: the embedding V' h / tp on a
+// stage holding it, else the MLP's 4 h^2 / tp), at most the stage's params
+// (then one bucket, one scratch).
 // The gradient buffer's bucket padding (at most dp x 64 elements per bucket,
 // parallel/data_parallel/bucket.h) is left out: < 0.1% for any real model.
 //

@@ -214,6 +214,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tp2_fp32", 2, "--tp 2 --batch 16", 16.0, false},
                       Mode{"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16", 18.0, true},
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
+                      // ZeRO-2 (memory_report.h): 4 + grads + 8 / dp, grads = 4 (N + pad) / dp + 8 B, with
+                      // N = 403968 (--embd 128) and B = 65536, the MLP's c_fc weight: larger than the cap
+                      // (0.1 MiB, 26214 elements), a bucket of its own. ZeRO-1's grads are 4 bytes a param;
+                      // here 3.30, 2.64, 2.30 at dp 2, 3, 4 (pad 0, 960, 256 elements).
+                      Mode{"dp2_fp32_zero2", 2, "--dp 2 --batch 4 --zero 2 --embd 128 --bucket-mb 0.1 --steps 2",
+                           11.2978, false},
+                      Mode{"dp3_fp32_zero2", 3, "--dp 3 --batch 4 --zero 2 --embd 128 --bucket-mb 0.1 --steps 2",
+                           9.3035, true},
+                      Mode{"dp4_fp32_zero2", 4, "--dp 4 --batch 4 --zero 2 --embd 128 --bucket-mb 0.1 --steps 2",
+                           8.2985, true},
                       Mode{"pp2_tp2_fp32", 4, "--pp 2 --tp 2 --microbatches 2 --batch 8", 16.0, false,
                            8 * 16 * 32 * 4},
                       Mode{"pp2_v2_fp32", 2, "--pp 2 --virtual-stages 2 --microbatches 4 --batch 8 --layers 4", 16.0,

@@ -328,6 +328,15 @@ TEST(PlanAgainstRun, MemoryOfDataParallelZeroBf16) {
   expect_plan_matches_run(g, "--dp 2 --zero --dtype bf16");
 }
 
+// ZeRO-2: the grads / dp as well, plus the scratch buckets are reduced
+// through; this model is one bucket at train_gpt's default 25 MiB, so one
+// scratch the size of the model (plan/memory_model.h).
+TEST(PlanAgainstRun, MemoryOfDataParallelZero2Bf16) {
+  Grid g = grid(2, 1, 1);
+  g.zero = 2, g.dtype = "bf16";
+  expect_plan_matches_run(g, "--dp 2 --zero 2 --dtype bf16");
+}
+
 TEST(PlanAgainstRun, MemoryOfPipelineAndTensorParallel) {
   expect_plan_matches_run(grid(1, 2, 1), "--pp 2");
   Grid balanced = grid(1, 2, 1);

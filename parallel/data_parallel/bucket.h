@@ -27,9 +27,14 @@
 //                  distributed optimizer needs, for half the traffic of an
 //                  all-reduce. The rest of the bucket keeps this rank's local
 //                  sums: it is not a gradient any more.
-// In ReduceScatter mode single buckets can still be all-reduced
+//   ShardGrads     ZeRO-2: reduce-scatter as well, but no whole-size buffer is
+//                  kept: the buffer holds only this rank's shards ([numel/dp] a
+//                  bucket) and each bucket fills a bucket-sized scratch while
+//                  backward produces it (grad_shards.h).
+// In ReduceScatter and ShardGrads mode single buckets can still be all-reduced
 // (all_reduce_bucket_of): a weight shared across pipeline stages needs its
-// whole gradient on both stages, whose shards of it differ.
+// whole gradient on both stages, whose shards of it differ. Such a bucket is
+// stored whole in either mode.
 #pragma once
 
 #include <functional>
@@ -48,23 +53,35 @@ struct Bucket {
   int64_t offset = 0;          // first element in the buffer
   int64_t numel = 0;           // elements, padding included (a multiple of dp × 64)
   std::vector<Tensor> params;  // in buffer order (reverse module order)
-  Tensor grad_data;            // [numel] fp32 view into the buffer
+  Tensor grad_data;            // [numel] fp32 view into the buffer (ShardGrads: into a scratch while
+                               // backward fills it and its reduce-scatter runs, else undefined)
+  Tensor shard_grad;           // [numel / dp] fp32: this rank's shard of the bucket's gradient
+  int scratch = -1;            // ShardGrads: the scratch grad_data lives in (grad_shards.h), -1: none
   std::vector<bool> ready;     // ready[i]: params[i]'s gradient is in for this backward
   int num_ready = 0;
   std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
   bool all_reduce = true;      // false: reduce-scatter into this rank's shard
 };
 
-enum class GradReduce { AllReduce, ReduceScatter };
+enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
+
+class GradShards;
 
 class BucketManager {
  public:
   // params: those that require grad, in module order.
   BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
                 GradReduce reduce = GradReduce::AllReduce);
+  ~BucketManager();
 
-  // p's gradient buffer: fp32, p's shape, a view into buffer().
-  const Tensor& main_grad(const Tensor& p) const;
+  // p's gradient buffer: fp32, p's shape, a view into buffer(). ShardGrads: a
+  // view into the scratch p's bucket is filling, only between its first
+  // gradient and the end of its reduce-scatter (an error otherwise: this rank
+  // keeps only its shard, Bucket::shard_grad).
+  Tensor main_grad(const Tensor& p) const;
+  // The main_grad a backward hook adds p's gradient into. ShardGrads: the
+  // first gradient of a bucket takes a scratch for it (grad_shards.h).
+  Tensor main_grad_to_fill(const Tensor& p);
   // p's gradient is in main_grad for this backward; if it completes its bucket,
   // launch the bucket's async all-reduce or reduce-scatter (average over dp).
   void mark_param_ready(const Tensor& p);
@@ -73,6 +90,12 @@ class BucketManager {
   // for every bucket's reduction; on_reduced(i), if given, runs as soon as
   // bucket i's is done, while later buckets may still be in flight.
   void wait(const std::function<void(int bucket)>& on_reduced = nullptr);
+  // ShardGrads, after a backward that does not sync (no_sync): the shards
+  // accumulate every micro-batch, so launch the reduce-scattered buckets not
+  // launched yet, wait for them, and forget their readiness for the next one.
+  void finish_micro_batch();
+  // This bucket is reduce-scattered in every backward, no_sync or not (ShardGrads).
+  bool reduces_every_micro_batch(const Tensor& p) const;
   // Zeroes the buffer and forgets readiness, for the next step (Megatron's
   // zero_grad_buffer).
   void reset();
@@ -94,7 +117,11 @@ class BucketManager {
   ProcessGroup& group() const { return group_; }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  const Tensor& buffer() const { return buffer_; }  // [sum of bucket numels] fp32
+  // [sum of bucket numels] fp32; ShardGrads: [sum of the shards' numels + the whole buckets' numels]
+  const Tensor& buffer() const { return buffer_; }
+  int64_t numel() const;  // elements of the layout: the sum of the buckets' numels, padding included
+  // ShardGrads: the scratches the buckets are reduced through (empty otherwise).
+  const std::vector<Tensor>& scratches() const;
   int bucket_of(const Tensor& p) const;
   int64_t offset_of(const Tensor& p) const;  // p's first element in the buffer
 
@@ -107,6 +134,8 @@ class BucketManager {
   };
   const Slot& slot(const Tensor& p) const;
   void launch(Bucket& b);
+  // The buffer, each bucket's grad_data / shard_grad and the whole buckets' main_grads.
+  void allocate();
 
   ProcessGroup& group_;
   GradReduce reduce_;
@@ -114,6 +143,8 @@ class BucketManager {
   std::vector<Bucket> buckets_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
   std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
+  Device device_;
+  std::unique_ptr<GradShards> shards_;  // ShardGrads only
 };
 
 }  // namespace loom::parallel

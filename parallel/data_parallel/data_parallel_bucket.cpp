@@ -9,7 +9,7 @@ namespace loom::parallel {
 
 DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options)
     : dp_group_(dp_group), options_(options) {
-  if (options_.reduce == GradReduce::ReduceScatter) options_.grads_to_params = false;
+  if (options_.reduce != GradReduce::AllReduce) options_.grads_to_params = false;
   std::vector<Tensor> all = unique_params(params);
   broadcast_params(all, dp_group_);  // every replica starts from dp rank 0's weights
   for (const Tensor& p : all)
@@ -22,12 +22,19 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
 void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
   // 1. picotron: param.main_grad.add_(param.grad.data); param.grad = None.
   move_grad_to_main_grad(param);
-  if (!require_backward_grad_sync_) return;  // no_sync: just accumulate
+  // no_sync: just accumulate - except under ZeRO-2, whose shards accumulate
+  // every micro-batch's reduce-scatter (grad_shards.h).
+  const bool sync = require_backward_grad_sync_;
+  if (!sync && !buckets_->reduces_every_micro_batch(param)) return;
   // 2. After this backward, wait for the buckets (queued once per backward; the
   //    engine runs it before backward() returns, so `this` is still there) -
   //    unless the caller finishes the sync itself (defer_grad_sync()).
-  if (!callback_queued_ && finish_sync_in_backward_) {
-    autograd::Engine::queue_callback([this] { finish_grad_sync(); });
+  if (!callback_queued_ && (finish_sync_in_backward_ || !sync)) {
+    autograd::Engine::queue_callback([this, sync] {
+      if (sync) return finish_grad_sync();
+      callback_queued_ = false;
+      buckets_->finish_micro_batch();
+    });
     callback_queued_ = true;
   }
   // 3. The bucket's all-reduce starts once all its params are ready.
@@ -40,7 +47,7 @@ void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
   LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
              "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
   Tensor g = autograd::grad(param);
-  if (g.defined()) ops::add_(buckets_->main_grad(param), ops::to(g, kFloat32));
+  if (g.defined()) ops::add_(buckets_->main_grad_to_fill(param), ops::to(g, kFloat32));
   autograd::set_grad(param, Tensor());
 }
 

@@ -26,6 +26,7 @@
 //   for (step...) {
 //     for (micro-batches but the last) { auto guard = dp.no_sync(); backward(loss / K); }
 //     backward(loss / K);   // syncs the sum of all micro-batches
+//                           // (ZeRO-2, ShardGrads: every micro-batch reduce-scatters; grad_shards.h)
 //     optimizer.step();
 //     dp.reset();           // zero main_grad, drop .grad: once per step
 //   }
@@ -44,6 +45,7 @@ struct BucketOptions {
   double bucket_cap_mb = 25.0;
   // ReduceScatter: ZeRO-1, each dp rank keeps the average of its own shard of
   // every bucket (optim/distributed_optimizer.h); no .grad is handed back.
+  // ShardGrads: ZeRO-2, the same shards and no whole buffer (grad_shards.h).
   GradReduce reduce = GradReduce::AllReduce;
   // After the sync, hand the averaged gradient to the params as .grad. Off when
   // the optimizer reads main_grad itself (optim/mixed_precision_optimizer.h), so
@@ -61,7 +63,7 @@ class DataParallelBucket : public DataParallel {
   DataParallelBucket& operator=(const DataParallelBucket&) = delete;
 
   // The fp32 gradient of param: a view into the bucket buffer.
-  const Tensor& main_grad(const Tensor& param) const { return buckets_->main_grad(param); }
+  Tensor main_grad(const Tensor& param) const { return buckets_->main_grad(param); }
 
   // Gradient accumulation: inside the guard backward only adds into main_grad.
   [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }

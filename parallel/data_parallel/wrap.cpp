@@ -13,19 +13,20 @@ void DataParallelWrap::zero_grad(nn::Module& model) {
 DataParallelWrap wrap_data_parallel(nn::Module& model, ProcessGroup& dp_group, const DataParallelOptions& o,
                                     const std::vector<Tensor>& whole_grad) {
   const bool fp32 = o.dtype == kFloat32;
-  const bool use_buffer = dp_group.size() > 1 || !fp32 || o.zero;
-  LOOM_CHECK(!use_buffer || o.mode == "bucket" || (dp_group.size() > 1 && fp32 && !o.zero),
+  const bool use_buffer = dp_group.size() > 1 || !fp32 || o.zero >= 1;
+  LOOM_CHECK(!use_buffer || o.mode == "bucket" || (dp_group.size() > 1 && fp32 && o.zero == 0),
              "--dp-mode naive has no fp32 main_grad buffer; --dtype ", dtype_name(o.dtype),
-             o.zero ? " --zero" : "", " needs --dp-mode bucket");
+             o.zero >= 1 ? str(" --zero ", o.zero) : "", " needs --dp-mode bucket");
   DataParallelWrap w;
   if (use_buffer && o.mode == "naive") {
     w.dp = std::make_unique<DataParallelNaive>(model.named_parameters(), dp_group);
   } else if (use_buffer) {
-    BucketOptions bo{o.bucket_mb, o.zero ? GradReduce::ReduceScatter : GradReduce::AllReduce,
-                     /*grads_to_params=*/false};  // the optimizer reads main_grad
+    const GradReduce reduce = o.zero >= 2 ? GradReduce::ShardGrads
+                              : o.zero == 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
+    BucketOptions bo{o.bucket_mb, reduce, /*grads_to_params=*/false};  // the optimizer reads main_grad
     auto bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), dp_group, bo);
     // Under ZeRO these buckets are still all-reduced: finalize_model_grads needs their whole gradient.
-    if (o.zero)
+    if (o.zero >= 1)
       for (const Tensor& p : whole_grad) bucketed->bucket_manager().all_reduce_bucket_of(p);
     w.bucket = bucketed.get();
     w.dp = std::move(bucketed);

@@ -21,7 +21,8 @@ struct DataParallelOptions {
   std::string mode = "bucket";  // "bucket" or "naive"
   double bucket_mb = 25;        // MiB of fp32 gradients per bucket (PyTorch DDP's default)
   DType dtype = kFloat32;       // the model's params
-  bool zero = false;            // the optimizer shards the buffer (ZeRO-1): reduce-scatter
+  int zero = 0;                 // ZeRO stage: >= 1 the optimizer shards the buffer (reduce-scatter);
+                                // 2: only the shards are kept (GradReduce::ShardGrads, grad_shards.h)
 };
 
 struct DataParallelWrap {

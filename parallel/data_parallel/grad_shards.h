@@ -1,0 +1,65 @@
+// GradShards: ZeRO-2's gradient memory (Rajbhandari et al. 2020, stage 2 "P_os+g";
+// DeepSpeed's partitioned gradients with a reduce bucket). ZeRO-1 keeps the
+// whole fp32 gradient buffer and reduce-scatters it; after the step each rank
+// reads only its 1/dp of it. ZeRO-2 keeps only that 1/dp: a bucket's gradient
+// exists whole only while backward fills it and its reduce-scatter runs.
+//
+// Per rank, fp32, N params in buckets of at most B elements (padded):
+//   ZeRO-1   buffer [N]                           4 N bytes
+//   ZeRO-2   shards [N / dp] + 2 scratches [B]    4 N / dp + 8 B bytes
+// Two scratches, so that backward fills bucket b+1 while bucket b's
+// reduce-scatter is in flight (double buffering); one bucket (a small model at
+// the default --bucket-mb) needs one. A bucket takes a free scratch at its
+// first gradient; when none is free it waits for the oldest reduce-scatter in
+// flight, which gives its scratch back (a third scratch is allocated only if
+// three buckets fill at once, which reverse-order buckets do not).
+//
+// One bucket's life, per micro-batch (BucketManager in ShardGrads mode):
+//   open      first gradient: a scratch, zeroed; main_grad views point into it
+//   fill      the hooks add each .grad into main_grad, as under ZeRO-1
+//   launch    last gradient: reduce-scatter (average over dp) the scratch in
+//             place, async; rank r's average lands in the scratch's r-th 1/dp
+//   finish    (the next bucket needs the scratch, or backward ends): wait,
+//             shard_grad += that 1/dp, the scratch is free again
+//
+// Gradient accumulation, the trade: a shard cannot sum micro-batches before
+// they are reduced (no rank holds the whole bucket), so every micro-batch
+// reduce-scatters and the shard sums the averages: K micro-batches cost K
+// reduce-scatters (ZeRO-1 and DDP: one, inside no_sync) but no memory beyond
+// the shards. DeepSpeed's stage 2 makes the same choice. The other, keeping a
+// whole buffer across micro-batches, is ZeRO-1's memory.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "parallel/data_parallel/bucket.h"
+
+namespace loom::parallel {
+
+class GradShards {
+ public:
+  // Allocates the scratches (bucket-sized: the largest reduce-scattered bucket).
+  GradShards(std::vector<Bucket>& buckets, ProcessGroup& dp_group);
+
+  // Bucket b's first gradient of this backward: b.grad_data becomes a zeroed
+  // scratch (waiting for the oldest reduce-scatter in flight if none is free).
+  void open(int b);
+  // All of b's gradients are in: reduce-scatter its scratch in place, async.
+  void launch(int b);
+  // Waits for b's reduce-scatter, adds this rank's part into b.shard_grad and
+  // frees the scratch (a no-op when b holds none).
+  void finish(int b);
+  void finish_all();
+
+  const std::vector<Tensor>& scratches() const { return scratch_; }
+
+ private:
+  std::vector<Bucket>& buckets_;
+  ProcessGroup& group_;
+  std::vector<Tensor> scratch_;  // [2] fp32 [largest bucket], one per bucket in flight
+  std::vector<int> owner_;       // [scratch] the bucket in it, -1: free
+  std::deque<int> in_flight_;    // launched buckets still holding a scratch, oldest first
+};
+
+}  // namespace loom::parallel
