@@ -1,0 +1,63 @@
+// train_gpt --cp N against one process on the same global batch: per-step
+// losses, gradient norms, validation losses and final parameters within 1e-5
+// relative (tests/train_gpt_run.h explains the tolerances and how runs are
+// launched). Each cp rank runs its zig-zag chunks of every sequence; attention
+// is the ring (parallel/context_parallel/ring_attention.h); gradients and the
+// logged loss are averaged over dp x cp.
+#include <gtest/gtest.h>
+
+#include "tests/train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+// The "val_loss" of every JSON line that has one.
+std::vector<double> val_losses(const Result& r) {
+  std::vector<double> v;
+  for (const std::string& line : r.log)
+    if (line.find("\"val_loss\"") != std::string::npos) v.push_back(field(line, "val_loss"));
+  return v;
+}
+
+}  // namespace
+
+TEST(TrainGptContextParallel, TwoRanksMatchOneProcessInTrainingAndEvaluation) {
+  Result ref = train("single_b16_eval", 1, "--batch 16 --eval-every 5");
+  Result cp2 = train("cp2", 2, "--cp 2 --batch 16 --eval-every 5");
+  expect_same_run(cp2, ref, "--cp 2");
+  const std::vector<double> got = val_losses(cp2), want = val_losses(ref);
+  ASSERT_EQ(got.size(), 2u) << cp2.output;
+  ASSERT_EQ(want.size(), 2u) << ref.output;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "validation loss " << i << " (every rank its zig-zag chunks)";
+  EXPECT_NE(cp2.output.find("context parallel: 2 ranks, 8 of each sequence's 16 tokens per rank"), std::string::npos)
+      << cp2.output;
+}
+
+TEST(TrainGptContextParallel, FourRanksMatchOneProcess) {
+  expect_same_run(train("cp4", 4, "--cp 4 --batch 16"), single_process_batch16(), "--cp 4");
+}
+
+TEST(TrainGptContextParallel, WithDataParallelTwoByTwoMatchesOneProcess) {
+  expect_same_run(train("dp2_cp2", 4, "--dp 2 --cp 2 --batch 8"), single_process_batch16(), "--dp 2 --cp 2");
+}
+
+TEST(TrainGptContextParallel, ABlockThatDoesNotSplitIntoTwoCpChunksIsRefused) {
+  Result r = train("cp3_block16", 1, "--cp 3 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--cp 3 cuts each sequence into 2 x cp = 6 equal chunks (the zig-zag split), but --block 16 "
+                          "is not divisible by 6"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(TrainGptContextParallel, UntestedCombinationsAreRefused) {
+  Result r = train("cp2_pp2", 1, "--cp 2 --pp 2 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--cp 2 is tested alone and with --dp only"), std::string::npos) << r.output;
+  r = train("cp2_dropout", 1, "--cp 2 --dropout 0.1 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("dropout under context parallelism is not supported"), std::string::npos) << r.output;
+}
