@@ -125,7 +125,10 @@ int64_t Diagnostics::predicted_comm_bytes() const {
 double Diagnostics::predicted_activation_bytes() const {
   const nn::GPTConfig& cfg = c_.cfg;
   optim::ActivationCase c;
-  c.micro_batch = a_.batch, c.seq = cfg.block_size, c.width = cfg.n_embd, c.heads = cfg.n_head;
+  // --cp: a rank holds T / cp tokens of each sequence. Ring attention keeps
+  // its out and lse where the fused op keeps the scores, which the formula
+  // does not model (measured within 3% at cp 2 and 4: docs/13-context-parallel.md).
+  c.micro_batch = a_.batch, c.seq = cfg.block_size / pgm_.cp_size(), c.width = cfg.n_embd, c.heads = cfg.n_head;
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
   c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
