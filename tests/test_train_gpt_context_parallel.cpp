@@ -85,3 +85,10 @@ TEST(TrainGptContextParallel, DropoutIsRefused) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("dropout under context parallelism is not supported"), std::string::npos) << r.output;
 }
+
+TEST(TrainGptContextParallel, AWorldThatIsNotTheGridIsRefusedWithTheSizes) {
+  Result r = train("cp2_one_rank", 1, "--cp 2 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("world size 1 is not dp 1 × pp 1 × cp 2 (= 2); launch with mpirun -np 2"), std::string::npos)
+      << r.output;
+}
