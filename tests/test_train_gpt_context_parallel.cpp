@@ -73,7 +73,7 @@ TEST(TrainGptContextParallel, CheckpointResumesAcrossCpSizes) {
 
 // bf16: K/V travel in bf16, the ring's math is fp32 (as the fused attention's
 // is), so --cp 2 tracks one bf16 process as closely as dp does. Measured: worst
-// per-step loss difference 2e-5 relative over these 10 steps.
+// per-step loss difference 6.3e-5 relative over these 10 steps (bound 5e-4).
 TEST(TrainGptContextParallel, Bf16TracksOneBf16Process) {
   Result one = train("bf16_single", 1, "--batch 16 --dtype bf16");
   Result cp2 = train("bf16_cp2", 2, "--cp 2 --batch 16 --dtype bf16");
@@ -82,7 +82,7 @@ TEST(TrainGptContextParallel, Bf16TracksOneBf16Process) {
   ASSERT_EQ(cp2.losses.size(), 10u);
   double worst = 0;
   for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(cp2.losses[i] - one.losses[i]) / one.losses[i]);
-  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(worst, 5e-4);
   std::printf("[ measured ] bf16 --cp 2 vs one bf16 process: worst loss rel. difference %.2e\n", worst);
 }
 
