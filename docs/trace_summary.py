@@ -19,6 +19,9 @@ for" span ran synchronous collectives (--dp-mode naive: the hook returns when
 its all-reduce is done), so none of their time was hidden. With ZeRO's param
 all-gathers it also prints the share of their time that overlapped a forward
 (`forward` or F<i>) span on the compute track: what --overlap-param-gather buys.
+With ZeRO's per-bucket step (`step bucket b` spans) it counts how many ran
+inside a "wait for ..." span, while the gradient sync was still in flight
+(--grad-clip 0), rather than after it (clipping needs the whole gradient).
 
 A span on the communication track runs from the moment the collective starts
 on this rank to the moment it completes here, so it includes waiting for the
@@ -71,10 +74,14 @@ def summarise(events):
         forward = [(e["ts"], e["ts"] + e["dur"]) for e in compute
                    if e["name"] == "forward" or re.fullmatch(r"F\d+(\.\d+)?", e["name"])]
         gathers = [(e["ts"], e["ts"] + e["dur"]) for e in comm if e["name"].startswith("all_gather(") and " dp " in e["name"]]
+        # ZeRO's step per bucket: inside a wait (the sync still running) or after it
+        step_buckets = [(e["ts"], e["ts"] + e["dur"]) for e in compute if e["name"].startswith("step bucket")]
+        stepped_in_wait = sum(1 for a, b in step_buckets if any(x <= a and b <= y for x, y in waits))
         gather_total = sum(b - a for a, b in gathers)
         gather_in_forward = sum(overlap(a, b, forward) for a, b in gathers)
         out[pid] = {"steps": steps, "per_step": {k: (v / steps, kib[k] / steps) for k, v in counts.items()},
                     "gather_overlaps_forward": gather_in_forward / gather_total if gather_total else None,
+                    "step_buckets_in_wait": (stepped_in_wait, len(step_buckets)),
                     "dp_comm_ms": total / 1e3, "dp_comm_hidden": hidden / total if total else 0.0,
                     "wait_ms_per_step": sum(y - x for x, y in waits) / 1e3 / steps, "async": bool(waits)}
     return out
@@ -91,6 +98,9 @@ def main():
             print(f"  {n:6.1f} per step {kib:8.0f} KiB per step  {name}")
         if s["gather_overlaps_forward"] is not None:
             print(f"  param all-gathers: {100 * s['gather_overlaps_forward']:.0f}% of their time overlapped a forward")
+        if s["step_buckets_in_wait"][1]:
+            k, n = s["step_buckets_in_wait"]
+            print(f"  {k} of {n} 'step bucket' spans ran inside a 'wait for ...' span (while the gradient sync ran)")
         if s["dp_comm_ms"] == 0:
             print("  no data-parallel gradient collectives (dp = 1)")
             continue

@@ -59,7 +59,7 @@ void add_options(CLI::App& app, Args& a) {
   number(app, "--grad-clip", a.grad_clip, {0.0, 1e30, " (0: off)"}, "clip the gradient norm to this (0: off)");
   number(app, "--seed", a.seed, {0, UINT64_MAX}, "seed for weights, data order and sampling");
   number(app, "--threads", a.threads, {1, 4096},
-         "math threads (OpenMP); idle ones sleep (OMP_WAIT_POLICY=passive unless set)");
+         "math threads (OpenMP); woken only while the cores are free, idle ones soon sleep");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
   app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
   app.add_option("--backend", a.backend, "mpi or nccl: how ranks exchange tensors (default: nccl with --device cuda, "

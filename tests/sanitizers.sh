@@ -70,8 +70,15 @@ asan() {
   # -O1 the fp16 run of chapter 5 printed other losses than the five lines it
   # quotes (measured in this stage, 2026-11-27; every other chapter matched).
   # It runs in the normal suite, where those numbers come from.
+  # Not the multihost label (tests/multihost/: links cut and hosts frozen on a
+  # timer; what they test is launch, ssh and timeout plumbing, which the
+  # normal suite runs; the library code they reach - watchdog, peer status,
+  # handshake - runs instrumented in the mpi_* tests), and not
+  # mpi_pipeline_np4 (the same binary as mpi_pipeline_np2, whose code paths
+  # it repeats on twice the ranks): 150 s and 79 s of this stage's 1076 s.
   export ASAN_OPTIONS="detect_leaks=1:$asan_options"
-  timed asan-ctest ctest --test-dir build-asan --output-on-failure -j"$jobs" -E '^(install_find_package|docs_check)$'
+  timed asan-ctest ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE multihost \
+    -E '^(install_find_package|docs_check|mpi_pipeline_np4)$'
 }
 
 tsan() {

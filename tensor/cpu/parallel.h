@@ -4,7 +4,10 @@
 // cover [0, n), one chunk per thread, or fn(0, n) on the calling thread when
 // n < 2 * grain (too little work to pay for waking a thread) or when only one
 // thread is allowed (ops::set_num_threads(1)). Chunks start at multiples of
-// 16 so vector loops see the same alignment whatever the split.
+// 16 so vector loops see the same alignment whatever the split. While other
+// programs hold the cores the threads would need, the calling thread runs
+// the same chunks one after another (cpu/core_watch.h): the split, and so
+// every number, stays the one --threads chose.
 //
 // Determinism: only loops whose iterations write disjoint outputs use this
 // (elementwise ops, rows of a softmax, columns of a bias gradient). Each output
@@ -19,6 +22,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+
+#include "tensor/cpu/core_watch.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -54,11 +59,17 @@ void parallel_for(int64_t n, int64_t grain, const F& fn) {
   const int threads = max_threads();
   if (threads > 1 && n >= 2 * std::max<int64_t>(grain, 1)) {
     const int64_t chunks = std::min<int64_t>(threads, n / std::max<int64_t>(grain, 1));
+    // Chunk t of nt: [edge(t), edge(t + 1)).
+    auto edge = [n](int64_t k, int64_t nt) { return k == nt ? n : std::min(n, (n * k / nt) / 16 * 16); };
+    if (!wake_math_threads(int(chunks))) {  // the cores are taken: the same chunks, in turn
+      for (int64_t t = 0; t < chunks; ++t)
+        if (edge(t, chunks) < edge(t + 1, chunks)) fn(edge(t, chunks), edge(t + 1, chunks));
+      return;
+    }
 #pragma omp parallel num_threads(int(chunks))
     {
       const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      auto edge = [&](int64_t k) { return k == nt ? n : std::min(n, (n * k / nt) / 16 * 16); };
-      const int64_t begin = edge(t), end = edge(t + 1);
+      const int64_t begin = edge(t, nt), end = edge(t + 1, nt);
       if (begin < end) fn(begin, end);
     }
     return;

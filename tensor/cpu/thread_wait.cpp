@@ -1,4 +1,4 @@
-// Starts the OpenMP runtime with OMP_WAIT_POLICY=passive (see thread_wait.h).
+// Starts the OpenMP runtime with GOMP_SPINCOUNT=10000 (see thread_wait.h).
 //
 // libgomp reads its environment once, in its own constructor, which the
 // dynamic loader runs before main() and before any constructor of the
@@ -6,7 +6,7 @@
 // executable's .preinit_array - but glibc has not set up `environ` yet there
 // (getenv finds nothing, and whatever setenv adds is overwritten), so the one
 // way to hand libgomp a variable is to start over: execve the same program,
-// same arguments, with OMP_WAIT_POLICY=passive added to its environment. It
+// same arguments, with GOMP_SPINCOUNT=10000 added to its environment. It
 // happens once (the new process finds a mark in its environment), before anything
 // else has run (same pid, so mpirun and the shell see nothing), and costs a
 // few milliseconds. loom_tensor is a static library: its CMakeLists.txt makes
@@ -31,7 +31,7 @@ std::string omp_wait_policy() {
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   const char* mark = std::getenv("LOOM_OMP_WAIT_POLICY_SET");
   const bool ours = mark && std::string(mark) == "1";
-  if (spin && !policy) return std::string("GOMP_SPINCOUNT=") + spin + " (set by the user)";
+  if (spin && !policy) return std::string("GOMP_SPINCOUNT=") + spin + (ours ? " (loom's default)" : " (set by the user)");
   if (!policy) return "OMP_WAIT_POLICY unset (OpenMP's default: spin, then sleep)";
   return std::string("OMP_WAIT_POLICY=") + policy + (ours ? " (loom's default)" : " (set by the user)");
 }
@@ -49,9 +49,11 @@ extern "C" void loom_omp_wait_policy_preinit(int, char** argv, char** envp) {
     has_blas_threads |= starts_with(envp[n], "OPENBLAS_NUM_THREADS=");
   }
   if (has_policy && has_blas_threads) return;  // the user's choices stand
-  // A woken thread costs a few microseconds more than a spinning one; a
-  // spinning one costs a whole core for ~300,000 pauses after every loop.
-  static char policy[] = "OMP_WAIT_POLICY=passive";
+  // A sleeping thread costs a few microseconds to wake; OpenMP's default
+  // spin holds a whole core for ~300,000 pauses after every loop. 10,000
+  // pauses (well under a millisecond) bridge the gaps between the main job's
+  // loops; a longer idle time sleeps (thread_wait.h has the measurements).
+  static char policy[] = "GOMP_SPINCOUNT=10000";
   // The mark says the process has been started over (so it is not again), and
   // whose OMP_WAIT_POLICY it runs with (omp_wait_policy()).
   static char ours[] = "LOOM_OMP_WAIT_POLICY_SET=1", theirs[] = "LOOM_OMP_WAIT_POLICY_SET=0";

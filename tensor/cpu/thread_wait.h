@@ -4,8 +4,13 @@
 // on a 2-core laptop with a browser or a build on the other core, --threads 2
 // then ran 2.4-19x slower than --threads 1 (issue 34; bench/threads_busy.sh).
 //
-// loom sets OMP_WAIT_POLICY=passive before the OpenMP runtime starts, unless
-// the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT: then theirs stands. Likewise
+// Two parts. While other programs hold the cores, parallel loops do not wake
+// the other threads at all (cpu/core_watch.h). And an idle thread spins only
+// briefly before it sleeps: loom sets GOMP_SPINCOUNT=10000 (well under a
+// millisecond) before the OpenMP runtime starts, unless the user set
+// OMP_WAIT_POLICY or GOMP_SPINCOUNT: then theirs stands. Sleeping at once
+// (OMP_WAIT_POLICY=passive) was measured and lost the quiet machine's speed
+// (bench/README.md: 4.59 s against 2.90 s spinning, 3.20 s with 10,000). Likewise
 // OPENBLAS_NUM_THREADS=1 (loom calls OpenBLAS single-threaded; its idle pool
 // would spin too) unless the user set it.
 //
@@ -21,7 +26,7 @@
 namespace loom::cpu {
 
 // What this process's OpenMP runtime was started with, in words:
-// "OMP_WAIT_POLICY=passive (loom's default)" or "OMP_WAIT_POLICY=active (set by the user)".
+// "GOMP_SPINCOUNT=10000 (loom's default)" or "OMP_WAIT_POLICY=active (set by the user)".
 std::string omp_wait_policy();
 
 }  // namespace loom::cpu

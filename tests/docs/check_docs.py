@@ -23,6 +23,24 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
             (counts, bytes, losses, MiB) as quoted, to the printed digits.
             A timing is marked ~ before it (~26541 tok/s, ETA ~0m04s) and
             matches any word there; "..." stands for any text.
+  tables    a Markdown table reports measurements when a column's header says
+            "measured" (| formula | measured |, | grid | bytes measured |).
+            Every exact number in such a column's cells must be printed by the
+            chapter: it must occur in one of the chapter's ```output blocks,
+            which "outputs" compares with a fresh run (4.6954 there for 4.6954
+            here, 418944 or 418,944 for 418,944). Two exceptions, both said in
+            the chapter: a timing or any quantity that varies from run to run
+            is marked ~ (~95 ms, ~0.421, ~0.2-2.1 s), and a table a laptop
+            cannot rerun (it needs a GPU, root, several hosts) has the comment
+            <!-- not rerun: WHY --> on a line of its own right above it.
+            Formula columns are arithmetic, not measurements: not compared.
+            Numbers inside words (float32, h1, 6627e8d5, 50th), references
+            (chapter 2) and dates (2026-11-27) are not quantities. A ratio of
+            two measured numbers is arithmetic: write it in the formula column.
+  arithmetic  outside code blocks, every plain sum or product written out
+            with its result (2 + 4 + 12/2 = 12, 111 × 64 = 7,104, 1/9 = 0.111)
+            comes out right to the result's printed digits; a result with a
+            unit after it (4 × 109,248 = 427 KiB) is not checked.
 Exits 1 listing every problem (file:line: what), 0 when there is none.
 """
 import os
@@ -34,8 +52,19 @@ PATH_RE = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.*<>-]+)+/?)`")
 ANCHOR_RE = re.compile(r"`([A-Za-z0-9_./-]+\.[A-Za-z0-9]+)`\s*\(((?:\s*`[^`]+`\s*,?)+)\)")
 LINK_RE = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 FLAG_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+# An exact quantity in a table cell or an output block: 418,944  4.6954  1.544e-02  83 (of 83%); not the digits
+# inside a word (float32, h1, 6627e8d5, 50th). A ~ token (~95, ~0.2-2.1) is a timing and is skipped.
+TABLE_NUMBER_RE = re.compile(r"~\S+|(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
+NOT_A_QUANTITY_RE = re.compile(r"\b(?:chapters?|issues?) \d+|\b\d{4}-\d{2}-\d{2}\b")  # a reference, a date
+# "a op b op c = d" with plain numbers and + - − × · * / ( ): the left side is evaluated, d compared to its digits
+ARITH_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+ARITH_TERM = r"(?:\(\s*)*" + ARITH_NUM + r"(?:\s*\))*"
+ARITH_RE = re.compile(r"(?<![\w.,²³^/])(" + ARITH_TERM + r"(?:\s*[+\-−×·*/]\s*" + ARITH_TERM + r")+)\s*=\s*("
+                      + ARITH_NUM + r")(?![\w.%²³]|\s*[A-Za-z%])")
+NOT_RERUN_RE = re.compile(r"^\s*<!--\s*not rerun:\s*(.*?)\s*-->\s*$")
 NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
-CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0}  # how many anchors were checked, for the summary line
+# how many anchors were checked, for the summary line
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0, "sums": 0}
 
 
 def repo_file(repo, path):
@@ -128,8 +157,9 @@ def check_trace_summary(repo, problems):
 
     # One step: backward [0, 100) with a wait [80, 100); two 8 KiB all-reduces,
     # [50, 90) (30 us of it while backward computed) and [90, 110) (none).
+    # ZeRO's per-bucket step: bucket 0 inside the wait, bucket 1 after it.
     events = [x("forward", -50, 50, 0), x("backward", 0, 100, 0), x("wait for gradient all-reduce", 80, 20, 0),
-              x("optimizer step", 110, 10, 0),
+              x("step bucket 0", 85, 5, 0), x("step bucket 1", 111, 2, 0), x("optimizer step", 110, 10, 0),
               x("all_reduce(avg, float32) dp (size 2) #1 (8 KiB)", 50, 40, 1),
               x("all_reduce(avg, float32) dp (size 2) #2 (8 KiB)", 90, 20, 1)]
     s = trace_summary.summarise(events)[0]
@@ -139,6 +169,8 @@ def check_trace_summary(repo, problems):
             problems.append(f"docs/trace_summary.py: {k} = {s[k]} on the made-up trace, by hand {v}")
     if s["per_step"].get("all_reduce(avg, float32) dp (size 2)") != (2.0, 16.0):
         problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 all-reduces, 16 KiB")
+    if s["step_buckets_in_wait"] != (1, 2):
+        problems.append(f"docs/trace_summary.py: step buckets in a wait {s['step_buckets_in_wait']}, by hand (1, 2)")
     if s["gather_overlaps_forward"] is not None:
         problems.append("docs/trace_summary.py: an all-gather share without any all-gather")
     # A pipeline stage with ZeRO: two micro-batches' transfers of 64 KiB each aggregate to one line;
@@ -198,6 +230,92 @@ def run_commands(commands, build, repo, workdir):
     return out
 
 
+def exact_numbers(text):
+    """The exact quantities of a text, commas dropped ("418,944" -> "418944"); ~ timings left out."""
+    text = NOT_A_QUANTITY_RE.sub(" ", text)
+    return [m.group(0).replace(",", "") for m in TABLE_NUMBER_RE.finditer(text) if not m.group(0).startswith("~")]
+
+
+def table_cells(line):
+    """The cells of a Markdown table row: '| a | b \\| c |' -> ['a', 'b \\| c']."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def check_tables(repo, path, text, problems):
+    """Every exact number in a "measured" column must be printed by one of the chapter's ```output blocks."""
+    name = os.path.relpath(path, repo)
+    printed = set()
+    for _, info, body in fenced_blocks(text):
+        if info == "output":
+            printed.update(exact_numbers("\n".join(body)))
+    lines = text.splitlines()
+    in_fence, n = False, 0
+    while n < len(lines):
+        line = lines[n]
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+        if in_fence or not line.lstrip().startswith("|"):
+            n += 1
+            continue
+        start, header = n, table_cells(line)
+        rows = []
+        while n < len(lines) and lines[n].lstrip().startswith("|"):
+            rows.append((n + 1, table_cells(lines[n])))
+            n += 1
+        measured = [k for k, h in enumerate(header) if "measured" in h.lower()]
+        if not measured:
+            continue
+        above = start - 1
+        while above >= 0 and not lines[above].strip():
+            above -= 1
+        marker = NOT_RERUN_RE.match(lines[above]) if above >= 0 else None
+        if marker:
+            if not marker.group(1):
+                problems.append(f"{name}:{above + 1}: <!-- not rerun: --> without the reason (say why a laptop "
+                                f"cannot rerun the table below it)")
+            continue
+        for row_n, cells in rows[2:]:  # past the header and its |---| line
+            for k in measured:
+                if k >= len(cells):
+                    continue
+                for num in exact_numbers(cells[k]):
+                    CHECKED["table numbers"] += 1
+                    if num not in printed:
+                        problems.append(
+                            f"{name}:{row_n}: {num} in the '{header[k]}' column (row '{cells[0][:40]}') is printed "
+                            f"by none of the chapter's ```output blocks. Fix it one of three ways: quote the line "
+                            f"that prints it in an ```output block after the ```sh check block that runs it "
+                            f"(docs_check reruns it); write ~{num} if it is a timing or varies from run to run; "
+                            f"or, if a laptop cannot rerun the table, put <!-- not rerun: WHY --> on the line "
+                            f"above it")
+
+
+def check_arithmetic(repo, path, text, problems):
+    """Every written-out sum or product (2 + 4 + 12 = 18) outside code blocks comes out right."""
+    name = os.path.relpath(path, repo)
+    in_fence = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+        if in_fence:
+            continue
+        pos = 0
+        while m := ARITH_RE.search(line, pos):
+            pos = m.start(2)  # the result may start the next one: 53,184 + 2,944 = 56,128 = ...
+            lhs, rhs = m.group(1), m.group(2).replace(",", "")
+            if lhs.count("(") != lhs.count(")"):
+                continue  # a piece of a longer formula (64² or a symbol before it), not a whole sum
+            expr = lhs.replace(",", "").replace("×", "*").replace("·", "*").replace("−", "-")
+            try:
+                value = eval(expr, {"__builtins__": {}})  # digits, + - * / and parentheses only (ARITH_RE)
+            except (SyntaxError, ZeroDivisionError):
+                continue
+            CHECKED["sums"] += 1
+            digits = len(rhs.split(".")[1]) if "." in rhs else 0
+            if abs(round(value, digits) - float(rhs)) > 1e-9:
+                problems.append(f"{name}:{n}: {lhs.strip()} = {round(value, digits)}, not {m.group(2)}")
+
+
 def check_outputs(repo, path, text, build, problems):
     """Reruns each ```sh check block and compares the ```output blocks after it with what it printed."""
     import tempfile
@@ -210,6 +328,10 @@ def check_outputs(repo, path, text, build, problems):
         for n, info, body in fenced_blocks(text):
             if info == "sh check":
                 cmds = [c for _, c in command_lines("```sh\n" + "\n".join(body) + "\n```")]
+                for prog in sorted(set(re.findall(r"(?<![\w/])build/[\w/.-]+", " ".join(cmds)))):
+                    if not os.path.exists(os.path.join(work, prog)):
+                        problems.append(f"{name}:{n}: {prog} is not built, so this block cannot be rerun "
+                                        f"(cmake --build build --target {os.path.basename(prog)})")
                 CHECKED["commands"] += len(cmds)
                 printed = run_commands(cmds, build, repo, work)
             elif info == "output":
@@ -247,7 +369,10 @@ def main():
     for f in chapters:
         path = os.path.join(docs, f)
         with open(path) as fh:
-            check_chapter(repo, path, fh.read(), flags, problems)
+            text = fh.read()
+        check_chapter(repo, path, text, flags, problems)
+        check_tables(repo, path, text, problems)
+        check_arithmetic(repo, path, text, problems)
     with open(os.path.join(repo, "README.md")) as fh:
         readme = fh.read()
     for c in chapters:
@@ -270,7 +395,8 @@ def main():
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
           f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
-          f"{CHECKED['quoted lines']} quoted output lines; {len(problems)} problems")
+          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers, "
+          f"{CHECKED['sums']} sums; {len(problems)} problems")
     return 1 if problems else 0
 
 
