@@ -103,7 +103,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   double val = 0;
   if (eval_now) {
     opt_.finish_param_sync();
-    val = evaluate(m_, c_.ds, {a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1)});
+    val = evaluate(m_, c_.ds, {a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1)},
+                   pgm_.cp_size() > 1 ? &pgm_.cp_group() : nullptr);
   }
   StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,
                  stepped.loss_scale, stepped.skipped, opt_.scaler() ? opt_.scaler()->scale() : 1.0, eval_now, val,
@@ -129,7 +130,10 @@ int64_t Diagnostics::predicted_comm_bytes() const {
 double Diagnostics::predicted_activation_bytes() const {
   const nn::GPTConfig& cfg = c_.cfg;
   optim::ActivationCase c;
-  c.micro_batch = a_.batch, c.seq = cfg.block_size, c.width = cfg.n_embd, c.heads = cfg.n_head;
+  // --cp: a rank holds T / cp tokens of each sequence. Ring attention keeps
+  // its out and lse where the fused op keeps the scores, which the formula
+  // does not model (measured within 3% at cp 2 and 4: docs/13-context-parallel.md).
+  c.micro_batch = a_.batch, c.seq = cfg.block_size / pgm_.cp_size(), c.width = cfg.n_embd, c.heads = cfg.n_head;
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
   c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));

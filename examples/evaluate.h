@@ -18,7 +18,9 @@ struct EvalBatches {
 };
 
 // Every rank of a replica returns the same mean loss. Collective over the
-// model-parallel group (the pipeline's stages, the tp ranks).
-double evaluate(parallel::Model& m, const data::TextDataset& ds, const EvalBatches& eb);
+// model-parallel group (the pipeline's stages, the tp ranks), and over cp when
+// given (each cp rank runs its zig-zag chunks of the sequences; the mean is over all).
+double evaluate(parallel::Model& m, const data::TextDataset& ds, const EvalBatches& eb,
+                parallel::ProcessGroup* cp = nullptr);
 
 }  // namespace loom::train

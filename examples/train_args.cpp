@@ -88,6 +88,10 @@ void add_options(CLI::App& app, Args& a) {
          "tensor-parallel ranks splitting each matmul (Megatron-style; divides --heads)");
   app.add_flag("--sequence-parallel", a.sequence_parallel,
                "with --tp: layernorms and the residual stream sharded along the sequence (Megatron-SP)");
+  // ---- context parallelism (parallel/context_parallel/) ----
+  number(app, "--cp", a.cp, {1, 65536},
+         "context-parallel ranks: each sequence split over cp ranks (zig-zag chunks), attention as a ring "
+         "(launch with mpirun -np dp*cp*pp*tp)");
   number(app, "--microbatches", a.microbatches, {0, kMaxSize, " (0: --pp)"},
          "micro-batches per step in a pipeline (0: pp)");
   app.add_option("--schedule", a.schedule, "pipeline schedule")->check(CLI::IsMember({"afab", "1f1b"}));
@@ -227,6 +231,14 @@ void validate(const Args& a) {
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   LOOM_CHECK(a.zero != 3, "--zero 3: ZeRO-3 (FSDP, parallel/fsdp/) is not in this build; use --zero 2 or 1");
   LOOM_CHECK(!a.overlap_param_gather || a.zero >= 1, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
+  if (a.cp > 1) {  // context parallelism: what is tested with it, and the zig-zag split of --block
+    LOOM_CHECK(a.block % (2 * a.cp) == 0, "--cp ", a.cp, " cuts each sequence into 2 x cp = ", 2 * a.cp,
+               " equal chunks (the zig-zag split), but --block ", a.block, " is not divisible by ", 2 * a.cp);
+    LOOM_CHECK(a.dropout == 0, "--dropout ", a.dropout, " with --cp ", a.cp, ": dropout under context parallelism "
+               "is not supported (each rank's masks would differ from one process's); use --dropout 0");
+    LOOM_CHECK(a.device == "cpu", "--cp ", a.cp, " with --device ", a.device,
+               ": context parallelism is tested on the CPU only so far; use --device cpu");
+  }
   check_device(a);
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);

@@ -30,6 +30,7 @@ struct Args {
   // parallelism
   int dp = 1, pp = 1, tp = 1;
   bool sequence_parallel = false;
+  int cp = 1;  // context parallelism: each sequence split over cp ranks, attention as a ring
   std::string dp_mode = "bucket";
   double bucket_mb = 25.0;
   int64_t grad_accum = 1, microbatches = 0;

@@ -15,6 +15,7 @@
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
 //   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero --memory-report
 //   mpirun -np 4 build/examples/train_gpt --tp 2 --pp 2 --sequence-parallel   # each matmul split over 2 ranks
+//   mpirun -np 2 build/examples/train_gpt --cp 2      # each sequence split over 2 ranks, attention as a ring
 //   build/examples/train_gpt --device cuda           # one GPU, the same losses as the CPU run (TF32 off)
 //
 // Batches: --batch is the micro-batch one rank runs at a time; the global batch
@@ -43,10 +44,10 @@ int run(const train::Args& a, const std::string& flags) {
   train::check_ranks_agree_on_flags(flags);  // every rank started alike, before the first collective
   teach::set_break(teach::parse_break(a.teach_break));  // --teach-break: a classic bug on purpose (default: none)
   // ---- the wrapping order -----------------------------------------------------------------
-  // The grid of ranks: world = dp x pp x tp. Its groups are MPI's, or with
+  // The grid of ranks: world = dp x cp x pp x tp. Its groups are MPI's, or with
   // --device cuda over NCCL each group's NCCL twin carries the GPU tensors.
   const std::unique_ptr<parallel::ProcessGroup> gpu_world = train::gpu_world(a);
-  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, gpu_world ? *gpu_world : parallel::world());
+  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, a.cp, gpu_world ? *gpu_world : parallel::world());
   ops::set_num_threads(a.threads);
   if (!a.trace.empty()) {
     parallel::trace::start(pgm.world());
@@ -81,7 +82,7 @@ int run(const train::Args& a, const std::string& flags) {
     // only the last backward syncs gradients. Under fp16 each loss is also
     // multiplied by the loss scale before backward.
     data::Batch global = corpus.ds.sample("train", plan.global_batch, data_gen);
-    auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches);
+    auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches, pgm.cp_size(), pgm.cp_rank());
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
     parallel::ForwardBackwardResult g =
         parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt), dp.dp.get());

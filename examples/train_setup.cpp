@@ -14,6 +14,7 @@
 #include "optim/model_checkpoint.h"
 #include "parallel/comm/build_info.h"
 #include "parallel/comm/handshake.h"
+#include "parallel/context_parallel/zigzag.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 
@@ -111,6 +112,9 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
         a.virtual_stages > 1 ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
                              : a.schedule.c_str(),
         a.partition.c_str());
+  if (pgm.cp_size() > 1)
+    say(rank0, "context parallel: %d ranks, %lld of each sequence's %lld tokens per rank (zig-zag chunks), "
+        "attention as a ring\n", pgm.cp_size(), (long long)(cfg.block_size / pgm.cp_size()), (long long)cfg.block_size);
   if (pgm.tp_size() > 1)
     say(rank0, "tensor parallel: %d ranks (heads, MLP and vocabulary split; vocab padded to %lld)%s\n",
         pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
@@ -120,8 +124,10 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
 
 parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel::FinalizeModelGrads& finalize,
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
+  // Over dp x cp: each cp rank saw other tokens of the same sequences, so a
+  // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(
-      *m.chunks, pgm.dp_group(), {a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero}, finalize.needs_whole_grad());
+      *m.chunks, pgm.dp_cp_group(), {a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero}, finalize.needs_whole_grad());
   if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
                 a.zero >= 2 ? "reduce-scatter into gradient shards (ZeRO-2)" : a.zero ? "reduce-scatter" : "all-reduce",
@@ -180,11 +186,12 @@ BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::Proces
 }
 
 std::vector<parallel::MicroBatch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch,
-                                                int64_t K) {
+                                                int64_t K, int cp, int cp_rank) {
   std::vector<parallel::MicroBatch> mbs;
   for (int64_t k = 0; k < K; ++k) {
     data::Batch b = data::TextDataset::slice(global, first_row + k * batch, batch);
-    mbs.push_back({b.x, b.y});
+    // --cp: this rank's zig-zag chunks of every sequence, [batch, T] -> [batch, T / cp]
+    mbs.push_back({parallel::zigzag_take(b.x, 1, cp, cp_rank), parallel::zigzag_take(b.y, 1, cp, cp_rank)});
   }
   return mbs;
 }
@@ -196,7 +203,8 @@ parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOpti
 double global_mean_loss(double local_loss, const optim::MixedPrecisionOptimizer& opt,
                         parallel::ProcessGroupManager& pgm) {
   Tensor loss = full({}, local_loss / (opt.scaler() ? opt.scaler()->scale() : 1.0), kFloat64);
-  if (pgm.dp_size() > 1) pgm.dp_group().all_reduce(loss, parallel::ReduceOp::Avg);
+  // The mean over every token of the global batch: each dp x cp rank's mean is over as many tokens.
+  if (pgm.dp_cp_group().size() > 1) pgm.dp_cp_group().all_reduce(loss, parallel::ReduceOp::Avg);
   return loss.item<double>();
 }
 

@@ -82,7 +82,9 @@ BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::Proces
 int64_t micro_batches_per_step(const Args& a, parallel::ProcessGroupManager& pgm);
 
 // Rows [first_row, first_row + K x batch) of the global batch, as K micro-batches of `batch` rows.
-std::vector<parallel::MicroBatch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch, int64_t K);
+// With cp > 1 each micro-batch holds cp rank cp_rank's zig-zag chunks of its sequences.
+std::vector<parallel::MicroBatch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch, int64_t K,
+                                                int cp = 1, int cp_rank = 0);
 
 // The loss back-propagated for one micro-batch: the model's loss (vocab-parallel
 // under tp), times the loss scale under fp16.

@@ -35,7 +35,7 @@ Tensor GPTEmbedding::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
   LOOM_CHECK(T <= block_size, "GPTEmbedding: sequence length ", T, " exceeds block_size ", block_size);
   Tensor tok = wte->forward(idx);         // [B, T, C]
-  Tensor pos = wpe->forward(arange(T));   // [T, C], broadcast over the batch
+  Tensor pos = wpe->forward(positions(T));  // [T, C], broadcast over the batch
   return drop->forward(autograd::add(tok, pos));
 }
 

@@ -58,6 +58,16 @@ Generator layer_generator(uint64_t seed, int64_t layer_index);
 // head's loss. parallel/model_chunks.h uses these instead of the concrete types.
 struct EmbeddingLayer : Layer {
   virtual Tensor token_embedding() const = 0;  // wte.weight [V, C] (this rank's rows under tp)
+  // The positions of the T tokens of each sequence the layer sees, [T] int64;
+  // undefined: 0..T-1. Context parallelism sets its rank's zig-zag chunks'
+  // (parallel/context_parallel/zigzag.h), so wpe adds the tokens' true positions.
+  Tensor position_ids;
+  Tensor positions(int64_t T) const {
+    if (!position_ids.defined()) return arange(T);
+    LOOM_CHECK(position_ids.numel() == T, "EmbeddingLayer: ", position_ids.numel(),
+               " position ids (this rank's tokens of a sequence) for sequences of ", T, " tokens");
+    return position_ids;
+  }
 };
 struct HeadLayer : Layer {
   virtual Tensor token_embedding() const = 0;  // the head's wte.weight: the embedding's, or its copy

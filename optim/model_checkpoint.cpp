@@ -29,7 +29,9 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
                     pgm.tp_rank() == 0 && pgm.dp_rank() == 0, &joined);
   } else {
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), zero || pgm.dp_rank() == 0);
+    // One copy of the unsharded optimizer state: dp rank 0's (cp rank 0's: the cp ranks hold the same).
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
+                    zero || (pgm.dp_rank() == 0 && pgm.cp_rank() == 0));
   }
 }
 

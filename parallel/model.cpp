@@ -1,8 +1,38 @@
 #include "parallel/model.h"
 
+#include "parallel/context_parallel/ring_attention.h"
+#include "parallel/context_parallel/zigzag.h"
 #include "parallel/pipeline_parallel/gather_model.h"
+#include "parallel/tensor_parallel/block.h"
 
 namespace loom::parallel {
+
+namespace {
+
+// Context parallelism changes no weight, only two things inside the layers:
+// every attention core becomes the ring over cp, and the embedding adds the
+// true positions of the rank's zig-zag chunks (T / cp of every sequence).
+LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, ProcessGroup& cp, bool tensor_parallel) {
+  check_zigzag_split(cfg.block_size, cp.size(), "--cp");
+  LayerBuilder b = inner;
+  b.build = [inner, cfg, &cp, tensor_parallel](int64_t begin, int64_t end) {
+    auto layers = inner.build ? inner.build(begin, end) : nn::build_gpt_layers(cfg, begin, end);
+    for (int64_t i = begin; i < end; ++i) {
+      nn::Layer& layer = *layers[size_t(i - begin)];
+      if (i == 0) {
+        static_cast<nn::EmbeddingLayer&>(layer).position_ids = zigzag_positions(cfg.block_size, cp.size(), cp.rank());
+      } else if (i < cfg.num_layers() - 1) {  // a block: the full one, or its tp shard
+        nn::AttentionCore& core = tensor_parallel ? static_cast<TensorParallelBlock&>(layer).attn->core
+                                                  : static_cast<nn::Block&>(layer).attn->core;
+        core = ring_attention_core(cp);
+      }
+    }
+    return layers;
+  };
+  return b;
+}
+
+}  // namespace
 
 void Model::to(const Device& device) {
   chunks->to(device);
@@ -17,6 +47,7 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
     m.tp = std::make_unique<TensorParallelSharding>(cfg, pgm.tp_group(), o.sequence_parallel);
     layers = m.tp->layer_builder();
   }
+  if (pgm.cp_size() > 1) layers = context_parallel(layers, cfg, pgm.cp_group(), pgm.tp_size() > 1);
   // Pipeline parallelism: this stage's ranges of layers; without it, all of them.
   std::vector<LayerRange> ranges{{0, cfg.num_layers()}};
   if (pgm.pp_size() > 1) {

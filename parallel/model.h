@@ -7,6 +7,9 @@
 //   pp 1, tp 1   one chunk of every layer
 //   pp 2         stage s: its range of layers (--partition), or v ranges (--virtual-stages)
 //   tp 2         each layer of the rank's ranges cut to its tp shard
+//   cp 2         the same layers; attention runs as a ring over the cp group
+//                (context_parallel/ring_attention.h) and the embedding adds the
+//                true positions of the rank's zig-zag chunks
 #pragma once
 
 #include <memory>

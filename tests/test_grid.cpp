@@ -85,3 +85,29 @@ TEST(ProcessGrid, PipelineOfOneStageIsItsOwnEmbeddingGroup) {
   EXPECT_EQ(g.pp_group_ranks(2), Ranks{2});
   EXPECT_EQ(g.dp_group_ranks(2), (Ranks{0, 1, 2}));
 }
+
+// Megatron's order tp-cp-dp-pp: tp 2 × cp 2 × dp 2 (pp 1) on 8 ranks.
+//   rank  0 1 2 3 4 5 6 7
+//   tp    0 1 0 1 0 1 0 1
+//   cp    0 0 1 1 0 0 1 1
+//   dp    0 0 0 0 1 1 1 1
+TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
+  ProcessGrid g(8, /*dp=*/2, /*pp=*/1, /*tp=*/2, /*cp=*/2);
+  EXPECT_EQ(g.rank_of(/*dp=*/1, /*pp=*/0, /*tp=*/1, /*cp=*/0), 5);
+  EXPECT_EQ(g.coords(6).cp_rank, 1);
+  EXPECT_EQ(g.coords(6).dp_rank, 1);
+  EXPECT_EQ(g.coords(6).tp_rank, 0);
+  EXPECT_EQ(g.cp_group_ranks(5), (Ranks{5, 7}));
+  EXPECT_EQ(g.dp_group_ranks(5), (Ranks{1, 5}));
+  EXPECT_EQ(g.tp_group_ranks(6), (Ranks{6, 7}));
+  // Gradients are averaged over every replica and every cp rank of one (pp, tp) coordinate.
+  EXPECT_EQ(g.dp_cp_group_ranks(5), (Ranks{1, 3, 5, 7}));
+  EXPECT_EQ(g.model_parallel_group_ranks(2), (Ranks{2, 3}));
+  try {
+    ProcessGrid bad(4, 2, 1, 1, 3);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("world size 4 is not dp 2 × pp 1 × cp 3 (= 6)"), std::string::npos)
+        << e.what();
+  }
+}

@@ -44,7 +44,7 @@ TensorParallelEmbedding::TensorParallelEmbedding(const nn::GPTEmbedding& full, i
 
 Tensor TensorParallelEmbedding::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
-  Tensor x = autograd::add(wte->forward(idx), wpe->forward(arange(T)));  // [B, T, C], whole on every rank
+  Tensor x = autograd::add(wte->forward(idx), wpe->forward(positions(T)));  // [B, T, C], whole on every rank
   return sequence_parallel ? scatter_to_sp_region(x, tp) : x;
 }
 

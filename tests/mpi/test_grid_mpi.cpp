@@ -41,6 +41,11 @@ void expect_groups_match_grid(ProcessGroupManager& pgm) {
   EXPECT_EQ(pgm.tp_group().rank(), pgm.tp_rank());
   EXPECT_EQ(pgm.dp_group().rank(), pgm.dp_rank());
   EXPECT_EQ(pgm.pp_group().rank(), pgm.pp_rank());
+  if (pgm.cp_size() > 1) {
+    EXPECT_EQ(members(pgm.cp_group()), g.cp_group_ranks(r));
+    EXPECT_EQ(pgm.cp_group().rank(), pgm.cp_rank());
+  }
+  EXPECT_EQ(members(pgm.dp_cp_group()), g.dp_cp_group_ranks(r));
 }
 
 }  // namespace
@@ -139,5 +144,19 @@ TEST(ProcessGroupManager, Dp2Tp2OnFourRanks) {
   EXPECT_EQ(members(pgm.tp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
   EXPECT_EQ(members(pgm.dp_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
   EXPECT_EQ(members(pgm.model_parallel_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  expect_groups_match_grid(pgm);
+}
+
+// dp 2 × cp 2: the cp pairs {0,1} {2,3} are neighbours (they pass K/V blocks
+// every layer); gradients are averaged over all four.
+TEST(ProcessGroupManager, Dp2Cp2OnFourRanks) {
+  if (parallel::world().size() != 4) GTEST_SKIP() << "a 4-rank grid";
+  ProcessGroupManager pgm(/*dp=*/2, /*pp=*/1, /*tp=*/1, /*cp=*/2);
+  int r = pgm.global_rank();
+  EXPECT_EQ(members(pgm.cp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  EXPECT_EQ(members(pgm.dp_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  EXPECT_EQ(members(pgm.dp_cp_group()), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(pgm.describe(), "rank " + std::to_string(r) + "/4: dp " + std::to_string(r / 2) + "/2, pp 0/1, cp " +
+                                std::to_string(r % 2) + "/2");
   expect_groups_match_grid(pgm);
 }

@@ -1,0 +1,31 @@
+#include "parallel/context_parallel/zigzag.h"
+
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+void check_zigzag_split(int64_t T, int cp, const std::string& what) {
+  LOOM_CHECK(cp >= 1 && T % (2 * int64_t(cp)) == 0, what, ": context parallelism over ", cp,
+             " ranks cuts each sequence into 2 x cp = ", 2 * int64_t(cp), " equal chunks (the zig-zag split), but T = ",
+             T, " is not divisible by ", 2 * int64_t(cp), "; pick a sequence length that is a multiple of ",
+             2 * int64_t(cp));
+}
+
+Tensor zigzag_positions(int64_t T, int cp, int r) {
+  check_zigzag_split(T, cp, "zigzag_positions");
+  const int64_t c = T / (2 * cp);
+  std::vector<int64_t> pos;
+  for (int64_t chunk : {int64_t(r), int64_t(2 * cp - 1 - r)})
+    for (int64_t i = 0; i < c; ++i) pos.push_back(chunk * c + i);
+  return from_vector(pos);
+}
+
+Tensor zigzag_take(const Tensor& x, int64_t dim, int cp, int r) {
+  if (dim < 0) dim += x.dim();
+  check_zigzag_split(x.size(dim), cp, "zigzag_take");
+  if (cp == 1) return x;
+  const int64_t c = x.size(dim) / (2 * cp);
+  return ops::cat({ops::narrow(x, dim, r * c, c), ops::narrow(x, dim, (2 * cp - 1 - r) * c, c)}, dim);
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,27 @@
+// The zig-zag split of context parallelism: which tokens of each sequence a cp
+// rank holds. The sequence (T tokens) is cut into 2N chunks of T / 2N; rank r
+// holds chunk r and chunk 2N-1-r, in that order. Under a causal mask a token
+// late in the sequence attends to more keys than an early one, so handing each
+// rank one early and one late chunk gives every rank the same work
+// (ring_attention.h draws it; Brandon et al. 2023 "Striped Attention", and
+// zhuzilin/ring-flash-attention's zigzag_ring_flash_attn).
+//   T = 16, N = 2:  chunks  0 1 2 3   (4 tokens each)
+//                   rank 0  0 . . 3   positions 0-3 and 12-15
+//                   rank 1  . 1 2 .   positions 4-7 and 8-11
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace loom::parallel {
+
+// Throws, naming the values, unless T splits into 2 * cp equal chunks.
+void check_zigzag_split(int64_t T, int cp, const std::string& what);
+
+// The true positions of the T / cp tokens cp rank r holds: [T / cp] int64.
+Tensor zigzag_positions(int64_t T, int cp, int r);
+
+// x's entries along dim (of length T) that cp rank r holds, contiguous:
+// [..., T, ...] -> [..., T / cp, ...] (token ids, targets; tests: q, k, v).
+Tensor zigzag_take(const Tensor& x, int64_t dim, int cp, int r);
+
+}  // namespace loom::parallel

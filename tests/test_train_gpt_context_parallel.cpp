@@ -1,0 +1,109 @@
+// train_gpt --cp N against one process on the same global batch: per-step
+// losses, gradient norms, validation losses and final parameters within 1e-5
+// relative (tests/train_gpt_run.h explains the tolerances and how runs are
+// launched). Each cp rank runs its zig-zag chunks of every sequence; attention
+// is the ring (parallel/context_parallel/ring_attention.h); gradients and the
+// logged loss are averaged over dp x cp.
+#include <gtest/gtest.h>
+
+#include "tests/train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+// The "val_loss" of every JSON line that has one.
+std::vector<double> val_losses(const Result& r) {
+  std::vector<double> v;
+  for (const std::string& line : r.log)
+    if (line.find("\"val_loss\"") != std::string::npos) v.push_back(field(line, "val_loss"));
+  return v;
+}
+
+}  // namespace
+
+TEST(TrainGptContextParallel, TwoRanksMatchOneProcessInTrainingAndEvaluation) {
+  Result ref = train("single_b16_eval", 1, "--batch 16 --eval-every 5");
+  Result cp2 = train("cp2", 2, "--cp 2 --batch 16 --eval-every 5");
+  expect_same_run(cp2, ref, "--cp 2");
+  const std::vector<double> got = val_losses(cp2), want = val_losses(ref);
+  ASSERT_EQ(got.size(), 2u) << cp2.output;
+  ASSERT_EQ(want.size(), 2u) << ref.output;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "validation loss " << i << " (every rank its zig-zag chunks)";
+  EXPECT_NE(cp2.output.find("context parallel: 2 ranks, 8 of each sequence's 16 tokens per rank"), std::string::npos)
+      << cp2.output;
+}
+
+TEST(TrainGptContextParallel, FourRanksMatchOneProcess) {
+  expect_same_run(train("cp4", 4, "--cp 4 --batch 16"), single_process_batch16(), "--cp 4");
+}
+
+TEST(TrainGptContextParallel, WithDataParallelTwoByTwoMatchesOneProcess) {
+  expect_same_run(train("dp2_cp2", 4, "--dp 2 --cp 2 --batch 8"), single_process_batch16(), "--dp 2 --cp 2");
+}
+
+// With tensor parallelism (and Megatron-SP): each rank's heads run the ring.
+TEST(TrainGptContextParallel, WithTensorAndSequenceParallelMatchesOneProcess) {
+  expect_same_run(train("tp2_cp2_sp", 4, "--tp 2 --cp 2 --sequence-parallel --batch 16"), single_process_batch16(),
+                  "--tp 2 --cp 2 --sequence-parallel");
+}
+
+// With a pipeline: activations between stages are [B, T / cp, C].
+TEST(TrainGptContextParallel, WithPipelineMatchesOneProcess) {
+  expect_same_run(train("pp2_cp2", 4, "--pp 2 --cp 2 --microbatches 2 --batch 8"), single_process_batch16(),
+                  "--pp 2 --cp 2");
+}
+
+// ZeRO-1 shards the optimizer over dp x cp, the group the gradients are averaged over.
+TEST(TrainGptContextParallel, WithZeroMatchesOneProcess) {
+  expect_same_run(train("dp2_cp2_zero", 4, "--dp 2 --cp 2 --zero --batch 8"), single_process_batch16(),
+                  "--dp 2 --cp 2 --zero");
+}
+
+// A checkpoint holds the whole model whatever cp saved it: cp 2 -> save at
+// step 5 -> one process resumes; its 10 logged losses are the straight run's.
+TEST(TrainGptContextParallel, CheckpointResumesAcrossCpSizes) {
+  Result first = train("cp2_to_1", 2, "--cp 2 --batch 16 --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  expect_same_run(train("cp2_to_1", 1, "--batch 16 --resume " + checkpoint("cp2_to_1")), single_process_batch16(),
+                  "--cp 2 -> save -> one process");
+}
+
+// bf16: K/V travel in bf16, the ring's math is fp32 (as the fused attention's
+// is), so --cp 2 tracks one bf16 process as closely as dp does. Measured: worst
+// per-step loss difference 6.3e-5 relative over these 10 steps (bound 5e-4).
+TEST(TrainGptContextParallel, Bf16TracksOneBf16Process) {
+  Result one = train("bf16_single", 1, "--batch 16 --dtype bf16");
+  Result cp2 = train("bf16_cp2", 2, "--cp 2 --batch 16 --dtype bf16");
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(cp2.status, 0) << cp2.output;
+  ASSERT_EQ(cp2.losses.size(), 10u);
+  double worst = 0;
+  for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(cp2.losses[i] - one.losses[i]) / one.losses[i]);
+  EXPECT_LT(worst, 5e-4);
+  std::printf("[ measured ] bf16 --cp 2 vs one bf16 process: worst loss rel. difference %.2e\n", worst);
+}
+
+TEST(TrainGptContextParallel, ABlockThatDoesNotSplitIntoTwoCpChunksIsRefused) {
+  Result r = train("cp3_block16", 1, "--cp 3 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--cp 3 cuts each sequence into 2 x cp = 6 equal chunks (the zig-zag split), but --block 16 "
+                          "is not divisible by 6"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(TrainGptContextParallel, DropoutIsRefused) {
+  Result r = train("cp2_dropout", 1, "--cp 2 --dropout 0.1 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("dropout under context parallelism is not supported"), std::string::npos) << r.output;
+}
+
+TEST(TrainGptContextParallel, AWorldThatIsNotTheGridIsRefusedWithTheSizes) {
+  Result r = train("cp2_one_rank", 1, "--cp 2 --batch 16");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("world size 1 is not dp 1 × pp 1 × cp 2 (= 2); launch with mpirun -np 2"), std::string::npos)
+      << r.output;
+}
