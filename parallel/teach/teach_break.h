@@ -18,13 +18,17 @@
 //   found-inf-wrong-group found_inf and the grad norm reduced over the dp group
 //                         instead of the model-parallel group: under fp16, stages
 //                         disagree on skipping a step (detected, reported, stopped)
+//   recompute-fresh-dropout  --recompute reruns a block without putting its dropout
+//                         offsets back: the rerun draws new masks, so backward
+//                         differentiates a network the forward never ran (the
+//                         loss leaves the --recompute none run's from step 1)
 #pragma once
 
 #include <string>
 
 namespace loom::teach {
 
-enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup };
+enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);
