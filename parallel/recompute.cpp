@@ -3,6 +3,7 @@
 #include "autograd/checkpoint.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/block.h"
+#include "tensor/grad_mode.h"
 
 namespace loom::parallel {
 
@@ -13,10 +14,16 @@ std::vector<PhiloxGenerator*> dropout_generators(nn::Module& m) {
   std::vector<nn::Dropout*> ds;
   nn::collect_dropouts(m, ds);
   std::vector<PhiloxGenerator*> gens;
-  // --teach-break recompute-fresh-dropout: the rerun draws new masks, so backward differentiates another network
-  if (teach::broken(teach::Break::RecomputeFreshDropout)) return gens;
   for (nn::Dropout* d : ds) gens.push_back(&d->gen);
   return gens;
+}
+
+// --teach-break recompute-fresh-dropout: the rerun (the run with grad on; the
+// first is under the checkpoint's NoGradGuard) draws the next call's masks
+// instead of the forward's, so backward differentiates a network the forward never ran.
+void teach_fresh_masks(const std::vector<PhiloxGenerator*>& rng) {
+  if (teach::broken(teach::Break::RecomputeFreshDropout) && GradMode::is_enabled())
+    for (PhiloxGenerator* g : rng) ++g->offset;
 }
 
 // A block that keeps only its input: forward under a checkpoint. Its children
@@ -30,7 +37,10 @@ struct CheckpointedBlock : nn::Layer {
   }
   // x: [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) override {
-    auto run = [this](const autograd::TensorList& in) { return autograd::TensorList{block->forward(in[0])}; };
+    auto run = [this](const autograd::TensorList& in) {
+      teach_fresh_masks(rng);
+      return autograd::TensorList{block->forward(in[0])};
+    };
     return autograd::checkpoint(run, {x}, rng)[0];
   }
   void train(bool on = true) override {
@@ -43,11 +53,12 @@ struct CheckpointedBlock : nn::Layer {
 // scores and the softmax [B, H, T, T] rebuilt in backward.
 nn::AttentionCore checkpointed(nn::AttentionCore core) {
   return [core](const Tensor& q, const Tensor& k, const Tensor& v, nn::Dropout* attn_dropout) {
-    auto run = [&core, attn_dropout](const autograd::TensorList& in) {
-      return autograd::TensorList{core(in[0], in[1], in[2], attn_dropout)};
-    };
     std::vector<PhiloxGenerator*> rng;
     if (attn_dropout) rng = dropout_generators(*attn_dropout);
+    auto run = [core, rng, attn_dropout](const autograd::TensorList& in) {
+      teach_fresh_masks(rng);
+      return autograd::TensorList{core(in[0], in[1], in[2], attn_dropout)};
+    };
     return autograd::checkpoint(run, {q, k, v}, rng)[0];
   };
 }
