@@ -38,9 +38,9 @@ struct CheckpointNode : Node {
   std::vector<bool> input_requires_grad;
   std::vector<PhiloxGenerator*> rng;
   std::vector<uint64_t> rng_offsets;  // where the region's first run started drawing
+  bool freed = false;                 // the inputs were released after a backward
 
   std::string name() const override { return "CheckpointBackward"; }
-  bool freed = false;                 // the inputs were released after a backward
   void release_saved() override {
     inputs.clear();
     freed = true;
@@ -82,7 +82,10 @@ struct CheckpointNode : Node {
 
 TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vector<PhiloxGenerator*> rng) {
   bool any = false;
-  for (const Tensor& x : inputs) any = any || (x.defined() && requires_grad(x));
+  for (const Tensor& x : inputs) {
+    LOOM_CHECK(x.defined(), "checkpoint: input ", &x - inputs.data(), " of ", inputs.size(), " is undefined");
+    any = any || requires_grad(x);
+  }
   if (!GradMode::is_enabled() || !any) return fn(inputs);
 
   auto node = std::make_shared<CheckpointNode>();
@@ -95,7 +98,6 @@ TensorList checkpoint(const CheckpointFn& fn, const TensorList& inputs, std::vec
     outputs = fn(inputs);
   }
   for (const Tensor& x : inputs) {
-    LOOM_CHECK(x.defined(), "checkpoint: an input is undefined");
     node->inputs.push_back(detach(x));
     node->input_requires_grad.push_back(requires_grad(x));
     node->next_edges.push_back(gradient_edge(x));

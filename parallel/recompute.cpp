@@ -79,10 +79,6 @@ Recompute parse_recompute(const std::string& name) {
   throw Error(str("--recompute '", name, "': expected none, selective (the attention core) or full (each block)"));
 }
 
-const char* recompute_name(Recompute r) {
-  return r == Recompute::Full ? "full" : r == Recompute::Selective ? "selective" : "none";
-}
-
 LayerBuilder with_recompute(LayerBuilder b, const nn::GPTConfig& cfg, Recompute mode) {
   if (mode == Recompute::None) return b;
   auto build = b.build ? b.build : [cfg](int64_t begin, int64_t end) { return nn::build_gpt_layers(cfg, begin, end); };

@@ -24,7 +24,6 @@ enum class Recompute { None, Selective, Full };
 
 // "none" | "selective" | "full"; anything else is an error naming the three.
 Recompute parse_recompute(const std::string& name);
-const char* recompute_name(Recompute r);
 
 // The builder's layers with recomputation: each block (every layer but the
 // embedding and the head) wrapped in a checkpoint (full), or its attention
