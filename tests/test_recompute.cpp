@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "autograd/accumulate_grad.h"
@@ -186,7 +187,11 @@ TEST_P(RecomputeModel, GradientsAreBitIdenticalToNone) {
 INSTANTIATE_TEST_SUITE_P(
     Modes, RecomputeModel,
     ::testing::Combine(::testing::Values(parallel::Recompute::Selective, parallel::Recompute::Full),
-                       ::testing::Values(kFloat32, kBFloat16), ::testing::Values(0.0, 0.3)));
+                       ::testing::Values(kFloat32, kBFloat16), ::testing::Values(0.0, 0.3)),
+    [](const auto& info) {  // full_bf16_dropout, ...
+      return std::string(std::get<0>(info.param) == parallel::Recompute::Full ? "full" : "selective") +
+             (std::get<1>(info.param) == kFloat32 ? "_fp32" : "_bf16") + (std::get<2>(info.param) > 0 ? "_dropout" : "");
+    });
 
 // The reruns happen, and draw their masks from the saved offsets: with
 // --teach-break recompute-fresh-dropout (the offsets not put back) every mode
