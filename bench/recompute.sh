@@ -22,7 +22,7 @@ for round in $(seq "$ROUNDS"); do
   for mode in none selective full; do
     "$BUILD/examples/train_gpt" $MODEL --recompute "$mode" --steps "$STEPS" --warmup 1 --eval-every 0 --sample 0 \
       --memory-report --log "$TMP/$mode.jsonl" >"$TMP/$mode.out" 2>&1
-    PEAK[$mode]=$(grep -E '^ +0 +[0-9]+ +\|' "$TMP/$mode.out" | awk -F'|' '{gsub(/ /, "", $8); print $8}')
+    PEAK[$mode]=$(grep -E '^ +0 +[0-9]+ +\|' "$TMP/$mode.out" | awk -F'|' '{gsub(/ /, "", $7); print $7}')
     MS[$mode]="${MS[$mode]:-} $(tail -n +2 "$TMP/$mode.jsonl" | sed 's/.*"ms": \([0-9.]*\).*/\1/' | sort -n |
                                 awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
   done
