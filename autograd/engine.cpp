@@ -74,7 +74,6 @@ void Engine::queue_callback(std::function<void()> fn) {
 void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
   LOOM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: ", outputs.size(),
              " outputs but ", grad_outputs.size(), " gradients");
-  LOOM_CHECK(!t_current_task, "backward: a backward pass is already running on this thread (reentrant backward is not supported)");
   NoGradGuard no_grad;  // the backward functions themselves are not recorded
 
   // Roots: the nodes the output gradients enter.
@@ -115,9 +114,19 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
     }
   }
 
+  // A backward called from inside a node's backward (a checkpointed region
+  // rerunning its forward: autograd/checkpoint.h) is re-entrant: it runs its
+  // own graph to the end here, but callbacks queued during it join the outer
+  // pass's and run once, after the outer pass (PyTorch's queue_callback goes to
+  // the graph task that started it all): data parallel's wait for its
+  // all-reduces must not come before the rest of the model's gradients.
   GraphTask task;
-  t_current_task = &task;
-  struct Reset { ~Reset() { t_current_task = nullptr; } } reset;
+  GraphTask* const outer = t_current_task;
+  t_current_task = outer ? outer : &task;
+  struct Reset {
+    GraphTask* outer;
+    ~Reset() { t_current_task = outer; }
+  } reset{outer};
 
   std::unordered_map<Node*, InputBuffer> buffers;
   std::priority_queue<ReadyNode, std::vector<ReadyNode>, ByPriority> ready;
@@ -158,7 +167,8 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
     }
   }
 
-  // Callbacks, including any queued by callbacks.
+  // Callbacks, including any queued by callbacks (the outermost pass's only).
+  if (outer) return;
   for (size_t i = 0; i < task.callbacks.size(); ++i) {
     auto cb = std::move(task.callbacks[i]);
     cb();

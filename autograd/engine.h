@@ -16,12 +16,15 @@ class Engine {
  public:
   // Back-propagates grad_outputs from outputs. A scalar output may omit its
   // gradient (1 is used); a non-scalar needs one. The graph is freed unless
-  // retain_graph.
+  // retain_graph. May be called from inside a node's backward (re-entrant: a
+  // checkpointed region, autograd/checkpoint.h); its queued callbacks then
+  // run after the outer pass.
   static void backward(const TensorList& outputs, const TensorList& grad_outputs = {}, bool retain_graph = false);
 
   // fn runs once after the current backward pass has finished (after every
-  // node and hook). Callbacks queued by hooks or by other callbacks run in the
-  // same pass. PyTorch: Variable._execution_engine.queue_callback.
+  // node and hook; the outermost pass, when re-entrant). Callbacks queued by
+  // hooks or by other callbacks run in the same pass. PyTorch:
+  // Variable._execution_engine.queue_callback.
   static void queue_callback(std::function<void()> fn);
 
   // True while a backward pass runs on this thread.

@@ -139,6 +139,7 @@ double Diagnostics::predicted_activation_bytes() const {
   c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
+  c.recompute = parallel::parse_recompute(a_.recompute);
   for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]
     for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
   c.has_head = m_.chunks->is_last_stage();

@@ -1,6 +1,7 @@
 #include "examples/train_args.h"
 #include "examples/train_paths.h"
 #include "parallel/comm/process_group_nccl.h"
+#include "parallel/recompute.h"
 #include "parallel/teach/teach_break.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/numbers.h"
@@ -132,9 +133,12 @@ void add_options(CLI::App& app, Args& a) {
          "fp16: factor the scale shrinks by on an overflow");
   number(app, "--inject-overflow", a.inject_overflow, {-1, kMaxSteps, " (-1: never)"},
          "testing: put an inf into rank 0's gradient at this step (-1: never)");
+  app.add_option("--recompute", a.recompute,
+                 "activation recomputation: none, selective (rerun the attention core in backward) or full (each "
+                 "block)");
   app.add_option("--teach-break", a.teach_break,
                  "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
-                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group");
+                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout");
 }
 
 namespace {
@@ -239,6 +243,10 @@ void validate(const Args& a) {
     LOOM_CHECK(a.device == "cpu", "--cp ", a.cp, " with --device ", a.device,
                ": context parallelism is tested on the CPU only so far; use --device cpu");
   }
+  parallel::parse_recompute(a.recompute);  // an unknown mode names the three
+  LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),
+             "--teach-break recompute-fresh-dropout breaks the rerun's dropout masks; it needs --recompute selective "
+             "or full and --dropout > 0 (got --recompute ", a.recompute, " --dropout ", a.dropout, ")");
   check_device(a);
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);

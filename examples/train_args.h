@@ -47,6 +47,8 @@ struct Args {
   bool overlap_param_gather = false;  // --zero: wait for each bucket's param all-gather in its first layer's forward
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
+  // activation recomputation (parallel/recompute.h): none, selective or full
+  std::string recompute = "none";
   // teaching
   std::string teach_break = "none";
 };

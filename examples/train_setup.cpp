@@ -89,7 +89,7 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
 }
 
 parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {
-  parallel::Model m = parallel::build_model(cfg, pgm, {a.partition, a.virtual_stages, a.sequence_parallel});
+  parallel::Model m = parallel::build_model(cfg, pgm, {a.partition, a.virtual_stages, a.sequence_parallel, a.recompute});
   move_to_device(m, a);
   const bool rank0 = pgm.global_rank() == 0;
   const std::string where = pgm.pp_size() > 1 && pgm.tp_size() > 1 ? " on pipeline stage 0, tp rank 0"
@@ -99,6 +99,7 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
   say(rank0, "model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n",
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
       (long long)m.chunks->num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
+  if (a.recompute != "none") say(rank0, "recompute: %s\n", a.recompute.c_str());
   if (a.device != "cpu") {  // each rank's GPU, and how ranks exchange tensors
     if (rank0) std::printf("device: %s, TF32 %s, backend %s\n", a.device.c_str(), a.tf32 ? "on" : "off",
                            a.backend.empty() ? "nccl" : a.backend.c_str());

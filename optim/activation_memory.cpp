@@ -46,6 +46,15 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   ActivationPrediction p;
   // Each layernorm also keeps its rows' mean and 1/std in fp32: two per block.
   p.per_block = unit * (replicated + split) + 2 * (2 * Ns * 4);
+  // Recomputation (parallel/recompute.h) keeps less per block and rebuilds it
+  // in backward: selective drops the attention core's softmax [b, a/t, s, s]
+  // (q, k, v stay: they are its saved inputs); full keeps only the block's
+  // input x (replicated, [b, s/t, h] under SP). What the rerun rebuilds is
+  // added to the backward's moments below.
+  const double block_kept = p.per_block;            // every activation of one block
+  const double scores_kept = N * a * s / t * e;     // the softmax one block keeps
+  if (c.recompute == parallel::Recompute::Selective) p.per_block -= scores_kept;
+  if (c.recompute == parallel::Recompute::Full) p.per_block = local;
   // Around the blocks: the stage's output (the last block's, kept by ln_f or
   // for the pipeline's backward); the embedding's positions (s int64) and,
   // split over tp, its N local ids (int64) and mask (fp32).
@@ -123,17 +132,39 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     at_attention = -freed + local + received + std::max(softmax_bwd, matmul_bwd) +
                    (c.has_head && c.has_embedding ? V / t * h * e : 0);
   }
+  // The last block's backward runs inside its rerun (autograd/checkpoint.h),
+  // which holds the rerun's output and the gradient it came with until its
+  // backward ends. Selective: at (C) the core's rerun has rebuilt the
+  //   softmax, and holds its output and that output's gradient, [b, a/t, s,
+  //   hd] each; (B) comes before it.
+  // Full: at (B) and (C) the whole block is rebuilt - every activation but x,
+  //   which the rerun shares with the kept input - and its output (replicated)
+  //   is held: block_kept - local + local. At (C) the block's output gradient
+  //   is held too (on a stage without the head the pipeline holds it already).
+  if (c.recompute == parallel::Recompute::Selective) at_attention += scores_kept + 2 * unit / t;
+  if (c.recompute == parallel::Recompute::Full)
+    at_block += block_kept, at_attention += block_kept + (c.has_head ? local : 0);
   // Without a main_grad buffer (fp32, dp 1, no ZeRO) backward keeps .grad
   // tensors (fp32): at (B), ln_f's weight and bias, the head's own wte
   // (untied on this rank) and, with tp, c_proj's bias (outside the linear);
   // at (C) also the MLP's, ln_2's and attn.c_proj's.
   const bool grads_kept = c.grad_bytes > 0;
-  const double grads_at_block = grads_kept && c.blocks > 0
+  double grads_at_block = grads_kept && c.blocks > 0
       ? (c.has_head ? 2 * h * 4 + (c.has_embedding ? 0 : V / t * h * 4) : 0) + (c.tp > 1 ? h * 4 : 0)
       : 0;
-  const double grads_at_attention = grads_kept && c.blocks > 0
+  double grads_at_attention = grads_kept && c.blocks > 0
       ? grads_at_block + 4 * (8 * h * h / t + 4 * h / t + h + 2 * h + h * h / t + (c.tp > 1 ? 0 : h))
       : 0;
+  // Full recomputation with .grad tensors: each later block whose backward
+  // has run leaves its gradients (12 h²/t + 7 h/t + 6 h, fp32) and frees only
+  // its input (one replicated unit); when those gradients are the larger, the
+  // peak moves to the FIRST block's rerun, blocks - 1 such blocks later.
+  if (c.recompute == parallel::Recompute::Full && grads_kept && c.blocks > 1) {
+    const double block_grads = 4 * (12 * h * h / t + 7 * h / t + 6 * h);
+    const double later = double(c.blocks - 1) * std::max(0.0, block_grads - local);
+    grads_at_block += later;
+    grads_at_attention += later;
+  }
   const double grads_at_ln_f = grads_kept && c.has_head && !c.has_embedding ? V / t * h * 4 : 0;  // the head's wte
   p.backward_extra =
       std::max({at_head, at_ln_f + grads_at_ln_f, at_block + grads_at_block, at_attention + grads_at_attention});

@@ -104,6 +104,21 @@
 // --zero, one stage 1 rank +1.1% (two sent gradients and a header still
 // held: a send's payload is released when the channel's thread sees it
 // complete, which can be after the receiver has it).
+// Recomputation (--recompute, parallel/recompute.h): selective keeps each
+// block's tensors but its softmax, 4 + 12 / t units; full keeps only the
+// block's input, 1 unit ([b, s/t, h] under SP: 1 / t). Backward then
+// rebuilds one block at a time: full adds the last block's whole per-block
+// bytes (and the rerun's held output) to moments (B) and (C), selective adds
+// the softmax and the core's held output and its gradient to (C). With
+// .grad tensors (no main_grad buffer) full's peak moves to the FIRST block's
+// rerun when a block's gradients outweigh its input. Measured / formula - 1:
+// +0.0% for none / selective / full on --layers 2 --embd 32 --heads 2 --block
+// 16 at --batch 8 and 16, --layers 3, --embd 64, --heads 4, bf16, fp16;
+// --heads 8 --block 64 --batch 2 (C) bf16 and fp16; --dp 2; --tp 2 (fp32;
+// selective bf16); --tp 2 SP (fp32; selective bf16); --pp 2 fp16 (its last
+// stage the isend gap above, -2.7%). Not modelled: full recomputation under
+// tp in 16-bit, whose rerun's forward collectives (fp32 buffers), now run
+// inside backward, peak above (B): --tp 2 bf16 +4.7%, with SP +15.1%.
 // Not modelled: dropout's masks (loom's GPT keeps none at p = 0); the CUDA
 // backend (its kernels make no fp32 copies; its caching allocator was not measured).
 #pragma once
@@ -111,6 +126,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "parallel/recompute.h"
 #include "tensor/device.h"
 
 namespace loom::optim {
@@ -133,6 +149,7 @@ struct ActivationCase {
   bool pp_stage = false;     // a pipeline stage (pp > 1): sends and receives gradients
   int64_t micro_batches = 1; // m per step
   int64_t grad_bytes = 0;    // the params' .grad tensors, when there is no main_grad buffer (else 0)
+  parallel::Recompute recompute = parallel::Recompute::None;  // --recompute (parallel/recompute.h)
 };
 
 // Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32

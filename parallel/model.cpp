@@ -3,6 +3,7 @@
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/zigzag.h"
 #include "parallel/pipeline_parallel/gather_model.h"
+#include "parallel/recompute.h"
 #include "parallel/tensor_parallel/block.h"
 
 namespace loom::parallel {
@@ -58,6 +59,8 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
     ranges = parts[size_t(pgm.pp_rank())];
     m.p2p = std::make_unique<PipelineP2P>(pgm.pp_group());
   }
+  // Activation recomputation: blocks, or their attention cores, rerun in backward.
+  layers = with_recompute(std::move(layers), cfg, parse_recompute(o.recompute));
   m.chunks = std::make_shared<ModelChunks>(cfg, ranges, layers);
   return m;
 }

@@ -26,6 +26,7 @@ struct ModelOptions {
   std::string partition = "uniform";  // "uniform" (by layer count) or "balanced" (by parameter count)
   int virtual_stages = 1;             // chunks per pipeline rank (interleaved 1F1B)
   bool sequence_parallel = false;     // with tp > 1: Megatron-SP
+  std::string recompute = "none";     // "none", "selective" or "full" (recompute.h)
 };
 
 struct Model {

@@ -11,6 +11,15 @@ double layer_forward_flops(const ModelShape& m) {
   return s * (24 * h * h + 4 * s * h);
 }
 
+// What backward reruns: every layer's forward (full), or each layer's
+// attention core, q kᵀ and att v, 4 s² h a sequence (selective).
+double recompute_forward_flops(const ModelShape& m, const Grid& g, double layers_fwd) {
+  if (g.recompute) return layers_fwd;
+  if (!g.recompute_selective) return 0;
+  const double s = double(m.seq), h = double(m.width);
+  return layers_fwd / layer_forward_flops(m) * 4 * s * s * h;
+}
+
 double head_forward_flops(const ModelShape& m) { return 2.0 * double(m.seq) * double(m.width) * double(m.vocab); }
 
 double model_flops_per_step(const ModelShape& m, const Grid& g, const Batch& b) {
@@ -33,7 +42,7 @@ StageCompute stage_compute(const ModelShape& m, const Grid& g, const Batch& b, c
   // Per micro-batch, this tp rank's share of the math.
   const double per_rank = double(b.micro_batch) / g.tp;
   const double fwd = (layers_fwd + head_fwd) * per_rank;
-  const double bwd = 2 * fwd + (g.recompute ? layers_fwd * per_rank : 0);
+  const double bwd = 2 * fwd + recompute_forward_flops(m, g, layers_fwd) * per_rank;
   const double rate = rank_flops_per_s(mc, g);
   return {fwd / rate, bwd / rate, fwd + bwd};
 }

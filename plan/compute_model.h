@@ -24,6 +24,9 @@ namespace loom::plan {
 // Forward FLOPs for one sequence of one transformer layer, and of the head.
 double layer_forward_flops(const ModelShape& m);
 double head_forward_flops(const ModelShape& m);
+// The forward FLOPs backward reruns, of layers_fwd (this rank's layers' forward):
+// all of it with full recomputation, the attention cores' with selective, none without.
+double recompute_forward_flops(const ModelShape& m, const Grid& g, double layers_fwd);
 
 // Model FLOPs of one optimizer step (all ranks together): forward + backward.
 double model_flops_per_step(const ModelShape& m, const Grid& g, const Batch& b);

@@ -25,6 +25,7 @@ struct Grid {
   int zero = 0;                 // ZeRO stage: 1 optimizer state sharded over dp, 2 the gradients too
   bool sequence_parallel = false;
   bool recompute = false;       // full activation recomputation (Megatron --recompute-granularity full)
+  bool recompute_selective = false;  // only the attention core (--recompute-granularity selective)
   std::string dtype = "fp32";   // fp32 | bf16 | fp16: params and activations
   std::string schedule = "1f1b";  // 1f1b | afab: how many micro-batches' activations a stage holds
   // How layers are cut into stages: "uniform" and "balanced" are train_gpt's

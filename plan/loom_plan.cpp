@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
                  "(--zero alone: 1)")->expected(0, 1)->default_str("1")->check(CLI::Range(0, 2));
   app.add_flag("--sequence-parallel", g.sequence_parallel, "Megatron's sequence parallelism (with --tp)");
   app.add_flag("--recompute", g.recompute, "full activation recomputation");
+  app.add_flag("--recompute-selective", g.recompute_selective,
+               "selective recomputation: only the attention core (Megatron's default)");
   app.add_option("--dtype", g.dtype, "params and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--schedule", g.schedule, "pipeline schedule")->check(CLI::IsMember({"1f1b", "afab"}));
   app.add_option("--partition", g.partition, "layers into stages: train_gpt's uniform / balanced, or Megatron's blocks")
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     if (b.micro_batches == 0) b.micro_batches = g.pp;  // train_gpt's --microbatches 0
     check_plan(m, g, b);
     check_efficiency(efficiency);
+    LOOM_CHECK(!(g.recompute && g.recompute_selective), "--recompute (full) and --recompute-selective: choose one");
     LOOM_CHECK(calibrate_ms >= 0 && tokens >= 0, "--calibrate-ms and --tokens must be >= 0, got ", calibrate_ms,
                " and ", tokens);
     if (machine == "cpu" && !app.count("--machine"))

@@ -53,9 +53,10 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
                t = double(g.tp);
   const double scale = dtype_bytes(g.dtype) / 2.0;  // the formula counts 16-bit activations
   double per_sbh;
+  const double core = g.recompute_selective ? 0 : 5 * a * s / (h * t);  // selective: rebuilt, not kept
   if (g.recompute) per_sbh = g.sequence_parallel ? 2 / t : 2;
-  else if (g.sequence_parallel) per_sbh = (34 + 5 * a * s / h) / t;
-  else per_sbh = 10 + 24 / t + 5 * a * s / (h * t);  // = 34 + 5as/h at t = 1
+  else if (g.sequence_parallel) per_sbh = 34 / t + core;
+  else per_sbh = 10 + 24 / t + core;  // = 34 + 5as/h at t = 1
   return s * b * h * per_sbh * scale;
 }
 
@@ -84,12 +85,15 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   }
   const int64_t blocks = int64_t(std::count_if(items.begin(), items.end(),
                                                [&](int64_t i) { return i >= 1 && i <= m.layers; }));
-  // With recomputation one layer's full activations also exist during its backward.
+  // With recomputation one layer's full activations (selective: its core's)
+  // also exist during its backward.
   const double one_layer = activation_bytes_per_layer(m, g, b.micro_batch);
   Grid full = g;
-  full.recompute = false;
-  r.activations = double(blocks) * one_layer * micro_batches_in_flight(g, b.micro_batches, stage) +
-                  (g.recompute ? activation_bytes_per_layer(m, full, b.micro_batch) : 0);
+  full.recompute = full.recompute_selective = false;
+  const double rebuilt = g.recompute ? activation_bytes_per_layer(m, full, b.micro_batch)
+                         : g.recompute_selective ? activation_bytes_per_layer(m, full, b.micro_batch) - one_layer
+                                                 : 0;
+  r.activations = double(blocks) * one_layer * micro_batches_in_flight(g, b.micro_batches, stage) + rebuilt;
   if (items.back() == m.layers + 1)  // fp32 logits and their gradient, vocab split over tp
     r.activations += 2.0 * 4 * double(m.seq) * double(b.micro_batch) * double(m.vocab) / g.tp;
   return r;

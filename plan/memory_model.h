@@ -35,6 +35,8 @@
 //   tp t           10 + 24 / t + 5 a s / (h t)
 //   tp t + SP      (34 + 5 a s / h) / t
 //   full recompute 2 (the layer's input only; / t with SP)
+//   selective      the same without 5 a s / (h t): the attention core's
+//                  softmax, its dropout mask and output are rebuilt in backward
 // A 1F1B stage holds min(m, p - stage) micro-batches in flight (stage 0: p),
 // interleaving multiplies that by 1 + (p - 1) / (p v), AFAB holds all m. The
 // last stage also keeps the fp32 logits and their gradient, 2 x 4 s b V' / t.

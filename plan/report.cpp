@@ -70,7 +70,7 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
       double(total_params(m)));
   say(out, "grid: dp %d x pp %d x tp %d = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
       g.tp, g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), g.zero ? (g.zero == 1 ? ", ZeRO-1" : ", ZeRO-2") : "",
-      g.sequence_parallel ? ", sequence parallel" : "", g.recompute ? ", full recomputation" : "");
+      g.sequence_parallel ? ", sequence parallel" : "", g.recompute ? ", full recomputation" : g.recompute_selective ? ", selective recomputation" : "");
   say(out, "batch: micro-batch %lld x %lld micro-batches x dp %d = %lld sequences, %lld tokens per step\n",
       (long long)b.micro_batch, (long long)b.micro_batches, g.dp, (long long)(g.dp * b.micro_batch * b.micro_batches),
       (long long)b.tokens_per_step(m, g));

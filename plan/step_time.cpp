@@ -114,9 +114,9 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
 
   // 4. What that makes of the machine.
   s.model_flops = model_flops_per_step(m, g, b);
-  const double recompute_flops = g.recompute ? s.model_flops / 3 * double(m.layers) * layer_forward_flops(m) /
-                                                   (double(m.layers) * layer_forward_flops(m) + head_forward_flops(m))
-                                             : 0;
+  const double recompute_flops = s.model_flops / 3 *
+                                 recompute_forward_flops(m, g, double(m.layers) * layer_forward_flops(m)) /
+                                 (double(m.layers) * layer_forward_flops(m) + head_forward_flops(m));
   s.hardware_flops = s.model_flops + recompute_flops;
   // The devices the run occupies (on this CPU: its cores, however many ranks share them).
   const int devices = mc.one_node ? std::min(g.world(), mc.devices_per_node) : g.world();

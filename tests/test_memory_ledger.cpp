@@ -139,6 +139,36 @@ TEST(ActivationFormula, CountsTheTensorsAliveAtTheBackwardsPeak) {
   EXPECT_EQ(optim::micro_batches_in_flight("1f1b", 4, 2, 0, 2), 2.5);
 }
 
+// --recompute (parallel/recompute.h) on the first test's case with 4 blocks
+// (fp32, b 2, s 4, h 8, a 2: a unit [b, s, h] is 256 bytes, a block keeps
+// 17 units and its layernorms' stats 128; the softmax [2, 2, 4, 4] is 256).
+// The peak stays at the last block's mlp.c_proj backward: what is alive
+// there besides the kept (the gradient 256, dx 1024, dW 1024, db 64 + 32,
+// the head's wte gradient 320: 2720) does not change; the kept does, and
+// full adds the block its rerun rebuilt (x is shared with the kept input,
+// the rerun's output is held instead: 17 x 256 + 128).
+TEST(ActivationFormula, RecomputationKeepsLessAndRebuildsOneBlockInBackward) {
+  optim::ActivationCase c;
+  c.micro_batch = 2, c.seq = 4, c.width = 8, c.heads = 2, c.vocab = 10, c.blocks = 4, c.has_head = true;
+  c.has_embedding = true, c.batch_tokens = 8;
+  const double block = 17 * 256 + 128, around = 32 + 128, at_c_proj = 2720;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total, 4 * block + around + at_c_proj);
+  // selective: each block keeps all but its softmax.
+  c.recompute = parallel::Recompute::Selective;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).per_block, block - 256);
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total, 4 * (block - 256) + around + at_c_proj);
+  // full: each block keeps its input x only; backward rebuilds one block.
+  c.recompute = parallel::Recompute::Full;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).per_block, 256);
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total, 4 * 256 + around + block + at_c_proj);
+  // full without a main_grad buffer (.grad tensors kept): a block's gradients
+  // (12 h² + 13 h fp32 = 3488 bytes) outweigh its input (256), so the peak is
+  // the first block's rerun, after 3 blocks' backward: + 3 x (3488 - 256) and
+  // the head's ln_f gradients (2 h fp32, 64), alive since the head's backward.
+  c.grad_bytes = 10000;
+  EXPECT_DOUBLE_EQ(optim::predict_activations(c).total, 4 * 256 + around + block + at_c_proj + 3 * (3488 - 256) + 64);
+}
+
 TEST(ActivationFormula, InterleavedWalksTheRanksSchedule) {
   // pp 2, v 2, m 4, rank 1: chunk 0 is virtual stage 1 (one block), chunk 1
   // the last (one block and the head). Its schedule (interleaved_schedule.h):
@@ -227,5 +257,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"pp2_tp2_fp32", 4, "--pp 2 --tp 2 --microbatches 2 --batch 8", 16.0, false,
                            8 * 16 * 32 * 4},
                       Mode{"pp2_v2_fp32", 2, "--pp 2 --virtual-stages 2 --microbatches 4 --batch 8 --layers 4", 16.0,
-                           false, 8 * 16 * 32 * 4}),
+                           false, 8 * 16 * 32 * 4},
+                      // --recompute: the peak moves into a rerun (optim/activation_memory.cpp)
+                      Mode{"full_fp32", 1, "--batch 16 --recompute full", 16.0, false},  // the first block's rerun
+                      Mode{"full_bf16_attention", 1, "--batch 2 --heads 8 --block 64 --dtype bf16 --recompute full",
+                           18.0, false},
+                      Mode{"selective_bf16_attention", 1,
+                           "--batch 2 --heads 8 --block 64 --dtype bf16 --recompute selective", 18.0, false},
+                      Mode{"dp2_fp32_full", 2, "--dp 2 --batch 8 --block 17 --bucket-mb 0.1 --recompute full", 16.0,
+                           true},
+                      Mode{"pp2_fp16_full", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16 --recompute full", 18.0,
+                           true, 8 * 16 * 32 * 2},
+                      Mode{"tp2_sp_fp32_full", 2, "--tp 2 --sequence-parallel --batch 16 --recompute full", 16.0, false},
+                      Mode{"tp2_sp_bf16_selective", 2,
+                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute selective", 18.0, true}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -85,8 +85,30 @@ TEST(PlanMemory, ActivationsFollowKorthikantisTable) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 14.25);
   g.recompute = true;  // only the layer input, split by SP: 2 / 8
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 0.25);
+  g.recompute = false, g.recompute_selective = true;  // SP without the core's 5 a s / (h t) = 10: 34 / 8
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 34 / 8);
+  g.sequence_parallel = false;  // 10 + 24 / 8 = 13 (Korthikanti's Table 2, selective)
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 1), 2048.0 * 12288 * 13);
   g = grid(1, 1, 1);  // no tp, fp32 (loom's CPU runs): twice 34 + 5 a s / h
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(tiny(), g, 16), 64.0 * 16 * 128 * (34 + 5 * 4 * 64 / 128.0) * 2);
+}
+
+// Selective against full on the tiny GPT (s 64, h 128, a 4, fp32, b 16): full
+// keeps 2 s b h a layer and reruns every layer's forward (24 s h² + 4 s² h a
+// sequence); selective keeps all but 5 a s / h (10 of 44 s b h) and reruns
+// only the attention core, 4 s² h.
+TEST(PlanRecompute, SelectiveKeepsMoreAndRerunsLessThanFull) {
+  const ModelShape m = tiny();
+  const double s = 64, h = 128, sbh = s * 16 * h * 2;  // fp32: twice the 16-bit bytes
+  Grid g = grid(1, 1, 1);
+  g.recompute = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 16), 2 * sbh);
+  EXPECT_DOUBLE_EQ(recompute_forward_flops(m, g, 4 * layer_forward_flops(m)), 4 * s * (24 * h * h + 4 * s * h));
+  g.recompute = false, g.recompute_selective = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 16), 34 * sbh);
+  EXPECT_DOUBLE_EQ(recompute_forward_flops(m, g, 4 * layer_forward_flops(m)), 4 * 4 * s * s * h);
+  g.recompute_selective = false;
+  EXPECT_DOUBLE_EQ(recompute_forward_flops(m, g, 4 * layer_forward_flops(m)), 0);
 }
 
 TEST(PlanMemory, OneFOneBHoldsPMicroBatchesOnTheFirstStage) {

@@ -18,13 +18,20 @@
 //   found-inf-wrong-group found_inf and the grad norm reduced over the dp group
 //                         instead of the model-parallel group: under fp16, stages
 //                         disagree on skipping a step (detected, reported, stopped)
+//   recompute-fresh-dropout  --recompute's rerun draws the next call's dropout
+//                         masks, not the forward's: backward differentiates a
+//                         network the forward never ran. Silent: the loss still
+//                         falls. Only the run without the bug shows it (measured,
+//                         --layers 2 --embd 32 --batch 4 --dropout 0.2 --recompute
+//                         full): step 1's grad norm 2.135 instead of 2.050, the
+//                         loss off from step 2 on, 2.786 instead of 2.771 at step 30
 #pragma once
 
 #include <string>
 
 namespace loom::teach {
 
-enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup };
+enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

@@ -1,0 +1,103 @@
+#include "parallel/recompute.h"
+
+#include "autograd/checkpoint.h"
+#include "parallel/teach/teach_break.h"
+#include "parallel/tensor_parallel/block.h"
+#include "tensor/grad_mode.h"
+
+namespace loom::parallel {
+
+namespace {
+
+// The Philox generators of every Dropout under m: the region's random state.
+std::vector<PhiloxGenerator*> dropout_generators(nn::Module& m) {
+  std::vector<nn::Dropout*> ds;
+  nn::collect_dropouts(m, ds);
+  std::vector<PhiloxGenerator*> gens;
+  for (nn::Dropout* d : ds) gens.push_back(&d->gen);
+  return gens;
+}
+
+// --teach-break recompute-fresh-dropout: the rerun (the run with grad on; the
+// first is under the checkpoint's NoGradGuard) draws the next call's masks
+// instead of the forward's, so backward differentiates a network the forward never ran.
+void teach_fresh_masks(const std::vector<PhiloxGenerator*>& rng) {
+  if (teach::broken(teach::Break::RecomputeFreshDropout) && GradMode::is_enabled())
+    for (PhiloxGenerator* g : rng) ++g->offset;
+}
+
+// A block that keeps only its input: forward under a checkpoint. Its children
+// are the block's own (ln_1, attn, ...), so the parameters keep their names.
+struct CheckpointedBlock : nn::Layer {
+  std::shared_ptr<nn::Layer> block;
+  std::vector<PhiloxGenerator*> rng;
+
+  explicit CheckpointedBlock(std::shared_ptr<nn::Layer> b) : block(std::move(b)), rng(dropout_generators(*block)) {
+    for (const auto& [name, child] : block->named_children()) register_module(name, child);
+  }
+  // x: [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) override {
+    auto run = [this](const autograd::TensorList& in) {
+      teach_fresh_masks(rng);
+      return autograd::TensorList{block->forward(in[0])};
+    };
+    return autograd::checkpoint(run, {x}, rng)[0];
+  }
+  void train(bool on = true) override {
+    Layer::train(on);
+    block->train(on);
+  }
+};
+
+// The attention core under a checkpoint: q, k, v [B, H, T, hd] kept, the
+// scores and the softmax [B, H, T, T] rebuilt in backward.
+nn::AttentionCore checkpointed(nn::AttentionCore core) {
+  return [core](const Tensor& q, const Tensor& k, const Tensor& v, nn::Dropout* attn_dropout) {
+    std::vector<PhiloxGenerator*> rng;
+    if (attn_dropout) rng = dropout_generators(*attn_dropout);
+    auto run = [core, rng, attn_dropout](const autograd::TensorList& in) {
+      teach_fresh_masks(rng);
+      return autograd::TensorList{core(in[0], in[1], in[2], attn_dropout)};
+    };
+    return autograd::checkpoint(run, {q, k, v}, rng)[0];
+  };
+}
+
+// The attention core of a block, whichever kind made it.
+nn::AttentionCore* attention_core(nn::Layer& block) {
+  if (auto* b = dynamic_cast<nn::Block*>(&block)) return &b->attn->core;
+  if (auto* b = dynamic_cast<TensorParallelBlock*>(&block)) return &b->attn->core;
+  return nullptr;
+}
+
+}  // namespace
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  throw Error(str("--recompute '", name, "': expected none, selective (the attention core) or full (each block)"));
+}
+
+LayerBuilder with_recompute(LayerBuilder b, const nn::GPTConfig& cfg, Recompute mode) {
+  if (mode == Recompute::None) return b;
+  auto build = b.build ? b.build : [cfg](int64_t begin, int64_t end) { return nn::build_gpt_layers(cfg, begin, end); };
+  b.build = [build, cfg, mode](int64_t begin, int64_t end) {
+    std::vector<std::shared_ptr<nn::Layer>> layers = build(begin, end);
+    for (int64_t i = begin; i < end; ++i) {
+      if (i == 0 || i == cfg.num_layers() - 1) continue;  // the embedding and the head are not blocks
+      std::shared_ptr<nn::Layer>& layer = layers[size_t(i - begin)];
+      if (mode == Recompute::Full) {
+        layer = std::make_shared<CheckpointedBlock>(layer);
+      } else {
+        nn::AttentionCore* core = attention_core(*layer);
+        LOOM_CHECK(core, "--recompute selective: layer ", i, " has no attention core to recompute");
+        *core = checkpointed(*core);
+      }
+    }
+    return layers;
+  };
+  return b;
+}
+
+}  // namespace loom::parallel
