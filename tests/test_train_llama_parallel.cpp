@@ -90,3 +90,14 @@ TEST(TrainLlamaParallel, KvHeadsThatDoNotDivideTheHeadsAreRefused) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--kv-heads 3 must divide --heads 4"), std::string::npos) << r.output;
 }
+
+// A checkpoint carries the architecture (GPTConfig::arch_metadata): saved at
+// step 5 by a tp 2 run, resumed on a 2-stage pipeline with no --arch flag
+// (GPT-2's default), it must go on as the Llama single process does.
+TEST(TrainLlamaParallel, CheckpointKeepsTheArchitectureAcrossAReshard) {
+  Result first = train("llama_reshard", 2, kLlama + "--tp 2 --batch 16 --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  Result resumed = train("llama_reshard", 2, "--pp 2 --microbatches 4 --batch 4 --resume " + checkpoint("llama_reshard"));
+  EXPECT_NE(resumed.output.find("architecture: llama: RMSNorm, RoPE base 500000"), std::string::npos) << resumed.output;
+  expect_same_run(resumed, llama_single_process(), "llama --tp 2 -> save -> --pp 2");
+}
