@@ -43,6 +43,17 @@ TEST(TrainLlamaParallel, BucketDataParallelTwoRanksMatchesOneProcess) {
   expect_same_run(train("llama_dp2", 2, kLlama + "--dp 2 --batch 8"), llama_single_process(), "llama --dp 2");
 }
 
+TEST(TrainLlamaParallel, NaiveDataParallelTwoRanksMatchesOneProcess) {
+  expect_same_run(train("llama_naive_dp2", 2, kLlama + "--dp 2 --dp-mode naive --batch 8"), llama_single_process(),
+                  "llama --dp 2 naive");
+}
+
+// Interleaved 1F1B: 4 layers (embedding, 2 blocks, head) in 4 chunks, 2 per stage.
+TEST(TrainLlamaParallel, InterleavedPipelineMatchesOneProcess) {
+  expect_same_run(train("llama_pp2_v2", 2, kLlama + "--pp 2 --virtual-stages 2 --microbatches 4 --batch 4"),
+                  llama_single_process(), "llama --pp 2 --virtual-stages 2");
+}
+
 TEST(TrainLlamaParallel, PipelineTwoStagesMatchesOneProcess) {
   expect_same_run(train("llama_pp2", 2, kLlama + "--pp 2 --microbatches 4 --batch 4"), llama_single_process(),
                   "llama --pp 2 1f1b");
