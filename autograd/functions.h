@@ -28,6 +28,7 @@ Tensor sqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double p);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation
+Tensor silu(const Tensor& x);  // x sigmoid(x), Llama's SwiGLU gate
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
@@ -90,6 +91,11 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 Tensor log_softmax(const Tensor& x);  // last dim
 // x: [..., C], weight/bias: [C] (may be undefined). Fused; saves mean/rstd.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// RMSNorm: x: [..., C], weight: [C] (may be undefined). Fused; saves rstd.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+// Rotary position embeddings (Llama's rotate-half layout): x [..., T, hd], row t
+// at position pos0 + t, rotated by base^(-2i/hd) per position. No parameters.
+Tensor rope(const Tensor& x, double base = 10000.0, int64_t pos0 = 0);
 // weight: [V, C], idx: int tensor of any shape -> [..., C]
 Tensor embedding(const Tensor& weight, const Tensor& idx);
 // logits: [N, V], targets: [N] -> mean loss over targets != ignore_index

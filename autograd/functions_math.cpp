@@ -93,6 +93,12 @@ Tensor gelu(const Tensor& x) {
   });
 }
 
+Tensor silu(const Tensor& x) {
+  return record("SiluBackward", {&x}, ops::silu(x), [x](const TensorList& g) {
+    return TensorList{ops::silu_backward(g[0], x)};
+  });
+}
+
 // ---- reductions ------------------------------------------------------------------
 
 Tensor sum(const Tensor& x) {

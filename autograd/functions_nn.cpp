@@ -52,6 +52,21 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 });
 }
 
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  ops::RMSNormResult r = ops::rms_norm(x, weight, eps);
+  return record("RMSNormBackward", {&x, &weight}, r.y, [x, weight, rstd = r.rstd](const TensorList& g) {
+    ops::RMSNormGrads d = ops::rms_norm_backward(g[0], x, weight, rstd);
+    return TensorList{d.dx, weight.defined() ? d.dweight : Tensor()};
+  });
+}
+
+// A rotation by each position's angles; its backward rotates the gradient back.
+Tensor rope(const Tensor& x, double base, int64_t pos0) {
+  return record("RoPEBackward", {&x}, ops::rope(x, base, pos0), [base, pos0](const TensorList& g) {
+    return TensorList{ops::rope(g[0], base, pos0, /*inverse=*/true)};
+  });
+}
+
 Tensor embedding(const Tensor& weight, const Tensor& idx) {
   return record("EmbeddingBackward", {&weight}, ops::embedding(weight, idx), [idx, v = weight.size(0)](const TensorList& g) {
     return TensorList{ops::embedding_backward(g[0], idx, v)};

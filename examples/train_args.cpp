@@ -59,6 +59,14 @@ void add_options(CLI::App& app, Args& a) {
   number(app, "--weight-decay", a.weight_decay, {0.0, 1e6}, "AdamW weight decay on matmul weights");
   number(app, "--grad-clip", a.grad_clip, {0.0, 1e30, " (0: off)"}, "clip the gradient norm to this (0: off)");
   number(app, "--seed", a.seed, {0, UINT64_MAX}, "seed for weights, data order and sampling");
+  // The architecture (nn/gpt.h; docs: From GPT-2 to Llama).
+  app.add_option("--arch", a.arch, "gpt2 (LayerNorm, learned positions, GELU, tied head) or llama (RMSNorm, RoPE, "
+                                   "SwiGLU, grouped-query attention, untied head, no biases)")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  number(app, "--kv-heads", a.kv_heads, {0, 4096}, "key/value heads (0: --heads; 1: multi-query; divides --heads)");
+  number(app, "--rope-base", a.rope_base, {1.0, 1e30, "", true}, "RoPE's base (--arch llama)");
+  number(app, "--mlp-hidden", a.mlp_hidden, {0, kMaxSize}, "MLP width (0: 4 x --embd, or 8/3 x for llama's SwiGLU)");
+  app.add_flag("--untied", a.untied, "an LM head of its own instead of the token embedding's transpose");
   number(app, "--threads", a.threads, {1, 4096},
          "math threads (OpenMP); woken only while the cores are free, idle ones soon sleep");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
@@ -206,6 +214,10 @@ void check_device(const Args& a) {
 void validate(const Args& a) {
   // Each number's own range was checked as it was read (number() above); here what ties flags together.
   LOOM_CHECK(a.embd % a.heads == 0, "--embd ", a.embd, " must be divisible by --heads ", a.heads);
+  LOOM_CHECK(a.kv_heads == 0 || a.heads % a.kv_heads == 0, "--kv-heads ", a.kv_heads, " must divide --heads ",
+             a.heads, " (each key/value head serves --heads / --kv-heads query heads)");
+  LOOM_CHECK(a.arch != "llama" || (a.embd / a.heads) % 2 == 0, "--arch llama: the head size --embd / --heads = ",
+             a.embd / a.heads, " must be even (RoPE rotates pairs of features)");
   // The weights, gradients and AdamW's two moments in fp32 (16 bytes a parameter,
   // the vocabulary's rows not counted) must fit in this machine's memory.
   const double params = 12.0 * double(a.layers) * double(a.embd) * double(a.embd) + double(a.block * a.embd);
@@ -217,6 +229,9 @@ void validate(const Args& a) {
   // sequence: each must divide. The vocabulary is padded instead (gpt.h).
   LOOM_CHECK(a.heads % a.tp == 0, "--tp ", a.tp, " must divide --heads ", a.heads,
              " (attention is split by heads)");
+  const int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  LOOM_CHECK(kv_heads % a.tp == 0, "--tp ", a.tp, " must divide the key/value heads (--kv-heads ", kv_heads,
+             "): each rank keeps the kv heads its query heads read");
   LOOM_CHECK(!a.sequence_parallel || a.tp > 1, "--sequence-parallel needs --tp > 1");
   LOOM_CHECK(!a.sequence_parallel || a.block % a.tp == 0, "--sequence-parallel: --tp ", a.tp,
              " must divide --block ", a.block, " (each rank holds block / tp positions)");
@@ -242,6 +257,8 @@ void validate(const Args& a) {
                "is not supported (each rank's masks would differ from one process's); use --dropout 0");
     LOOM_CHECK(a.device == "cpu", "--cp ", a.cp, " with --device ", a.device,
                ": context parallelism is tested on the CPU only so far; use --device cpu");
+    LOOM_CHECK(a.arch == "gpt2", "--cp ", a.cp, " with --arch ", a.arch, ": RoPE would turn q and k by each rank's "
+               "local positions, not its zig-zag chunks' true ones (not wired yet); use --arch gpt2 or --cp 1");
   }
   parallel::parse_recompute(a.recompute);  // an unknown mode names the three
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),

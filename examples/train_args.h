@@ -51,7 +51,14 @@ struct Args {
   std::string recompute = "none";
   // teaching
   std::string teach_break = "none";
+  // architecture (nn/gpt.h): gpt2, or llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head)
+  std::string arch = "gpt2";
+  int64_t kv_heads = 0;       // key/value heads (0: --heads; 1: multi-query)
+  double rope_base = 10000.0;
+  int64_t mlp_hidden = 0;     // the MLP width (0: 4C for gpt2, 8C/3 rounded up to 8 for llama)
+  bool untied = false;        // an LM head of its own (llama's default)
 };
+
 
 void add_options(CLI::App& app, Args& a);
 

@@ -53,6 +53,11 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   std::u32string text = data::read_corpus(a.data, &read);
   std::string vocab;
   nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
+  cfg.set_arch(a.arch);  // gpt2 or llama's set of blocks, then the flags that tune it
+  cfg.n_kv_head = a.kv_heads;
+  cfg.rope_base = a.rope_base;
+  cfg.mlp_hidden = a.mlp_hidden;
+  if (a.untied) cfg.tied_embeddings = false;
   if (!a.resume.empty()) {
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
     say(rank0, "resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
@@ -100,6 +105,12 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
       (long long)m.chunks->num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
   if (a.recompute != "none") say(rank0, "recompute: %s\n", a.recompute.c_str());
+  if (cfg.arch() != "gpt2")  // GPT-2's runs print what they always did
+    say(rank0, "architecture: %s: %s, %s, %s MLP width %lld, %lld query heads / %lld kv heads, %s head%s\n",
+        cfg.arch().c_str(), cfg.rmsnorm ? "RMSNorm" : "LayerNorm",
+        cfg.rope ? str("RoPE base ", cfg.rope_base).c_str() : "learned positions", cfg.swiglu ? "SwiGLU" : "GELU",
+        (long long)cfg.ffn_hidden(), (long long)cfg.n_head, (long long)cfg.kv_heads(),
+        cfg.tied_embeddings ? "tied" : "untied", cfg.bias ? "" : ", no biases");
   if (a.device != "cpu") {  // each rank's GPU, and how ranks exchange tensors
     if (rank0) std::printf("device: %s, TF32 %s, backend %s\n", a.device.c_str(), a.tf32 ? "on" : "off",
                            a.backend.empty() ? "nccl" : a.backend.c_str());

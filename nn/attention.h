@@ -6,6 +6,11 @@
 // follow GPT-2 / nanoGPT.) On the CPU the middle steps (scores, softmax,
 // weighting) run as one op that skips the masked half of the work: attend()
 // below says when.
+//
+// Llama's options (nn/block.h's BlockOptions): rotary position embeddings on q
+// and k (Su et al. 2021) instead of learned positions, grouped-query attention
+// (Ainslie et al. 2023: n_kv_head < n_head key/value heads, each shared by
+// n_head / n_kv_head query heads; 1 = multi-query, Shazeer 2019) and no biases.
 #pragma once
 
 #include <cmath>
@@ -60,19 +65,35 @@ inline Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, Dropout*
 // selective recomputation wraps the core in a checkpoint.
 using AttentionCore = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v, Dropout* attn_dropout)>;
 
+// k or v [B, n_kv_head, T, hd] -> [B, n_kv_head * n_rep, T, hd]: kv head j serves
+// query heads [j n_rep, (j + 1) n_rep) (transformers' repeat_kv). Its backward
+// sums the n_rep copies' gradients (expand's).
+inline Tensor repeat_kv(const Tensor& x, int64_t n_rep) {
+  using namespace loom::autograd;
+  if (n_rep == 1) return x;
+  const int64_t B = x.size(0), Hkv = x.size(1), T = x.size(2), hd = x.size(3);
+  return reshape(expand(unsqueeze(x, 2), {B, Hkv, n_rep, T, hd}), {B, Hkv * n_rep, T, hd});
+}
+
 struct CausalSelfAttention : Layer {
-  int64_t n_embd, n_head;
-  std::shared_ptr<Linear> c_attn;  // [3C, C]: q, k and v projections stacked
+  int64_t n_embd, n_head, n_kv_head;
+  double rope_base;                // 0: no rotary embeddings (GPT-2's learned positions are added before)
+  std::shared_ptr<Linear> c_attn;  // [(H + 2 Hkv) hd, C]: q, k and v projections stacked ([3C, C] for GPT-2)
   std::shared_ptr<Linear> c_proj;  // [C, C], a residual projection
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
   AttentionCore core = attend;
 
-  CausalSelfAttention(int64_t C, int64_t n_head, Generator& gen, double proj_std, double p_dropout = 0.0)
-      : n_embd(C), n_head(n_head) {
+  // n_kv_head 0 means n_head (multi-head attention, GPT-2).
+  CausalSelfAttention(int64_t C, int64_t n_head, Generator& gen, double proj_std, double p_dropout = 0.0,
+                      int64_t n_kv_head = 0, bool bias = true, double rope_base = 0.0)
+      : n_embd(C), n_head(n_head), n_kv_head(n_kv_head > 0 ? n_kv_head : n_head), rope_base(rope_base) {
     LOOM_CHECK(n_head > 0 && C % n_head == 0, "CausalSelfAttention: n_embd ", C, " is not divisible by n_head ",
                n_head);
-    c_attn = register_module("c_attn", std::make_shared<Linear>(C, 3 * C, gen));
-    c_proj = register_module("c_proj", std::make_shared<Linear>(C, C, gen, proj_std));
+    LOOM_CHECK(n_head % this->n_kv_head == 0, "CausalSelfAttention: n_head ", n_head,
+               " is not divisible by n_kv_head ", this->n_kv_head);
+    const int64_t kv = this->n_kv_head * (C / n_head);  // k and v widths
+    c_attn = register_module("c_attn", std::make_shared<Linear>(C, C + 2 * kv, gen, 0.02, bias));
+    c_proj = register_module("c_proj", std::make_shared<Linear>(C, C, gen, proj_std, bias));
     attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(p_dropout, gen.next_u64()));
     resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(p_dropout, gen.next_u64()));
   }
@@ -82,14 +103,23 @@ struct CausalSelfAttention : Layer {
     using namespace loom::autograd;
     LOOM_CHECK(x.dim() == 3 && x.size(2) == n_embd, "CausalSelfAttention: expected [B, T, ", n_embd, "], got ",
                x.shape());
-    const int64_t B = x.size(0), T = x.size(1), C = n_embd, H = n_head, hd = C / H;
+    const int64_t B = x.size(0), T = x.size(1), C = n_embd, H = n_head, hd = C / H, Hkv = n_kv_head;
 
-    Tensor qkv = c_attn->forward(x);          // [B, T, 3C]
-    TensorList parts = split(qkv, C, 2);      // q, k, v: [B, T, C] each (views)
-    auto heads = [&](const Tensor& t) {       // [B, T, C] -> [B, H, T, hd]
-      return transpose(reshape(t, {B, T, H, hd}), 1, 2);
+    Tensor qkv = c_attn->forward(x);  // [B, T, C + 2 Hkv hd]
+    // q: [B, T, C], k, v: [B, T, Hkv hd] (views)
+    TensorList parts = Hkv == H ? split(qkv, C, 2)
+                                : TensorList{narrow(qkv, 2, 0, C), narrow(qkv, 2, C, Hkv * hd),
+                                             narrow(qkv, 2, C + Hkv * hd, Hkv * hd)};
+    auto heads = [&](const Tensor& t, int64_t h) {  // [B, T, h hd] -> [B, h, T, hd]
+      return transpose(reshape(t, {B, T, h, hd}), 1, 2);
     };
-    Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+    Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
+    if (rope_base > 0) {  // rotate q and k by their positions: q·k then depends on the distance only
+      q = rope(q, rope_base);
+      k = rope(k, rope_base);
+    }
+    k = repeat_kv(k, H / Hkv);  // [B, H, T, hd]: each kv head serves H / Hkv query heads
+    v = repeat_kv(v, H / Hkv);
 
     Tensor y = core(q, k, v, attn_dropout.get());  // [B, H, T, hd]
     y = reshape(transpose(y, 1, 2), {B, T, C});  // merge heads: [B, T, H, hd] -> [B, T, C]

@@ -1,6 +1,8 @@
 #include "nn/gpt.h"
 
 #include <cmath>
+#include <iomanip>
+#include <type_traits>
 
 #include "nn/loss.h"
 
@@ -12,6 +14,101 @@ void GPTConfig::validate() const {
              n_layer, ", n_head ", n_head, ", n_embd ", n_embd, ")");
   LOOM_CHECK(n_embd % n_head == 0, "GPTConfig: n_embd ", n_embd, " is not divisible by n_head ", n_head);
   LOOM_CHECK(dropout >= 0.0 && dropout < 1.0, "GPTConfig: dropout must be in [0, 1), got ", dropout);
+  LOOM_CHECK(n_kv_head >= 0 && n_head % kv_heads() == 0, "GPTConfig: n_head ", n_head,
+             " is not divisible by n_kv_head ", n_kv_head, " (each key/value head serves n_head / n_kv_head query heads)");
+  LOOM_CHECK(!rope || (n_embd / n_head) % 2 == 0, "GPTConfig: rotary embeddings need an even head size, got n_embd ",
+             n_embd, " / n_head ", n_head, " = ", n_embd / n_head);
+  LOOM_CHECK(!rope || rope_base > 1.0, "GPTConfig: rope_base must be > 1, got ", rope_base);
+  LOOM_CHECK(mlp_hidden >= 0, "GPTConfig: mlp_hidden must be >= 0 (0: the default width), got ", mlp_hidden);
+  LOOM_CHECK(norm_eps > 0.0, "GPTConfig: norm_eps must be > 0, got ", norm_eps);
+}
+
+void GPTConfig::set_arch(const std::string& name) {
+  LOOM_CHECK(name == "gpt2" || name == "llama", "GPTConfig: unknown architecture '", name,
+             "' (expected gpt2 or llama)");
+  const bool llama = name == "llama";
+  rmsnorm = rope = swiglu = llama;
+  tied_embeddings = bias = !llama;
+}
+
+std::string GPTConfig::arch() const {
+  if (!rmsnorm && !rope && !swiglu && tied_embeddings && bias) return "gpt2";
+  if (rmsnorm && rope && swiglu && !tied_embeddings && !bias) return "llama";
+  return "custom";
+}
+
+int64_t GPTConfig::ffn_hidden() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  if (!swiglu) return 4 * n_embd;
+  // Llama: 2/3 of 4C, so SwiGLU's three matrices hold what GELU's two do;
+  // rounded up to a multiple of 8 here (Llama rounds to 256).
+  return (8 * n_embd / 3 + 7) / 8 * 8;
+}
+
+BlockOptions GPTConfig::block_options() const {
+  BlockOptions o;
+  o.rmsnorm = rmsnorm;
+  o.norm_eps = norm_eps;
+  o.rope_base = rope ? rope_base : 0.0;
+  o.n_kv_head = kv_heads();
+  o.swiglu = swiglu;
+  o.mlp_hidden = ffn_hidden();
+  o.bias = bias;
+  return o;
+}
+
+std::map<std::string, std::string> GPTConfig::arch_metadata() const {
+  const GPTConfig gpt2;
+  if (rmsnorm == gpt2.rmsnorm && norm_eps == gpt2.norm_eps && rope == gpt2.rope && swiglu == gpt2.swiglu &&
+      mlp_hidden == gpt2.mlp_hidden && n_kv_head == gpt2.n_kv_head && tied_embeddings == gpt2.tied_embeddings &&
+      bias == gpt2.bias)
+    return {};
+  auto num = [](double v) { return str(std::setprecision(17), v); };
+  return {{"arch", arch()},          {"rmsnorm", std::to_string(rmsnorm)},
+          {"norm_eps", num(norm_eps)}, {"rope", std::to_string(rope)},
+          {"rope_base", num(rope_base)}, {"swiglu", std::to_string(swiglu)},
+          {"mlp_hidden", std::to_string(mlp_hidden)}, {"n_kv_head", std::to_string(n_kv_head)},
+          {"tied_embeddings", std::to_string(tied_embeddings)}, {"bias", std::to_string(bias)}};
+}
+
+void GPTConfig::read_arch_metadata(const std::map<std::string, std::string>& meta) {
+  auto get = [&](const char* key, auto& field) {
+    auto it = meta.find(key);
+    if (it == meta.end()) return;
+    try {
+      size_t used = 0;
+      const double v = std::stod(it->second, &used);
+      LOOM_CHECK(used == it->second.size(), "trailing characters");
+      field = static_cast<std::remove_reference_t<decltype(field)>>(v);
+    } catch (const std::exception&) {
+      throw Error(str("GPTConfig: metadata '", key, "' is not a number: '", it->second, "'"));
+    }
+  };
+  get("rmsnorm", rmsnorm);
+  get("norm_eps", norm_eps);
+  get("rope", rope);
+  get("rope_base", rope_base);
+  get("swiglu", swiglu);
+  get("mlp_hidden", mlp_hidden);
+  get("n_kv_head", n_kv_head);
+  get("tied_embeddings", tied_embeddings);
+  get("bias", bias);
+}
+
+int64_t gpt_embedding_params(const GPTConfig& cfg) {
+  return cfg.vocab_size * cfg.n_embd + (cfg.rope ? 0 : cfg.block_size * cfg.n_embd);
+}
+
+int64_t gpt_block_params(const GPTConfig& cfg) {
+  const int64_t C = cfg.n_embd, F = cfg.ffn_hidden(), kv = cfg.kv_heads() * (C / cfg.n_head);
+  const int64_t norms = 2 * (cfg.rmsnorm ? C : 2 * C);
+  const int64_t attn = (C + 2 * kv) * C + C * C + (cfg.bias ? C + 2 * kv + C : 0);
+  const int64_t mlp = (cfg.swiglu ? 3 : 2) * C * F + (cfg.bias ? (cfg.swiglu ? 2 : 1) * F + C : 0);
+  return norms + attn + mlp;
+}
+
+int64_t gpt_head_params(const GPTConfig& cfg) {
+  return (cfg.rmsnorm ? 1 : 2) * cfg.n_embd + cfg.vocab_size * cfg.n_embd;
 }
 
 // One stream per layer: seeded with the first draw of Generator(seed), plus the
@@ -25,7 +122,7 @@ Generator layer_generator(uint64_t seed, int64_t layer_index) {
 GPTEmbedding::GPTEmbedding(const GPTConfig& cfg) : block_size(cfg.block_size) {
   Generator gen = layer_generator(cfg.seed, 0);
   wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, gen));
-  wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd, gen));
+  if (!cfg.rope) wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd, gen));
   drop = register_module("drop", std::make_shared<Dropout>(cfg.dropout, gen.next_u64()));
 }
 
@@ -35,6 +132,7 @@ Tensor GPTEmbedding::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
   LOOM_CHECK(T <= block_size, "GPTEmbedding: sequence length ", T, " exceeds block_size ", block_size);
   Tensor tok = wte->forward(idx);         // [B, T, C]
+  if (!wpe) return drop->forward(tok);     // RoPE: positions enter in attention, on q and k
   Tensor pos = wpe->forward(positions(T));  // [T, C], broadcast over the batch
   return drop->forward(autograd::add(tok, pos));
 }
@@ -44,19 +142,26 @@ Tensor GPTEmbedding::forward(const Tensor& idx) {
 GPTHead::GPTHead(const GPTConfig& cfg, std::shared_ptr<Embedding> tied_wte) {
   LOOM_CHECK(tied_wte && tied_wte->weight.size(0) == cfg.vocab_size && tied_wte->weight.size(1) == cfg.n_embd,
              "GPTHead: the tied embedding must be [", cfg.vocab_size, ", ", cfg.n_embd, "]");
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd));
+  LOOM_CHECK(cfg.tied_embeddings, "GPTHead: an untied head has its own lm_head; build it with GPTHead(cfg)");
+  ln_f = register_module("ln_f", make_norm(cfg.n_embd, cfg.block_options()));
   wte = register_module("wte", std::move(tied_wte));
 }
 
 GPTHead::GPTHead(const GPTConfig& cfg) {
-  Generator gen = layer_generator(cfg.seed, 0);  // wte is the first draw of layer 0
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.n_embd));
-  wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, gen));
+  ln_f = register_module("ln_f", make_norm(cfg.n_embd, cfg.block_options()));
+  if (cfg.tied_embeddings) {
+    Generator gen = layer_generator(cfg.seed, 0);  // wte is the first draw of layer 0
+    wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, gen));
+  } else {
+    Generator gen = layer_generator(cfg.seed, cfg.num_layers() - 1);
+    lm_head = register_module("lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, gen, 0.02, false));
+  }
 }
 
 Tensor GPTHead::forward(const Tensor& x) {
-  Tensor h = ln_f->forward(x);                                             // [B, T, C]
-  return autograd::linear(h, wte->weight, Tensor());  // h @ wteᵀ: [B, T, C] @ [C, V] -> [B, T, V]
+  Tensor h = ln_f->forward(x);                                   // [B, T, C]
+  const Tensor& w = wte ? wte->weight : lm_head->weight;         // [V, C]
+  return autograd::linear(h, w, Tensor());  // h @ wᵀ: [B, T, C] @ [C, V] -> [B, T, V]
 }
 
 Tensor GPTHead::loss(const Tensor& logits, const Tensor& targets) const {
@@ -79,10 +184,12 @@ std::vector<std::shared_ptr<Layer>> build_gpt_layers(const GPTConfig& cfg, int64
       embedding = std::make_shared<GPTEmbedding>(cfg);
       layers.push_back(embedding);
     } else if (i == n - 1) {
-      layers.push_back(embedding ? std::make_shared<GPTHead>(cfg, embedding->wte) : std::make_shared<GPTHead>(cfg));
+      const bool tie = embedding && cfg.tied_embeddings;
+      layers.push_back(tie ? std::make_shared<GPTHead>(cfg, embedding->wte) : std::make_shared<GPTHead>(cfg));
     } else {
       Generator gen = layer_generator(cfg.seed, i);
-      layers.push_back(std::make_shared<Block>(cfg.n_embd, cfg.n_head, gen, proj_std, cfg.dropout));
+      layers.push_back(
+          std::make_shared<Block>(cfg.n_embd, cfg.n_head, gen, proj_std, cfg.dropout, cfg.block_options()));
     }
   }
   return layers;
@@ -99,11 +206,12 @@ std::string gpt_layer_prefix(const GPTConfig& cfg, int64_t layer_index) {
 
 GPT::GPT(const GPTConfig& cfg) : cfg_(cfg), layers_(build_gpt_layers(cfg, 0, cfg.num_layers())) {
   register_module("wte", embedding()->wte);
-  register_module("wpe", embedding()->wpe);
+  if (embedding()->wpe) register_module("wpe", embedding()->wpe);
   register_module("drop", embedding()->drop);
   auto blocks = register_module("blocks", std::make_shared<ModuleList<Block>>());
   for (int64_t i = 0; i < cfg.n_layer; ++i) blocks->push_back(block(i));
   register_module("ln_f", head()->ln_f);
+  if (head()->lm_head) register_module("lm_head", head()->lm_head);
 }
 
 Tensor GPT::forward(const Tensor& idx) {

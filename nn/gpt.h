@@ -17,6 +17,13 @@
 // The LM head's weight is wte.weight itself, so it appears once. Total:
 //   V C + block_size C + L (12 C² + 13 C) + 2 C.
 //
+// The Llama set (GPTConfig::arch_llama(), train_gpt --arch llama) changes, in
+// the same layers: RMSNorm for every norm, no wpe (rotary embeddings on q and k
+// instead), SwiGLU MLP (mlp.c_gate, mlp.c_fc, mlp.c_proj), grouped-query
+// attention (c_attn [(H + 2 Hkv) hd, C]), no biases, and an untied head with
+// its own lm_head.weight [V, C] (listed after ln_f.weight). gpt_block_params()
+// counts each variant.
+//
 // Initialisation (GPT-2): Linear and Embedding weights ~ N(0, 0.02), biases 0,
 // LayerNorm 1 and 0, residual projections (attn.c_proj.weight,
 // mlp.c_proj.weight) ~ N(0, 0.02 / sqrt(2 n_layer)) because each block adds
@@ -25,13 +32,16 @@
 // builds layers [a, b) gets exactly the weights the full model has.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/block.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/layernorm.h"
+#include "nn/linear.h"
 #include "nn/module.h"
 
 namespace loom::nn {
@@ -45,9 +55,37 @@ struct GPTConfig {
   double dropout = 0.0;
   uint64_t seed = 1337;
 
+  // ---- architecture: GPT-2's set by default; arch_llama() picks Llama's ----
+  bool rmsnorm = false;           // norms: LayerNorm (GPT-2) or RMSNorm (Llama)
+  double norm_eps = 1e-5;
+  bool rope = false;              // positions: learned wpe (GPT-2) or rotary embeddings on q, k (Llama)
+  double rope_base = 10000.0;     // RoPE's base θ (Llama 2: 10000, Llama 3: 500000)
+  bool swiglu = false;            // MLP: GELU (GPT-2) or SwiGLU (Llama)
+  int64_t mlp_hidden = 0;         // the MLP's width; 0: 4C for GELU, 8C/3 rounded up to a multiple of 8 for SwiGLU
+  int64_t n_kv_head = 0;          // key/value heads; 0: n_head; 1: multi-query; between: grouped-query
+  bool tied_embeddings = true;    // the head reuses wte (GPT-2) or has its own lm_head (Llama)
+  bool bias = true;               // biases on the attention and MLP linears (Llama has none)
+
+  // "gpt2" or "llama": sets the fields above to that family's set (sizes unchanged).
+  void set_arch(const std::string& arch);
+  std::string arch() const;       // "gpt2", "llama", or "custom" for any other mix
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t ffn_hidden() const;     // the MLP width, mlp_hidden or its default
+  BlockOptions block_options() const;
+  // The architecture fields as strings, for a checkpoint's metadata: empty for
+  // GPT-2's defaults (so GPT-2 checkpoints stay as they were); read back by
+  // read_arch_metadata (a missing key keeps its GPT-2 default).
+  std::map<std::string, std::string> arch_metadata() const;
+  void read_arch_metadata(const std::map<std::string, std::string>& meta);
+
   int64_t num_layers() const { return n_layer + 2; }  // embedding + blocks + head
   void validate() const;                              // throws on a non-positive size, C % n_head != 0, ...
 };
+
+// Parameter counts of the layers (the balanced pipeline partition weighs by these):
+int64_t gpt_embedding_params(const GPTConfig& cfg);  // wte (+ wpe)
+int64_t gpt_block_params(const GPTConfig& cfg);      // one block
+int64_t gpt_head_params(const GPTConfig& cfg);       // ln_f + the LM head (its own lm_head, or the tied wte's copy)
 
 // The generator layer i draws its initial weights (and dropout seeds) from.
 Generator layer_generator(uint64_t seed, int64_t layer_index);
@@ -70,16 +108,17 @@ struct EmbeddingLayer : Layer {
   }
 };
 struct HeadLayer : Layer {
-  virtual Tensor token_embedding() const = 0;  // the head's wte.weight: the embedding's, or its copy
+  // The head's wte.weight: the embedding's, or its copy; undefined for an untied head (Llama's lm_head).
+  virtual Tensor token_embedding() const = 0;
   // The mean cross-entropy of this layer's logits against targets [B, T].
   virtual Tensor loss(const Tensor& logits, const Tensor& targets) const = 0;
 };
 
-// Layer 0: x = dropout(wte[idx] + wpe[0..T-1]).
+// Layer 0: x = dropout(wte[idx] + wpe[0..T-1]); with RoPE, x = dropout(wte[idx]).
 struct GPTEmbedding : EmbeddingLayer {
   int64_t block_size;
   std::shared_ptr<Embedding> wte;  // [V, C]; drawn first, so GPTHead can rebuild it
-  std::shared_ptr<Embedding> wpe;  // [block_size, C]
+  std::shared_ptr<Embedding> wpe;  // [block_size, C]; null with RoPE
   std::shared_ptr<Dropout> drop;
 
   explicit GPTEmbedding(const GPTConfig& cfg);
@@ -89,19 +128,22 @@ struct GPTEmbedding : EmbeddingLayer {
 };
 
 // Layer L + 1: logits = ln_f(x) @ wte.weightᵀ. Registration order: ln_f, wte,
-// so its parameters are ln_f.weight, ln_f.bias, wte.weight.
+// so its parameters are ln_f.weight, ln_f.bias, wte.weight. Untied (Llama):
+// logits = ln_f(x) @ lm_head.weightᵀ, parameters ln_f.weight, lm_head.weight.
 struct GPTHead : HeadLayer {
-  std::shared_ptr<LayerNorm> ln_f;
-  std::shared_ptr<Embedding> wte;  // the token embedding: shared, or an identical copy
+  std::shared_ptr<LayerNorm> ln_f;    // or an RMSNorm (Llama)
+  std::shared_ptr<Embedding> wte;     // the token embedding: shared, or an identical copy; null when untied
+  std::shared_ptr<Linear> lm_head;    // [V, C], no bias: the untied head's own weight; null when tied
 
   // Tied: uses the embedding layer's wte module (same weight tensor).
   GPTHead(const GPTConfig& cfg, std::shared_ptr<Embedding> tied_wte);
   // Standalone (a last pipeline stage without layer 0): its own wte, drawn from
-  // layer_generator(seed, 0) exactly as GPTEmbedding draws it, so both start identical.
+  // layer_generator(seed, 0) exactly as GPTEmbedding draws it, so both start
+  // identical. Untied: lm_head, drawn from the head's own layer_generator.
   explicit GPTHead(const GPTConfig& cfg);
   // x: [B, T, C] -> logits [B, T, V]
   Tensor forward(const Tensor& x) override;
-  Tensor token_embedding() const override { return wte->weight; }
+  Tensor token_embedding() const override { return wte ? wte->weight : Tensor(); }  // undefined when untied
   Tensor loss(const Tensor& logits, const Tensor& targets) const override;  // nn::cross_entropy_loss
 };
 

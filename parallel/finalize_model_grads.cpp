@@ -29,7 +29,7 @@ std::vector<Tensor> FinalizeModelGrads::not_counted() const {
   std::vector<Tensor> out;
   // The tied weight once: the last stage's copy is left out.
   const ModelChunks& m = *model_.chunks;
-  if (m.is_last_stage() && !m.is_first_stage()) out.push_back(m.embedding_weight());
+  if (m.is_last_stage() && !m.is_first_stage() && m.embedding_weight().defined()) out.push_back(m.embedding_weight());
   // Tensor parallelism's replicated params once: tp rank 0's copies (all tp ranks' are equal).
   if (model_.tp && pgm_.tp_rank() != 0)
     for (const auto& [name, p] : model_.tp->replicated_params(m)) out.push_back(p);

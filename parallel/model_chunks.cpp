@@ -93,6 +93,7 @@ void ModelChunks::train(bool on) {
 }
 
 Tensor ModelChunks::embedding_weight() const {
+  if (!cfg_.tied_embeddings) return Tensor();  // an untied head (Llama): nothing shared across stages
   // The first layer of the model is an nn::EmbeddingLayer and the last an
   // nn::HeadLayer, whoever built them (nn/gpt.h, tensor_parallel/gpt.h).
   if (is_first_stage()) return static_cast<const nn::EmbeddingLayer&>(*layers_.front()).token_embedding();
@@ -112,10 +113,9 @@ Tensor ModelChunks::loss(const Tensor& logits, const Tensor& targets) const {
 }
 
 std::vector<int64_t> gpt_layer_param_counts(const nn::GPTConfig& cfg) {
-  const int64_t V = cfg.vocab_size, C = cfg.n_embd;
-  std::vector<int64_t> counts{V * C + cfg.block_size * C};
-  for (int64_t i = 0; i < cfg.n_layer; ++i) counts.push_back(12 * C * C + 13 * C);
-  counts.push_back(2 * C + V * C);
+  std::vector<int64_t> counts{nn::gpt_embedding_params(cfg)};  // GPT-2: V C + block_size C
+  for (int64_t i = 0; i < cfg.n_layer; ++i) counts.push_back(nn::gpt_block_params(cfg));  // 12 C² + 13 C
+  counts.push_back(nn::gpt_head_params(cfg));  // 2 C + V C
   return counts;
 }
 

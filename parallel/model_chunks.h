@@ -87,7 +87,7 @@ class ModelChunks : public nn::Module {
 
   // The token-embedding weight this rank holds: wte on the first stage, the
   // head's copy on the last (the same tensor when one rank holds both);
-  // undefined in between.
+  // undefined in between, and everywhere when the head is untied (Llama).
   Tensor embedding_weight() const;
 
   // Also sets the layer objects themselves (the embedding and the head are

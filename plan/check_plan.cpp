@@ -30,6 +30,9 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
   check_range("--virtual-stages", g.virtual_stages, 1, 4096);
   LOOM_CHECK(m.width % m.heads == 0, "--embd ", m.width, " must be divisible by --heads ", m.heads);
   LOOM_CHECK(m.heads % g.tp == 0, "--tp ", g.tp, " must divide --heads ", m.heads, " (attention is split by heads)");
+  const int64_t kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+  LOOM_CHECK(m.kv_heads >= 0 && m.heads % kv == 0, "--kv-heads ", m.kv_heads, " must divide --heads ", m.heads);
+  LOOM_CHECK(kv % g.tp == 0, "--tp ", g.tp, " must divide the key/value heads (--kv-heads ", kv, ")");
   LOOM_CHECK(!g.sequence_parallel || g.tp > 1, "--sequence-parallel needs --tp > 1");
   LOOM_CHECK(!g.sequence_parallel || m.seq % g.tp == 0, "--sequence-parallel: --tp ", g.tp, " must divide --block ",
              m.seq, " (each rank holds block / tp positions)");

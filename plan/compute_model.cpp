@@ -8,7 +8,7 @@ namespace loom::plan {
 
 double layer_forward_flops(const ModelShape& m) {
   const double s = double(m.seq), h = double(m.width);
-  return s * (24 * h * h + 4 * s * h);
+  return s * (2 * double(m.block_matmul_params()) + 4 * s * h);  // GPT-2: s (24 h² + 4 s h)
 }
 
 // What backward reruns: every layer's forward (full), or each layer's

@@ -11,7 +11,8 @@
 // which is 6 N tokens for the GEMMs (N ~ 12 L h^2) plus attention and logits.
 // Full recomputation runs each layer's forward twice: hardware FLOPs use 4
 // instead of 3 for the layers (Megatron's 96 B s L h^2 (...) formula); model
-// FLOPs (MFU) never count it.
+// FLOPs (MFU) never count it. Llama's blocks: 24 h² becomes 2 x the block's
+// matmul weights (ModelShape::block_matmul_params: SwiGLU's 3 h F, GQA's 2 h kv).
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,18 @@ struct ModelShape {
   int64_t heads = 4;     // a
   int64_t vocab = 65;    // V (padded to a multiple of tp, as loom's vocab-parallel embedding does)
   int64_t seq = 64;      // s: tokens per sequence (block size)
+  // Llama's blocks (train_gpt --arch llama): RMSNorm, RoPE (no wpe), SwiGLU's
+  // three matrices, grouped-query attention's smaller k and v, an untied head, no biases.
+  bool llama = false;
+  int64_t kv_heads = 0;  // key/value heads (0: heads)
+  int64_t ffn = 0;       // the MLP width (0: 4h, or llama's 8h/3 rounded up to 8)
+
+  int64_t kv_width() const { return (kv_heads > 0 ? kv_heads : heads) * (width / heads); }
+  int64_t ffn_width() const { return ffn > 0 ? ffn : llama ? (8 * width / 3 + 7) / 8 * 8 : 4 * width; }
+  // One block's matmul weights: q and the output h², k and v 2 h kv, the MLP 2 or 3 h F (12 h² for GPT-2).
+  int64_t block_matmul_params() const {
+    return 2 * width * width + 2 * width * kv_width() + (llama ? 3 : 2) * width * ffn_width();
+  }
 };
 
 struct Grid {

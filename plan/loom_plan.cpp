@@ -33,9 +33,15 @@ int main(int argc, char** argv) {
   Batch b;
   std::string machine = "cpu", model;
   double efficiency = 0, calibrate_ms = 0, tokens = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gib = 0;
-  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200) or gpt2-124m "
-                 "(12 x 768, 12 heads, seq 1024, vocab 50257); --layers etc. given too override it")
-      ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m"}));
+  app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200), gpt2-124m "
+                 "(12 x 768, 12 heads, seq 1024, vocab 50257) or llama2-70b (80 x 8192, 64 heads, 8 kv heads, "
+                 "SwiGLU 28672, seq 4096, vocab 32000); --layers etc. given too override it")
+      ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m", "llama2-70b"}));
+  std::string arch = "gpt2";
+  app.add_option("--arch", arch, "gpt2, or llama (SwiGLU's 3 matrices, GQA's smaller k and v, untied head, no biases)")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--kv-heads", m.kv_heads, "key/value heads (0: --heads)");
+  app.add_option("--ffn", m.ffn, "MLP width (0: 4h, or 8h/3 for llama)");
   app.add_option("--layers", m.layers, "transformer blocks (L)");
   app.add_option("--embd", m.width, "width (h)");
   app.add_option("--heads", m.heads, "attention heads (a)");
@@ -71,8 +77,9 @@ int main(int argc, char** argv) {
 
   try {
     if (!model.empty()) {  // the preset, with every shape flag given as well taking its place
-      ModelShape preset = model == "gpt3-175b" ? ModelShape{96, 12288, 96, 51200, 2048}
-                                               : ModelShape{12, 768, 12, 50257, 1024};
+      ModelShape preset = model == "gpt3-175b"    ? ModelShape{96, 12288, 96, 51200, 2048}
+                          : model == "llama2-70b" ? ModelShape{80, 8192, 64, 32000, 4096, true, 8, 28672}
+                                                  : ModelShape{12, 768, 12, 50257, 1024};
       const struct {
         const char* flag;
         int64_t ModelShape::*field;
@@ -84,8 +91,12 @@ int main(int argc, char** argv) {
                       (long long)(preset.*f.field));
           preset.*f.field = m.*f.field;
         }
+      const ModelShape given = m;
       m = preset;
+      if (app.count("--kv-heads")) m.kv_heads = given.kv_heads;
+      if (app.count("--ffn")) m.ffn = given.ffn;
     }
+    if (app.count("--arch")) m.llama = arch == "llama";
     if (b.micro_batches == 0) b.micro_batches = g.pp;  // train_gpt's --microbatches 0
     check_plan(m, g, b);
     check_efficiency(efficiency);

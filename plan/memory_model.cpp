@@ -24,6 +24,7 @@ std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Gri
   }
   nn::GPTConfig cfg;
   cfg.vocab_size = m.vocab, cfg.block_size = m.seq, cfg.n_layer = m.layers, cfg.n_head = m.heads, cfg.n_embd = m.width;
+  if (m.llama) cfg.set_arch("llama"), cfg.n_kv_head = m.kv_heads, cfg.mlp_hidden = m.ffn_width();
   parallel::StagePartition parts =
       g.partition == "balanced"
           ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), g.pp, g.virtual_stages)
@@ -41,6 +42,12 @@ int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
   const bool has_embedding = items.front() == 0;
   int64_t n = 0;
   for (int64_t i : items) {
+    if (m.llama) {  // no wpe, no biases, RMSNorm weights only, an untied lm_head
+      if (i == 0) n += V * h / t;                                          // wte split
+      else if (i == m.layers + 1) n += h + V * h / t;                      // ln_f, lm_head split
+      else n += m.block_matmul_params() / t + 2 * h;                       // one block
+      continue;
+    }
     if (i == 0) n += V * h / t + m.seq * h;                               // wte split, wpe whole
     else if (i == m.layers + 1) n += 2 * h + (has_embedding ? 0 : V * h / t);  // ln_f, tied wte
     else n += (12 * h * h + 7 * h) / t + 6 * h;                           // one block

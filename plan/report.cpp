@@ -59,6 +59,7 @@ void traffic_line(std::string& out, const GroupTraffic& t, double per_step, cons
 
 int64_t total_params(const ModelShape& m) {
   const int64_t h = m.width;
+  if (m.llama) return 2 * m.vocab * h + m.layers * (m.block_matmul_params() + 2 * h) + h;  // wte, lm_head untied
   return m.vocab * h + m.seq * h + m.layers * (12 * h * h + 13 * h) + 2 * h;
 }
 
@@ -68,6 +69,9 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "model: GPT %lld layers, width %lld, %lld heads, vocab %lld, seq %lld: %.4g parameters\n",
       (long long)m.layers, (long long)m.width, (long long)m.heads, (long long)m.vocab, (long long)m.seq,
       double(total_params(m)));
+  if (m.llama)
+    say(out, "architecture: llama: %lld kv heads, SwiGLU width %lld, untied head, no wpe, no biases\n",
+        (long long)(m.kv_heads > 0 ? m.kv_heads : m.heads), (long long)m.ffn_width());
   say(out, "grid: dp %d x pp %d x tp %d = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
       g.tp, g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), g.zero ? (g.zero == 1 ? ", ZeRO-1" : ", ZeRO-2") : "",
       g.sequence_parallel ? ", sequence parallel" : "", g.recompute ? ", full recomputation" : g.recompute_selective ? ", selective recomputation" : "");

@@ -66,6 +66,8 @@ Tensor pow(const Tensor& x, double p);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);                           // tanh approximation (GPT-2)
 Tensor gelu_backward(const Tensor& grad, const Tensor& x);
+Tensor silu(const Tensor& x);                           // x sigmoid(x) (Llama's SwiGLU gate)
+Tensor silu_backward(const Tensor& grad, const Tensor& x);
 Tensor gt_scalar(const Tensor& x, double s);            // 1 where x > s else 0, x's dtype
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond != 0 ? a : b
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);  // mask != 0 -> value
@@ -128,6 +130,18 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 struct LayerNormGrads { Tensor dx, dweight, dbias; };
 LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd);
+
+// RMSNorm (tensor/ops_llama.cpp): x: [..., C], weight: [C] (may be undefined); rstd: [rows].
+struct RMSNormResult { Tensor y, rstd; };
+RMSNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+struct RMSNormGrads { Tensor dx, dweight; };
+RMSNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+
+// Rotary position embeddings, Llama's rotate-half layout (tensor/kernels/rope.h):
+// x: [..., T, hd] (hd even), row t of each [T, hd] block at position pos0 + t,
+// rotated by (pos0 + t) θ_i, θ_i = base^(-2i/hd). inverse rotates the other
+// way: the backward of rope (the rotation is orthogonal).
+Tensor rope(const Tensor& x, double base, int64_t pos0 = 0, bool inverse = false);
 
 // weight: [V, C], idx: any shape of int32/int64 -> [..., C]
 Tensor embedding(const Tensor& weight, const Tensor& idx);

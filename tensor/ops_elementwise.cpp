@@ -9,6 +9,7 @@
 #include "tensor/cpu/loops.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/gelu.h"
+#include "tensor/kernels/silu.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -95,6 +96,11 @@ Tensor gelu(const Tensor& x) { return unary("gelu", U::Gelu, 0, x, [](auto v) { 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
   return binary("gelu_backward", B::GeluBackward, grad, x,
                 [](auto g, auto v) { return kernels::gelu_backward(g, v); });
+}
+Tensor silu(const Tensor& x) { return unary("silu", U::Silu, 0, x, [](auto v) { return kernels::silu(v); }); }
+Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+  return binary("silu_backward", B::SiluBackward, grad, x,
+                [](auto g, auto v) { return kernels::silu_backward(g, v); });
 }
 Tensor gt_scalar(const Tensor& x, double s) {
   return unary("gt", U::Gt, s, x, [s](auto v) { return v > decltype(v)(s) ? decltype(v)(1) : decltype(v)(0); });

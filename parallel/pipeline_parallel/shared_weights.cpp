@@ -89,6 +89,7 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallel* dp) {
 SharedWeightGradHandler tied_embedding_handler(ModelChunks& stage, ProcessGroupManager& pgm) {
   SharedWeightGradHandler handler;
   if (pgm.pp_size() == 1 || !pgm.in_embedding_group()) return handler;
+  if (!stage.embedding_weight().defined()) return handler;  // untied (Llama): nothing shared
   // The embedding group is [first stage, last stage]: group rank 0 is the first.
   handler.add(stage.embedding_weight(), pgm.embedding_group());
   handler.broadcast_params();

@@ -33,6 +33,7 @@ double tied_copies_distance(parallel::Model& m, parallel::ProcessGroupManager& p
   if (!pgm.in_embedding_group() || pgm.embedding_group().size() == 1) return 0;
   parallel::ProcessGroup& group = pgm.embedding_group();
   const Tensor mine = m.chunks->embedding_weight();
+  if (!mine.defined()) return 0;  // untied: no copies
   Tensor first = ops::clone(mine);
   group.broadcast(first, /*root=*/0);  // group rank 0: the first stage
   double sum = 0;

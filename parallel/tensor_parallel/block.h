@@ -15,6 +15,10 @@
 // their gradients must be summed over tp after backward (replicated_grads()).
 // Parameter names are the full block's (ln_1.weight, attn.c_attn.weight, ...),
 // so a tp checkpoint names the same tensors as a tp = 1 one.
+// The Llama options cut the same way: grouped-query attention splits the q
+// heads and the kv heads over tp (each rank keeps the kv heads its q heads
+// read: both counts must divide by tp), RoPE rotates each rank's own heads,
+// SwiGLU's gate is column-parallel like c_fc (up), RMSNorm is replicated.
 // Dropout is not supported here yet (p must be 0): matching tp = 1's masks
 // needs a generator keyed by element position (Megatron's RNG tracker).
 #pragma once
@@ -27,9 +31,10 @@
 namespace loom::parallel {
 
 struct TensorParallelAttention : nn::Module {
-  std::shared_ptr<ColumnParallelLinear> c_attn;  // [3C/tp, C]: this rank's heads' q, k, v rows
+  std::shared_ptr<ColumnParallelLinear> c_attn;  // [(H + 2 Hkv) hd / tp, C]: this rank's heads' q, k, v rows
   std::shared_ptr<RowParallelLinear> c_proj;     // [C, C/tp]
-  int64_t local_heads, head_dim;
+  int64_t local_heads, local_kv_heads, head_dim;
+  double rope_base;                              // 0: no rotary embeddings
   nn::AttentionCore core = nn::attend;  // this rank's heads (nn/attention.h: the seam)
 
   TensorParallelAttention(const nn::CausalSelfAttention& full, ProcessGroup& tp, bool sequence_parallel);
@@ -38,7 +43,8 @@ struct TensorParallelAttention : nn::Module {
 };
 
 struct TensorParallelMLP : nn::Module {
-  std::shared_ptr<ColumnParallelLinear> c_fc;  // [4C/tp, C]
+  std::shared_ptr<ColumnParallelLinear> c_gate;  // [F/tp, C], SwiGLU only
+  std::shared_ptr<ColumnParallelLinear> c_fc;  // [4C/tp, C] (F/tp)
   std::shared_ptr<RowParallelLinear> c_proj;   // [C, 4C/tp]
 
   TensorParallelMLP(const nn::MLP& full, ProcessGroup& tp, bool sequence_parallel);
@@ -62,6 +68,8 @@ struct TensorParallelBlock : nn::Layer {
 // c_attn's weight [3C, C] (rows q | k | v) reordered so that a contiguous 1/tp
 // of its rows is one rank's heads: [q_0 k_0 v_0 | q_1 k_1 v_1 | ...] where q_r
 // are the rows of heads [r H/tp, (r+1) H/tp). The same for the bias [3C].
-Tensor qkv_rows_by_rank(const Tensor& w, int tp_size);
+// kv_rows: the rows of k (and of v) when they are fewer than q's (grouped-query
+// attention: [C + 2 kv_rows, C]); 0 means C.
+Tensor qkv_rows_by_rank(const Tensor& w, int tp_size, int64_t kv_rows = 0);
 
 }  // namespace loom::parallel

@@ -18,14 +18,6 @@ Tensor padded_table(const Tensor& w, int64_t padded) {
   return out;
 }
 
-std::shared_ptr<nn::LayerNorm> copy_of(const nn::LayerNorm& ln) {
-  auto out = std::make_shared<nn::LayerNorm>(ln.weight.size(0), ln.eps);
-  NoGradGuard no_grad;
-  ops::copy_(out->weight, ln.weight);
-  ops::copy_(out->bias, ln.bias);
-  return out;
-}
-
 }  // namespace
 
 int64_t padded_vocab_size(int64_t vocab_size, int tp_size) { return (vocab_size + tp_size - 1) / tp_size * tp_size; }
@@ -36,6 +28,7 @@ TensorParallelEmbedding::TensorParallelEmbedding(const nn::GPTEmbedding& full, i
   LOOM_CHECK(full.drop->p == 0, "tensor parallel GPT: dropout is not supported with tp > 1 yet");
   wte = register_module("wte", std::make_shared<VocabParallelEmbedding>(
                                    padded_table(full.wte->weight, padded_vocab_size(vocab_size, tp.size())), tp));
+  if (!full.wpe) return;  // RoPE (Llama): no learned positions
   wpe = register_module("wpe", std::make_shared<nn::Embedding>(full.wpe->weight.size(0), full.wpe->weight.size(1),
                                                                 *std::make_unique<Generator>(0)));
   NoGradGuard no_grad;
@@ -44,15 +37,19 @@ TensorParallelEmbedding::TensorParallelEmbedding(const nn::GPTEmbedding& full, i
 
 Tensor TensorParallelEmbedding::forward(const Tensor& idx) {
   const int64_t T = idx.size(1);
-  Tensor x = autograd::add(wte->forward(idx), wpe->forward(positions(T)));  // [B, T, C], whole on every rank
+  Tensor x = wte->forward(idx);  // [B, T, C], whole on every rank
+  if (wpe) x = autograd::add(x, wpe->forward(positions(T)));
   return sequence_parallel ? scatter_to_sp_region(x, tp) : x;
 }
 
 TensorParallelHead::TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<VocabParallelEmbedding> tied_wte,
                                        int64_t vocab_size_, ProcessGroup& tp_, bool sp)
     : vocab_size(vocab_size_), sequence_parallel(sp), tp(tp_) {
-  ln_f = register_module("ln_f", copy_of(*full.ln_f));
-  wte = register_module("wte", std::move(tied_wte));
+  ln_f = register_module("ln_f", full.ln_f->copy());
+  // Tied: the embedding's wte (or this stage's copy); untied (Llama): lm_head's
+  // rows split by vocabulary the same way, under its own name.
+  wte = register_module(full.lm_head ? "lm_head" : "wte", std::move(tied_wte));
+  tied = !full.lm_head;
 }
 
 Tensor TensorParallelHead::forward(const Tensor& x) {
@@ -71,7 +68,10 @@ Tensor TensorParallelHead::loss(const Tensor& logits, const Tensor& targets) con
 void check_tensor_parallel_split(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sp) {
   LOOM_CHECK(cfg.n_head % tp.size() == 0, "tensor parallel GPT: ", cfg.n_head, " heads do not split over tp = ",
              tp.size());
-  LOOM_CHECK(cfg.n_embd * 4 % tp.size() == 0, "tensor parallel GPT: the MLP width 4 x ", cfg.n_embd,
+  LOOM_CHECK(cfg.kv_heads() % tp.size() == 0, "tensor parallel GPT: ", cfg.kv_heads(),
+             " key/value heads do not split over tp = ", tp.size(),
+             " (each rank keeps the kv heads of its query heads; use --kv-heads a multiple of --tp)");
+  LOOM_CHECK(cfg.ffn_hidden() % tp.size() == 0, "tensor parallel GPT: the MLP width ", cfg.ffn_hidden(),
              " does not split over tp = ", tp.size());
   LOOM_CHECK(!sp || cfg.block_size % tp.size() == 0, "sequence parallelism: block_size ", cfg.block_size,
              " does not split over tp = ", tp.size());
@@ -98,9 +98,11 @@ std::vector<std::shared_ptr<nn::Layer>> cut_gpt_layers_for_tp(const std::vector<
       out.push_back(e);
     } else if (i == cfg.num_layers() - 1) {
       auto& head = static_cast<nn::GPTHead&>(*full[k]);
-      auto wte = embedding_wte ? embedding_wte
-                               : std::make_shared<VocabParallelEmbedding>(
-                                     padded_table(head.wte->weight, padded_vocab_size(cfg.vocab_size, tp.size())), tp);
+      const Tensor& table = head.lm_head ? head.lm_head->weight : head.wte->weight;  // [V, C] either way
+      auto wte = embedding_wte && !head.lm_head
+                     ? embedding_wte
+                     : std::make_shared<VocabParallelEmbedding>(
+                           padded_table(table, padded_vocab_size(cfg.vocab_size, tp.size())), tp);
       out.push_back(std::make_shared<TensorParallelHead>(head, wte, cfg.vocab_size, tp, sp));
     } else {
       out.push_back(std::make_shared<TensorParallelBlock>(static_cast<nn::Block&>(*full[k]), tp, sp));

@@ -4,7 +4,8 @@
 //   layer 1..L   TensorParallelBlock      (block.h)
 //   layer L + 1  TensorParallelHead       ln_f replicated; logits against this rank's
 //                                         wte rows only: [B, T, V_pad / tp], never all V
-// and the loss is vocab_parallel_cross_entropy over those logits. The tied
+// and the loss is vocab_parallel_cross_entropy over those logits. An untied
+// head (Llama's lm_head) is split by vocabulary rows the same way. The tied
 // embedding stays tied: a stage holding layer 0 and L + 1 shares one
 // VocabParallelEmbedding weight between them.
 //
@@ -29,7 +30,7 @@ int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
 
 struct TensorParallelEmbedding : nn::EmbeddingLayer {
   std::shared_ptr<VocabParallelEmbedding> wte;  // [V_pad / tp, C]
-  std::shared_ptr<nn::Embedding> wpe;           // [block_size, C], replicated
+  std::shared_ptr<nn::Embedding> wpe;           // [block_size, C], replicated; null with RoPE
   bool sequence_parallel;
   ProcessGroup& tp;
 
@@ -41,7 +42,8 @@ struct TensorParallelEmbedding : nn::EmbeddingLayer {
 
 struct TensorParallelHead : nn::HeadLayer {
   std::shared_ptr<nn::LayerNorm> ln_f;          // replicated
-  std::shared_ptr<VocabParallelEmbedding> wte;  // tied to the embedding's, or this stage's copy
+  std::shared_ptr<VocabParallelEmbedding> wte;  // tied to the embedding's, or this stage's copy, or lm_head's rows
+  bool tied = true;                             // false: wte is the untied lm_head (registered as "lm_head")
   int64_t vocab_size;                           // V, before padding
   bool sequence_parallel;
   ProcessGroup& tp;
@@ -50,7 +52,7 @@ struct TensorParallelHead : nn::HeadLayer {
                      ProcessGroup& tp, bool sequence_parallel);
   // x [B, T, C] ([B, T/tp, C]) -> this rank's logits [B, T, V_pad / tp]
   Tensor forward(const Tensor& x) override;
-  Tensor token_embedding() const override { return wte->weight; }
+  Tensor token_embedding() const override { return tied ? wte->weight : Tensor(); }
   // The mean cross-entropy over the true vocabulary, vocab-parallel over
   // logits [B, T, V_pad/tp]: nn's cross_entropy_loss of the full logits.
   Tensor loss(const Tensor& logits, const Tensor& targets) const override;

@@ -29,8 +29,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& 
 
 // ---- elementwise (elementwise.cu) ---------------------------------------------
 // The scalar `s` is the op's constant: x + s, x * s, s - x, s / x, x^s, x > s.
-enum class Unary : uint8_t { AddScalar, MulScalar, RSub, RDiv, Neg, Exp, Log, Tanh, Sqrt, Pow, Square, Relu, Gelu, Gt };
-enum class Binary : uint8_t { Add, Sub, Mul, Div, GeluBackward };
+enum class Unary : uint8_t { AddScalar, MulScalar, RSub, RDiv, Neg, Exp, Log, Tanh, Sqrt, Pow, Square, Relu, Gelu, Gt, Silu };
+enum class Binary : uint8_t { Add, Sub, Mul, Div, GeluBackward, SiluBackward };
 Tensor unary(Unary op, const Tensor& x, double s = 0);
 Tensor binary(Binary op, const Tensor& a, const Tensor& b);  // broadcast, same dtype and device
 void mul_(const Tensor& dst, double s);
@@ -59,6 +59,10 @@ Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale
 ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                         const Tensor& rstd);
+ops::RMSNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps);
+ops::RMSNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& rstd);
+// cos, sin: [P, hd/2] in x's compute dtype on x's device, row p for position pos0 + p (ops::rope fills them).
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse);
 
 // ---- embedding and cross-entropy (embedding.cu) ---------------------------------
 Tensor embedding(const Tensor& weight, const Tensor& idx);

@@ -12,6 +12,7 @@
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/kernels/gelu.h"
+#include "tensor/kernels/silu.h"
 
 namespace loom::cuda {
 namespace {
@@ -33,6 +34,7 @@ __device__ __forceinline__ A apply(Unary op, A x, A s) {
     case Unary::Relu: return x > A(0) ? x : A(0);
     case Unary::Gelu: return kernels::gelu(x);
     case Unary::Gt: return x > s ? A(1) : A(0);
+    case Unary::Silu: return kernels::silu(x);
   }
   return x;
 }
@@ -45,6 +47,7 @@ __device__ __forceinline__ A apply(Binary op, A x, A y) {
     case Binary::Mul: return x * y;
     case Binary::Div: return x / y;
     case Binary::GeluBackward: return kernels::gelu_backward(x, y);  // x: incoming grad, y: input
+    case Binary::SiluBackward: return kernels::silu_backward(x, y);
   }
   return x;
 }

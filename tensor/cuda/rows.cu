@@ -1,5 +1,6 @@
 // The per-row kernels of ops_nn.cpp on the GPU: softmax, log_softmax, the
-// causal softmax and their backwards, layer_norm and its backward. Each
+// causal softmax and their backwards, layer_norm and rms_norm and their
+// backwards, rope. Each
 // kernel calls the LOOM_HOST_DEVICE row function from tensor/kernels/ - the
 // code the CPU loops call - so the CPU tests cover this math too.
 //
@@ -17,6 +18,8 @@
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/kernels/layernorm.h"
+#include "tensor/kernels/rmsnorm.h"
+#include "tensor/kernels/rope.h"
 #include "tensor/kernels/softmax.h"
 
 namespace loom::cuda {
@@ -141,6 +144,37 @@ __global__ void layernorm_param_grads_kernel(const T* dy, const T* x, const T* m
     kernels::layernorm_param_grads_row(dy + r * C, x + r * C, mean[r], rstd[r], dw, db, long(c), long(c + 1));
 }
 
+// ---- RMSNorm: x [rows, C]; w [C] or null; rstd [rows] ----
+template <class T>
+__global__ void rmsnorm_kernel(const T* x, const T* w, T* y, T* rstd, int64_t rows, int64_t C, T eps) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) kernels::rmsnorm_row(x + r * C, w, y + r * C, long(C), eps, rstd + r);
+}
+
+template <class T>
+__global__ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const T* rstd, T* dx, int64_t rows,
+                                        int64_t C) {
+  LOOM_GRID_STRIDE_LOOP(r, rows)
+  kernels::rmsnorm_backward_row(dy + r * C, x + r * C, w, rstd[r], dx + r * C, static_cast<T*>(nullptr), long(C));
+}
+
+// dw: one thread per column, rows in row order (the CPU's order, no atomics).
+template <class T>
+__global__ void rmsnorm_weight_grad_kernel(const T* dy, const T* x, const T* rstd, T* dw, int64_t rows, int64_t C) {
+  LOOM_GRID_STRIDE_LOOP(c, C)
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::rmsnorm_weight_grad_row(dy + r * C, x + r * C, rstd[r], dw, long(c), long(c + 1));
+}
+
+// ---- RoPE: x [rows, hd], row r at position r % T; cos, sin [T, hd/2] ----
+template <class T>
+__global__ void rope_kernel(const T* x, T* y, const T* cos, const T* sin, T sign, int64_t rows, int64_t T_,
+                            int64_t hd) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) {
+    const int64_t t = r % T_, h = hd / 2;
+    kernels::rope_row(x + r * hd, y + r * hd, long(hd), cos + t * h, sin + t * h, sign);
+  }
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& x) { return per_row("softmax", x, SoftmaxRow{}); }
@@ -206,6 +240,69 @@ ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, con
   }
   const DType wd = weight.defined() ? weight.dtype() : x.dtype();
   return {ops::to(dx, x.dtype()), ops::to(dw, wd), ops::to(db, wd)};
+}
+
+ops::RMSNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  Tensor xc = rows_of("rms_norm", x);
+  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  const DType cd = xc.dtype();
+  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
+  Tensor y = empty(xc.shape(), cd, x.device()), rstd = empty({rows}, cd, x.device());
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    LaunchConfig c = launch_config(rows);
+    cudaStream_t st = stream(x.device());
+    LOOM_DISPATCH_COMPUTE(cd, "rms_norm", {
+      rmsnorm_kernel<<<c.blocks, c.threads, 0, st>>>(ptr<scalar_t>(xc), w.defined() ? ptr<scalar_t>(w) : nullptr,
+                                                     ptr<scalar_t>(y), ptr<scalar_t>(rstd), rows, C, scalar_t(eps));
+    });
+    CUDA_CHECK_LAUNCH();
+  }
+  return {ops::to(y, x.dtype()), rstd};
+}
+
+ops::RMSNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
+  Tensor gc = rows_of("rms_norm_backward", grad), xc = rows_of("rms_norm_backward", x);
+  const DType cd = xc.dtype();
+  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
+  Tensor dx = empty(xc.shape(), cd, x.device()), dw = zeros({C}, cd, x.device());
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    cudaStream_t st = stream(x.device());
+    LaunchConfig by_row = launch_config(rows), by_column = launch_config(C);
+    LOOM_DISPATCH_COMPUTE(cd, "rms_norm_backward", {
+      const scalar_t *gp = ptr<scalar_t>(gc), *xp = ptr<scalar_t>(xc), *rp = ptr<scalar_t>(rstd);
+      rmsnorm_backward_kernel<<<by_row.blocks, by_row.threads, 0, st>>>(
+          gp, xp, w.defined() ? ptr<scalar_t>(w) : nullptr, rp, ptr<scalar_t>(dx), rows, C);
+      CUDA_CHECK_LAUNCH();
+      rmsnorm_weight_grad_kernel<<<by_column.blocks, by_column.threads, 0, st>>>(gp, xp, rp, ptr<scalar_t>(dw), rows,
+                                                                                C);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+  const DType wd = weight.defined() ? weight.dtype() : x.dtype();
+  return {ops::to(dx, x.dtype()), ops::to(dw, wd)};
+}
+
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
+  Tensor xc = rows_of("rope", x);
+  const DType cd = xc.dtype();
+  LOOM_CHECK(cos.dtype() == cd && sin.dtype() == cd, "rope: the cos/sin tables must be ", dtype_name(cd));
+  const int64_t T = x.size(-2), hd = x.size(-1), rows = hd ? x.numel() / hd : 0;
+  Tensor y = empty(xc.shape(), cd, x.device());
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    LaunchConfig c = launch_config(rows);
+    cudaStream_t st = stream(x.device());
+    LOOM_DISPATCH_COMPUTE(cd, "rope", {
+      rope_kernel<<<c.blocks, c.threads, 0, st>>>(ptr<scalar_t>(xc), ptr<scalar_t>(y), ptr<scalar_t>(cos),
+                                                  ptr<scalar_t>(sin), inverse ? scalar_t(-1) : scalar_t(1), rows, T,
+                                                  hd);
+    });
+    CUDA_CHECK_LAUNCH();
+  }
+  return ops::to(y, x.dtype());
 }
 
 }  // namespace loom::cuda

@@ -56,6 +56,11 @@ ops::LayerNormResult layer_norm(const Tensor&, const Tensor&, const Tensor&, dou
 ops::LayerNormGrads layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   no_cuda("layer_norm_backward");
 }
+ops::RMSNormResult rms_norm(const Tensor&, const Tensor&, double) { no_cuda("rms_norm"); }
+ops::RMSNormGrads rms_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("rms_norm_backward");
+}
+Tensor rope(const Tensor&, const Tensor&, const Tensor&, bool) { no_cuda("rope"); }
 Tensor embedding(const Tensor&, const Tensor&) { no_cuda("embedding"); }
 Tensor embedding_backward(const Tensor&, const Tensor&, int64_t) { no_cuda("embedding_backward"); }
 ops::CrossEntropyResult cross_entropy(const Tensor&, const Tensor&, int64_t) { no_cuda("cross_entropy"); }
