@@ -71,15 +71,21 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg, "--schedule-svg");
   }
   if (a_.memory_report && step == start_) {
-    opt_.finish_param_sync();
-    optim::MemoryBreakdown mine = optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
+    if (!dp_.fsdp) opt_.finish_param_sync();  // ZeRO-3: the shards are measured, nothing gathered
+    optim::MemoryBreakdown mine =
+        dp_.fsdp ? optim::measure_memory_fully_sharded(*dp_.fsdp, opt_, peak_, live_before_)
+                 : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
-        optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
-    predicted.comm = predicted_comm_bytes();
+        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype))
+                 : optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+    if (!dp_.fsdp) predicted.comm = predicted_comm_bytes();
     predicted.activations = int64_t(predicted_activation_bytes());
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
+    if (rank0_ && dp_.fsdp)
+      std::printf(" ZeRO-3: params, grads and optimizer state are this rank's shards; comm buffers: the gathered "
+                  "units' full params at their peak (the embedding unit + two adjacent units, optim/memory_report.h)\n");
     if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json, "--memory-json");
     if (rank0_ && m_.tp) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.

@@ -101,7 +101,18 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--trace", a.trace, "write a Chrome-trace timeline (one row per rank) to this file");
   app.add_option("--dtype", a.dtype, "model params and activations; the optimizer keeps fp32 main params")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_flag("--zero", a.zero, "shard the optimizer state over the dp ranks (ZeRO-1, distributed optimizer)");
+  // --zero N, the ZeRO stage; --zero alone is 1 (it was a switch for ZeRO-1 before the ladder grew).
+  auto zero = [&a](const CLI::results_t& given) {
+    try {
+      a.zero = given.empty() || given.back().empty() ? 1 : parse_number<int>(given.back(), "--zero", {0, 3});
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what(), 1);
+    }
+    return true;
+  };
+  app.add_option("--zero", CLI::callback_t(zero), "ZeRO stage over the dp ranks: 1 shards the optimizer state "
+                 "(distributed optimizer), 3 the params too (FSDP) (--zero alone: 1)")
+      ->expected(0, 1)->type_name("0..3");
   app.add_flag("--overlap-param-gather", a.overlap_param_gather,
                "--zero: overlap the param all-gathers with the next forward (Megatron's overlap_param_gather)");
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
@@ -213,7 +224,19 @@ void validate(const Args& a) {
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
-  LOOM_CHECK(!a.overlap_param_gather || a.zero, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
+  LOOM_CHECK(!a.overlap_param_gather || a.zero == 1, "--overlap-param-gather overlaps ZeRO-1's param all-gathers; it "
+             "needs --zero 1 (ZeRO-3 gathers each unit in its own forward pre-hook)");
+  LOOM_CHECK(a.zero != 2, "--zero 2 (ZeRO-2) is not in this build; use --zero 1 or 3");
+  if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
+    LOOM_CHECK(a.pp == 1, "--zero 3 with --pp ", a.pp, ": the tied embedding's copies on the first and last stage "
+               "are summed over the embedding group as whole gradients, which ZeRO-3 never keeps; use --zero 1");
+    LOOM_CHECK(!a.sequence_parallel, "--zero 3 with --sequence-parallel: the layernorms' partial gradients are "
+               "summed over tp as whole gradients, which ZeRO-3 never keeps; use --zero 1");
+    LOOM_CHECK(a.resume.empty(), "--zero 3 --resume: loading into sharded params is not written yet; resume at "
+               "--zero 1 or on one process (a --zero 3 checkpoint loads there)");
+    LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
+               " does not apply");
+  }
   check_device(a);
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);

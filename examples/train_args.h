@@ -40,7 +40,8 @@ struct Args {
   std::string trace;
   // precision and the optimizer
   std::string dtype = "fp32";
-  bool zero = false, memory_report = false;
+  int zero = 0;  // ZeRO stage: 1 shards the optimizer state (ZeRO-1), 3 the params too (FSDP)
+  bool memory_report = false;
   std::string memory_json;  // --memory-report's ledger as JSON too
   bool overlap_param_gather = false;  // --zero: wait for each bucket's param all-gather in its first layer's forward
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;

@@ -122,7 +122,10 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(
       *m.chunks, pgm.dp_group(), {a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero}, finalize.needs_whole_grad());
-  if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
+  if (a.zero == 3 && pgm.global_rank() == 0)
+    std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
+                "backward, its gradient reduce-scattered\n", pgm.dp_size());
+  else if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
                 a.zero ? "reduce-scatter" : "all-reduce",
                 a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
@@ -139,7 +142,7 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   if (pgm.global_rank() == 0)
-    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero ? ", sharded over dp (ZeRO-1)" : "",
+    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero == 3 ? ", on the dp shards (ZeRO-3)" : a.zero ? ", sharded over dp (ZeRO-1)" : "",
                 a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 o.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;
@@ -160,7 +163,7 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
 void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
           const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
   if (a.save.empty()) return;
-  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.vocab_utf8(), steps_done, data_gen.state(), pgm, a.zero);
+  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.vocab_utf8(), steps_done, data_gen.state(), pgm, a.zero > 0);
   say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
       (long long)steps_done);
 }
@@ -229,6 +232,10 @@ void inject_overflow(const parallel::DataParallelWrap& dp, parallel::ProcessGrou
   // make every rank skip. The last param, not the first: that is the tied
   // embedding, whose gradient the shared-weight handler would also carry to
   // the last stage.
+  if (dp.fsdp) {  // ZeRO-3: the first element of the last unit's grad shard
+    ops::fill_(ops::narrow(dp.fsdp->units().back().grad_shard, 0, 0, 1), std::numeric_limits<double>::infinity());
+    return;
+  }
   LOOM_CHECK(dp.bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
   const Tensor& p = dp.bucket->params().back();
   ops::fill_(optim::flat_range(dp.bucket->main_grad(p), 0, 1), std::numeric_limits<double>::infinity());

@@ -8,7 +8,8 @@ namespace {
 
 Break g_break = Break::None;
 
-const char* kNames[] = {"none", "dp-allreduce-param", "dp-divide-twice", "skip-tied-sync", "found-inf-wrong-group"};
+const char* kNames[] = {"none", "dp-allreduce-param", "dp-divide-twice", "skip-tied-sync", "found-inf-wrong-group",
+                         "zero3-free-before-backward"};
 
 }  // namespace
 

@@ -18,13 +18,17 @@
 //   found-inf-wrong-group found_inf and the grad norm reduced over the dp group
 //                         instead of the model-parallel group: under fp16, stages
 //                         disagree on skipping a step (detected, reported, stopped)
+//   zero3-free-before-backward  ZeRO-3 does not gather a unit again before its
+//                         backward: the params it freed after forward are read
+//                         by its backward, and the run stops at the first read
+//                         ("data: the storage of [...] was released")
 #pragma once
 
 #include <string>
 
 namespace loom::teach {
 
-enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup };
+enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, Zero3FreeBeforeBackward };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);
