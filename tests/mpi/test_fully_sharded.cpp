@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "autograd/function.h"
 #include "autograd/variable.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/data_parallel/fully_sharded.h"
@@ -92,7 +93,7 @@ TEST(FullyShardedDataParallel, ForwardHoldsTheComputingAndThePrefetchedUnitOnly)
   Tensor ids = randint(0, cfg.vocab_size, {2, 16}, gen), targets = randint(0, cfg.vocab_size, {2, 16}, gen);
 
   // Hooks registered after the wrapper's run after its: they see what it left.
-  std::vector<std::set<size_t>> while_computing(n), after(n);
+  std::vector<std::set<size_t>> while_computing(n), after(n), before_backward(n);
   std::vector<int64_t> live_while_computing(n), input_bytes(n);
   std::vector<autograd::RemovableHandle> hooks;
   for (size_t l = 0; l < n; ++l) {
@@ -101,8 +102,15 @@ TEST(FullyShardedDataParallel, ForwardHoldsTheComputingAndThePrefetchedUnitOnly)
       live_while_computing[l] = memory_stats().live_bytes;
       input_bytes[l] = int64_t(x.nbytes());
     }));
-    hooks.push_back(model.layers()[l]->register_forward_hook(
-        [&, l](nn::Module&, const Tensor&, Tensor&) { after[l] = materialized(fsdp); }));
+    // In backward a probe on the output runs just before the wrapper's own
+    // identity of layer l (which gathers l): what the layers after l left.
+    hooks.push_back(model.layers()[l]->register_forward_hook([&, l](nn::Module&, const Tensor&, Tensor& out) {
+      after[l] = materialized(fsdp);
+      out = autograd::record("Probe", {&out}, out, [&, l](const autograd::TensorList& g) {
+        before_backward[l] = materialized(fsdp);
+        return g;
+      });
+    }));
   }
 
   // 1. Training forward: layer l computes with its units and the next layer's
@@ -120,8 +128,13 @@ TEST(FullyShardedDataParallel, ForwardHoldsTheComputingAndThePrefetchedUnitOnly)
   EXPECT_LE(while_computing[1].size(), 2u);
   EXPECT_LE(while_computing[n - 2].size(), 3u);
 
-  // 2. Backward: no full param, no .grad left; the grad shards filled.
+  // 2. Backward: before layer l's backward, l is there already (prefetched by
+  //    l+1's), l+1 is gone (freed when its last gradient was reduce-scattered),
+  //    and the embedding unit stays until its wte gradient is whole, at the end.
+  //    Then no full param, no .grad is left; the grad shards are filled.
   autograd::backward(loss);
+  for (size_t l = 0; l < n; ++l)
+    EXPECT_EQ(before_backward[l], (std::set<size_t>{0, l})) << "materialized before layer " << l << "'s backward";
   EXPECT_TRUE(materialized(fsdp).empty());
   for (const auto& unit : fsdp.units()) {
     for (const Tensor& p : unit.params) EXPECT_FALSE(autograd::grad(p).defined()) << p.describe();
