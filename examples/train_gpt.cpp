@@ -14,6 +14,7 @@
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
 //   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero --memory-report
+//   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero 3 --memory-report  # FSDP: the params sharded too
 //   mpirun -np 4 build/examples/train_gpt --tp 2 --pp 2 --sequence-parallel   # each matmul split over 2 ranks
 //   build/examples/train_gpt --device cuda           # one GPU, the same losses as the CPU run (TF32 off)
 //
