@@ -232,8 +232,6 @@ void validate(const Args& a) {
                "are summed over the embedding group as whole gradients, which ZeRO-3 never keeps; use --zero 1");
     LOOM_CHECK(!a.sequence_parallel, "--zero 3 with --sequence-parallel: the layernorms' partial gradients are "
                "summed over tp as whole gradients, which ZeRO-3 never keeps; use --zero 1");
-    LOOM_CHECK(a.resume.empty(), "--zero 3 --resume: loading into sharded params is not written yet; resume at "
-               "--zero 1 or on one process (a --zero 3 checkpoint loads there)");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
                " does not apply");
   }
