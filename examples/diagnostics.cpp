@@ -71,20 +71,26 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg, "--schedule-svg");
   }
   if (a_.memory_report && step == start_) {
-    opt_.finish_param_sync();
-    optim::MemoryBreakdown mine = optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
+    if (!dp_.fsdp) opt_.finish_param_sync();  // ZeRO-3: the shards are measured, nothing gathered
+    optim::MemoryBreakdown mine =
+        dp_.fsdp ? optim::measure_memory_fully_sharded(*dp_.fsdp, opt_, peak_, live_before_)
+                 : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
-        optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
-    if (a_.zero >= 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
+        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype))
+                 : optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+    if (a_.zero == 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
       std::vector<int64_t> numels;
       for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
       predicted.grads = optim::predict_zero2_grad_bytes(numels, a_.bucket_mb, pgm_.dp_size());
     }
-    predicted.comm = predicted_comm_bytes();
+    if (!dp_.fsdp) predicted.comm = predicted_comm_bytes();
     predicted.activations = int64_t(predicted_activation_bytes());
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
+    if (rank0_ && dp_.fsdp)
+      std::printf(" ZeRO-3: params, grads and optimizer state are this rank's shards; comm buffers: the gathered "
+                  "units' full params at their peak (the embedding unit + two adjacent units, optim/memory_report.h)\n");
     if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json, "--memory-json");
     if (rank0_ && m_.tp) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
@@ -132,7 +138,7 @@ double Diagnostics::predicted_activation_bytes() const {
   optim::ActivationCase c;
   // --cp: a rank holds T / cp tokens of each sequence. Ring attention keeps
   // its out and lse where the fused op keeps the scores, which the formula
-  // does not model (measured within 3% at cp 2 and 4: docs/13-context-parallel.md).
+  // does not model (measured within 3% at cp 2 and 4: docs/14-context-parallel.md).
   c.micro_batch = a_.batch, c.seq = cfg.block_size / pgm_.cp_size(), c.width = cfg.n_embd, c.heads = cfg.n_head;
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
   c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;

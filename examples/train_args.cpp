@@ -125,7 +125,7 @@ void add_options(CLI::App& app, Args& a) {
     return true;
   };
   app.add_option("--zero", CLI::callback_t(zero), "ZeRO stage over the dp ranks: 1 shards the optimizer state "
-                 "(distributed optimizer), 2 the gradients too (--zero alone: 1)")
+                 "(distributed optimizer), 2 the gradients too, 3 the params too (FSDP) (--zero alone: 1)")
       ->expected(0, 1)->default_str("1")->type_name("0..3");
   app.add_flag("--overlap-param-gather", a.overlap_param_gather,
                "--zero: overlap the param all-gathers with the next forward (Megatron's overlap_param_gather)");
@@ -248,8 +248,8 @@ void validate(const Args& a) {
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
-  LOOM_CHECK(a.zero != 3, "--zero 3: ZeRO-3 (FSDP, parallel/fsdp/) is not in this build; use --zero 2 or 1");
-  LOOM_CHECK(!a.overlap_param_gather || a.zero >= 1, "--overlap-param-gather overlaps ZeRO's param all-gathers; it needs --zero");
+  LOOM_CHECK(!a.overlap_param_gather || a.zero == 1 || a.zero == 2, "--overlap-param-gather overlaps ZeRO-1/2's param "
+             "all-gathers; it needs --zero 1 or 2 (ZeRO-3 gathers each unit in its own forward pre-hook)");
   if (a.cp > 1) {  // context parallelism: what is tested with it, and the zig-zag split of --block
     LOOM_CHECK(a.block % (2 * a.cp) == 0, "--cp ", a.cp, " cuts each sequence into 2 x cp = ", 2 * a.cp,
                " equal chunks (the zig-zag split), but --block ", a.block, " is not divisible by ", 2 * a.cp);
@@ -264,6 +264,17 @@ void validate(const Args& a) {
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),
              "--teach-break recompute-fresh-dropout breaks the rerun's dropout masks; it needs --recompute selective "
              "or full and --dropout > 0 (got --recompute ", a.recompute, " --dropout ", a.dropout, ")");
+  if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
+    LOOM_CHECK(a.pp == 1, "--zero 3 with --pp ", a.pp, ": the tied embedding's copies on the first and last stage "
+               "are summed over the embedding group as whole gradients, which ZeRO-3 never keeps; use --zero 1");
+    LOOM_CHECK(!a.sequence_parallel, "--zero 3 with --sequence-parallel: the layernorms' partial gradients are "
+               "summed over tp as whole gradients, which ZeRO-3 never keeps; use --zero 1");
+    LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
+               " does not apply");
+    LOOM_CHECK(a.cp == 1, "--zero 3 with --cp ", a.cp, ": not tested together yet; use --zero 1 or 2 with --cp");
+    LOOM_CHECK(a.recompute == "none", "--zero 3 with --recompute ", a.recompute, ": not tested together yet (the "
+               "rerun in backward needs the unit gathered); use --zero 1 or 2 with --recompute");
+  }
   check_device(a);
   // Output paths, before any work is done.
   check_writable("--save", a.save, /*create_dirs=*/true);

@@ -41,7 +41,7 @@ struct Args {
   std::string trace;
   // precision and the optimizer
   std::string dtype = "fp32";
-  int zero = 0;  // ZeRO stage: 1 shards the optimizer state (ZeRO-1), 2 also the gradients (ZeRO-2)
+  int zero = 0;  // ZeRO stage: 1 shards the optimizer state (ZeRO-1), 2 also the gradients (ZeRO-2), 3 the params too (FSDP)
   bool memory_report = false;
   std::string memory_json;  // --memory-report's ledger as JSON too
   bool overlap_param_gather = false;  // --zero: wait for each bucket's param all-gather in its first layer's forward

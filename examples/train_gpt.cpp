@@ -14,6 +14,7 @@
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
 //   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero --memory-report
+//   mpirun -np 4 build/examples/train_gpt --dp 4 --dtype bf16 --zero 3 --memory-report  # FSDP: the params sharded too
 //   mpirun -np 4 build/examples/train_gpt --tp 2 --pp 2 --sequence-parallel   # each matmul split over 2 ranks
 //   mpirun -np 2 build/examples/train_gpt --cp 2      # each sequence split over 2 ranks, attention as a ring
 //   build/examples/train_gpt --device cuda           # one GPU, the same losses as the CPU run (TF32 off)
@@ -73,8 +74,9 @@ int run(const train::Args& a, const std::string& flags) {
     const double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, a.lr * a.min_lr_ratio);
     opt->set_lr(lr);
     // ZeRO: last step's all-gathered params are in place before this forward
-    // (with --overlap-param-gather each layer waits for its own, in its forward pre-hook).
-    if (!a.overlap_param_gather) opt->finish_param_sync();
+    // (with --overlap-param-gather each layer waits for its own, in its forward pre-hook;
+    // ZeRO-3 gathers each layer's in its pre-hook, and frees them after).
+    if (!a.overlap_param_gather && a.zero != 3) opt->finish_param_sync();
     dp.zero_grad(*m.chunks);         // at the top of the step, as picotron's train.py and llm.c do
     if (step == a.inject_overflow) train::inject_overflow(dp, pgm);  // a test aid: an inf in rank 0's gradient
     // This rank's rows of the global batch, as K micro-batches: gradient

@@ -140,7 +140,10 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(
       *m.chunks, pgm.dp_cp_group(), {a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero}, finalize.needs_whole_grad());
-  if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
+  if (a.zero == 3 && pgm.global_rank() == 0)
+    std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
+                "backward, its gradient reduce-scattered\n", pgm.dp_size());
+  else if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
                 a.zero >= 2 ? "reduce-scatter into gradient shards (ZeRO-2)" : a.zero ? "reduce-scatter" : "all-reduce",
                 a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
@@ -157,7 +160,7 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.zero = a.zero >= 1, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   if (pgm.global_rank() == 0)
-    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str() : "",
+    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero == 3 ? ", on the dp shards (ZeRO-3)" : a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str() : "",
                 a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 o.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;
@@ -249,6 +252,10 @@ void inject_overflow(const parallel::DataParallelWrap& dp, parallel::ProcessGrou
   // make every rank skip. The last param, not the first: that is the tied
   // embedding, whose gradient the shared-weight handler would also carry to
   // the last stage.
+  if (dp.fsdp) {  // ZeRO-3: the first element of the last unit's grad shard
+    ops::fill_(ops::narrow(dp.fsdp->units().back().grad_shard, 0, 0, 1), std::numeric_limits<double>::infinity());
+    return;
+  }
   LOOM_CHECK(dp.bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
   const Tensor& p = dp.bucket->params().back();
   const parallel::BucketManager& bm = dp.bucket->bucket_manager();

@@ -65,6 +65,10 @@ autograd::RemovableHandle Module::register_forward_pre_hook(ForwardPreHook fn) {
   return autograd::RemovableHandle(forward_pre_hooks_, forward_pre_hooks_->add(std::move(fn)));
 }
 
+autograd::RemovableHandle Module::register_forward_hook(ForwardHook fn) {
+  return autograd::RemovableHandle(forward_hooks_, forward_hooks_->add(std::move(fn)));
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -60,6 +60,13 @@ class Module : public std::enable_shared_from_this<Module> {
   using ForwardPreHook = std::function<void(Module& module, const Tensor& input)>;
   autograd::RemovableHandle register_forward_pre_hook(ForwardPreHook fn);
   void run_forward_pre_hooks(const Tensor& input) { forward_pre_hooks_->run(*this, input); }
+  // fn(module, input, output) runs after each call of forward (PyTorch's
+  // register_forward_hook) and may replace output. ZeRO-3 frees the unit's
+  // gathered params there and wraps the output in the function whose backward
+  // gathers them again (parallel/data_parallel/fully_sharded.h).
+  using ForwardHook = std::function<void(Module& module, const Tensor& input, Tensor& output)>;
+  autograd::RemovableHandle register_forward_hook(ForwardHook fn);
+  void run_forward_hooks(const Tensor& input, Tensor& output) { forward_hooks_->run(*this, input, output); }
 
   // Training mode (dropout active) for this module and every descendant.
   virtual void train(bool on = true);
@@ -100,19 +107,23 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::shared_ptr<autograd::HookListOf<Module&, const Tensor&>> forward_pre_hooks_ =
       std::make_shared<autograd::HookListOf<Module&, const Tensor&>>();
+  std::shared_ptr<autograd::HookListOf<Module&, const Tensor&, Tensor&>> forward_hooks_ =
+      std::make_shared<autograd::HookListOf<Module&, const Tensor&, Tensor&>>();
   bool training_ = true;
 };
 
 // One Tensor -> Tensor step of a model. A GPT is the list
 // [embedding, block_0 ... block_{L-1}, head] of Layers (nn/gpt.h), so a
 // pipeline stage is just a contiguous slice of that list.
-// Calling a layer, layer(x), runs its forward pre-hooks and then forward(x)
-// (PyTorch's Module.__call__); forward(x) alone runs no hook.
+// Calling a layer, layer(x), runs its forward pre-hooks, forward(x), then its
+// forward hooks (PyTorch's Module.__call__); forward(x) alone runs no hook.
 struct Layer : Module {
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) {
     run_forward_pre_hooks(x);
-    return forward(x);
+    Tensor y = forward(x);
+    run_forward_hooks(x, y);
+    return y;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "optim/build_optimizer.h"
 
 #include "optim/distributed_optimizer.h"
+#include "optim/fully_sharded_optimizer.h"
 #include "optim/param_groups.h"
 
 namespace loom::optim {
@@ -12,9 +13,13 @@ std::unique_ptr<MixedPrecisionOptimizer> build_optimizer(parallel::Model& model,
   mp.max_grad_norm = o.max_grad_norm;
   mp.loss_scaling = o.loss_scaling;
   mp.scaler = o.scaler;
-  mp.grad_stats_group = finalize.grad_stats_group(o.zero);
+  mp.grad_stats_group = finalize.grad_stats_group(o.zero > 0);
   mp.not_counted = finalize.not_counted();
   std::vector<ParamGroup> groups = gpt_param_groups(*model.chunks, o.lr, o.weight_decay);
+  if (o.zero == 3) {
+    LOOM_CHECK(dp.fsdp, "build_optimizer: ZeRO-3 steps the units' shards; wrap the model in FullyShardedDataParallel");
+    return std::make_unique<FullyShardedOptimizer>(groups, *dp.fsdp, mp);
+  }
   if (o.zero) {
     LOOM_CHECK(dp.bucket, "build_optimizer: ZeRO shards the main_grad buffer; wrap the model in DataParallelBucket");
     auto zero = std::make_unique<DistributedOptimizer>(groups, *dp.bucket, mp);

@@ -1,7 +1,8 @@
 // The optimizer a training program builds over its model, decided in one
 // place: AdamW on fp32 main params (mixed_precision_optimizer.h) with
 // nanoGPT's param groups, sharded over dp with ZeRO-1
-// (distributed_optimizer.h: it shards the bucketed main_grad buffer), and
+// (distributed_optimizer.h: it shards the bucketed main_grad buffer) or the
+// shards of ZeRO-3's units (fully_sharded_optimizer.h), and
 // told by finalize_model_grads where the grad norm and found_inf are reduced
 // and which params another rank already counts.
 #pragma once
@@ -19,7 +20,7 @@ struct OptimizerOptions {
   double max_grad_norm = 0;       // clip to this global norm (0: no clipping)
   bool loss_scaling = false;      // fp16: a dynamic GradScaler
   GradScalerOptions scaler = {};
-  bool zero = false;                  // ZeRO-1: needs dp.bucket (the main_grad buffer)
+  int zero = 0;                       // ZeRO stage; 1 needs dp.bucket (the main_grad buffer), 3 dp.fsdp
   bool overlap_param_gather = false;  // ZeRO-1: each layer waits for its own param all-gathers
 };
 

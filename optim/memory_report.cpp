@@ -89,6 +89,45 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
   return 4 * (shards + largest * std::min<int64_t>(2, int64_t(buckets.size())));
 }
 
+MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,
+                                             const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
+                                             int64_t live_before_step) {
+  MemoryBreakdown m;
+  for (const auto& unit : fsdp.units()) {
+    if (unit.params.empty()) continue;
+    m.num_params += unit.numel;
+    m.params += int64_t(unit.shard.storage()->nbytes());
+    m.grads += int64_t(unit.grad_shard.storage()->nbytes());
+  }
+  for (size_t i = 0; i < opt.main_params().size(); ++i) {
+    const MainParam& mp = opt.main_params()[i];
+    if (mp.main.dtype() != mp.model_param.dtype()) m.optimizer += int64_t(mp.main.nbytes());  // fp32: the shard itself
+    const AdamWState& st = opt.adam_state(i);
+    m.optimizer += int64_t(st.exp_avg.nbytes() + st.exp_avg_sq.nbytes() + st.step.nbytes());
+  }
+  m.comm = fsdp.peak_gathered_bytes();
+  m.activations_peak = peak_during_step - live_before_step;
+  m.live = memory_stats(fsdp.units().front().shard.device()).live_bytes;
+  return m;
+}
+
+MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype) {
+  const int64_t dp = fsdp.dp_group_size(), b = int64_t(element_size(dtype));
+  int64_t num_params = 0, shard = 0;
+  std::vector<int64_t> padded;  // P_u
+  for (const auto& unit : fsdp.units()) {
+    num_params += unit.numel;
+    padded.push_back((unit.numel + dp - 1) / dp * dp);
+    shard += padded.back() / dp;
+  }
+  int64_t adjacent = 0;
+  for (size_t l = 1; l + 1 < padded.size(); ++l) adjacent = std::max(adjacent, padded[l] + padded[l + 1]);
+  const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
+  MemoryPrediction p{shard * b, shard * 4, int64_t(double(num_params) * double(main_bytes + 8) / double(dp))};
+  p.comm = (padded.front() + adjacent) * b;
+  return p;
+}
+
 std::string memory_report(const MemoryBreakdown& mine, const MemoryPrediction& predicted,
                           parallel::ProcessGroup& world, std::string* json) {
   constexpr int kFields = 12;

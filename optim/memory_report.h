@@ -42,6 +42,7 @@
 
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/fully_sharded.h"
 
 namespace loom::optim {
 
@@ -80,6 +81,22 @@ int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb
 std::vector<int64_t> predict_bucket_numels(const std::vector<int64_t>& numels, double cap_mb, int dp);
 // ZeRO-2's gradient bytes on a rank: its shards and the scratches (the formula above).
 int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_mb, int dp);
+
+// ZeRO-3 (parallel/data_parallel/fully_sharded.h): every row is a shard. Per
+// unit u of N_u params, padded to P_u = ceil(N_u / dp) dp, with b bytes per
+// model element:
+//   params      sum_u P_u / dp x b       the model-dtype shards
+//   grads       sum_u P_u / dp x 4       the fp32 grad shards
+//   optimizer   N / dp x (4 + 8)         main param (none for fp32) + moments, of this rank's owned elements
+//   comm        the gathered working set, at its peak: the embedding unit (the
+//               head reads its wte, whose gradient is whole only at the end of
+//               backward, so it stays gathered through backward) + the two
+//               largest adjacent units (one computing, the next prefetched):
+//               (P_0 + max_l (P_l + P_l+1)) x b, l over the blocks and the head
+MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,
+                                             const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
+                                             int64_t live_before_step);
+MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype);
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
 // the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),

@@ -60,21 +60,33 @@ void reset_peak_memory_stats(const Device& d) {
   s.peak_bytes = s.live_bytes;
 }
 
-Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_(device) {
+Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_(device) { allocate_bytes(); }
+
+Storage::~Storage() { free_bytes(); }
+
+void Storage::release() {
+  if (data_) free_bytes();
+}
+
+void Storage::allocate() {
+  if (!data_) allocate_bytes();
+}
+
+void Storage::allocate_bytes() {
 #ifdef LOOM_WITH_CUDA
-  if (device.is_cuda()) {  // the caching allocator (cuda/allocator.h); throws a loom::Error when out of memory
-    data_ = cuda::allocate(nbytes, device);
+  if (device_.is_cuda()) {  // the caching allocator (cuda/allocator.h); throws a loom::Error when out of memory
+    data_ = cuda::allocate(nbytes_, device_);
     record_alloc(device_, int64_t(nbytes_));
     return;
   }
 #endif
-  check_device_supported("allocate", device);
+  check_device_supported("allocate", device_);
   // 64-byte alignment: AVX-512 loads and BLAS like it. Not aligned_alloc: for
   // small blocks glibc's memalign bypasses its per-thread cache and splits
   // chunks, which made allocation the largest cost of a small op. Instead take
   // 64 spare bytes from malloc (16-aligned), align inside them, and keep the
   // malloc pointer in the 8 bytes just below the aligned block.
-  size_t padded = (nbytes + 63) / 64 * 64;
+  size_t padded = (nbytes_ + 63) / 64 * 64;
   if (padded == 0) padded = 64;
   void* raw = std::malloc(padded + 64);
   if (!raw) throw std::bad_alloc();  // empty() names the tensor's shape, dtype and the live bytes
@@ -84,16 +96,19 @@ Storage::Storage(size_t nbytes, const Device& device) : nbytes_(nbytes), device_
   record_alloc(device_, int64_t(nbytes_));
 }
 
-Storage::~Storage() {
+void Storage::free_bytes() {
+  if (!data_) return;  // released
 #ifdef LOOM_WITH_CUDA
   if (device_.is_cuda()) {
     cuda::deallocate(data_, nbytes_, device_);
     record_free(device_, int64_t(nbytes_));
+    data_ = nullptr;
     return;
   }
 #endif
   std::free(reinterpret_cast<void**>(data_)[-1]);
   record_free(device_, int64_t(nbytes_));
+  data_ = nullptr;
 }
 
 }  // namespace loom

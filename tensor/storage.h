@@ -34,7 +34,18 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
 
+  // Frees the bytes while the Storage object - and every tensor and view that
+  // shares it - stays (PyTorch FSDP's storage.resize_(0)): ZeRO-3 keeps a
+  // unit's params as views of a flat buffer that exists only while gathered.
+  // allocate() gives it nbytes() uninitialised bytes again, at some address;
+  // tensors find it through data() (a tensor never caches the pointer).
+  void release();
+  void allocate();
+  bool is_allocated() const { return data_ != nullptr; }
+
  private:
+  void allocate_bytes();
+  void free_bytes();
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;

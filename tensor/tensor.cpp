@@ -47,6 +47,8 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   LOOM_CHECK(defined(), "data: tensor is undefined");
+  LOOM_CHECK(impl_->storage->is_allocated(), "data: the storage of ", describe(),
+             " was released (a ZeRO-3 param read outside its unit's all-gather)");
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(element_size(dtype()));
 }
 

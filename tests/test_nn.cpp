@@ -127,6 +127,32 @@ TEST(Module, ForwardPreHooksRunBeforeForwardUntilTheirHandleGoes) {
   EXPECT_TRUE(log.empty());
 }
 
+// Forward hooks (PyTorch's register_forward_hook): run after forward with the
+// input and the output, and what a hook leaves in the output is what the
+// caller gets (ZeRO-3 wraps a unit's output there).
+TEST(Module, ForwardHooksRunAfterForwardAndMayReplaceTheOutput) {
+  GPTConfig cfg = small_config(2);
+  GPT model(cfg);
+  Tensor idx = token_batch(cfg, 2, 8);
+  Layer& block0 = *model.layers()[1];
+  Tensor x = model.layers()[0]->forward(idx);
+  Tensor plain = block0.forward(x);
+  std::vector<std::string> log;
+  auto pre = block0.register_forward_pre_hook([&](Module&, const Tensor&) { log.push_back("pre"); });
+  auto post = block0.register_forward_hook([&](Module& m, const Tensor& in, Tensor& out) {
+    EXPECT_EQ(&m, &block0);
+    EXPECT_TRUE(in.is_same(x));
+    EXPECT_EQ(out.shape(), (Shape{2, 8, 32}));
+    log.push_back("post");
+    out = ops::mul(out, 2.0);
+  });
+  Tensor hooked = block0(x);
+  EXPECT_EQ(log, (std::vector<std::string>{"pre", "post"}));
+  EXPECT_EQ(hooked.to_vector<float>(), ops::mul(plain, 2.0).to_vector<float>());
+  post.remove();
+  EXPECT_EQ(block0(x).to_vector<float>(), plain.to_vector<float>()) << "the hook went with its handle";
+}
+
 // ---- GPT parameters --------------------------------------------------------------------
 
 TEST(GPT, NamedParametersOfATwoLayerModelAreNanoGPTsInOrder) {

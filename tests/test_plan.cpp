@@ -421,7 +421,7 @@ TEST(PlanLlama, Llama2SeventyBHasItsPublishedParameterCount) {
 
 TEST(PlanLlama, SmallLlamaParamsAreTrainGptsCount) {
   // train_gpt --arch llama --kv-heads 2 --layers 2 --heads 4 --embd 64 --block 32 on the fortunes (V 111):
-  // 106688 parameters (docs/12-from-gpt2-to-llama.md); tp 2: 53568 per rank.
+  // 106688 parameters (docs/15-from-gpt2-to-llama.md); tp 2: 53568 per rank.
   ModelShape m{2, 64, 4, 111, 32, true, 2, 0};
   EXPECT_EQ(total_params(m), 106688);
   EXPECT_EQ(params_on_stage(m, grid(1, 1, 1), 0), 106688);

@@ -103,3 +103,15 @@ TEST(TeachBreak, AnUnknownBugNamesTheKnownOnes) {
             std::string::npos)
       << r.output;
 }
+
+// ZeRO-3 without the gather before backward: each unit's params were freed
+// after its forward, so the first backward node that reads one (the last
+// block's, the head keeps its own) finds released storage. The run stops there
+// on every rank, with the error naming the tensor, instead of reading freed memory.
+TEST(TeachBreak, Zero3FreeingAUnitBeforeItsBackwardStopsAtTheFirstRead) {
+  Result r = train("teach_zero3_free", 2, "--dp 2 --batch 8 --zero 3 --teach-break zero3-free-before-backward");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("was released (a ZeRO-3 param read outside its unit's all-gather)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "no step may finish:\n" << r.output;
+}

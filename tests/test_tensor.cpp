@@ -18,6 +18,7 @@
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
+#include "error_of.h"
 
 using namespace loom;
 using ::testing::AllOf;
@@ -645,6 +646,33 @@ TEST(MemoryStats, PeakTracksTheHighWaterMarkUntilReset) {
   EXPECT_EQ(memory_stats().live_bytes, base + 400);
   reset_peak_memory_stats();
   EXPECT_EQ(memory_stats().peak_bytes, base + 400);
+}
+
+// ZeRO-3 frees a unit's params between uses and gathers them back into the
+// same tensors (parallel/data_parallel/fully_sharded.h).
+TEST(MemoryStats, ReleasedStorageFreesItsBytesAndItsViewsSeeTheReallocatedOnes) {
+  int64_t before = live_bytes();
+  Tensor flat = empty({100});
+  Tensor param = ops::view(ops::narrow(flat, 0, 10, 6), {2, 3});  // a param: a view of the flat buffer
+  Storage& storage = *flat.storage();
+  storage.release();
+  EXPECT_FALSE(storage.is_allocated());
+  EXPECT_EQ(live_bytes(), before);  // the bytes are gone; the tensors are not
+  EXPECT_EQ(param.shape(), Shape({2, 3}));
+  const std::string e = test::error_of([&] { param.to_vector<float>(); });
+  EXPECT_NE(e.find("was released"), std::string::npos) << e;
+  storage.allocate();
+  EXPECT_EQ(live_bytes() - before, 400);
+  ops::fill_(flat, 0);
+  ops::fill_(param, 2);  // writes through the view land in the new bytes
+  std::vector<float> v = flat.to_vector<float>();
+  EXPECT_EQ(v[9], 0);
+  EXPECT_EQ(v[10], 2);
+  EXPECT_EQ(v[15], 2);
+  EXPECT_EQ(v[16], 0);
+  storage.release();
+  storage.release();  // a no-op
+  EXPECT_EQ(live_bytes(), before);
 }
 
 // ---- printing ---------------------------------------------------------------------

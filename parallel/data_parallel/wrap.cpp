@@ -10,8 +10,16 @@ void DataParallelWrap::zero_grad(nn::Module& model) {
   else autograd::zero_grad(model.parameters(), /*set_to_none=*/true);
 }
 
-DataParallelWrap wrap_data_parallel(nn::Module& model, ProcessGroup& dp_group, const DataParallelOptions& o,
+DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, const DataParallelOptions& o,
                                     const std::vector<Tensor>& whole_grad) {
+  if (o.zero == 3) {  // ZeRO-3: the params sharded by layer (fully_sharded.h)
+    LOOM_CHECK(o.mode == "bucket", "--dp-mode naive all-reduces whole gradients; --zero 3 reduce-scatters them");
+    DataParallelWrap w;
+    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group);
+    w.fsdp = fsdp.get();
+    w.dp = std::move(fsdp);
+    return w;
+  }
   const bool fp32 = o.dtype == kFloat32;
   const bool use_buffer = dp_group.size() > 1 || !fp32 || o.zero >= 1;
   LOOM_CHECK(!use_buffer || o.mode == "bucket" || (dp_group.size() > 1 && fp32 && o.zero == 0),

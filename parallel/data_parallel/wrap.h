@@ -5,7 +5,8 @@
 // buffer) - on a single process too, as a dp group of one. mode "naive"
 // (DataParallelNaive: a hook per gradient, no buffer) serves only fp32
 // replicas without ZeRO; an fp32 single process gets no wrapper at all
-// (plain .grad tensors).
+// (plain .grad tensors). ZeRO-3 (zero = 3) is FullyShardedDataParallel over
+// the model's layers: it shards the params themselves, on one process too.
 #pragma once
 
 #include <memory>
@@ -13,7 +14,9 @@
 #include <vector>
 
 #include "nn/module.h"
+#include "parallel/model_chunks.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/fully_sharded.h"
 
 namespace loom::parallel {
 
@@ -22,12 +25,14 @@ struct DataParallelOptions {
   double bucket_mb = 25;        // MiB of fp32 gradients per bucket (PyTorch DDP's default)
   DType dtype = kFloat32;       // the model's params
   int zero = 0;                 // ZeRO stage: >= 1 the optimizer shards the buffer (reduce-scatter);
-                                // 2: only the shards are kept (GradReduce::ShardGrads, grad_shards.h)
+                                // 2: only the shards are kept (GradReduce::ShardGrads, grad_shards.h);
+                                // 3: the params are sharded too (FullyShardedDataParallel)
 };
 
 struct DataParallelWrap {
   std::unique_ptr<DataParallel> dp;  // null: one fp32 process, plain .grad tensors
   DataParallelBucket* bucket = nullptr;  // == dp when it holds the main_grad buffer
+  FullyShardedDataParallel* fsdp = nullptr;  // == dp under ZeRO-3
   // At the top of a step: the wrapper's zero_grad, or the params' .grad dropped.
   void zero_grad(nn::Module& model);
 };
@@ -35,7 +40,7 @@ struct DataParallelWrap {
 // Collective over dp_group (the params broadcast from dp rank 0). whole_grad:
 // params whose bucket stays all-reduced under ZeRO (the tied embedding:
 // FinalizeModelGrads::needs_whole_grad). Errors: naive with a buffer needed.
-DataParallelWrap wrap_data_parallel(nn::Module& model, ProcessGroup& dp_group, const DataParallelOptions& options,
+DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, const DataParallelOptions& options,
                                     const std::vector<Tensor>& whole_grad = {});
 
 }  // namespace loom::parallel

@@ -9,7 +9,8 @@ namespace {
 Break g_break = Break::None;
 
 const char* kNames[] = {"none", "dp-allreduce-param", "dp-divide-twice", "skip-tied-sync", "found-inf-wrong-group",
-                         "recompute-fresh-dropout"};
+                         "recompute-fresh-dropout",
+                         "zero3-free-before-backward"};
 
 }  // namespace
 

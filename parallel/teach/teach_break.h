@@ -25,13 +25,18 @@
 //                         --layers 2 --embd 32 --batch 4 --dropout 0.2 --recompute
 //                         full): step 1's grad norm 2.135 instead of 2.050, the
 //                         loss off from step 2 on, 2.786 instead of 2.771 at step 30
+//   zero3-free-before-backward  ZeRO-3 does not gather a unit again before its
+//                         backward: the params it freed after forward are read
+//                         by its backward, and the run stops at the first read
+//                         ("data: the storage of [...] was released")
 #pragma once
 
 #include <string>
 
 namespace loom::teach {
 
-enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout };
+enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout,
+                   Zero3FreeBeforeBackward };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

@@ -1,0 +1,220 @@
+#include "parallel/data_parallel/fully_sharded.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "autograd/accumulate_grad.h"
+#include "autograd/engine.h"
+#include "autograd/function.h"
+#include "autograd/variable.h"
+#include "parallel/teach/teach_break.h"
+#include "parallel/trace/trace.h"
+#include "tensor/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace loom::parallel {
+
+FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers,
+                                                   ProcessGroup& dp_group, FullyShardedOptions options)
+    : dp_group_(dp_group), options_(options), units_(layers.size()), layer_units_(layers.size()) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> all;
+  for (const auto& layer : layers)
+    for (const Tensor& p : layer->parameters()) all.push_back(p);
+  broadcast_params(unique_params(all), dp_group_);  // every replica starts from dp rank 0's weights
+
+  // 1. Units: layer l owns the params it is the first to hold; it reads those
+  //    and any earlier unit's it shares (the head: the embedding unit's wte).
+  std::unordered_map<const TensorImpl*, size_t> owner;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    Unit& unit = units_[l];
+    for (const Tensor& p : layers[l]->parameters()) {
+      auto [it, fresh] = owner.emplace(p.impl(), l);
+      if (fresh) {
+        LOOM_CHECK(autograd::requires_grad(p), "FullyShardedDataParallel: ", p.describe(), " does not require grad");
+        LOOM_CHECK(unit.params.empty() || p.dtype() == unit.params[0].dtype(), "FullyShardedDataParallel: layer ", l,
+                   " has params of mixed dtypes (", unit.params[0].describe(), ", ", p.describe(), ")");
+        unit.params.push_back(p);
+        unit.offsets.push_back(unit.numel);
+        unit.numel += p.numel();
+      }
+      std::vector<size_t>& reads = layer_units_[l];
+      if (std::find(reads.begin(), reads.end(), it->second) == reads.end()) reads.push_back(it->second);
+    }
+  }
+
+  // 2. Flatten each unit into `full` (params become views of it), keep this
+  //    rank's shard, free `full`.
+  const int64_t dp = dp_group_.size();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    if (unit.params.empty()) continue;
+    const Tensor& first = unit.params[0];
+    const int64_t padded = (unit.numel + dp - 1) / dp * dp, shard = padded / dp;
+    unit.full = zeros({padded}, first.dtype(), first.device());
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      const Tensor& p = unit.params[i];
+      Tensor slot = ops::narrow(unit.full, 0, unit.offsets[i], p.numel());
+      ops::copy_(slot, ops::reshape(autograd::detach(p), {p.numel()}));
+      ops::set_data(p, ops::view(slot, p.shape()));
+    }
+    unit.shard = ops::clone(ops::narrow(unit.full, 0, dp_group_.rank() * shard, shard));
+    unit.grad_shard = zeros({shard}, kFloat32, first.device());
+    unit.full.storage()->release();
+  }
+
+  // 3. The hooks (hooks_ owns them: they go with this wrapper).
+  for (size_t l = 0; l < layers.size(); ++l) {
+    hooks_.push_back(layers[l]->register_forward_pre_hook([this, l](nn::Module&, const Tensor&) { before_forward(l); }));
+    hooks_.push_back(layers[l]->register_forward_hook(
+        [this, l](nn::Module&, const Tensor&, Tensor& out) { after_forward(l, out); }));
+  }
+  for (size_t u = 0; u < units_.size(); ++u)
+    for (const Tensor& p : units_[u].params)
+      hooks_.push_back(autograd::register_post_accumulate_grad_hook(p, [this, u](Tensor&) { on_grad_accumulated(u); }));
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  // The communication thread must not write into freed buffers.
+  for (Unit& unit : units_)
+    if (unit.gather) unit.gather->wait();
+  if (in_flight_.work) in_flight_.work->wait();
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+void FullyShardedDataParallel::before_forward(size_t layer) {
+  for (size_t u : layer_units_[layer]) unshard(u);
+  // While this layer computes, the dp group's thread gathers the next one's params.
+  if (options_.prefetch && layer + 1 < layer_units_.size())
+    for (size_t u : layer_units_[layer + 1]) prefetch(u);
+}
+
+void FullyShardedDataParallel::after_forward(size_t layer, Tensor& output) {
+  const bool backward_follows = GradMode::is_enabled();
+  // The last layer keeps its params: its backward is the next thing to run
+  // (torchtitan's reshard_after_forward=False for the last block).
+  const bool keep = backward_follows && (!options_.reshard_after_forward || layer + 1 == layer_units_.size());
+  if (!keep)
+    for (size_t u : layer_units_[layer]) reshard(u);
+  // loom has no module backward pre-hook (PyTorch FSDP registers one on the
+  // output's grad_fn). An identity on the output does the same: every node of
+  // this layer's backward waits for the gradient it passes on, so its
+  // backward runs first - and gathers the params those nodes will read.
+  if (backward_follows)
+    output = autograd::record("UnshardBeforeBackward", {&output}, output, [this, layer](const autograd::TensorList& g) {
+      before_backward(layer);
+      return g;
+    });
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+void FullyShardedDataParallel::before_backward(size_t layer) {
+  if (teach::broken(teach::Break::Zero3FreeBeforeBackward)) return;  // --teach-break zero3-free-before-backward: backward reads freed params
+  for (size_t u : layer_units_[layer]) unshard(u);
+  if (options_.prefetch && layer > 0)
+    for (size_t u : layer_units_[layer - 1]) prefetch(u);  // backward goes the other way
+}
+
+void FullyShardedDataParallel::on_grad_accumulated(size_t u) {
+  if (!callback_queued_ && finish_sync_in_backward_) {  // after this backward: wait for the last reduce-scatter
+    autograd::Engine::queue_callback([this] { finish_grad_sync(); });
+    callback_queued_ = true;
+  }
+  // The unit's last gradient: no node of this backward reads its params again.
+  if (++units_[u].grads_ready == units_[u].params.size()) reduce_scatter_grad(u);
+}
+
+void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
+  finish_reduce_scatter();  // one unit's full gradient in flight at a time
+  NoGradGuard no_grad;
+  Unit& unit = units_[u];
+  // The unit's gradient flattened like its params, in fp32 (FSDP's reduce_dtype):
+  // [padded], the padding zero.
+  Tensor full_grad = zeros({unit.full.numel()}, kFloat32, unit.full.device());
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const Tensor& p = unit.params[i];
+    Tensor g = autograd::grad(p);
+    if (g.defined()) ops::copy_(ops::narrow(full_grad, 0, unit.offsets[i], p.numel()), ops::reshape(g, {p.numel()}));
+    autograd::set_grad(p, Tensor());  // the full gradient goes
+  }
+  Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
+  in_flight_ = {dp_group_.reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
+  reshard(u);
+}
+
+void FullyShardedDataParallel::finish_reduce_scatter() {
+  if (!in_flight_.work) return;
+  {
+    trace::Span span("wait for gradient reduce-scatter");
+    in_flight_.work->wait();
+  }
+  ops::add_(units_[in_flight_.unit].grad_shard, in_flight_.grad_out);  // micro-batches add up in the shard
+  in_flight_ = {};
+}
+
+void FullyShardedDataParallel::finish_grad_sync() {
+  callback_queued_ = false;
+  // A unit some of whose params got no gradient this backward: the rest still count.
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].grads_ready > 0 && units_[u].grads_ready < units_[u].params.size()) reduce_scatter_grad(u);
+  finish_reduce_scatter();
+  for (Unit& unit : units_) unit.grads_ready = 0;
+}
+
+void FullyShardedDataParallel::zero_grad() {
+  for (Unit& unit : units_) {
+    if (unit.grad_shard.defined()) ops::zero_(unit.grad_shard);
+    autograd::zero_grad(unit.params, /*set_to_none=*/true);
+  }
+}
+
+// ---- unshard / reshard --------------------------------------------------------------------
+
+void FullyShardedDataParallel::prefetch(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.gathered || unit.gather) return;
+  unit.full.storage()->allocate();
+  peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes());
+  unit.gather = dp_group_.all_gather_async(unit.full, unit.shard);  // every rank's shard -> the whole unit
+}
+
+void FullyShardedDataParallel::unshard(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.gathered) return;
+  prefetch(u);  // a no-op when it was prefetched
+  trace::Span span(str("wait for param all-gather, unit ", u));  // the exposed part of the gather
+  unit.gather->wait();
+  unit.gather = nullptr;
+  unit.gathered = true;
+}
+
+void FullyShardedDataParallel::reshard(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.gather) unit.gather->wait();  // never free a buffer the comm thread is writing
+  unit.gather = nullptr;
+  unit.full.storage()->release();
+  unit.gathered = false;
+}
+
+void FullyShardedDataParallel::unshard_all() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!units_[u].params.empty()) prefetch(u);
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!units_[u].params.empty()) unshard(u);
+}
+
+void FullyShardedDataParallel::reshard_all() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!units_[u].params.empty()) reshard(u);
+}
+
+int64_t FullyShardedDataParallel::gathered_bytes() const {
+  int64_t bytes = 0;
+  for (const Unit& unit : units_)
+    if (unit.full.defined() && unit.full.storage()->is_allocated()) bytes += int64_t(unit.full.nbytes());
+  return bytes;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,131 @@
+// FullyShardedDataParallel: ZeRO-3 (Rajbhandari et al. 2020) in the shape of
+// PyTorch's FSDP and torchtitan's FSDP2, built on loom's own hook points: the
+// params themselves are sharded over dp, and a unit's full params exist only
+// while that unit computes.
+//
+// Units: each layer of the model (the embedding, each block, the head) is one.
+// A unit's params are flattened into one buffer padded to a multiple of dp
+// (FSDP1's FlatParameter), and rank r keeps only shard r of it:
+//
+//   block 0, dp 2, params a [2, 3] and b [3] (9 elements, padded to 10)
+//     full     | a a a a a a b b b pad |   [10] model dtype, exists only while gathered
+//     shards   | rank 0    | rank 1    |   [5] each, model dtype, always there
+//     params   a = full[0:6] viewed [2, 3], b = full[6:9]: views of `full`, so
+//              one all-gather into `full` fills every param of the unit, and
+//              releasing its storage (tensor/storage.h) frees them all while
+//              the Parameter tensors - which the graph, the optimizer and the
+//              checkpoint hold - stay the same objects.
+//
+// One training step of unit l, and the hook that does each part:
+//   forward pre-hook        unshard: wait for l's all-gather (the previous unit
+//                           launched it), then prefetch l+1's (launch it async)
+//   forward                 the params are plain views of the gathered buffer
+//   forward hook            reshard: free l's buffer (reshard_after_forward; not
+//                           the last layer, whose backward comes next); wrap the
+//                           output in an identity whose backward unshards l
+//   backward of that output unshard l (prefetched), prefetch l-1
+//   post-accumulate-grad    once every param of l has its .grad: flatten them,
+//                           reduce-scatter (average over dp) into this rank's
+//                           fp32 grad shard, drop the full grads, reshard l
+//   end of backward         (Engine::queue_callback) wait for the last reduce-scatter
+//   optimizer step          AdamW on the owned shards (optim/fully_sharded_optimizer.h)
+//
+// Memory per rank, Ψ params of the model in bf16 with Adam: (2 + 4 + 12) Ψ / dp
+// for the param shard, the fp32 grad shard and the fp32 main param + moments,
+// plus the working set: at most two units' full params in forward (the one
+// computing and the one prefetched) and one unit's full gradient in backward.
+// ZeRO-3 moves 1.5x the bytes of ZeRO-1 or plain dp: an all-gather in forward,
+// another in backward, a reduce-scatter (plain dp: one all-reduce = both halves).
+//
+// Tied weights: a param read by two layers belongs to the first layer's unit;
+// the later layer gathers that unit too (the head reads wte, the embedding
+// unit's). Gradient accumulation: every micro-batch reduce-scatters and adds
+// into the grad shard (no_sync() changes nothing): no full gradient is ever
+// kept, at the price of one reduce-scatter per micro-batch (PyTorch FSDP's
+// no_sync keeps unsharded gradients instead, trading memory for traffic).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "nn/module.h"
+#include "parallel/data_parallel/data_parallel_common.h"
+
+namespace loom::parallel {
+
+struct FullyShardedOptions {
+  bool reshard_after_forward = true;  // false: keep each unit gathered from its forward to its backward (ZeRO-2-like params)
+  bool prefetch = true;               // gather the next unit while this one computes
+};
+
+class FullyShardedDataParallel : public DataParallel {
+ public:
+  struct Unit {
+    std::vector<Tensor> params;    // the params this unit owns, in model order
+    std::vector<int64_t> offsets;  // where each starts in the flat buffer
+    int64_t numel = 0;             // sum of the params' numel
+    Tensor full;                   // [numel padded to a multiple of dp] model dtype; released while sharded
+    Tensor shard;                  // [full / dp] model dtype: this rank's part, always there
+    Tensor grad_shard;             // [full / dp] fp32: dp average of this rank's part of the gradient
+    std::shared_ptr<Work> gather;  // the all-gather in flight into `full`, or null
+    bool gathered = false;         // `full` holds the params (its gather waited for)
+    size_t grads_ready = 0;        // params whose .grad arrived in this backward
+  };
+
+  // Broadcasts the params from dp rank 0, shards every layer's unit and frees
+  // the full params; hooks the layers and the params. Collective over dp_group.
+  FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers, ProcessGroup& dp_group,
+                           FullyShardedOptions options = {});
+  ~FullyShardedDataParallel() override;
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  // DataParallel. Every backward reduce-scatters (see the top), so no_sync()
+  // only keeps the interface; zero_grad() zeroes the grad shards.
+  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(unused_sync_flag_); }
+  void zero_grad() override;
+  void finish_grad_sync() override;  // waits for the last reduce-scatter; resets the per-backward counts
+  Tensor grad_of(const Tensor&) const override { return Tensor(); }  // no whole gradient exists
+  bool holds_whole_grad(const Tensor&) const override { return false; }
+
+  // Every unit gathered, for code that reads the params outside forward (a
+  // checkpoint, the sample); reshard_all() frees them again (the optimizer's
+  // step does, since its update makes them stale).
+  void unshard_all();
+  void reshard_all();
+
+  const std::vector<Unit>& units() const { return units_; }
+  ProcessGroup& dp_group() { return dp_group_; }
+  int dp_group_size() const { return dp_group_.size(); }
+  // Bytes of full params materialized now (gathered or being gathered): the
+  // working set; and its peak since construction (--memory-report).
+  int64_t gathered_bytes() const;
+  int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+
+ private:
+  void unshard(size_t u);          // wait until unit u's params are gathered
+  void prefetch(size_t u);         // launch unit u's all-gather if it is sharded
+  void reshard(size_t u);          // free unit u's full params
+  void before_forward(size_t layer);
+  void after_forward(size_t layer, Tensor& output);
+  void before_backward(size_t layer);
+  void on_grad_accumulated(size_t u);
+  void reduce_scatter_grad(size_t u);
+  void finish_reduce_scatter();
+
+  ProcessGroup& dp_group_;
+  FullyShardedOptions options_;
+  std::vector<Unit> units_;                       // [layer]: unit l is layer l's (empty if it owns nothing new)
+  std::vector<std::vector<size_t>> layer_units_;  // [layer] -> units it reads: its own, and a tied weight's
+  struct ReduceScatter {
+    std::shared_ptr<Work> work;
+    Tensor full_grad, grad_out;  // [padded] and [padded / dp] fp32
+    size_t unit = 0;
+  } in_flight_;                  // at most one unit's reduce-scatter at a time
+  int64_t peak_gathered_bytes_ = 0;
+  bool callback_queued_ = false;
+  bool unused_sync_flag_ = true;
+  std::vector<autograd::RemovableHandle> hooks_;  // forward pre-hooks, forward hooks, grad hooks
+};
+
+}  // namespace loom::parallel
