@@ -47,6 +47,9 @@ struct Args {
   int64_t loss_scale_window = 2000, inject_overflow = -1;
   // teaching
   std::string teach_break = "none";
+  // Hugging Face model folders (nn/hf_checkpoint.h): start from one, write one at the end
+  std::string init_from, export_hf;  // --init-from takes the model's shape from DIR/config.json
+  double export_hf_shard_mb = 0.0;   // > 0: --export-hf writes shards of at most this many MiB
 };
 
 void add_options(CLI::App& app, Args& a);
