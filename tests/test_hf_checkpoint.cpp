@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <algorithm>
 
@@ -259,4 +260,34 @@ TEST(HfCheckpoint, TrainGptRefusesModelFlagsBesideInitFromAndABadFolderBeforeTra
   EXPECT_NE(llama.status, 0);
   EXPECT_NE(llama.output.find("model_type \"llama\" is not an architecture loom reads"), std::string::npos)
       << llama.output;
+}
+
+// --init-from on every grid: one step at lr 1e-30 changes no fp32 bit, so the
+// checkpoint loom saves (the whole model, gathered) must be the folder's
+// weights exactly - on one process, cut over tp 2 (load_full_state's
+// cut_shard, the padded vocabulary) and split over pp 2 (the last stage's
+// copy of the tied wte).
+TEST(HfCheckpoint, TrainGptStartsFromTheFoldersWeightsOnEveryGrid) {
+  Scratch s("");
+  const nn::HfCheckpoint hf = nn::load_hf_checkpoint((kRef / "gpt2").string());
+  const std::string train_gpt = test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT);
+  const std::string mpi = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " LOOM_MPIEXEC
+                          " --allow-run-as-root --oversubscribe -np 2 ";
+  const std::pair<std::string, std::string> grids[] = {{"one", ""}, {"tp2", "--tp 2"}, {"pp2", "--pp 2"}};
+  for (const auto& [name, flags] : grids) {
+    const fs::path ckpt = s.dir / (name + ".safetensors");
+    const test::Exec run = test::run_command(
+        (flags.empty() ? "" : mpi) + train_gpt + " " + flags + " --data " LOOM_TEST_DATA_DIR "/data/tiny_corpus.txt" +
+        " --init-from " + (kRef / "gpt2").string() + " --steps 1 --batch 2 --lr 1e-30 --warmup 0 --eval-every 0" +
+        " --sample 0 --save " + ckpt.string() + " 2>&1");
+    ASSERT_EQ(run.status, 0) << name << "\n" << run.output;
+    const std::map<std::string, Tensor> saved = [&] {
+      nn::SafetensorsFile f = nn::load_safetensors(ckpt.string());
+      return std::map<std::string, Tensor>(f.tensors.begin(), f.tensors.end());
+    }();
+    for (const auto& [param, t] : hf.state) {
+      ASSERT_TRUE(saved.contains(param)) << name << ": " << param;
+      EXPECT_EQ(saved.at(param).to_vector<float>(), t.to_vector<float>()) << name << ": " << param;
+    }
+  }
 }
