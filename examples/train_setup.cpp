@@ -71,6 +71,9 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   LOOM_CHECK(tok.vocab_size() <= cfg.vocab_size, "--data ", a.data, " has ", tok.vocab_size(),
              " distinct characters, more than the vocab_size ", cfg.vocab_size, " of --init-from ", a.init_from,
              "/config.json: its ids would fall outside the embedding");
+  LOOM_CHECK(tok.vocab_size() == cfg.vocab_size || a.sample == 0, "--init-from ", a.init_from, ": vocab_size ",
+             cfg.vocab_size, " is more than the ", tok.vocab_size(), " characters of --data ", a.data,
+             ", so the sample at the end could draw ids the character tokenizer cannot print; pass --sample 0");
   // The data handshake: every rank must read the same text (so the same vocabulary and batches).
   const std::string utf8 = data::encode_utf8(text);
   parallel::check_ranks_agree(world,

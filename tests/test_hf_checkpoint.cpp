@@ -260,6 +260,13 @@ TEST(HfCheckpoint, TrainGptRefusesModelFlagsBesideInitFromAndABadFolderBeforeTra
   EXPECT_NE(llama.status, 0);
   EXPECT_NE(llama.output.find("model_type \"llama\" is not an architecture loom reads"), std::string::npos)
       << llama.output;
+  // A vocabulary larger than the corpus's characters: the end's sample could print nothing sensible.
+  Scratch v("gpt2");
+  edit_config(v.model() / "config.json", "\"vocab_size\": 41", "\"vocab_size\": 50");
+  const test::Exec big = test::run_command(train_gpt + " --data " LOOM_TEST_DATA_DIR "/data/tiny_corpus.txt --steps 1"
+                                           " --init-from " + v.model().string() + " 2>&1");
+  EXPECT_NE(big.status, 0);
+  EXPECT_NE(big.output.find("vocab_size 50 is more than the 41 characters"), std::string::npos) << big.output;
 }
 
 // --init-from on every grid: one step at lr 1e-30 changes no fp32 bit, so the
