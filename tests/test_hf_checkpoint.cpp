@@ -15,6 +15,9 @@
 #include <regex>
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
+#include "data/bpe_tokenizer.h"
 #include "nn/gpt.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/loss.h"
@@ -297,4 +300,32 @@ TEST(HfCheckpoint, TrainGptStartsFromTheFoldersWeightsOnEveryGrid) {
       EXPECT_EQ(saved.at(param).to_vector<float>(), t.to_vector<float>()) << name << ": " << param;
     }
   }
+}
+
+// tests/hf/make_tokenizer.py trained a byte-level BPE on the corpus with the
+// `tokenizers` package and encoded the corpus and a few strings that reach
+// every branch of GPT-2's pattern: loom's ids must be its ids, token for
+// token, and decoding must give the text back.
+TEST(BpeTokenizer, EncodesLikeTheTokenizersPackageAndDecodesBack) {
+  const data::BpeTokenizer tok = data::BpeTokenizer::from_file((kRef / "tokenizer.json").string());
+  EXPECT_EQ(tok.vocab_size(), 300);
+  std::ifstream in(kRef / "tokenizer_reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_EQ(ref["texts"].size(), 5u);
+  for (size_t i = 0; i < ref["texts"].size(); ++i) {
+    const std::string text = ref["texts"][i];
+    const std::vector<int32_t> want = ref["ids"][i];
+    const std::vector<int32_t> ids = tok.encode(text);
+    EXPECT_EQ(ids, want) << "text " << i << ": " << text.substr(0, 80);
+    EXPECT_EQ(tok.decode(ids), text) << "text " << i;
+  }
+  EXPECT_GT(ref["ids"][0].size(), 1000u);  // the corpus: 4013 bytes in fewer tokens than bytes, but many
+  EXPECT_LT(ref["ids"][0].size(), 4013u);
+}
+
+TEST(BpeTokenizer, SplitsWordsWithGpt2sPattern) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(data::BpeTokenizer::pre_tokenize("Hello  world's\n\n x"),
+            (V{"Hello", " ", " world", "'s", "\n\n", " x"}));
+  EXPECT_EQ(data::BpeTokenizer::pre_tokenize("I'M 12ab ?! end  "), (V{"I", "'", "M", " 12", "ab", " ?!", " end", "  "}));
 }
