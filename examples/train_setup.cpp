@@ -9,14 +9,14 @@
 #include <sstream>
 
 #include "examples/train_device.h"
-#include "optim/build_optimizer.h"
-#include "optim/checkpoint.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
+#include "optim/build_optimizer.h"
+#include "optim/checkpoint.h"
 #include "optim/model_checkpoint.h"
-#include "parallel/load_full_state.h"
 #include "parallel/comm/build_info.h"
 #include "parallel/comm/handshake.h"
+#include "parallel/load_full_state.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 

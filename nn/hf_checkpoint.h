@@ -46,7 +46,8 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir);
 // Writes state (loom's names: nn::GPT's parameters, or parallel::gather_full_state)
 // as an HF folder. max_shard_bytes > 0: shards of at most that many bytes
 // (a larger tensor gets a shard of its own) and their index. The folder is
-// written as dir.tmp and renamed to dir; an earlier folder at dir is replaced
+// written as dir.tmp (a leftover of a crashed save is removed first) and
+// renamed to dir; an earlier folder at dir is moved to dir.old, and removed,
 // only once the new one is complete.
 void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const NamedTensors& state,
                         int64_t max_shard_bytes = 0);
