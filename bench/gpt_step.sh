@@ -30,7 +30,12 @@
 # op of tensor/ops_attention.cpp, which skips the masked blocks); the ratio is
 # reference ms / fused ms.
 #
-# Usage: [PYTHON=python3] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16|attention]
+# PYTHON2=... adds a second PyTorch to the same rounds, for a current
+# PyTorch beside Debian's 1.13 - e.g. the venv the hf tests install
+# (tests/hf/setup_venv.sh): PYTHON2=build/hf-venv/bin/python. The table then
+# gains "torch2 ms" and "ratio2" (loom / that PyTorch in tokens/s).
+#
+# Usage: [PYTHON=python3] [PYTHON2=venv/bin/python] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16|attention]
 #   defaults: PYTHON=/usr/bin/python3, DEVICE=cpu, build, all, 3 rounds, 15 steps (medium: 8 steps), torch
 set -euo pipefail
 
@@ -42,6 +47,7 @@ steps="${4:-}"
 versus="${5:-torch}"
 loom="$build/bench/bench_gpt_step"
 py="${PYTHON:-/usr/bin/python3}"
+py2="${PYTHON2:-}"
 device="${DEVICE:-cpu}"
 dev_args=(--device "$device")
 [ "${TF32:-0}" = 1 ] && dev_args+=(--tf32)
@@ -103,6 +109,7 @@ if [ "$versus" = bf16 ] || [ "$versus" = attention ]; then
   exit 0
 fi
 "$py" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: $py has no torch (apt-get install python3-torch)" >&2; exit 1; }
+[ -z "$py2" ] || "$py2" -c "import torch" 2>/dev/null || { echo "gpt_step.sh: PYTHON2=$py2 has no torch" >&2; exit 1; }
 
 # Name the GEMM libraries: loom's (oneDNN, or OpenBLAS with LOOM_GEMM=openblas)
 # and the OpenBLAS kernels (Debian's PyTorch 1.13 calls libopenblas;
@@ -114,25 +121,32 @@ echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1) 
 echo "loom fp32 GEMM: ${gemm:-unknown}; OpenBLAS kernels: ${core:-unknown} (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 echo "device: $device${TF32:+ (TF32=$TF32)}"
 [ "$device" = cpu ] || echo "GPU: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
-echo "torch: $("$py" -c 'import torch; b = torch.backends; print(torch.__version__, "MKL" if b.mkl.is_available() else "no MKL", "oneDNN" if b.mkldnn.is_available() else "no oneDNN")' 2>/dev/null) ($py)"
+torch_version() { "$1" -c 'import torch; b = torch.backends; print(torch.__version__, "MKL" if b.mkl.is_available() else "no MKL", "oneDNN" if b.mkldnn.is_available() else "no oneDNN")' 2>/dev/null; }
+echo "torch: $(torch_version "$py") ($py)"
+[ -z "$py2" ] || echo "torch2: $(torch_version "$py2") ($py2)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
 rows=()
 for c in "${configs[@]}"; do
   t=${threads[$c]}
   n=${steps:-${default_steps[$c]}}
-  loom_ms=() torch_ms=()
+  loom_ms=() torch_ms=() torch2_ms=(0)
   for ((r = 1; r <= rounds; ++r)); do
     l=$(OMP_WAIT_POLICY=passive "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
     p=$(OMP_WAIT_POLICY=passive "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
       "${dev_args[@]}")
-    echo "  round $r: $l | $p" >&2
+    p2=""
+    [ -z "$py2" ] || p2=$(OMP_WAIT_POLICY=passive "$py2" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 \
+      --steps "$n" "${dev_args[@]}")
+    echo "  round $r: $l | $p${p2:+ | torch2 }$p2" >&2
     loom_ms+=("$(echo "$l" | field ms_per_step)")
     torch_ms+=("$(echo "$p" | field ms_per_step)")
+    [ -z "$py2" ] || { [ $r = 1 ] && torch2_ms=(); torch2_ms+=("$(echo "$p2" | field ms_per_step)"); }
   done
   lm=$(printf '%s\n' "${loom_ms[@]}" | median)
   pm=$(printf '%s\n' "${torch_ms[@]}" | median)
+  p2m=$(printf '%s\n' "${torch2_ms[@]}" | median)
   # Peak memory of the last round (GPU runs; 0 for PyTorch on the CPU).
-  rows+=("$c $t $lm $pm $(echo "$l" | field peak_mib) $(echo "$p" | field peak_mib)")
+  rows+=("$c $t $lm $pm $(echo "$l" | field peak_mib) $(echo "$p" | field peak_mib) $p2m")
 done
 echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -144,21 +158,23 @@ echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 printf '%-7s %-7s %12s %12s %12s %12s %8s %10s %10s %10s' config threads "loom ms" "torch ms" "loom tok/s" \
   "torch tok/s" ratio "GFLOP" "loom GF/s" "torch GF/s"
+[ -z "$py2" ] || printf ' %12s %8s' "torch2 ms" ratio2
 [ "$device" = cpu ] && echo || printf ' %12s %12s\n' "loom MiB" "torch MiB"
 for row in "${rows[@]}"; do
-  read -r c t lm pm lmem pmem <<<"$row"
+  read -r c t lm pm lmem pmem p2m <<<"$row"
   case $c in
     small) B=16 T=64 L=4 C=128 ;;
     medium) B=8 T=256 L=6 C=384 ;;
     gpt124m) B=8 T=1024 L=12 C=768 ;;
   esac
   awk -v c="$c" -v t="$t" -v lm="$lm" -v pm="$pm" -v B="$B" -v T="$T" -v L="$L" -v C="$C" -v V=65 \
-    -v gpu="$([ "$device" = cpu ] && echo 0 || echo 1)" -v lmem="${lmem:-0}" -v pmem="${pmem:-0}" 'BEGIN {
+    -v gpu="$([ "$device" = cpu ] && echo 0 || echo 1)" -v lmem="${lmem:-0}" -v pmem="${pmem:-0}" -v p2m="$p2m" 'BEGIN {
     n = B * T
     N = V * C + L * (12 * C * C + 13 * C) + 2 * C
     gflop = n * (6 * N + 12 * L * T * C) / 1e9
     printf "%-7s %-7s %12.1f %12.1f %12.0f %12.0f %7.2fx %10.2f %10.1f %10.1f", c, t, lm, pm, n / (lm / 1000),
       n / (pm / 1000), pm / lm, gflop, gflop / (lm / 1000), gflop / (pm / 1000)
+    if (p2m > 0) printf " %12.1f %7.2fx", p2m, p2m / lm
     if (gpu) printf " %12.0f %12.0f", lmem, pmem
     printf "\n" }'
 done

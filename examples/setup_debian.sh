@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ cmake make libeigen3-dev libopenblas-dev nlohmann-json3-dev libdnnl-dev googletest libgtest-dev libgmock-dev libcli11-dev
-          libopenmpi-dev openmpi-bin fortunes python3)  # python3: the docs_check test
+          libopenmpi-dev openmpi-bin fortunes python3 python3-venv)  # python3: docs_check; python3-venv: the hf tests
 bash examples/apt_install.sh "${PACKAGES[@]}"
 
 # mpirun refuses to run as root unless told it is fine (CI and containers run as root).

@@ -1,5 +1,6 @@
 #include "examples/train_args.h"
 #include "examples/train_paths.h"
+#include "nn/hf_config.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "parallel/recompute.h"
 #include "parallel/teach/teach_break.h"
@@ -39,6 +40,31 @@ void number(CLI::App& app, const std::string& flag, T& field, const NumberRange<
 }
 
 }  // namespace
+
+// --init-from DIR: the model is DIR's (config.json fills --layers, --heads,
+// --embd, --block and --dropout, so the checks of validate() see its numbers);
+// giving one of those flags too is refused, as is --resume (its checkpoint
+// has its own model).
+static void add_hf_options(CLI::App& app, Args& a) {
+  auto read_config = [&a](const std::string& dir) {
+    try {
+      const nn::GPTConfig c = nn::read_hf_config((std::filesystem::path(dir) / "config.json").string());
+      a.layers = c.n_layer, a.heads = c.n_head, a.embd = c.n_embd, a.block = c.block_size, a.dropout = c.dropout;
+    } catch (const Error& e) {
+      throw CLI::ValidationError("--init-from", e.what());
+    }
+  };
+  CLI::Option* init = app.add_option("--init-from", a.init_from,
+                                     "start from a Hugging Face GPT-2 folder (config.json + model.safetensors or "
+                                     "shards); its config.json sets the model")
+                          ->each(read_config);
+  for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume"})
+    init->excludes(app.get_option(flag));
+  app.add_option("--export-hf", a.export_hf, "at the end, write the model as a Hugging Face folder (from_pretrained "
+                 "reads it)");
+  number(app, "--export-hf-shard-mb", a.export_hf_shard_mb, {0.0, 1e9, " (0: one model.safetensors)"},
+         "--export-hf: shards of at most this many MiB and their index (0: one file)");
+}
 
 void add_options(CLI::App& app, Args& a) {
   // A flag given twice takes its last value, so wrappers can override their
@@ -146,7 +172,8 @@ void add_options(CLI::App& app, Args& a) {
                  "block)");
   app.add_option("--teach-break", a.teach_break,
                  "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
-                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout");
+                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout, zero3-free-before-backward");
+  add_hf_options(app, a);
 }
 
 namespace {
@@ -210,6 +237,23 @@ void check_device(const Args& a) {
 }
 
 }  // namespace
+
+// --init-from is an HF folder; --export-hf replaces only an earlier HF folder, never the input.
+static void check_hf_paths(const Args& a) {
+  if (!a.init_from.empty())
+    LOOM_CHECK(fs::is_regular_file(fs::path(a.init_from) / "config.json"), "--init-from ", a.init_from,
+               ": not a Hugging Face folder (no config.json)");
+  LOOM_CHECK(a.export_hf_shard_mb == 0 || !a.export_hf.empty(), "--export-hf-shard-mb needs --export-hf");
+  if (a.export_hf.empty()) return;
+  const fs::path out(a.export_hf);
+  if (fs::exists(out)) {
+    LOOM_CHECK(fs::is_directory(out) && fs::exists(out / "config.json"), "--export-hf ", a.export_hf,
+               " exists and is not a Hugging Face folder (no config.json): refusing to replace it");
+    LOOM_CHECK(a.init_from.empty() || !fs::exists(a.init_from) || !fs::equivalent(out, a.init_from), "--export-hf ",
+               a.export_hf, " is the --init-from folder: the export would replace the model it started from");
+  }
+  check_writable("--export-hf", (fs::path(a.export_hf) / "config.json").string(), /*create_dirs=*/true);
+}
 
 void validate(const Args& a) {
   // Each number's own range was checked as it was read (number() above); here what ties flags together.
@@ -282,6 +326,7 @@ void validate(const Args& a) {
   check_writable("--trace", a.trace, /*create_dirs=*/false);
   check_writable("--memory-json", a.memory_json, /*create_dirs=*/false);
   check_writable("--schedule-svg", a.schedule_svg, /*create_dirs=*/false);
+  check_hf_paths(a);
   check_paths(a);  // --data a regular file; no output over an input or another output (train_paths.h)
 }
 

@@ -57,6 +57,9 @@ struct Args {
   double rope_base = 10000.0;
   int64_t mlp_hidden = 0;     // the MLP width (0: 4C for gpt2, 8C/3 rounded up to 8 for llama)
   bool untied = false;        // an LM head of its own (llama's default)
+  // Hugging Face model folders (nn/hf_checkpoint.h): start from one, write one at the end
+  std::string init_from, export_hf;  // --init-from takes the model's shape from DIR/config.json
+  double export_hf_shard_mb = 0.0;   // > 0: --export-hf writes shards of at most this many MiB
 };
 
 

@@ -57,6 +57,7 @@ int run(const train::Args& a, const std::string& flags) {
   }
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
   parallel::Model m = train::build_model(corpus.cfg, a, pgm);  // this rank's layer chunks: its stage, its tp shards
+  train::init_from_hf(a, m, pgm);  // --init-from: a Hugging Face folder's weights
   const DType dtype = train::parse_dtype(a.dtype);
   if (dtype != kFloat32) m.chunks->to(dtype);  // bf16/fp16 params and activations; fp32 main params below
   parallel::FinalizeModelGrads finalize(m, pgm);  // after backward: dp sync, tied embedding, SP grads
@@ -105,6 +106,7 @@ int run(const train::Args& a, const std::string& flags) {
   }
   diag.end_progress_line();
   train::save(a, end, corpus, m, *opt, data_gen, pgm);  // --save: a no-op without it
+  train::export_hf(a, corpus, m, pgm);                  // --export-hf: a no-op without it
   diag.finish();                                        // --trace, and a sample of generated text
   return 0;
 }

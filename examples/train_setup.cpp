@@ -9,12 +9,15 @@
 #include <sstream>
 
 #include "examples/train_device.h"
+#include "nn/hf_checkpoint.h"
+#include "nn/hf_config.h"
 #include "optim/build_optimizer.h"
 #include "optim/checkpoint.h"
 #include "optim/model_checkpoint.h"
 #include "parallel/comm/build_info.h"
 #include "parallel/comm/handshake.h"
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/load_full_state.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 
@@ -64,9 +67,19 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
         a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
         (long long)cfg.block_size);
   }
+  if (!a.init_from.empty()) {  // the folder's model (--seed still draws the dropout masks)
+    cfg = nn::read_hf_config(a.init_from + "/config.json");
+    cfg.seed = a.seed;
+  }
   data::CharTokenizer tok =
       vocab.empty() ? data::CharTokenizer::from_text(text) : data::CharTokenizer::from_vocab_utf8(vocab);
-  cfg.vocab_size = tok.vocab_size();
+  if (a.init_from.empty()) cfg.vocab_size = tok.vocab_size();
+  LOOM_CHECK(tok.vocab_size() <= cfg.vocab_size, "--data ", a.data, " has ", tok.vocab_size(),
+             " distinct characters, more than the vocab_size ", cfg.vocab_size, " of --init-from ", a.init_from,
+             "/config.json: its ids would fall outside the embedding");
+  LOOM_CHECK(tok.vocab_size() == cfg.vocab_size || a.sample == 0, "--init-from ", a.init_from, ": vocab_size ",
+             cfg.vocab_size, " is more than the ", tok.vocab_size(), " characters of --data ", a.data,
+             ", so the sample at the end could draw ids the character tokenizer cannot print; pass --sample 0");
   // The data handshake: every rank must read the same text (so the same vocabulary and batches).
   const std::string utf8 = data::encode_utf8(text);
   parallel::check_ranks_agree(world,
@@ -132,6 +145,23 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
         pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
         a.sequence_parallel ? ", sequence parallel" : "");
   return m;
+}
+
+void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
+  if (a.init_from.empty()) return;
+  const nn::HfCheckpoint hf = nn::load_hf_checkpoint(a.init_from);  // every rank reads it: no communication
+  parallel::load_full_state(m, hf.state);                          // its stage's layers, its tp shards
+  say(pgm.global_rank() == 0, "init: %s (Hugging Face GPT-2, vocab %lld)\n", a.init_from.c_str(),
+      (long long)hf.cfg.vocab_size);
+}
+
+void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
+  if (a.export_hf.empty()) return;
+  const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
+  if (pgm.global_rank() != 0) return;
+  nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024));
+  std::printf("exported %s (Hugging Face GPT-2%s)\n", a.export_hf.c_str(),
+              a.export_hf_shard_mb > 0 ? str(", shards of at most ", a.export_hf_shard_mb, " MiB").c_str() : "");
 }
 
 parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel::FinalizeModelGrads& finalize,

@@ -49,6 +49,15 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world);
 // --device. Prints the model's line (and the pipeline's and tp's) on rank 0.
 parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm);
 
+// --init-from DIR: the Hugging Face folder's weights into this rank's layers
+// (nn/hf_checkpoint.h, parallel/load_full_state.h), before the dtype cast
+// and the optimizer's fp32 copy. A no-op without the flag.
+void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManager& pgm);
+
+// --export-hf DIR: the whole model as a Hugging Face folder, written by rank 0
+// (dir.tmp, then renamed). Collective over world. A no-op without the flag.
+void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm);
+
 // The data-parallel wrapper (parallel/data_parallel/wrap.h decides which),
 // keeping the tied embedding's buckets whole under --zero; prints its line.
 parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel::FinalizeModelGrads& finalize,

@@ -1,0 +1,123 @@
+// config.json <-> GPTConfig (format notes in hf_config.h). The keys and
+// defaults are transformers' GPT2Config; a key loom cannot honour is refused
+// rather than ignored, so a loaded model is the model the folder describes.
+#include "nn/hf_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace loom::nn {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+Json read_json(const std::string& path) {
+  std::ifstream in(path);
+  LOOM_CHECK(in, "read_hf_config: cannot open ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return Json::parse(text.str());
+  } catch (const Json::parse_error& e) {
+    throw Error(str("read_hf_config: ", path, ": not valid JSON: ", e.what()));
+  }
+}
+
+// config[key] as T; `fallback` when absent (transformers' default), an error when absent without one.
+template <class T>
+T get(const Json& config, const std::string& key, const std::string& path, const T* fallback = nullptr) {
+  if (!config.contains(key) || config[key].is_null()) {
+    LOOM_CHECK(fallback, "read_hf_config: ", path, ": the key \"", key, "\" is missing");
+    return *fallback;
+  }
+  try {
+    return config[key].get<T>();
+  } catch (const Json::exception&) {
+    throw Error(str("read_hf_config: ", path, ": \"", key, "\" has the wrong type: ", config[key].dump()));
+  }
+}
+
+GPTConfig read_gpt2(const Json& c, const std::string& path) {
+  auto refuse_unless = [&](bool ok, const std::string& key, const std::string& loom_has) {
+    LOOM_CHECK(ok, "read_hf_config: ", path, ": \"", key, "\": ", c.contains(key) ? c[key].dump() : "(absent)",
+               " is not loom's GPT-2, which has ", loom_has);
+  };
+  if (c.contains("architectures") && !c["architectures"].is_null())
+    for (const Json& arch : c["architectures"])
+      refuse_unless(arch == "GPT2LMHeadModel" || arch == "GPT2Model", "architectures",
+                    "GPT2LMHeadModel (a GPT-2 language model)");
+  const double p01 = 0.1, eps_default = 1e-5;
+  const bool yes = true, no = false;
+  const std::string gelu_new = "gelu_new";
+  const std::string act = get(c, "activation_function", path, &gelu_new);
+  refuse_unless(act == "gelu_new" || act == "gelu_pytorch_tanh", "activation_function", "gelu_new (tanh GELU)");
+  refuse_unless(std::abs(get(c, "layer_norm_epsilon", path, &eps_default) - 1e-5) <= 1e-12, "layer_norm_epsilon",
+                "1e-05");
+  refuse_unless(get(c, "scale_attn_weights", path, &yes), "scale_attn_weights", "true (scores / sqrt(head dim))");
+  refuse_unless(!get(c, "scale_attn_by_inverse_layer_idx", path, &no), "scale_attn_by_inverse_layer_idx", "false");
+  refuse_unless(!get(c, "add_cross_attention", path, &no), "add_cross_attention", "false");
+  refuse_unless(get(c, "tie_word_embeddings", path, &yes), "tie_word_embeddings", "true (lm_head is wte)");
+
+  GPTConfig cfg;
+  cfg.vocab_size = get<int64_t>(c, "vocab_size", path);
+  cfg.block_size = get<int64_t>(c, "n_positions", path);
+  cfg.n_layer = get<int64_t>(c, "n_layer", path);
+  cfg.n_head = get<int64_t>(c, "n_head", path);
+  cfg.n_embd = get<int64_t>(c, "n_embd", path);
+  const int64_t four_c = 4 * cfg.n_embd;
+  refuse_unless(get(c, "n_inner", path, &four_c) == four_c, "n_inner", str("null or 4 n_embd = ", four_c));
+  // One dropout probability in loom: the three of GPT-2 must agree.
+  const double resid = get(c, "resid_pdrop", path, &p01), embd = get(c, "embd_pdrop", path, &p01),
+               attn = get(c, "attn_pdrop", path, &p01);
+  LOOM_CHECK(resid == embd && embd == attn, "read_hf_config: ", path, ": resid_pdrop ", resid, ", embd_pdrop ", embd,
+             ", attn_pdrop ", attn, " differ; loom's GPT has one dropout probability for all three");
+  cfg.dropout = resid;
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    throw Error(str("read_hf_config: ", path, ": ", e.what()));
+  }
+  return cfg;
+}
+
+}  // namespace
+
+GPTConfig read_hf_config(const std::string& path) {
+  const Json c = read_json(path);
+  LOOM_CHECK(c.is_object(), "read_hf_config: ", path, ": expected a JSON object, got ", c.type_name());
+  const std::string model_type = get<std::string>(c, "model_type", path);
+  if (model_type == "gpt2") return read_gpt2(c, path);
+  throw Error(str("read_hf_config: ", path, ": model_type \"", model_type,
+                  "\" is not an architecture loom reads (it reads: gpt2)"));
+}
+
+std::string hf_config_json(const GPTConfig& cfg, DType dtype) {
+  const char* torch_dtype = dtype == kBFloat16 ? "bfloat16" : dtype == kFloat16 ? "float16" : "float32";
+  Json c;
+  c["architectures"] = {"GPT2LMHeadModel"};
+  c["model_type"] = "gpt2";
+  c["vocab_size"] = cfg.vocab_size;
+  c["n_positions"] = cfg.block_size;
+  c["n_embd"] = cfg.n_embd;
+  c["n_layer"] = cfg.n_layer;
+  c["n_head"] = cfg.n_head;
+  c["n_inner"] = nullptr;  // 4 n_embd
+  c["activation_function"] = "gelu_new";
+  c["resid_pdrop"] = cfg.dropout;
+  c["embd_pdrop"] = cfg.dropout;
+  c["attn_pdrop"] = cfg.dropout;
+  c["layer_norm_epsilon"] = 1e-5;
+  c["initializer_range"] = 0.02;
+  c["scale_attn_weights"] = true;
+  c["scale_attn_by_inverse_layer_idx"] = false;
+  c["reorder_and_upcast_attn"] = false;
+  c["tie_word_embeddings"] = true;
+  c["torch_dtype"] = torch_dtype;
+  return c.dump(2) + "\n";
+}
+
+}  // namespace loom::nn
