@@ -31,8 +31,9 @@
 # reference ms / fused ms.
 #
 # PYTHON2=... adds a second PyTorch to the same rounds, for a current
-# PyTorch beside Debian's 1.13 - e.g. the venv the hf tests install
-# (tests/hf/setup_venv.sh): PYTHON2=build/hf-venv/bin/python. The table then
+# PyTorch beside Debian's 1.13 - a venv with PyPI's torch 2.x
+# (python3 -m venv v && v/bin/pip install torch: several GB, with its CUDA
+# libraries; the hf tests' venv reuses Debian's 1.13): PYTHON2=v/bin/python. The table then
 # gains "torch2 ms" and "ratio2" (loom / that PyTorch in tokens/s).
 #
 # Usage: [PYTHON=python3] [PYTHON2=venv/bin/python] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16|attention]
