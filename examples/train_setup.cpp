@@ -187,7 +187,7 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.lr = a.lr, o.weight_decay = a.weight_decay, o.max_grad_norm = a.grad_clip;
   o.loss_scaling = parse_dtype(a.dtype) == kFloat16;
   o.scaler = {a.loss_scale, a.loss_scale_growth, a.loss_scale_backoff, a.loss_scale_window};
-  o.zero = a.zero >= 1, o.overlap_param_gather = a.overlap_param_gather;
+  o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   if (pgm.global_rank() == 0)
     std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero == 3 ? ", on the dp shards (ZeRO-3)" : a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str() : "",

@@ -62,6 +62,14 @@ TEST(TrainGptContextParallel, WithZeroMatchesOneProcess) {
                   "--dp 2 --cp 2 --zero");
 }
 
+// With recomputation the ring runs again inside backward (full: each block's
+// forward; selective: the attention core itself), on every cp rank in the same order.
+TEST(TrainGptContextParallel, WithRecomputationMatchesOneProcess) {
+  for (const std::string mode : {"full", "selective"})
+    expect_same_run(train("cp2_recompute_" + mode, 2, "--cp 2 --recompute " + mode + " --batch 16"),
+                    single_process_batch16(), ("--cp 2 --recompute " + mode).c_str());
+}
+
 // A checkpoint holds the whole model whatever cp saved it: cp 2 -> save at
 // step 5 -> one process resumes; its 10 logged losses are the straight run's.
 TEST(TrainGptContextParallel, CheckpointResumesAcrossCpSizes) {

@@ -8,8 +8,8 @@
 // (FSDP1's FlatParameter), and rank r keeps only shard r of it:
 //
 //   block 0, dp 2, params a [2, 3] and b [3] (9 elements, padded to 10)
-//     full     | a a a a a a b b b pad |   [10] model dtype, exists only while gathered
-//     shards   | rank 0    | rank 1    |   [5] each, model dtype, always there
+//     full     | a0 a1 a2 a3 a4 | a5 b0 b1 b2 pad |   [10] model dtype, exists only while gathered
+//     shards   | rank 0         | rank 1          |   [5] each, model dtype, always there
 //     params   a = full[0:6] viewed [2, 3], b = full[6:9]: views of `full`, so
 //              one all-gather into `full` fills every param of the unit, and
 //              releasing its storage (tensor/storage.h) frees them all while
