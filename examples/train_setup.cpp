@@ -190,7 +190,10 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   if (pgm.global_rank() == 0)
-    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n", a.zero == 3 ? ", on the dp shards (ZeRO-3)" : a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str() : "",
+    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n",
+                a.zero == 3   ? ", on the dp shards (ZeRO-3)"
+                : a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str()
+                              : "",
                 a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 o.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;
