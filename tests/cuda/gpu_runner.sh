@@ -125,7 +125,7 @@ phase_device() {
 }
 
 phase_ops() {
-  for t in allocator copy dropout nn ops optim; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
+  for t in allocator copy dropout nn ops optim llama; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
 }
 
 phase_comm() {
