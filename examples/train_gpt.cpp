@@ -75,9 +75,9 @@ int run(const train::Args& a, const std::string& flags) {
     const double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, a.lr * a.min_lr_ratio);
     opt->set_lr(lr);
     // ZeRO: last step's all-gathered params are in place before this forward
-    // (with --overlap-param-gather each layer waits for its own, in its forward pre-hook;
-    // ZeRO-3 gathers each layer's in its pre-hook, and frees them after).
-    if (!a.overlap_param_gather && a.zero != 3) opt->finish_param_sync();
+    // (with --overlap-param-gather each layer waits for its own, in its forward
+    // pre-hook; ZeRO-3 gathers each layer in its pre-hook and frees it after).
+    opt->before_forward();
     dp.zero_grad(*m.chunks);         // at the top of the step, as picotron's train.py and llm.c do
     if (step == a.inject_overflow) train::inject_overflow(dp, pgm);  // a test aid: an inf in rank 0's gradient
     // This rank's rows of the global batch, as K micro-batches: gradient

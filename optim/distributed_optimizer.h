@@ -90,6 +90,9 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   // order) that reads it, instead of finish_param_sync() waiting for all
   // before the forward (param_gather_overlap.h). Call once, before training.
   void overlap_param_gather(const std::vector<std::shared_ptr<nn::Layer>>& layers);
+  void before_forward() override {
+    if (!gather_overlap_) finish_param_sync();
+  }
   bool overlaps_param_gather() const { return gather_overlap_ != nullptr; }
   // Waits for bucket b's all-gather if it is still in flight (a no-op after).
   void wait_param_gather(int b);

@@ -33,6 +33,7 @@ class FullyShardedOptimizer : public MixedPrecisionOptimizer {
   // Every unit gathered, for a reader outside forward (a checkpoint, the sample).
   // Not before each forward: each unit's forward pre-hook gathers its own.
   void finish_param_sync() override { fsdp_.unshard_all(); }
+  void before_forward() override {}  // each unit is gathered by its own forward pre-hook
 
  private:
   struct Piece {

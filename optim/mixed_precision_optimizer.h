@@ -91,6 +91,11 @@ class MixedPrecisionOptimizer {
   // the param all-gathers under ZeRO-1 (distributed_optimizer.h). Call before
   // anything reads the params: the next forward, an evaluation, a checkpoint.
   virtual void finish_param_sync() {}
+  // At the top of each training step, before its forward: what the params
+  // need first. finish_param_sync() here; nothing under ZeRO-1 with
+  // overlap_param_gather() (each layer's pre-hook waits for its own buckets)
+  // or under ZeRO-3 (each unit gathers itself in its pre-hook).
+  virtual void before_forward() { finish_param_sync(); }
   // The buffer the model params live in when the optimizer owns one (ZeRO-1's
   // all-gathered param buffer, for --memory-report); undefined here.
   virtual const Tensor& param_buffer() const {
