@@ -58,7 +58,8 @@ MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, int zer
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;  // fp32 main params alias fp32 params
   const double opt_per_param = double(main_bytes + 8) / double(zero >= 1 ? dp : 1);
   const double grad_per_param = 4.0 / double(zero >= 2 ? dp : 1);
-  return {num_params * param_bytes, int64_t(double(num_params) * grad_per_param),
+  const double params_per_rank = double(num_params) / double(zero >= 3 ? dp : 1);  // ZeRO-3: the shards
+  return {int64_t(params_per_rank * double(param_bytes)), int64_t(double(num_params) * grad_per_param),
           int64_t(double(num_params) * opt_per_param)};
 }
 

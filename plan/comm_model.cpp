@@ -60,14 +60,17 @@ GroupTraffic pp_per_micro_batch(const ModelShape& m, const Grid& g, const Batch&
 }
 
 GroupTraffic dp_per_step(int64_t params_on_rank, const Grid& g, const Machine& mc) {
-  GroupTraffic t{"dp", g.zero ? "reduce-scatter fp32 grads + all-gather params" : "all-reduce fp32 grads"};
+  GroupTraffic t{"dp", g.zero == 3 ? "reduce-scatter fp32 grads + all-gather params twice (forward, backward)"
+                       : g.zero   ? "reduce-scatter fp32 grads + all-gather params"
+                                  : "all-reduce fp32 grads"};
   if (g.dp <= 1) return t;
   const Link link = link_for_span(mc, int64_t(g.tp) * g.dp);
   const double grads = 4.0 * double(params_on_rank), params = double(dtype_bytes(g.dtype)) * double(params_on_rank);
   const double ring = double(g.dp - 1) / g.dp;
-  if (g.zero) {
-    t.ops = 2, t.payload = grads + params, t.wire = ring * (grads + params);
-    t.seconds = all_gather_seconds(grads, g.dp, link) + all_gather_seconds(params, g.dp, link);
+  if (g.zero) {  // ZeRO-3 gathers each unit again for its backward: one more all-gather of the params
+    const double gathers = g.zero == 3 ? 2 : 1;
+    t.ops = 1 + gathers, t.payload = grads + gathers * params, t.wire = ring * t.payload;
+    t.seconds = all_gather_seconds(grads, g.dp, link) + gathers * all_gather_seconds(params, g.dp, link);
   } else {
     t.ops = 1, t.payload = grads, t.wire = 2 * ring * grads, t.seconds = all_reduce_seconds(grads, g.dp, link);
   }

@@ -34,7 +34,7 @@ struct ModelShape {
 struct Grid {
   int dp = 1, pp = 1, tp = 1;
   int virtual_stages = 1;       // v: model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B
-  int zero = 0;                 // ZeRO stage: 1 optimizer state sharded over dp, 2 the gradients too
+  int zero = 0;                 // ZeRO stage: 1 optimizer state sharded over dp, 2 the gradients too, 3 the params too
   bool sequence_parallel = false;
   bool recompute = false;       // full activation recomputation (Megatron --recompute-granularity full)
   bool recompute_selective = false;  // only the attention core (--recompute-granularity selective)

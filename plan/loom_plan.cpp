@@ -53,8 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", g.pp, "pipeline stages");
   app.add_option("--tp", g.tp, "tensor-parallel ranks");
   app.add_option("--virtual-stages", g.virtual_stages, "model chunks per pipeline rank (interleaved 1F1B)");
-  app.add_option("--zero", g.zero, "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too "
-                 "(--zero alone: 1)")->expected(0, 1)->default_str("1")->check(CLI::Range(0, 2));
+  app.add_option("--zero", g.zero, "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the "
+                 "params too (FSDP) (--zero alone: 1)")->expected(0, 1)->default_str("1")->check(CLI::Range(0, 3));
   app.add_flag("--sequence-parallel", g.sequence_parallel, "Megatron's sequence parallelism (with --tp)");
   app.add_flag("--recompute", g.recompute, "full activation recomputation");
   app.add_flag("--recompute-selective", g.recompute_selective,
@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
     check_plan(m, g, b);
     check_efficiency(efficiency);
     LOOM_CHECK(!(g.recompute && g.recompute_selective), "--recompute (full) and --recompute-selective: choose one");
+    LOOM_CHECK(g.zero != 3 || g.pp == 1, "--zero 3 with --pp ", g.pp, ": train_gpt refuses it (the tied embedding's "
+               "copies are summed as whole gradients, which ZeRO-3 never keeps); use --zero 1 or 2 with --pp");
     LOOM_CHECK(calibrate_ms >= 0 && tokens >= 0, "--calibrate-ms and --tokens must be >= 0, got ", calibrate_ms,
                " and ", tokens);
     if (machine == "cpu" && !app.count("--machine"))

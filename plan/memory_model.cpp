@@ -35,23 +35,25 @@ std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Gri
   return out;
 }
 
-int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
+// Item i's params on one tp rank (the head's tied wte counted only when
+// has_embedding is false: a stage holding both keeps one copy).
+int64_t params_of_item(const ModelShape& m, const Grid& g, int64_t i, bool has_embedding) {
   const int64_t h = m.width, t = g.tp;
   const int64_t V = t > 1 ? parallel::padded_vocab_size(m.vocab, g.tp) : m.vocab;
-  const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
-  const bool has_embedding = items.front() == 0;
-  int64_t n = 0;
-  for (int64_t i : items) {
-    if (m.llama) {  // no wpe, no biases, RMSNorm weights only, an untied lm_head
-      if (i == 0) n += V * h / t;                                          // wte split
-      else if (i == m.layers + 1) n += h + V * h / t;                      // ln_f, lm_head split
-      else n += m.block_matmul_params() / t + 2 * h;                       // one block
-      continue;
-    }
-    if (i == 0) n += V * h / t + m.seq * h;                               // wte split, wpe whole
-    else if (i == m.layers + 1) n += 2 * h + (has_embedding ? 0 : V * h / t);  // ln_f, tied wte
-    else n += (12 * h * h + 7 * h) / t + 6 * h;                           // one block
+  if (m.llama) {  // no wpe, no biases, RMSNorm weights only, an untied lm_head
+    if (i == 0) return V * h / t;                                           // wte split
+    if (i == m.layers + 1) return h + V * h / t;                            // ln_f, lm_head split
+    return m.block_matmul_params() / t + 2 * h;                             // one block
   }
+  if (i == 0) return V * h / t + m.seq * h;                                 // wte split, wpe whole
+  if (i == m.layers + 1) return 2 * h + (has_embedding ? 0 : V * h / t);    // ln_f, tied wte
+  return (12 * h * h + 7 * h) / t + 6 * h;                                  // one block
+}
+
+int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
+  const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
+  int64_t n = 0;
+  for (int64_t i : items) n += params_of_item(m, g, i, items.front() == 0);
   return n;
 }
 
@@ -83,7 +85,16 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
 
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
-  if (g.zero >= 2) {  // + the two scratches (the header)
+  if (g.zero == 3) {  // the embedding unit + the two largest neighbouring units after it (the header)
+    Grid one_stage = g;
+    one_stage.pp = 1;
+    std::vector<int64_t> unit;  // params of each layer item (a unit each)
+    for (int64_t i : items) unit.push_back(params_of_item(m, one_stage, i, /*has_embedding=*/true));
+    int64_t pair = 0;
+    for (size_t l = 1; l + 1 < unit.size(); ++l) pair = std::max(pair, unit[l] + unit[l + 1]);
+    r.gathered = (unit.front() + pair) * int64_t(dtype_bytes(g.dtype));
+  }
+  if (g.zero == 2) {  // + the two scratches (the header)
     const int64_t V = g.tp > 1 ? parallel::padded_vocab_size(m.vocab, g.tp) : m.vocab;
     const bool embedding = items.front() == 0 || items.back() == m.layers + 1;
     const double largest_param = double(embedding ? std::max(V, 4 * m.width) : 4 * m.width) * double(m.width) / g.tp;

@@ -25,6 +25,11 @@
 // largest param if bigger (a bucket of its own: the embedding V' h / tp on a
 // stage holding it, else the MLP's 4 h^2 / tp), at most the stage's params
 // (then one bucket, one scratch).
+// --zero 3 (FSDP) divides the params by dp too, and adds the units gathered
+// at once (parallel/data_parallel/fully_sharded.h): the embedding unit (its
+// wte is read by the head, so it stays gathered) and the two largest
+// neighbouring units after it (the one computing and the one prefetched), in
+// the model dtype; pp is refused with it, as train_gpt refuses it.
 // The gradient buffer's bucket padding (at most dp x 64 elements per bucket,
 // parallel/data_parallel/bucket.h) is left out: < 0.1% for any real model.
 //
@@ -53,6 +58,9 @@ namespace loom::plan {
 
 // Parameters held by pipeline rank `stage` (one tp rank of it).
 int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage);
+// Those of layer item i (0 embedding, 1..L blocks, L+1 head); has_embedding:
+// the stage also holds item 0, so the head's tied wte is not counted again.
+int64_t params_of_item(const ModelShape& m, const Grid& g, int64_t i, bool has_embedding);
 
 // The layer items ([0] = embedding, 1..L = blocks, L+1 = head) on each
 // pipeline rank, all chunks together.
@@ -61,8 +69,9 @@ std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Gri
 struct RankMemory {
   int64_t num_params = 0;
   int64_t params = 0, grads = 0, optimizer = 0;  // bytes
+  int64_t gathered = 0;                           // bytes: ZeRO-3's units gathered at once
   double activations = 0;                         // bytes, peak in flight
-  double total() const { return double(params + grads + optimizer) + activations; }
+  double total() const { return double(params + grads + optimizer + gathered) + activations; }
 };
 
 // Activation bytes of one transformer layer for one micro-batch.

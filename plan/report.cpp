@@ -72,9 +72,11 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   if (m.llama)
     say(out, "architecture: llama: %lld kv heads, SwiGLU width %lld, untied head, no wpe, no biases\n",
         (long long)(m.kv_heads > 0 ? m.kv_heads : m.heads), (long long)m.ffn_width());
+  const std::string zero = g.zero ? ", ZeRO-" + std::to_string(g.zero) : "";
   say(out, "grid: dp %d x pp %d x tp %d = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
-      g.tp, g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), g.zero ? (g.zero == 1 ? ", ZeRO-1" : ", ZeRO-2") : "",
-      g.sequence_parallel ? ", sequence parallel" : "", g.recompute ? ", full recomputation" : g.recompute_selective ? ", selective recomputation" : "");
+      g.tp, g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), zero.c_str(),
+      g.sequence_parallel ? ", sequence parallel" : "",
+      g.recompute ? ", full recomputation" : g.recompute_selective ? ", selective recomputation" : "");
   say(out, "batch: micro-batch %lld x %lld micro-batches x dp %d = %lld sequences, %lld tokens per step\n",
       (long long)b.micro_batch, (long long)b.micro_batches, g.dp, (long long)(g.dp * b.micro_batch * b.micro_batches),
       (long long)b.tokens_per_step(m, g));
@@ -93,6 +95,9 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
         bytes(double(r.optimizer)).c_str(), bytes(r.activations).c_str(), bytes(r.total()).c_str(),
         r.total() > mc.memory_gib * 1073741824.0 ? "  > capacity!" : "");
   }
+  if (g.zero == 3)
+    say(out, "  (total includes ZeRO-3's gathered units, %s: the embedding unit and the two largest neighbouring units)\n",
+        bytes(double(s.stages[0].memory.gathered)).c_str());
   say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
       micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
 

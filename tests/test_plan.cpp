@@ -198,7 +198,7 @@ TEST(PlanProgram, HelpShowsEveryDefault) {
 
 TEST(PlanProgram, NonsenseFailsBeforeAnyWorkWithTheFlagNamed) {
   for (const char* args : {"--dp 0", "--block 0", "--efficiency 2", "--embd 130 --heads 4", "--batch -1",
-                           "--pp 2 --virtual-stages 2 --microbatches 3"}) {
+                           "--pp 2 --virtual-stages 2 --microbatches 3", "--zero 3 --pp 2"}) {
     const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --machine h100 " + args + " 2>&1");
     EXPECT_EQ(run.status, 1) << args << "\n" << run.output;
     EXPECT_NE(run.output.find("loom_plan: --"), std::string::npos) << args << "\n" << run.output;
@@ -357,6 +357,43 @@ TEST(PlanAgainstRun, MemoryOfDataParallelZero2Bf16) {
   Grid g = grid(2, 1, 1);
   g.zero = 2, g.dtype = "bf16";
   expect_plan_matches_run(g, "--dp 2 --zero 2 --dtype bf16");
+}
+
+// ZeRO-3: params, grads and optimizer state all / dp (FSDP pads each unit to
+// a multiple of dp: a few elements); the gathered units come on top, in the
+// run's comm-buffers column, which bytes/param leaves out.
+TEST(PlanAgainstRun, MemoryOfDataParallelZero3Bf16) {
+  Grid g = grid(2, 1, 1);
+  g.zero = 3, g.dtype = "bf16";
+  expect_plan_matches_run(g, "--dp 2 --zero 3 --dtype bf16");
+}
+
+// The gathered working set: the embedding unit and the two largest
+// neighbouring units, in the model dtype (fully_sharded.h), against the sizes
+// of the units worked out here: tiny() at dp 2, bf16.
+TEST(PlanMemory, Zero3AddsTheEmbeddingUnitAndTwoNeighbouringUnits) {
+  const ModelShape m = tiny();
+  Grid g = grid(2, 1, 1);
+  g.zero = 3, g.dtype = "bf16";
+  const RankMemory r = memory_on_stage(m, g, Batch{4, 1}, 0);
+  // embedding 65·128 + 64·128 = 16,512; a block 12·128² + 13·128 = 198,272
+  // (two neighbouring blocks outweigh a block and the 256-param head); 2 bytes each
+  EXPECT_EQ(r.gathered, 2 * (16512 + 2 * 198272));
+  Grid zero1 = g;
+  zero1.zero = 1;
+  EXPECT_EQ(memory_on_stage(m, zero1, Batch{4, 1}, 0).gathered, 0);
+  EXPECT_EQ(r.params * 2, memory_on_stage(m, zero1, Batch{4, 1}, 0).params);  // the param shards: / dp
+}
+
+TEST(PlanMemory, Zero3DoublesTheParamAllGathers) {
+  Grid g = grid(2, 1, 1);
+  g.dtype = "bf16", g.zero = 1;
+  const GroupTraffic one = dp_per_step(1000, g, machine_by_name("h100"));
+  g.zero = 3;
+  const GroupTraffic three = dp_per_step(1000, g, machine_by_name("h100"));
+  EXPECT_EQ(one.payload, 4000.0 + 2000.0);          // fp32 grads reduce-scattered + bf16 params gathered
+  EXPECT_EQ(three.payload, 4000.0 + 2 * 2000.0);    // + the params again for backward
+  EXPECT_EQ(three.ops, 3);
 }
 
 TEST(PlanAgainstRun, MemoryOfPipelineAndTensorParallel) {
