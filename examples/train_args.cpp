@@ -315,9 +315,6 @@ void validate(const Args& a) {
                "summed over tp as whole gradients, which ZeRO-3 never keeps; use --zero 1");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
                " does not apply");
-    LOOM_CHECK(a.cp == 1, "--zero 3 with --cp ", a.cp, ": not tested together yet; use --zero 1 or 2 with --cp");
-    LOOM_CHECK(a.recompute == "none", "--zero 3 with --recompute ", a.recompute, ": not tested together yet (the "
-               "rerun in backward needs the unit gathered); use --zero 1 or 2 with --recompute");
   }
   check_device(a);
   // Output paths, before any work is done.

@@ -37,6 +37,22 @@ TEST(TrainGptZero3, WithTensorParallelMatchesOneProcess) {
                   "--dp 2 --tp 2 --zero 3");
 }
 
+// With recomputation the rerun in backward reads the unit's params: the unit
+// is gathered again before its backward (the identity on its output), so the
+// rerun finds them. Full: each block's forward again; selective: its core.
+TEST(TrainGptZero3, WithRecomputationMatchesOneProcess) {
+  for (const std::string mode : {"full", "selective"})
+    expect_same_run(train("zero3_dp2_recompute_" + mode, 2, "--dp 2 --batch 8 --zero 3 --recompute " + mode),
+                    single_process_batch16(), ("--dp 2 --zero 3 --recompute " + mode).c_str());
+}
+
+// dp 2 x cp 2: the units are sharded over the dp x cp group, the one the
+// gradients are averaged over (each cp rank saw other tokens of the same sequences).
+TEST(TrainGptZero3, WithContextParallelMatchesOneProcess) {
+  expect_same_run(train("zero3_dp2_cp2", 4, "--dp 2 --cp 2 --batch 8 --zero 3"), single_process_batch16(),
+                  "--dp 2 --cp 2 --zero 3");
+}
+
 // bf16 and fp16 (loss scaling, found_inf over every shard): ZeRO-3 gives the
 // numbers of ZeRO-1 at the same dp and dtype - the same fp32 sums of the same
 // rounded gradients, the same fp32 main params rounded into the same params.
