@@ -10,18 +10,12 @@
 // and loss 1e-5, gradients 1e-4.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <set>
 
-#include "autograd/engine.h"
-#include "autograd/variable.h"
 #include "nn/gpt.h"
 #include "nn/loss.h"
 #include "nn/safetensors.h"
-#include "optim/param_groups.h"
-#include "optim/adamw.h"
+#include "tests/reference_check.h"
 
 using namespace loom;
 using namespace loom::nn;
@@ -32,16 +26,6 @@ const std::string kReference = std::string(LOOM_TEST_DATA_DIR) + "/reference/gpt
 // The entries of the file that are not model weights.
 const std::set<std::string> kNotWeights = {"idx", "targets", "logits", "loss", "adamw_losses"};
 
-double relative_error(const Tensor& got, const Tensor& ref) {
-  EXPECT_EQ(got.shape(), ref.shape());
-  std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
-    max_ref = std::max(max_ref, std::abs(b[i]));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
-}
 
 struct Reference {
   SafetensorsFile file = load_safetensors(kReference);
@@ -84,30 +68,7 @@ TEST(GPTReference, LogitsLossAndEveryGradientMatchPyTorch) {
   Reference ref;
   GPT model(ref.cfg);  // its own random init is overwritten by the strict load below
   model.load_state_dict(ref.weights);
-
-  Tensor logits = model.forward(ref.file.at("idx"));
-  Tensor loss = cross_entropy_loss(logits, ref.file.at("targets"));
-  const double logits_err = relative_error(logits, ref.file.at("logits"));
-  const double loss_err = relative_error(loss, ref.file.at("loss"));
-  EXPECT_LE(logits_err, 1e-5);
-  EXPECT_LE(loss_err, 1e-5);
-
-  autograd::backward(loss);
-  double worst = 0;
-  std::string worst_name;
-  int compared = 0;
-  for (const auto& [name, p] : model.named_parameters()) {
-    ASSERT_TRUE(ref.file.contains("grad." + name)) << "the reference has no gradient for " << name;
-    Tensor g = autograd::grad(p);
-    ASSERT_TRUE(g.defined()) << name << " got no gradient";
-    const double err = relative_error(g, ref.file.at("grad." + name));
-    EXPECT_LE(err, 1e-4) << "gradient of " << name;
-    if (err > worst) worst = err, worst_name = name;
-    ++compared;
-  }
-  EXPECT_EQ(compared, 28);
-  std::printf("[ measured ] logits %.2e, loss %.2e, worst gradient %.2e (%s)\n", logits_err, loss_err, worst,
-              worst_name.c_str());
+  test::expect_forward_backward_match(model, ref.file, 28);
 }
 
 // llm.c's check: 10 optimizer steps on the same batch track PyTorch's losses.
@@ -117,21 +78,5 @@ TEST(GPTReference, TenAdamWStepsMatchPyTorchLosses) {
   Reference ref;
   GPT model(ref.cfg);
   model.load_state_dict(ref.weights);
-  optim::AdamW opt(optim::gpt_param_groups(model, 1e-3, 0.1));
-  ASSERT_EQ(opt.param_groups()[0].params.size(), 8u);  // 4 matmul weights x 2 blocks
-  std::vector<double> expected = ref.file.at("adamw_losses").to_vector<double>();
-  ASSERT_EQ(expected.size(), 10u);
-  double worst = 0;
-  for (size_t step = 0; step < 10; ++step) {
-    Tensor loss = cross_entropy_loss(model.forward(ref.file.at("idx")), ref.file.at("targets"));
-    double got = loss.item<double>();
-    double rel = std::abs(got - expected[step]) / std::abs(expected[step]);
-    EXPECT_LE(rel, 1e-5) << "step " << step << ": loom " << got << ", PyTorch " << expected[step];
-    worst = std::max(worst, rel);
-    autograd::backward(loss);
-    opt.step();
-    opt.zero_grad();
-  }
-  EXPECT_LT(expected.back(), expected.front());  // the reference itself learned something
-  std::printf("[ measured ] 10 AdamW losses: worst relative error %.2e\n", worst);
+  test::expect_adamw_losses_match(model, ref.file, 8u);  // 4 matmul weights x 2 blocks
 }
