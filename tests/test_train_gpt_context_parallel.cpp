@@ -1,7 +1,7 @@
 // train_gpt --cp N against one process on the same global batch: per-step
-// losses, gradient norms, validation losses and final parameters within 1e-5
-// relative (tests/train_gpt_run.h explains the tolerances and how runs are
-// launched). Each cp rank runs its zig-zag chunks of every sequence; attention
+// losses, gradient norms and validation losses within 1e-5 relative, final
+// parameters within 3e-5 (below; tests/train_gpt_run.h explains the
+// tolerances and how runs are launched). Each cp rank runs its zig-zag chunks of every sequence; attention
 // is the ring (parallel/context_parallel/ring_attention.h); gradients and the
 // logged loss are averaged over dp x cp.
 #include <gtest/gtest.h>
@@ -12,6 +12,18 @@ using namespace loom;
 using namespace loom::test;
 
 namespace {
+
+// Final params: the ring merges each row's softmax from cp pieces, a
+// different order of float additions than one process's, and AdamW's step
+// m / sqrt(v) magnifies that rounding on a param whose gradient is near 0
+// (blocks.1.mlp.c_fc.bias): measured 7.7e-6 at -O3 and 1.12e-5 in the ASan
+// build (-O1). A wrong mask, a missing max correction or local positions
+// move the losses by 1e-3 and more (the losses keep 1e-5).
+constexpr double kCpParamTol = 3e-5;
+
+void expect_same_run_cp(const Result& got, const Result& ref, const char* what) {
+  expect_same_run(got, ref, what, 1e-5, kCpParamTol);
+}
 
 // The "val_loss" of every JSON line that has one.
 std::vector<double> val_losses(const Result& r) {
@@ -26,7 +38,7 @@ std::vector<double> val_losses(const Result& r) {
 TEST(TrainGptContextParallel, TwoRanksMatchOneProcessInTrainingAndEvaluation) {
   Result ref = train("single_b16_eval", 1, "--batch 16 --eval-every 5");
   Result cp2 = train("cp2", 2, "--cp 2 --batch 16 --eval-every 5");
-  expect_same_run(cp2, ref, "--cp 2");
+  expect_same_run_cp(cp2, ref, "--cp 2");
   const std::vector<double> got = val_losses(cp2), want = val_losses(ref);
   ASSERT_EQ(got.size(), 2u) << cp2.output;
   ASSERT_EQ(want.size(), 2u) << ref.output;
@@ -37,28 +49,28 @@ TEST(TrainGptContextParallel, TwoRanksMatchOneProcessInTrainingAndEvaluation) {
 }
 
 TEST(TrainGptContextParallel, FourRanksMatchOneProcess) {
-  expect_same_run(train("cp4", 4, "--cp 4 --batch 16"), single_process_batch16(), "--cp 4");
+  expect_same_run_cp(train("cp4", 4, "--cp 4 --batch 16"), single_process_batch16(), "--cp 4");
 }
 
 TEST(TrainGptContextParallel, WithDataParallelTwoByTwoMatchesOneProcess) {
-  expect_same_run(train("dp2_cp2", 4, "--dp 2 --cp 2 --batch 8"), single_process_batch16(), "--dp 2 --cp 2");
+  expect_same_run_cp(train("dp2_cp2", 4, "--dp 2 --cp 2 --batch 8"), single_process_batch16(), "--dp 2 --cp 2");
 }
 
 // With tensor parallelism (and Megatron-SP): each rank's heads run the ring.
 TEST(TrainGptContextParallel, WithTensorAndSequenceParallelMatchesOneProcess) {
-  expect_same_run(train("tp2_cp2_sp", 4, "--tp 2 --cp 2 --sequence-parallel --batch 16"), single_process_batch16(),
+  expect_same_run_cp(train("tp2_cp2_sp", 4, "--tp 2 --cp 2 --sequence-parallel --batch 16"), single_process_batch16(),
                   "--tp 2 --cp 2 --sequence-parallel");
 }
 
 // With a pipeline: activations between stages are [B, T / cp, C].
 TEST(TrainGptContextParallel, WithPipelineMatchesOneProcess) {
-  expect_same_run(train("pp2_cp2", 4, "--pp 2 --cp 2 --microbatches 2 --batch 8"), single_process_batch16(),
+  expect_same_run_cp(train("pp2_cp2", 4, "--pp 2 --cp 2 --microbatches 2 --batch 8"), single_process_batch16(),
                   "--pp 2 --cp 2");
 }
 
 // ZeRO-1 shards the optimizer over dp x cp, the group the gradients are averaged over.
 TEST(TrainGptContextParallel, WithZeroMatchesOneProcess) {
-  expect_same_run(train("dp2_cp2_zero", 4, "--dp 2 --cp 2 --zero --batch 8"), single_process_batch16(),
+  expect_same_run_cp(train("dp2_cp2_zero", 4, "--dp 2 --cp 2 --zero --batch 8"), single_process_batch16(),
                   "--dp 2 --cp 2 --zero");
 }
 
@@ -66,7 +78,7 @@ TEST(TrainGptContextParallel, WithZeroMatchesOneProcess) {
 // forward; selective: the attention core itself), on every cp rank in the same order.
 TEST(TrainGptContextParallel, WithRecomputationMatchesOneProcess) {
   for (const std::string mode : {"full", "selective"})
-    expect_same_run(train("cp2_recompute_" + mode, 2, "--cp 2 --recompute " + mode + " --batch 16"),
+    expect_same_run_cp(train("cp2_recompute_" + mode, 2, "--cp 2 --recompute " + mode + " --batch 16"),
                     single_process_batch16(), ("--cp 2 --recompute " + mode).c_str());
 }
 
@@ -75,7 +87,7 @@ TEST(TrainGptContextParallel, WithRecomputationMatchesOneProcess) {
 TEST(TrainGptContextParallel, CheckpointResumesAcrossCpSizes) {
   Result first = train("cp2_to_1", 2, "--cp 2 --batch 16 --stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
-  expect_same_run(train("cp2_to_1", 1, "--batch 16 --resume " + checkpoint("cp2_to_1")), single_process_batch16(),
+  expect_same_run_cp(train("cp2_to_1", 1, "--batch 16 --resume " + checkpoint("cp2_to_1")), single_process_batch16(),
                   "--cp 2 -> save -> one process");
 }
 

@@ -49,8 +49,9 @@ TEST(TrainGptZero3, WithRecomputationMatchesOneProcess) {
 // dp 2 x cp 2: the units are sharded over the dp x cp group, the one the
 // gradients are averaged over (each cp rank saw other tokens of the same sequences).
 TEST(TrainGptZero3, WithContextParallelMatchesOneProcess) {
+  // Final params within 3e-5, as for every --cp run (test_train_gpt_context_parallel.cpp says why).
   expect_same_run(train("zero3_dp2_cp2", 4, "--dp 2 --cp 2 --batch 8 --zero 3"), single_process_batch16(),
-                  "--dp 2 --cp 2 --zero 3");
+                  "--dp 2 --cp 2 --zero 3", 1e-5, 3e-5);
 }
 
 // bf16 and fp16 (loss scaling, found_inf over every shard): ZeRO-3 gives the
