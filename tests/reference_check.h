@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,18 @@
 #include "optim/param_groups.h"
 
 namespace loom::test {
+
+// The model weights of a reference file: every entry but the batch, the
+// outputs and the "grad." entries.
+inline nn::NamedTensors reference_weights(const nn::SafetensorsFile& file) {
+  static const char* const not_weights[] = {"idx", "targets", "logits", "loss", "adamw_losses"};
+  nn::NamedTensors weights;
+  for (const auto& [name, t] : file.tensors)
+    if (std::find(std::begin(not_weights), std::end(not_weights), name) == std::end(not_weights) &&
+        name.rfind("grad.", 0) != 0)
+      weights.emplace_back(name, t);
+  return weights;
+}
 
 // max |got - ref| / max |ref|: rounding shows as ~1e-7 in fp32, whatever the scale.
 inline double relative_error(const Tensor& got, const Tensor& ref) {

@@ -10,7 +10,6 @@
 // and loss 1e-5, gradients 1e-4.
 #include <gtest/gtest.h>
 
-#include <set>
 
 #include "nn/gpt.h"
 #include "nn/loss.h"
@@ -23,9 +22,6 @@ using namespace loom::nn;
 namespace {
 
 const std::string kReference = std::string(LOOM_TEST_DATA_DIR) + "/reference/gpt_reference.safetensors";
-// The entries of the file that are not model weights.
-const std::set<std::string> kNotWeights = {"idx", "targets", "logits", "loss", "adamw_losses"};
-
 
 struct Reference {
   SafetensorsFile file = load_safetensors(kReference);
@@ -40,8 +36,7 @@ struct Reference {
     cfg.n_head = meta("n_head");
     cfg.n_embd = meta("n_embd");
     cfg.dropout = 0.0;
-    for (const auto& [name, t] : file.tensors)
-      if (!kNotWeights.count(name) && name.rfind("grad.", 0) != 0) weights.emplace_back(name, t);
+    weights = test::reference_weights(file);
   }
 };
 

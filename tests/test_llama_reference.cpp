@@ -9,7 +9,6 @@
 // gradients to 1e-4 (relative to each tensor's largest entry).
 #include <gtest/gtest.h>
 
-#include <set>
 
 #include "nn/gpt.h"
 #include "nn/loss.h"
@@ -22,8 +21,6 @@ using namespace loom::nn;
 namespace {
 
 const std::string kReference = std::string(LOOM_TEST_DATA_DIR) + "/reference/llama_reference.safetensors";
-const std::set<std::string> kNotWeights = {"idx", "targets", "logits", "loss", "adamw_losses"};
-
 
 struct Reference {
   SafetensorsFile file = load_safetensors(kReference);
@@ -42,8 +39,7 @@ struct Reference {
     cfg.mlp_hidden = int64_t(meta("mlp_hidden"));
     cfg.rope_base = meta("rope_base");
     cfg.norm_eps = meta("norm_eps");
-    for (const auto& [name, t] : file.tensors)
-      if (!kNotWeights.count(name) && name.rfind("grad.", 0) != 0) weights.emplace_back(name, t);
+    weights = test::reference_weights(file);
   }
 };
 
