@@ -50,15 +50,18 @@ static void add_hf_options(CLI::App& app, Args& a) {
     try {
       const nn::GPTConfig c = nn::read_hf_config((std::filesystem::path(dir) / "config.json").string());
       a.layers = c.n_layer, a.heads = c.n_head, a.embd = c.n_embd, a.block = c.block_size, a.dropout = c.dropout;
+      if (nn::hf_family(c) == "llama")  // so that validate() checks --tp against its kv heads, --cp against RoPE
+        a.arch = "llama", a.kv_heads = c.n_kv_head, a.rope_base = c.rope_base, a.mlp_hidden = c.mlp_hidden;
     } catch (const Error& e) {
       throw CLI::ValidationError("--init-from", e.what());
     }
   };
   CLI::Option* init = app.add_option("--init-from", a.init_from,
-                                     "start from a Hugging Face GPT-2 folder (config.json + model.safetensors or "
+                                     "start from a Hugging Face GPT-2 or Llama folder (config.json + model.safetensors or "
                                      "shards); its config.json sets the model")
                           ->each(read_config);
-  for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume"})
+  for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume", "--arch", "--kv-heads",
+                           "--rope-base", "--mlp-hidden", "--untied"})
     init->excludes(app.get_option(flag));
   app.add_option("--export-hf", a.export_hf, "at the end, write the model as a Hugging Face folder (from_pretrained "
                  "reads it)");

@@ -151,8 +151,8 @@ void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManag
   if (a.init_from.empty()) return;
   const nn::HfCheckpoint hf = nn::load_hf_checkpoint(a.init_from);  // every rank reads it: no communication
   parallel::load_full_state(m, hf.state);                          // its stage's layers, its tp shards
-  say(pgm.global_rank() == 0, "init: %s (Hugging Face GPT-2, vocab %lld)\n", a.init_from.c_str(),
-      (long long)hf.cfg.vocab_size);
+  say(pgm.global_rank() == 0, "init: %s (Hugging Face %s, vocab %lld)\n", a.init_from.c_str(),
+      nn::hf_family(hf.cfg) == "llama" ? "Llama" : "GPT-2", (long long)hf.cfg.vocab_size);
 }
 
 void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
@@ -160,7 +160,8 @@ void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::Pro
   const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
   if (pgm.global_rank() != 0) return;
   nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024));
-  std::printf("exported %s (Hugging Face GPT-2%s)\n", a.export_hf.c_str(),
+  std::printf("exported %s (Hugging Face %s%s)\n", a.export_hf.c_str(),
+              nn::hf_family(c.cfg) == "llama" ? "Llama" : "GPT-2",
               a.export_hf_shard_mb > 0 ? str(", shards of at most ", a.export_hf_shard_mb, " MiB").c_str() : "");
 }
 

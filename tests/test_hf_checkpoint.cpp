@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
+#include "error_of.h"
+#include "hf_folder.h"
 #include "nn/gpt.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/loss.h"
@@ -33,83 +35,21 @@ namespace {
 const fs::path kRef = LOOM_HF_REFERENCE_DIR;  // make_gpt2.py's output
 const std::string kPython = LOOM_HF_PYTHON;   // the venv's python
 
-struct Reference {
-  Tensor ids, targets, logits;
-  double loss;
-};
+using Reference = test::HfReference;
+using test::edit_config;
+using test::error_of;
+using test::expect_same_tensors;
+using test::gpt_with;
+using test::loss_of;
+using test::max_abs;
+using test::shards_of;
 
-Reference reference() {
-  nn::SafetensorsFile f = nn::load_safetensors((kRef / "reference.safetensors").string());
-  return {f.at("input_ids"), f.at("targets"), f.at("logits"), f.at("loss").to_vector<double>()[0]};
-}
-
-// loom's GPT with a state dict in loom's names, in eval mode (dropout is 0 anyway).
-std::shared_ptr<nn::GPT> gpt_with(const nn::GPTConfig& cfg, const nn::NamedTensors& state) {
-  auto model = std::make_shared<nn::GPT>(cfg);
-  model->load_state_dict(state);
-  model->train(false);
-  return model;
-}
-
-double loss_of(nn::GPT& model, const Reference& ref) {
-  return nn::cross_entropy_loss(model.forward(ref.ids), ref.targets).item<double>();
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.to_vector<float>()) m = std::max(m, double(std::abs(v)));
-  return m;
-}
-
-void expect_same_tensors(const nn::NamedTensors& a, const nn::NamedTensors& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>()) << a[i].first;
-  }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+Reference reference() { return test::hf_reference(kRef / "reference.safetensors"); }
 
 // A scratch copy of one of the reference folders, removed at the end of the test.
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& from) {
-    dir = fs::temp_directory_path() / ("loom_hf_" + std::to_string(getpid()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    if (!from.empty()) fs::copy(kRef / from, dir / "model", fs::copy_options::recursive);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  fs::path model() const { return dir / "model"; }
+struct Scratch : test::Scratch {
+  explicit Scratch(const std::string& from) : test::Scratch(kRef, from) {}
 };
-
-// The shard files of a sharded folder, in order: model-00001-of-0000M.safetensors, ...
-std::vector<std::string> shards_of(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (std::regex_match(e.path().filename().string(), std::regex("model-[0-9]{5}-of-[0-9]{5}\\.safetensors")))
-      names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-void edit_config(const fs::path& config, const std::string& from, const std::string& to) {
-  std::ifstream in(config);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = text.find(from);
-  ASSERT_NE(at, std::string::npos) << from << " not in " << config;
-  text.replace(at, from.size(), to);
-  std::ofstream(config) << text;
-}
 
 }  // namespace
 
@@ -258,11 +198,11 @@ TEST(HfCheckpoint, TrainGptRefusesModelFlagsBesideInitFromAndABadFolderBeforeTra
   EXPECT_NE(bad.output.find("lists the shard " + third), std::string::npos) << bad.output;
   EXPECT_EQ(bad.output.find("step 1"), std::string::npos) << "trained before refusing:\n" << bad.output;
   Scratch t("gpt2");
-  edit_config(t.model() / "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"");
-  const test::Exec llama = test::run_command(train_gpt + data + " --init-from " + t.model().string() + " 2>&1");
-  EXPECT_NE(llama.status, 0);
-  EXPECT_NE(llama.output.find("model_type \"llama\" is not an architecture loom reads"), std::string::npos)
-      << llama.output;
+  edit_config(t.model() / "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": \"mistral\"");
+  const test::Exec mistral = test::run_command(train_gpt + data + " --init-from " + t.model().string() + " 2>&1");
+  EXPECT_NE(mistral.status, 0);
+  EXPECT_NE(mistral.output.find("model_type \"mistral\" is not an architecture loom reads (it reads: gpt2, llama)"),
+            std::string::npos) << mistral.output;
   // A vocabulary larger than the corpus's characters: the end's sample could print nothing sensible.
   Scratch v("gpt2");
   edit_config(v.model() / "config.json", "\"vocab_size\": 41", "\"vocab_size\": 50");
