@@ -166,7 +166,7 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
     return files.size() == 1 ? *files.begin() : str(dir_name, " (", files.size(), " shards)");
   }();
   const std::vector<HfName> names = hf_names(ckpt.cfg);
-  std::vector<Tensor> pieces;  // the row pieces of the parameter being assembled (Llama's q, k, v)
+  std::map<int64_t, Tensor> pieces;  // row_begin -> rows of the parameter being assembled (Llama's q, k, v)
   for (size_t i = 0; i < names.size(); ++i) {
     const HfName& n = names[i];
     auto it = found.find(hf_key(n.hf));
@@ -178,10 +178,12 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
                t.shape(), ", but ", config.string(), " makes it ", want);
     Tensor w = ops::to(t, kFloat32);
     if (n.transposed) w = ops::transpose(w, 0, 1);
-    pieces.push_back(ops::clone(w));
+    pieces[n.row_begin] = ops::clone(w);
     found.erase(it);
     if (i + 1 < names.size() && names[i + 1].loom == n.loom) continue;  // more rows of this parameter follow
-    ckpt.state.emplace_back(n.loom, pieces.size() == 1 ? pieces[0] : ops::cat(pieces, 0));
+    std::vector<Tensor> rows;  // in row order
+    for (auto& [row_begin, piece] : pieces) rows.push_back(piece);
+    ckpt.state.emplace_back(n.loom, rows.size() == 1 ? rows[0] : ops::cat(rows, 0));
     pieces.clear();
   }
   const std::string family = hf_family(ckpt.cfg) == "llama" ? "Llama" : "GPT-2";
