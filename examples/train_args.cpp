@@ -67,6 +67,9 @@ static void add_hf_options(CLI::App& app, Args& a) {
                  "reads it)");
   number(app, "--export-hf-shard-mb", a.export_hf_shard_mb, {0.0, 1e9, " (0: one model.safetensors)"},
          "--export-hf: shards of at most this many MiB and their index (0: one file)");
+  app.add_option("--tokenizer", a.tokenizer, "a Hugging Face tokenizer.json (byte-level BPE): train on its ids instead "
+                 "of characters; the vocabulary is its size (--export-hf copies it)")
+      ->check(CLI::ExistingFile);
 }
 
 void add_options(CLI::App& app, Args& a) {

@@ -204,7 +204,7 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
 }
 
 void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const NamedTensors& state,
-                        int64_t max_shard_bytes) {
+                        int64_t max_shard_bytes, const std::string& tokenizer_json) {
   std::map<std::string, Tensor> by_name(state.begin(), state.end());
   // HF's tensors, in loom's order, cut into shards of at most max_shard_bytes.
   std::vector<NamedTensors> shards(1);
@@ -254,6 +254,7 @@ void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const
     out << index.dump(2) << "\n";
     LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "model.safetensors.index.json").string());
   }
+  if (!tokenizer_json.empty()) fs::copy_file(tokenizer_json, tmp / "tokenizer.json");
   fs::remove_all(old);
   if (fs::exists(dir)) fs::rename(dir, old);
   fs::rename(tmp, dir);

@@ -58,8 +58,9 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir);
 // (a larger tensor gets a shard of its own) and their index. The folder is
 // written as dir.tmp (a leftover of a crashed save is removed first) and
 // renamed to dir; an earlier folder at dir is moved to dir.old, and removed,
-// only once the new one is complete.
+// only once the new one is complete. tokenizer_json: copied in as
+// tokenizer.json (a run's --tokenizer), when not empty.
 void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const NamedTensors& state,
-                        int64_t max_shard_bytes = 0);
+                        int64_t max_shard_bytes = 0, const std::string& tokenizer_json = "");
 
 }  // namespace loom::nn

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
+#include "data/data.h"
 #include "error_of.h"
 #include "hf_folder.h"
 #include "nn/gpt.h"
@@ -268,4 +269,91 @@ TEST(BpeTokenizer, SplitsWordsWithGpt2sPattern) {
   EXPECT_EQ(data::BpeTokenizer::pre_tokenize("Hello  world's\n\n x"),
             (V{"Hello", " ", " world", "'s", "\n\n", " x"}));
   EXPECT_EQ(data::BpeTokenizer::pre_tokenize("I'M 12ab ?! end  "), (V{"I", "'", "M", " 12", "ab", " ?!", " end", "  "}));
+}
+
+// train_gpt --tokenizer: the corpus is encoded with the BPE's ids. The test
+// builds train_gpt's first batch itself from the ids `tokenizers` gave for the
+// corpus (make_tokenizer.py) and loom's sampler (same seed), and transformers'
+// GPT2LMHeadModel's loss on that batch must be the loss train_gpt logs at step
+// 1 (before its update), starting from the same weights: a different id
+// anywhere in the batch would change it.
+TEST(BpeTokenizer, TrainGptTrainsOnTheTokenizersIdsAndTransformersGivesItsLoss) {
+  Scratch s("");
+  const fs::path tok = kRef / "tokenizer.json";
+  std::ifstream in(kRef / "tokenizer_reference.json");
+  const std::vector<int32_t> corpus_ids = nlohmann::json::parse(in)["ids"][0];
+  // A random 2-layer GPT-2 over the tokenizer's 300 ids, as a Hugging Face folder.
+  nn::GPTConfig cfg{300, 16, 2, 4, 32, 0.0, 7};
+  nn::GPT start(cfg);
+  nn::save_hf_checkpoint((s.dir / "start").string(), cfg, start.named_parameters());
+  // train_gpt's first global batch: 4 rows from the training 90% of the ids, drawn by Generator(--seed).
+  const data::TextDataset ds(corpus_ids, cfg.block_size);
+  Generator data_gen(1337);
+  const data::Batch batch = ds.sample("train", 4, data_gen);
+  nn::save_safetensors((s.dir / "batch.safetensors").string(), {{"input_ids", batch.x}, {"targets", batch.y}});
+
+  const fs::path log = s.dir / "log.jsonl", out = s.dir / "exported";
+  const test::Exec run = test::run_command(
+      test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) + " --data " LOOM_TEST_DATA_DIR
+      "/data/tiny_corpus.txt --tokenizer " + tok.string() + " --init-from " + (s.dir / "start").string() +
+      " --steps 1 --batch 4 --lr 1e-30 --warmup 0 --eval-every 0 --sample 5 --seed 1337 --log " + log.string() +
+      " --export-hf " + out.string() + " 2>&1");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("vocab 300 (BPE " + tok.string() + ")"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("---- sample (5 tokens"), std::string::npos) << run.output;
+  std::ifstream log_in(log);
+  std::string first;
+  std::getline(log_in, first);
+  const double loom_loss = nlohmann::json::parse(first).at("loss").get<double>();
+  // The export carries the tokenizer beside the model.
+  std::ifstream a(tok, std::ios::binary), b(out / "tokenizer.json", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+
+  const test::Exec py = test::run_command(kPython + " " LOOM_TEST_DATA_DIR "/hf/hf_loss.py " +
+                                          (s.dir / "batch.safetensors").string() + " " + (s.dir / "start").string() +
+                                          " 2>&1");
+  ASSERT_EQ(py.status, 0) << py.output;
+  const std::map<std::string, double> hf = test::hf_losses(py.output);
+  ASSERT_EQ(hf.size(), 1u) << py.output;
+  EXPECT_NEAR(loom_loss, hf.begin()->second, 1e-5 * loom_loss) << "train_gpt " << loom_loss << ", transformers "
+                                                              << hf.begin()->second;
+}
+
+// A checkpoint records its tokenizer: resuming it without --tokenizer, or with
+// another tokenizer.json (the same vocabulary, one byte more), is refused
+// naming both; a model whose vocab_size is not the tokenizer's is refused
+// before training.
+TEST(BpeTokenizer, TrainGptRefusesAResumeWithAnotherTokenizerAndAModelOfAnotherVocabulary) {
+  Scratch s("");
+  const std::string train_gpt = test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) +
+                                " --data " LOOM_TEST_DATA_DIR "/data/tiny_corpus.txt --batch 2 --block 16 --layers 1"
+                                " --embd 16 --heads 2 --eval-every 0 --sample 0";
+  const fs::path tok = kRef / "tokenizer.json", other = s.dir / "other.json", ckpt = s.dir / "ckpt.safetensors";
+  fs::copy_file(tok, other);
+  std::ofstream(other, std::ios::app) << "\n";
+  const test::Exec first = test::run_command(train_gpt + " --steps 1 --tokenizer " + tok.string() + " --save " +
+                                             ckpt.string() + " 2>&1");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const test::Exec same = test::run_command(train_gpt + " --steps 2 --tokenizer " + tok.string() + " --resume " +
+                                            ckpt.string() + " 2>&1");
+  EXPECT_EQ(same.status, 0) << same.output;
+  const test::Exec none = test::run_command(train_gpt + " --steps 2 --resume " + ckpt.string() + " 2>&1");
+  EXPECT_NE(none.status, 0);
+  EXPECT_NE(none.output.find("--resume " + ckpt.string() + " was trained on the ids of a BPE tokenizer (tokenizer.json "),
+            std::string::npos) << none.output;
+  const test::Exec another = test::run_command(train_gpt + " --steps 2 --tokenizer " + other.string() + " --resume " +
+                                               ckpt.string() + " 2>&1");
+  EXPECT_NE(another.status, 0);
+  EXPECT_NE(another.output.find("--tokenizer " + other.string() + " (tokenizer.json "), std::string::npos)
+      << another.output;
+  EXPECT_NE(another.output.find(") is not the tokenizer --resume " + ckpt.string() + " was trained with (tokenizer.json "),
+            std::string::npos) << another.output;
+  const test::Exec vocab = test::run_command(
+      test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) + " --data " LOOM_TEST_DATA_DIR
+      "/data/tiny_corpus.txt --steps 1 --sample 0 --tokenizer " + tok.string() + " --init-from " +
+      (kRef / "gpt2").string() + " 2>&1");
+  EXPECT_NE(vocab.status, 0);
+  EXPECT_NE(vocab.output.find("--tokenizer " + tok.string() + " has 300 tokens, but the model's vocab_size is 41"),
+            std::string::npos) << vocab.output;
+  EXPECT_EQ(vocab.output.find("step 1"), std::string::npos) << "trained before refusing:\n" << vocab.output;
 }
