@@ -251,6 +251,9 @@ static void check_hf_paths(const Args& a) {
                ": not a Hugging Face folder (no config.json)");
   LOOM_CHECK(a.export_hf_shard_mb == 0 || !a.export_hf.empty(), "--export-hf-shard-mb needs --export-hf");
   if (a.export_hf.empty()) return;
+  LOOM_CHECK(!(a.arch == "gpt2" && a.untied && a.init_from.empty()), "--export-hf with --arch gpt2 --untied: "
+             "transformers' GPT2LMHeadModel ties its head to wte, so no Hugging Face class reads this model "
+             "(use --arch llama, tied or --untied, or drop --untied)");
   const fs::path out(a.export_hf);
   if (fs::exists(out)) {
     LOOM_CHECK(fs::is_directory(out) && fs::exists(out / "config.json"), "--export-hf ", a.export_hf,

@@ -224,10 +224,19 @@ TEST(HfLlama, RefusesAShapeAMissingTensorAndAMissingShardNamingTheFileAndTensor)
   }
 }
 
-TEST(HfLlama, TrainGptRefusesArchitectureFlagsBesideInitFrom) {
-  const test::Exec run = test::run_command(train_gpt() + " --data " LOOM_TEST_DATA_DIR "/data/tiny_corpus.txt"
-                                           " --steps 1 --sample 0 --init-from " + (kRef / "llama-gqa2").string() +
+// Before any training: an architecture flag beside --init-from (the folder's
+// config.json sets the model), and an export no transformers class reads.
+TEST(HfLlama, TrainGptRefusesArchitectureFlagsBesideInitFromAndAnUnreadableExport) {
+  const std::string data = " --data " LOOM_TEST_DATA_DIR "/data/tiny_corpus.txt --steps 1 --sample 0";
+  const test::Exec run = test::run_command(train_gpt() + data + " --init-from " + (kRef / "llama-gqa2").string() +
                                            " --kv-heads 4 2>&1");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("--kv-heads excludes --init-from"), std::string::npos) << run.output;
+  Scratch s("");
+  const test::Exec untied = test::run_command(train_gpt() + data + " --untied --export-hf " +
+                                              (s.dir / "out").string() + " 2>&1");
+  EXPECT_NE(untied.status, 0);
+  EXPECT_NE(untied.output.find("--export-hf with --arch gpt2 --untied: transformers' GPT2LMHeadModel ties its head"),
+            std::string::npos) << untied.output;
+  EXPECT_EQ(untied.output.find("step 1"), std::string::npos) << "trained before refusing:\n" << untied.output;
 }
