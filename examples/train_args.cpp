@@ -42,9 +42,10 @@ void number(CLI::App& app, const std::string& flag, T& field, const NumberRange<
 }  // namespace
 
 // --init-from DIR: the model is DIR's (config.json fills --layers, --heads,
-// --embd, --block and --dropout, so the checks of validate() see its numbers);
-// giving one of those flags too is refused, as is --resume (its checkpoint
-// has its own model).
+// --embd, --block and --dropout, and for a Llama --arch, --kv-heads,
+// --rope-base and --mlp-hidden, so the checks of validate() see its numbers);
+// giving one of those flags (or --untied) too is refused, as is --resume (its
+// checkpoint has its own model). --tokenizer: ids from a tokenizer.json.
 static void add_hf_options(CLI::App& app, Args& a) {
   auto read_config = [&a](const std::string& dir) {
     try {
@@ -57,8 +58,8 @@ static void add_hf_options(CLI::App& app, Args& a) {
     }
   };
   CLI::Option* init = app.add_option("--init-from", a.init_from,
-                                     "start from a Hugging Face GPT-2 or Llama folder (config.json + model.safetensors or "
-                                     "shards); its config.json sets the model")
+                                     "start from a Hugging Face GPT-2 or Llama folder (config.json + "
+                                     "model.safetensors or shards); its config.json sets the model")
                           ->each(read_config);
   for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume", "--arch", "--kv-heads",
                            "--rope-base", "--mlp-hidden", "--untied"})

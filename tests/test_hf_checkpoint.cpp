@@ -339,14 +339,16 @@ TEST(BpeTokenizer, TrainGptRefusesAResumeWithAnotherTokenizerAndAModelOfAnotherV
   EXPECT_EQ(same.status, 0) << same.output;
   const test::Exec none = test::run_command(train_gpt + " --steps 2 --resume " + ckpt.string() + " 2>&1");
   EXPECT_NE(none.status, 0);
-  EXPECT_NE(none.output.find("--resume " + ckpt.string() + " was trained on the ids of a BPE tokenizer (tokenizer.json "),
+  EXPECT_NE(none.output.find("--resume " + ckpt.string() +
+                             " was trained on the ids of a BPE tokenizer (tokenizer.json "),
             std::string::npos) << none.output;
   const test::Exec another = test::run_command(train_gpt + " --steps 2 --tokenizer " + other.string() + " --resume " +
                                                ckpt.string() + " 2>&1");
   EXPECT_NE(another.status, 0);
   EXPECT_NE(another.output.find("--tokenizer " + other.string() + " (tokenizer.json "), std::string::npos)
       << another.output;
-  EXPECT_NE(another.output.find(") is not the tokenizer --resume " + ckpt.string() + " was trained with (tokenizer.json "),
+  EXPECT_NE(another.output.find(") is not the tokenizer --resume " + ckpt.string() +
+                                " was trained with (tokenizer.json "),
             std::string::npos) << another.output;
   const test::Exec vocab = test::run_command(
       test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) + " --data " LOOM_TEST_DATA_DIR
