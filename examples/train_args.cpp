@@ -116,7 +116,7 @@ void add_options(CLI::App& app, Args& a) {
          "stop after this many steps; the LR schedule still spans --steps (0: run to --steps)");
   app.add_option("--resume", a.resume, "resume from a checkpoint written by --save");
   app.add_option("--log", a.log, "JSON-lines log: step, loss, lr, tokens_per_s, ms (+ val_loss)");
-  number(app, "--sample", a.sample, {0, kMaxSize}, "characters of generated text to print at the end");
+  number(app, "--sample", a.sample, {0, kMaxSize}, "characters (tokens with --tokenizer) of generated text to print at the end");
   number(app, "--temperature", a.temperature, {0.0, 1e6, "", true}, "sampling temperature");
   number(app, "--top-k", a.top_k, {0, kMaxSize, " (0: all)"}, "sample from the k most likely characters (0: all)");
   number(app, "--dp", a.dp, {1, 65536}, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");

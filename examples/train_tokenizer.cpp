@@ -4,15 +4,37 @@
 namespace loom::train {
 
 namespace {
+
 const std::string kBpeRecord = "tokenizer.json ";  // + the file's fingerprint
+
+// bytes -> UTF-8 text: a byte that does not start a well-formed character
+// becomes U+FFFD, as transformers' decode does (a BPE's sample may draw a
+// lone byte of a character, or stop inside one).
+std::string replace_invalid_utf8(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
+    try {
+      data::decode_utf8(s.substr(i, len), "sample");  // throws unless s[i, i + len) is one well-formed character
+      out += s.substr(i, len);
+      i += len;
+    } catch (const Error&) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += 1;
+    }
+  }
+  return out;
 }
+
+}  // namespace
 
 std::vector<int32_t> Tokenizer::encode(const std::u32string& text) const {
   return bpe ? bpe->encode(data::encode_utf8(text)) : chars.encode(text);
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
-  return bpe ? bpe->decode(ids) : chars.decode(ids);
+  return bpe ? replace_invalid_utf8(bpe->decode(ids)) : chars.decode(ids);
 }
 
 std::vector<int32_t> Tokenizer::prompt() const {

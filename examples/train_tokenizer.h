@@ -21,7 +21,8 @@ struct Tokenizer {
 
   int64_t vocab_size() const { return bpe ? bpe->vocab_size() : chars.vocab_size(); }
   std::vector<int32_t> encode(const std::u32string& text) const;
-  std::string decode(const std::vector<int32_t>& ids) const;  // UTF-8
+  // UTF-8 text; a BPE's bytes that are no character become U+FFFD.
+  std::string decode(const std::vector<int32_t>& ids) const;
   // The sample's prompt: a newline when the vocabulary encodes one, else token 0.
   std::vector<int32_t> prompt() const;
   const char* unit() const { return bpe ? "tokens" : "characters"; }
