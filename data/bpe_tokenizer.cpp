@@ -1,6 +1,7 @@
 // Byte-level BPE (the three steps in bpe_tokenizer.h).
 #include "data/bpe_tokenizer.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -119,6 +120,11 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
              ": a normalizer (", j["normalizer"].dump(), ") is not supported");
   BpeTokenizer t;
   t.add_prefix_space_ = pre.value("add_prefix_space", false);
+  uint64_t h = 14695981039346656037ull;  // FNV-1a over the file's bytes
+  for (const unsigned char c : text.str()) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  t.fingerprint_ = hex;
   const Json& vocab = j["model"]["vocab"];
   t.tokens_.resize(vocab.size());
   for (auto& [token, id] : vocab.items()) {

@@ -31,6 +31,10 @@ class BpeTokenizer {
   std::vector<int32_t> encode(const std::string& utf8) const;
   std::string decode(const std::vector<int32_t>& ids) const;  // the bytes, as UTF-8 text
 
+  // The file's FNV-1a hash (16 hex digits): what a checkpoint records of the
+  // tokenizer, so that a resume with another tokenizer.json is refused.
+  const std::string& fingerprint() const { return fingerprint_; }
+
   // Step 1 alone (the words, as UTF-8), for tests.
   static std::vector<std::string> pre_tokenize(const std::string& utf8);
 
@@ -39,6 +43,7 @@ class BpeTokenizer {
   std::vector<std::string> tokens_;                // id -> token
   std::map<std::pair<std::string, std::string>, int> merge_rank_;
   bool add_prefix_space_ = false;
+  std::string fingerprint_;
 };
 
 }  // namespace loom::data

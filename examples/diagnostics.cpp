@@ -193,11 +193,10 @@ void Diagnostics::finish() {
   model.to(device_);
   // The prompt: a newline, so the sample starts a line - or, in a corpus
   // without one, its first character in code-point order (token 0).
-  const bool has_newline = c_.tok.vocab_utf8().find('\n') != std::string::npos;
-  std::vector<int32_t> prompt = has_newline ? c_.tok.encode(U"\n") : std::vector<int32_t>{0};
+  std::vector<int32_t> prompt = c_.tok.prompt();
   std::vector<int32_t> out = nn::generate(model, prompt, {a_.sample, a_.temperature, a_.top_k, a_.seed});
-  std::printf("---- sample (%lld characters, temperature %.2f) ----\n%s\n----\n", (long long)a_.sample, a_.temperature,
-              c_.tok.decode(std::vector<int32_t>(out.begin() + 1, out.end())).c_str());
+  std::printf("---- sample (%lld %s, temperature %.2f) ----\n%s\n----\n", (long long)a_.sample, c_.tok.unit(),
+              a_.temperature, c_.tok.decode(std::vector<int32_t>(out.begin() + 1, out.end())).c_str());
 }
 
 }  // namespace loom::train

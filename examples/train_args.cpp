@@ -42,28 +42,35 @@ void number(CLI::App& app, const std::string& flag, T& field, const NumberRange<
 }  // namespace
 
 // --init-from DIR: the model is DIR's (config.json fills --layers, --heads,
-// --embd, --block and --dropout, so the checks of validate() see its numbers);
-// giving one of those flags too is refused, as is --resume (its checkpoint
-// has its own model).
+// --embd, --block and --dropout, and for a Llama --arch, --kv-heads,
+// --rope-base and --mlp-hidden, so the checks of validate() see its numbers);
+// giving one of those flags (or --untied) too is refused, as is --resume (its
+// checkpoint has its own model). --tokenizer: ids from a tokenizer.json.
 static void add_hf_options(CLI::App& app, Args& a) {
   auto read_config = [&a](const std::string& dir) {
     try {
       const nn::GPTConfig c = nn::read_hf_config((std::filesystem::path(dir) / "config.json").string());
       a.layers = c.n_layer, a.heads = c.n_head, a.embd = c.n_embd, a.block = c.block_size, a.dropout = c.dropout;
+      if (nn::hf_family(c) == "llama")  // so that validate() checks --tp against its kv heads, --cp against RoPE
+        a.arch = "llama", a.kv_heads = c.n_kv_head, a.rope_base = c.rope_base, a.mlp_hidden = c.mlp_hidden;
     } catch (const Error& e) {
       throw CLI::ValidationError("--init-from", e.what());
     }
   };
   CLI::Option* init = app.add_option("--init-from", a.init_from,
-                                     "start from a Hugging Face GPT-2 folder (config.json + model.safetensors or "
-                                     "shards); its config.json sets the model")
+                                     "start from a Hugging Face GPT-2 or Llama folder (config.json + "
+                                     "model.safetensors or shards); its config.json sets the model")
                           ->each(read_config);
-  for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume"})
+  for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume", "--arch", "--kv-heads",
+                           "--rope-base", "--mlp-hidden", "--untied"})
     init->excludes(app.get_option(flag));
   app.add_option("--export-hf", a.export_hf, "at the end, write the model as a Hugging Face folder (from_pretrained "
                  "reads it)");
   number(app, "--export-hf-shard-mb", a.export_hf_shard_mb, {0.0, 1e9, " (0: one model.safetensors)"},
          "--export-hf: shards of at most this many MiB and their index (0: one file)");
+  app.add_option("--tokenizer", a.tokenizer, "a Hugging Face tokenizer.json (byte-level BPE): train on its ids instead "
+                 "of characters; the vocabulary is its size (--export-hf copies it)")
+      ->check(CLI::ExistingFile);
 }
 
 void add_options(CLI::App& app, Args& a) {
@@ -109,7 +116,7 @@ void add_options(CLI::App& app, Args& a) {
          "stop after this many steps; the LR schedule still spans --steps (0: run to --steps)");
   app.add_option("--resume", a.resume, "resume from a checkpoint written by --save");
   app.add_option("--log", a.log, "JSON-lines log: step, loss, lr, tokens_per_s, ms (+ val_loss)");
-  number(app, "--sample", a.sample, {0, kMaxSize}, "characters of generated text to print at the end");
+  number(app, "--sample", a.sample, {0, kMaxSize}, "characters (tokens with --tokenizer) of generated text to print at the end");
   number(app, "--temperature", a.temperature, {0.0, 1e6, "", true}, "sampling temperature");
   number(app, "--top-k", a.top_k, {0, kMaxSize, " (0: all)"}, "sample from the k most likely characters (0: all)");
   number(app, "--dp", a.dp, {1, 65536}, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
@@ -245,6 +252,9 @@ static void check_hf_paths(const Args& a) {
                ": not a Hugging Face folder (no config.json)");
   LOOM_CHECK(a.export_hf_shard_mb == 0 || !a.export_hf.empty(), "--export-hf-shard-mb needs --export-hf");
   if (a.export_hf.empty()) return;
+  LOOM_CHECK(!(a.arch == "gpt2" && a.untied && a.init_from.empty()), "--export-hf with --arch gpt2 --untied: "
+             "transformers' GPT2LMHeadModel ties its head to wte, so no Hugging Face class reads this model "
+             "(use --arch llama, tied or --untied, or drop --untied)");
   const fs::path out(a.export_hf);
   if (fs::exists(out)) {
     LOOM_CHECK(fs::is_directory(out) && fs::exists(out / "config.json"), "--export-hf ", a.export_hf,

@@ -60,6 +60,7 @@ struct Args {
   // Hugging Face model folders (nn/hf_checkpoint.h): start from one, write one at the end
   std::string init_from, export_hf;  // --init-from takes the model's shape from DIR/config.json
   double export_hf_shard_mb = 0.0;   // > 0: --export-hf writes shards of at most this many MiB
+  std::string tokenizer;             // a tokenizer.json: byte-level BPE ids instead of characters
 };
 
 

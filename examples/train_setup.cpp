@@ -71,9 +71,11 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
     cfg = nn::read_hf_config(a.init_from + "/config.json");
     cfg.seed = a.seed;
   }
-  data::CharTokenizer tok =
-      vocab.empty() ? data::CharTokenizer::from_text(text) : data::CharTokenizer::from_vocab_utf8(vocab);
+  Tokenizer tok = make_tokenizer(a, text, vocab);  // characters, or --tokenizer's BPE
   if (a.init_from.empty()) cfg.vocab_size = tok.vocab_size();
+  LOOM_CHECK(!tok.bpe || tok.vocab_size() == cfg.vocab_size, "--tokenizer ", a.tokenizer, " has ", tok.vocab_size(),
+             " tokens, but the model's vocab_size is ", cfg.vocab_size, " (--init-from ", a.init_from,
+             "/config.json); the ids and the embedding's rows must be the same vocabulary");
   LOOM_CHECK(tok.vocab_size() <= cfg.vocab_size, "--data ", a.data, " has ", tok.vocab_size(),
              " distinct characters, more than the vocab_size ", cfg.vocab_size, " of --init-from ", a.init_from,
              "/config.json: its ids would fall outside the embedding");
@@ -85,7 +87,8 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   parallel::check_ranks_agree(world,
                               {{"corpus bytes", std::to_string(utf8.size())},
                                {"corpus hash (FNV-1a)", parallel::fingerprint(utf8.data(), utf8.size())},
-                               {"vocabulary size", std::to_string(tok.vocab_size())}},
+                               {"vocabulary size", std::to_string(tok.vocab_size())},
+                               {"tokenizer", tok.bpe ? tok.record() : "characters"}},
                               "data (--data " + a.data + ")");
   std::vector<int32_t> ids;
   try {
@@ -100,9 +103,9 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   } catch (const Error& e) {  // a corpus too short for one block: name the file
     throw Error(str("--data ", a.data, ": ", e.what()));
   }
-  say(rank0, "data: %s, %lld train / %lld val tokens%s, vocab %lld%s\n", a.data.c_str(),
+  say(rank0, "data: %s, %lld train / %lld val tokens%s, vocab %lld%s%s\n", a.data.c_str(),
       (long long)ds->train_tokens(), (long long)ds->val_tokens(), ds->val_note().c_str(), (long long)tok.vocab_size(),
-      data::dropped_note(read).c_str());
+      tok.bpe ? str(" (BPE ", a.tokenizer, ")").c_str() : "", data::dropped_note(read).c_str());
   return Corpus{std::move(tok), std::move(*ds), cfg};
 }
 
@@ -151,16 +154,17 @@ void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManag
   if (a.init_from.empty()) return;
   const nn::HfCheckpoint hf = nn::load_hf_checkpoint(a.init_from);  // every rank reads it: no communication
   parallel::load_full_state(m, hf.state);                          // its stage's layers, its tp shards
-  say(pgm.global_rank() == 0, "init: %s (Hugging Face GPT-2, vocab %lld)\n", a.init_from.c_str(),
-      (long long)hf.cfg.vocab_size);
+  say(pgm.global_rank() == 0, "init: %s (Hugging Face %s, vocab %lld)\n", a.init_from.c_str(),
+      nn::hf_family(hf.cfg) == "llama" ? "Llama" : "GPT-2", (long long)hf.cfg.vocab_size);
 }
 
 void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
   if (a.export_hf.empty()) return;
   const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
   if (pgm.global_rank() != 0) return;
-  nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024));
-  std::printf("exported %s (Hugging Face GPT-2%s)\n", a.export_hf.c_str(),
+  nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);
+  std::printf("exported %s (Hugging Face %s%s)\n", a.export_hf.c_str(),
+              nn::hf_family(c.cfg) == "llama" ? "Llama" : "GPT-2",
               a.export_hf_shard_mb > 0 ? str(", shards of at most ", a.export_hf_shard_mb, " MiB").c_str() : "");
 }
 
@@ -214,7 +218,7 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
 void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
           const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
   if (a.save.empty()) return;
-  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.vocab_utf8(), steps_done, data_gen.state(), pgm, a.zero >= 1);
+  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm, a.zero >= 1);
   say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
       (long long)steps_done);
 }

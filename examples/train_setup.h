@@ -14,6 +14,7 @@
 
 #include "data/data.h"
 #include "examples/train_args.h"
+#include "examples/train_tokenizer.h"
 #include "nn/gpt.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/wrap.h"
@@ -31,12 +32,12 @@ DType parse_dtype(const std::string& s);  // "fp32" | "bf16" | "fp16"
 // collective; a rank started with other flags stops the job, naming them.
 void check_ranks_agree_on_flags(const std::string& flags);
 
-// The text, its character tokenizer, the train/val split and the model config.
+// The text, its tokenizer (characters, or --tokenizer's BPE), the train/val split and the model config.
 // Every rank reads the corpus and later draws the same global batches; the
 // corpus's size and hash are compared over world first. With --resume the
 // checkpoint's config and vocabulary win over the flags.
 struct Corpus {
-  data::CharTokenizer tok;
+  Tokenizer tok;
   data::TextDataset ds;
   nn::GPTConfig cfg;
 };

@@ -24,8 +24,7 @@ namespace {
 constexpr bool kConv1D = true;  // HF's GPT-2 keeps these weights as [in, out]
 
 // GPT-2 (transformers' GPT2LMHeadModel): loom's nanoGPT names are GPT-2's own
-// under "transformer.", with blocks.i -> h.i. (Llama's table would map
-// blocks.i.attn.q_proj -> model.layers.i.self_attn.q_proj, ..., untransposed.)
+// under "transformer.", with blocks.i -> h.i.
 std::vector<HfName> gpt2_names(const GPTConfig& cfg) {
   const int64_t V = cfg.vocab_size, P = cfg.block_size, C = cfg.n_embd;
   std::vector<HfName> t = {{"wte.weight", "transformer.wte.weight", {V, C}},
@@ -53,14 +52,42 @@ std::vector<HfName> gpt2_names(const GPTConfig& cfg) {
   return t;
 }
 
-// Tensors HF's files may hold that are not parameters: GPT-2's causal-mask
-// buffers (older transformers saved them) and its tied head.
-bool is_gpt2_buffer(const std::string& hf) {
-  auto ends_with = [&](const char* s) { return hf.size() >= std::strlen(s) && hf.ends_with(s); };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+// Llama (transformers' LlamaForCausalLM): nn.Linear weights [out, in], as
+// loom's; c_attn's rows are q, k, v one after the other.
+std::vector<HfName> llama_names(const GPTConfig& cfg) {
+  const int64_t V = cfg.vocab_size, C = cfg.n_embd, F = cfg.ffn_hidden(), kv = cfg.kv_heads() * (C / cfg.n_head);
+  std::vector<HfName> t = {{"wte.weight", "model.embed_tokens.weight", {V, C}}};
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    const std::string l = str("blocks.", i, "."), h = str("model.layers.", i, ".");
+    const Shape qkv = {C + 2 * kv, C};
+    t.push_back({l + "ln_1.weight", h + "input_layernorm.weight", {C}});
+    t.push_back({l + "attn.c_attn.weight", h + "self_attn.q_proj.weight", qkv, false, 0, C});        // [C, C]
+    t.push_back({l + "attn.c_attn.weight", h + "self_attn.k_proj.weight", qkv, false, C, kv});       // [kv, C]
+    t.push_back({l + "attn.c_attn.weight", h + "self_attn.v_proj.weight", qkv, false, C + kv, kv});  // [kv, C]
+    t.push_back({l + "attn.c_proj.weight", h + "self_attn.o_proj.weight", {C, C}});
+    t.push_back({l + "ln_2.weight", h + "post_attention_layernorm.weight", {C}});
+    t.push_back({l + "mlp.c_gate.weight", h + "mlp.gate_proj.weight", {F, C}});
+    t.push_back({l + "mlp.c_fc.weight", h + "mlp.up_proj.weight", {F, C}});
+    t.push_back({l + "mlp.c_proj.weight", h + "mlp.down_proj.weight", {C, F}});
+  }
+  t.push_back({"ln_f.weight", "model.norm.weight", {C}});
+  if (!cfg.tied_embeddings) t.push_back({"lm_head.weight", "lm_head.weight", {V, C}});
+  return t;
 }
 
-Shape reversed(Shape s) { return Shape(s.rbegin(), s.rend()); }
+// Tensors HF's files may hold that are not parameters: GPT-2's causal-mask
+// buffers (older transformers saved them) and Llama's RoPE frequencies.
+bool is_buffer(const std::string& hf) {
+  auto ends_with = [&](const char* s) { return hf.size() >= std::strlen(s) && hf.ends_with(s); };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq");
+}
+
+// HF's shape of n's tensor: its rows of loom's, transposed when HF stores it so.
+Shape hf_shape(const HfName& n) {
+  Shape s = n.loom_shape;
+  if (n.row_count > 0) s[0] = n.row_count;
+  return n.transposed ? Shape(s.rbegin(), s.rend()) : s;
+}
 
 Json read_json_file(const fs::path& path) {
   std::ifstream in(path);
@@ -119,7 +146,9 @@ std::map<std::string, Found> read_tensors(const fs::path& dir) {
 
 }  // namespace
 
-std::vector<HfName> hf_names(const GPTConfig& cfg) { return gpt2_names(cfg); }
+std::vector<HfName> hf_names(const GPTConfig& cfg) {
+  return hf_family(cfg) == "llama" ? llama_names(cfg) : gpt2_names(cfg);
+}
 
 HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
   const fs::path dir(dir_name);
@@ -131,42 +160,51 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
   // GPT2Model's own save (the hub's openai-community/gpt2) has no "transformer." prefix.
   const bool bare = !found.contains("transformer.wte.weight") && found.contains("wte.weight");
   auto hf_key = [&](const std::string& hf) { return bare ? hf.substr(std::strlen("transformer.")) : hf; };
-  auto where = [&]() {
+  const std::string where = [&]() {  // before the loop below empties `found`
     std::set<std::string> files;
     for (const auto& [name, f] : found) files.insert(f.file);
     return files.size() == 1 ? *files.begin() : str(dir_name, " (", files.size(), " shards)");
-  };
-  for (const HfName& n : hf_names(ckpt.cfg)) {
+  }();
+  const std::vector<HfName> names = hf_names(ckpt.cfg);
+  std::map<int64_t, Tensor> pieces;  // row_begin -> rows of the parameter being assembled (Llama's q, k, v)
+  for (size_t i = 0; i < names.size(); ++i) {
+    const HfName& n = names[i];
     auto it = found.find(hf_key(n.hf));
-    LOOM_CHECK(it != found.end(), "load_hf_checkpoint: ", where(), ": tensor '", hf_key(n.hf),
+    LOOM_CHECK(it != found.end(), "load_hf_checkpoint: ", where, ": tensor '", hf_key(n.hf),
                "' is missing (loom's ", n.loom, ", ", n.loom_shape, ")");
-    const Shape want = n.transposed ? reversed(n.loom_shape) : n.loom_shape;
+    const Shape want = hf_shape(n);
     const Tensor& t = it->second.tensor;
     LOOM_CHECK(t.shape() == want, "load_hf_checkpoint: ", it->second.file, ": tensor '", it->first, "' is ",
                t.shape(), ", but ", config.string(), " makes it ", want);
     Tensor w = ops::to(t, kFloat32);
     if (n.transposed) w = ops::transpose(w, 0, 1);
-    ckpt.state.emplace_back(n.loom, ops::clone(w));
+    pieces[n.row_begin] = ops::clone(w);
     found.erase(it);
+    if (i + 1 < names.size() && names[i + 1].loom == n.loom) continue;  // more rows of this parameter follow
+    std::vector<Tensor> rows;  // in row order
+    for (auto& [row_begin, piece] : pieces) rows.push_back(piece);
+    ckpt.state.emplace_back(n.loom, rows.size() == 1 ? rows[0] : ops::cat(rows, 0));
+    pieces.clear();
   }
+  const std::string family = hf_family(ckpt.cfg) == "llama" ? "Llama" : "GPT-2";
   const Tensor& wte = ckpt.state.front().second;
   for (const auto& [name, f] : found) {
-    if (is_gpt2_buffer(name)) continue;
-    if (name == "lm_head.weight") {  // a tied head saved anyway: it must be wte
+    if (is_buffer(name)) continue;
+    if (name == "lm_head.weight" && ckpt.cfg.tied_embeddings) {  // a tied head saved anyway: it must be wte
       const Tensor head = ops::to(f.tensor, kFloat32);
       LOOM_CHECK(head.shape() == wte.shape() && std::memcmp(head.raw_data(), wte.raw_data(), wte.nbytes()) == 0,
-                 "load_hf_checkpoint: ", f.file, ": lm_head.weight differs from transformer.wte.weight; loom's GPT-2 "
-                 "ties them");
+                 "load_hf_checkpoint: ", f.file, ": lm_head.weight differs from ", names.front().hf, "; ",
+                 config.string(), " ties them (tie_word_embeddings)");
       continue;
     }
     throw Error(str("load_hf_checkpoint: ", f.file, ": tensor '", name, "' ", f.tensor.shape(),
-                    " is not a parameter of loom's ", ckpt.cfg.n_layer, "-layer GPT-2 (", config.string(), ")"));
+                    " is not a parameter of loom's ", ckpt.cfg.n_layer, "-layer ", family, " (", config.string(), ")"));
   }
   return ckpt;
 }
 
 void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const NamedTensors& state,
-                        int64_t max_shard_bytes) {
+                        int64_t max_shard_bytes, const std::string& tokenizer_json) {
   std::map<std::string, Tensor> by_name(state.begin(), state.end());
   // HF's tensors, in loom's order, cut into shards of at most max_shard_bytes.
   std::vector<NamedTensors> shards(1);
@@ -179,6 +217,7 @@ void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const
                ", expected ", n.loom_shape);
     Tensor t = ops::to(it->second, kCPU);
     dtype = t.dtype();
+    if (n.row_count > 0) t = ops::narrow(t, 0, n.row_begin, n.row_count);
     t = ops::clone(n.transposed ? ops::transpose(t, 0, 1) : t);
     const int64_t bytes = int64_t(t.nbytes());
     if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
@@ -215,6 +254,7 @@ void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const
     out << index.dump(2) << "\n";
     LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "model.safetensors.index.json").string());
   }
+  if (!tokenizer_json.empty()) fs::copy_file(tokenizer_json, tmp / "tokenizer.json");
   fs::remove_all(old);
   if (fs::exists(dir)) fs::rename(dir, old);
   fs::rename(tmp, dir);

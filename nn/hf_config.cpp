@@ -1,5 +1,5 @@
 // config.json <-> GPTConfig (format notes in hf_config.h). The keys and
-// defaults are transformers' GPT2Config; a key loom cannot honour is refused
+// defaults are transformers' GPT2Config and LlamaConfig; a key loom cannot honour is refused
 // rather than ignored, so a loaded model is the model the folder describes.
 #include "nn/hf_config.h"
 
@@ -84,20 +84,95 @@ GPTConfig read_gpt2(const Json& c, const std::string& path) {
   return cfg;
 }
 
+// LlamaForCausalLM's config (transformers' LlamaConfig and its defaults).
+GPTConfig read_llama(const Json& c, const std::string& path) {
+  auto refuse_unless = [&](bool ok, const std::string& key, const std::string& loom_has) {
+    LOOM_CHECK(ok, "read_hf_config: ", path, ": \"", key, "\": ", c.contains(key) ? c[key].dump() : "(absent)",
+               " is not loom's Llama, which has ", loom_has);
+  };
+  if (c.contains("architectures") && !c["architectures"].is_null())
+    for (const Json& arch : c["architectures"])
+      refuse_unless(arch == "LlamaForCausalLM", "architectures", "LlamaForCausalLM (a Llama language model)");
+  const std::string silu = "silu";
+  const bool no = false;
+  const double zero = 0.0, eps_default = 1e-6, theta_default = 10000.0;
+  refuse_unless(get(c, "hidden_act", path, &silu) == "silu", "hidden_act", "silu (SwiGLU's gate)");
+  refuse_unless(!c.contains("rope_scaling") || c["rope_scaling"].is_null(), "rope_scaling",
+                "null (plain RoPE, no position interpolation)");
+  refuse_unless(!get(c, "attention_bias", path, &no), "attention_bias", "false (no biases)");
+  refuse_unless(!get(c, "mlp_bias", path, &no), "mlp_bias", "false (no biases)");
+  refuse_unless(get(c, "attention_dropout", path, &zero) == 0.0, "attention_dropout", "0 (no dropout)");
+
+  GPTConfig cfg;
+  cfg.set_arch("llama");
+  cfg.vocab_size = get<int64_t>(c, "vocab_size", path);
+  cfg.block_size = get<int64_t>(c, "max_position_embeddings", path);
+  cfg.n_layer = get<int64_t>(c, "num_hidden_layers", path);
+  cfg.n_head = get<int64_t>(c, "num_attention_heads", path);
+  cfg.n_embd = get<int64_t>(c, "hidden_size", path);
+  cfg.n_kv_head = get(c, "num_key_value_heads", path, &cfg.n_head);
+  cfg.mlp_hidden = get<int64_t>(c, "intermediate_size", path);
+  cfg.norm_eps = get(c, "rms_norm_eps", path, &eps_default);
+  cfg.rope_base = get(c, "rope_theta", path, &theta_default);
+  cfg.tied_embeddings = get(c, "tie_word_embeddings", path, &no);
+  cfg.dropout = 0.0;
+  if (cfg.n_head > 0) {
+    const int64_t hd = cfg.n_embd / cfg.n_head;
+    refuse_unless(get(c, "head_dim", path, &hd) == hd && cfg.n_embd % cfg.n_head == 0, "head_dim",
+                  str("hidden_size / num_attention_heads = ", cfg.n_embd, " / ", cfg.n_head));
+  }
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    throw Error(str("read_hf_config: ", path, ": ", e.what()));
+  }
+  return cfg;
+}
+
 }  // namespace
+
+std::string hf_family(const GPTConfig& cfg) {
+  if (cfg.arch() == "gpt2") return "gpt2";
+  if (cfg.rmsnorm && cfg.rope && cfg.swiglu && !cfg.bias) return "llama";
+  throw Error(str("Hugging Face format: loom's ", cfg.arch(), " mix (rmsnorm ", cfg.rmsnorm, ", rope ", cfg.rope,
+                  ", swiglu ", cfg.swiglu, ", bias ", cfg.bias, ", tied ", cfg.tied_embeddings,
+                  ") is neither GPT-2's nor Llama's blocks, so no transformers class reads it"));
+}
 
 GPTConfig read_hf_config(const std::string& path) {
   const Json c = read_json(path);
   LOOM_CHECK(c.is_object(), "read_hf_config: ", path, ": expected a JSON object, got ", c.type_name());
   const std::string model_type = get<std::string>(c, "model_type", path);
   if (model_type == "gpt2") return read_gpt2(c, path);
+  if (model_type == "llama") return read_llama(c, path);
   throw Error(str("read_hf_config: ", path, ": model_type \"", model_type,
-                  "\" is not an architecture loom reads (it reads: gpt2)"));
+                  "\" is not an architecture loom reads (it reads: gpt2, llama)"));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, DType dtype) {
   const char* torch_dtype = dtype == kBFloat16 ? "bfloat16" : dtype == kFloat16 ? "float16" : "float32";
   Json c;
+  if (hf_family(cfg) == "llama") {
+    c["architectures"] = {"LlamaForCausalLM"};
+    c["model_type"] = "llama";
+    c["vocab_size"] = cfg.vocab_size;
+    c["max_position_embeddings"] = cfg.block_size;
+    c["hidden_size"] = cfg.n_embd;
+    c["intermediate_size"] = cfg.ffn_hidden();
+    c["num_hidden_layers"] = cfg.n_layer;
+    c["num_attention_heads"] = cfg.n_head;
+    c["num_key_value_heads"] = cfg.kv_heads();
+    c["hidden_act"] = "silu";
+    c["rms_norm_eps"] = cfg.norm_eps;
+    c["rope_theta"] = cfg.rope_base;
+    c["rope_scaling"] = nullptr;
+    c["attention_bias"] = false;
+    c["attention_dropout"] = 0.0;  // loom's --dropout is a training choice; the model HF runs has none
+    c["initializer_range"] = 0.02;
+    c["tie_word_embeddings"] = cfg.tied_embeddings;
+    c["torch_dtype"] = torch_dtype;
+    return c.dump(2) + "\n";
+  }
   c["architectures"] = {"GPT2LMHeadModel"};
   c["model_type"] = "gpt2";
   c["vocab_size"] = cfg.vocab_size;

@@ -18,6 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
+#include "data/data.h"
+#include "error_of.h"
+#include "hf_folder.h"
 #include "nn/gpt.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/loss.h"
@@ -33,83 +36,21 @@ namespace {
 const fs::path kRef = LOOM_HF_REFERENCE_DIR;  // make_gpt2.py's output
 const std::string kPython = LOOM_HF_PYTHON;   // the venv's python
 
-struct Reference {
-  Tensor ids, targets, logits;
-  double loss;
-};
+using Reference = test::HfReference;
+using test::edit_config;
+using test::error_of;
+using test::expect_same_tensors;
+using test::gpt_with;
+using test::loss_of;
+using test::max_abs;
+using test::shards_of;
 
-Reference reference() {
-  nn::SafetensorsFile f = nn::load_safetensors((kRef / "reference.safetensors").string());
-  return {f.at("input_ids"), f.at("targets"), f.at("logits"), f.at("loss").to_vector<double>()[0]};
-}
-
-// loom's GPT with a state dict in loom's names, in eval mode (dropout is 0 anyway).
-std::shared_ptr<nn::GPT> gpt_with(const nn::GPTConfig& cfg, const nn::NamedTensors& state) {
-  auto model = std::make_shared<nn::GPT>(cfg);
-  model->load_state_dict(state);
-  model->train(false);
-  return model;
-}
-
-double loss_of(nn::GPT& model, const Reference& ref) {
-  return nn::cross_entropy_loss(model.forward(ref.ids), ref.targets).item<double>();
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.to_vector<float>()) m = std::max(m, double(std::abs(v)));
-  return m;
-}
-
-void expect_same_tensors(const nn::NamedTensors& a, const nn::NamedTensors& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>()) << a[i].first;
-  }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+Reference reference() { return test::hf_reference(kRef / "reference.safetensors"); }
 
 // A scratch copy of one of the reference folders, removed at the end of the test.
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& from) {
-    dir = fs::temp_directory_path() / ("loom_hf_" + std::to_string(getpid()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    if (!from.empty()) fs::copy(kRef / from, dir / "model", fs::copy_options::recursive);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-  fs::path model() const { return dir / "model"; }
+struct Scratch : test::Scratch {
+  explicit Scratch(const std::string& from) : test::Scratch(kRef, from) {}
 };
-
-// The shard files of a sharded folder, in order: model-00001-of-0000M.safetensors, ...
-std::vector<std::string> shards_of(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (std::regex_match(e.path().filename().string(), std::regex("model-[0-9]{5}-of-[0-9]{5}\\.safetensors")))
-      names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-void edit_config(const fs::path& config, const std::string& from, const std::string& to) {
-  std::ifstream in(config);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t at = text.find(from);
-  ASSERT_NE(at, std::string::npos) << from << " not in " << config;
-  text.replace(at, from.size(), to);
-  std::ofstream(config) << text;
-}
 
 }  // namespace
 
@@ -258,11 +199,11 @@ TEST(HfCheckpoint, TrainGptRefusesModelFlagsBesideInitFromAndABadFolderBeforeTra
   EXPECT_NE(bad.output.find("lists the shard " + third), std::string::npos) << bad.output;
   EXPECT_EQ(bad.output.find("step 1"), std::string::npos) << "trained before refusing:\n" << bad.output;
   Scratch t("gpt2");
-  edit_config(t.model() / "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"");
-  const test::Exec llama = test::run_command(train_gpt + data + " --init-from " + t.model().string() + " 2>&1");
-  EXPECT_NE(llama.status, 0);
-  EXPECT_NE(llama.output.find("model_type \"llama\" is not an architecture loom reads"), std::string::npos)
-      << llama.output;
+  edit_config(t.model() / "config.json", "\"model_type\": \"gpt2\"", "\"model_type\": \"mistral\"");
+  const test::Exec mistral = test::run_command(train_gpt + data + " --init-from " + t.model().string() + " 2>&1");
+  EXPECT_NE(mistral.status, 0);
+  EXPECT_NE(mistral.output.find("model_type \"mistral\" is not an architecture loom reads (it reads: gpt2, llama)"),
+            std::string::npos) << mistral.output;
   // A vocabulary larger than the corpus's characters: the end's sample could print nothing sensible.
   Scratch v("gpt2");
   edit_config(v.model() / "config.json", "\"vocab_size\": 41", "\"vocab_size\": 50");
@@ -328,4 +269,96 @@ TEST(BpeTokenizer, SplitsWordsWithGpt2sPattern) {
   EXPECT_EQ(data::BpeTokenizer::pre_tokenize("Hello  world's\n\n x"),
             (V{"Hello", " ", " world", "'s", "\n\n", " x"}));
   EXPECT_EQ(data::BpeTokenizer::pre_tokenize("I'M 12ab ?! end  "), (V{"I", "'", "M", " 12", "ab", " ?!", " end", "  "}));
+}
+
+// train_gpt --tokenizer: the corpus is encoded with the BPE's ids. The test
+// builds train_gpt's first batch itself from the ids `tokenizers` gave for the
+// corpus (make_tokenizer.py) and loom's sampler (same seed), and transformers'
+// GPT2LMHeadModel's loss on that batch must be the loss train_gpt logs at step
+// 1 (before its update), starting from the same weights: a different id
+// anywhere in the batch would change it.
+TEST(BpeTokenizer, TrainGptTrainsOnTheTokenizersIdsAndTransformersGivesItsLoss) {
+  Scratch s("");
+  const fs::path tok = kRef / "tokenizer.json";
+  std::ifstream in(kRef / "tokenizer_reference.json");
+  const std::vector<int32_t> corpus_ids = nlohmann::json::parse(in)["ids"][0];
+  // A random 2-layer GPT-2 over the tokenizer's 300 ids, as a Hugging Face folder.
+  nn::GPTConfig cfg{300, 16, 2, 4, 32, 0.0, 7};
+  nn::GPT start(cfg);
+  nn::save_hf_checkpoint((s.dir / "start").string(), cfg, start.named_parameters());
+  // train_gpt's first global batch: 4 rows from the training 90% of the ids, drawn by Generator(--seed).
+  const data::TextDataset ds(corpus_ids, cfg.block_size);
+  Generator data_gen(1337);
+  const data::Batch batch = ds.sample("train", 4, data_gen);
+  nn::save_safetensors((s.dir / "batch.safetensors").string(), {{"input_ids", batch.x}, {"targets", batch.y}});
+
+  const fs::path log = s.dir / "log.jsonl", out = s.dir / "exported";
+  const test::Exec run = test::run_command(
+      test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) + " --data " LOOM_TEST_DATA_DIR
+      "/data/tiny_corpus.txt --tokenizer " + tok.string() + " --init-from " + (s.dir / "start").string() +
+      " --steps 1 --batch 4 --lr 1e-30 --warmup 0 --eval-every 0 --sample 40 --seed 1337 --log " + log.string() +
+      " --export-hf " + out.string() + " 2>&1");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("vocab 300 (BPE " + tok.string() + ")"), std::string::npos) << run.output;
+  // The sample: 40 tokens of a random model, many of them lone bytes of a character, printed as UTF-8 text.
+  const size_t sample = run.output.find("---- sample (40 tokens");
+  ASSERT_NE(sample, std::string::npos) << run.output;
+  EXPECT_NO_THROW(data::decode_utf8(run.output.substr(sample), "the sample")) << run.output.substr(sample);
+  std::ifstream log_in(log);
+  std::string first;
+  std::getline(log_in, first);
+  const double loom_loss = nlohmann::json::parse(first).at("loss").get<double>();
+  // The export carries the tokenizer beside the model.
+  std::ifstream a(tok, std::ios::binary), b(out / "tokenizer.json", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+
+  const test::Exec py = test::run_command(kPython + " " LOOM_TEST_DATA_DIR "/hf/hf_loss.py " +
+                                          (s.dir / "batch.safetensors").string() + " " + (s.dir / "start").string() +
+                                          " 2>&1");
+  ASSERT_EQ(py.status, 0) << py.output;
+  const std::map<std::string, double> hf = test::hf_losses(py.output);
+  ASSERT_EQ(hf.size(), 1u) << py.output;
+  EXPECT_NEAR(loom_loss, hf.begin()->second, 1e-5 * loom_loss) << "train_gpt " << loom_loss << ", transformers "
+                                                              << hf.begin()->second;
+}
+
+// A checkpoint records its tokenizer: resuming it without --tokenizer, or with
+// another tokenizer.json (the same vocabulary, one byte more), is refused
+// naming both; a model whose vocab_size is not the tokenizer's is refused
+// before training.
+TEST(BpeTokenizer, TrainGptRefusesAResumeWithAnotherTokenizerAndAModelOfAnotherVocabulary) {
+  Scratch s("");
+  const std::string train_gpt = test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) +
+                                " --data " LOOM_TEST_DATA_DIR "/data/tiny_corpus.txt --batch 2 --block 16 --layers 1"
+                                " --embd 16 --heads 2 --eval-every 0 --sample 0";
+  const fs::path tok = kRef / "tokenizer.json", other = s.dir / "other.json", ckpt = s.dir / "ckpt.safetensors";
+  fs::copy_file(tok, other);
+  std::ofstream(other, std::ios::app) << "\n";
+  const test::Exec first = test::run_command(train_gpt + " --steps 1 --tokenizer " + tok.string() + " --save " +
+                                             ckpt.string() + " 2>&1");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const test::Exec same = test::run_command(train_gpt + " --steps 2 --tokenizer " + tok.string() + " --resume " +
+                                            ckpt.string() + " 2>&1");
+  EXPECT_EQ(same.status, 0) << same.output;
+  const test::Exec none = test::run_command(train_gpt + " --steps 2 --resume " + ckpt.string() + " 2>&1");
+  EXPECT_NE(none.status, 0);
+  EXPECT_NE(none.output.find("--resume " + ckpt.string() +
+                             " was trained on the ids of a BPE tokenizer (tokenizer.json "),
+            std::string::npos) << none.output;
+  const test::Exec another = test::run_command(train_gpt + " --steps 2 --tokenizer " + other.string() + " --resume " +
+                                               ckpt.string() + " 2>&1");
+  EXPECT_NE(another.status, 0);
+  EXPECT_NE(another.output.find("--tokenizer " + other.string() + " (tokenizer.json "), std::string::npos)
+      << another.output;
+  EXPECT_NE(another.output.find(") is not the tokenizer --resume " + ckpt.string() +
+                                " was trained with (tokenizer.json "),
+            std::string::npos) << another.output;
+  const test::Exec vocab = test::run_command(
+      test::program_path("LOOM_TRAIN_GPT", "train_gpt", LOOM_TRAIN_GPT) + " --data " LOOM_TEST_DATA_DIR
+      "/data/tiny_corpus.txt --steps 1 --sample 0 --tokenizer " + tok.string() + " --init-from " +
+      (kRef / "gpt2").string() + " 2>&1");
+  EXPECT_NE(vocab.status, 0);
+  EXPECT_NE(vocab.output.find("--tokenizer " + tok.string() + " has 300 tokens, but the model's vocab_size is 41"),
+            std::string::npos) << vocab.output;
+  EXPECT_EQ(vocab.output.find("step 1"), std::string::npos) << "trained before refusing:\n" << vocab.output;
 }
