@@ -172,7 +172,8 @@ void add_options(CLI::App& app, Args& a) {
                  "block)");
   app.add_option("--teach-break", a.teach_break,
                  "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
-                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout, zero3-free-before-backward");
+                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout, zero3-free-before-backward, "
+                 "ring-no-max-correction");
   add_hf_options(app, a);
 }
 
@@ -305,6 +306,8 @@ void validate(const Args& a) {
                "local positions, not its zig-zag chunks' true ones (not wired yet); use --arch gpt2 or --cp 1");
   }
   parallel::parse_recompute(a.recompute);  // an unknown mode names the three
+  LOOM_CHECK(a.teach_break != "ring-no-max-correction" || a.cp > 1, "--teach-break ring-no-max-correction breaks "
+             "ring attention's merge; it needs --cp 2 or more (one process runs the fused attention)");
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),
              "--teach-break recompute-fresh-dropout breaks the rerun's dropout masks; it needs --recompute selective "
              "or full and --dropout > 0 (got --recompute ", a.recompute, " --dropout ", a.dropout, ")");

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "autograd/function.h"
+#include "parallel/teach/symptoms.h"
+#include "parallel/teach/teach_break.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -50,6 +52,7 @@ struct OnlineSoftmax {
       return;
     }
     Tensor correction = ops::exp(ops::sub(m, m_new));  // what was summed under the old max, rescaled
+    if (teach::broken(teach::Break::RingNoMaxCorrection)) correction = teach::drop_correction(m, m_new);
     l = ops::add(ops::mul(l, correction), l_blk);
     acc = ops::add(ops::mul(acc, correction), pv);
     m = m_new;
