@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <unistd.h>
 
@@ -579,4 +581,45 @@ TEST(PlanAgainstRun, MemoryOfContextParallelZeroBf16) {
   Grid g = grid(1, 1, 1);
   g.cp = 2, g.zero = 1, g.dtype = "bf16";
   expect_plan_matches_run(g, "--cp 2 --zero --dtype bf16");
+}
+
+// The bytes ring attention sends in a real train_gpt --cp 2 run, read from its
+// --trace (each hop a span "ring F hop K/V 32768 B", parallel/context_parallel/
+// ring_trace.h), against the plan: 2 layers x (3 cp - 2) K x 4 bytes per step
+// and rank, K = 2 b (s / cp) h = 2 x 16 x 8 x 32 = 8192 elements (262,144 B a
+// step); with --recompute full one more forward ring a layer (+ 2 x 8192 x 4).
+TEST(PlanAgainstRun, RingBytesOfAContextParallelRunAreThePlans) {
+  fs::create_directories(work_dir());
+  {
+    std::ofstream f(work_dir() / "ring_corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const ModelShape m{2, 32, 2, 65, 16};
+  const Machine mc = machine_by_name("h100");
+  for (const std::string recompute : {"none", "full"}) {
+    const fs::path trace = work_dir() / ("ring_" + recompute + ".json");
+    const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
+                            " --allow-run-as-root --oversubscribe -np 2 " + LOOM_TRAIN_GPT +
+                            " --cp 2 --steps 2 --block 16 --layers 2 --heads 2 --embd 32 --batch 16 --eval-every 0"
+                            " --sample 0 --recompute " + recompute + " --data " +
+                            (work_dir() / "ring_corpus.txt").string() + " --trace " + trace.string() + " 2>&1";
+    const loom::test::Exec run = loom::test::run_command(cmd);
+    ASSERT_EQ(run.status, 0) << run.output;
+    std::map<int, double> sent;  // world rank -> bytes of every ring hop it posted
+    std::ifstream f(trace);
+    const std::regex hop_re("\"name\": \"ring [FB] hop [^ ]+ (\\d+) B .*\"pid\": (\\d+)");
+    std::smatch hit;
+    for (std::string line; std::getline(f, line);)
+      if (std::regex_search(line, hit, hop_re)) sent[std::stoi(hit[2])] += std::stod(hit[1]);
+    Grid g = grid(1, 1, 1);
+    g.cp = 2, g.recompute = recompute == "full";
+    const double planned = 2 * cp_per_micro_batch(m, g, Batch{16, 1}, mc, 0).payload;  // 2 steps
+    EXPECT_DOUBLE_EQ(planned, recompute == "full" ? 2 * (262144 + 2 * 8192 * 4) : 2 * 262144);
+    ASSERT_EQ(sent.size(), 2u) << "both cp ranks' hops in the trace";
+    for (const auto& [rank, bytes] : sent) {
+      EXPECT_DOUBLE_EQ(bytes, planned) << "rank " << rank << ", --recompute " << recompute;
+      std::printf("[ measured ] --cp 2 --recompute %s, rank %d: %.0f bytes of ring hops in 2 steps, planned %.0f\n",
+                  recompute.c_str(), rank, bytes, planned);
+    }
+  }
 }
