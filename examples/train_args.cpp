@@ -302,8 +302,6 @@ void validate(const Args& a) {
                "is not supported (each rank's masks would differ from one process's); use --dropout 0");
     LOOM_CHECK(a.device == "cpu", "--cp ", a.cp, " with --device ", a.device,
                ": context parallelism is tested on the CPU only so far; use --device cpu");
-    LOOM_CHECK(a.arch == "gpt2", "--cp ", a.cp, " with --arch ", a.arch, ": RoPE would turn q and k by each rank's "
-               "local positions, not its zig-zag chunks' true ones (not wired yet); use --arch gpt2 or --cp 1");
   }
   parallel::parse_recompute(a.recompute);  // an unknown mode names the three
   LOOM_CHECK(a.teach_break != "ring-no-max-correction" || a.cp > 1, "--teach-break ring-no-max-correction breaks "
