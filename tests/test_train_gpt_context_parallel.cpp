@@ -131,10 +131,18 @@ TEST(TrainGptContextParallel, AWorldThatIsNotTheGridIsRefusedWithTheSizes) {
 // Llama under --cp: RoPE turns q and k by the true positions of the rank's
 // zig-zag chunks (nn::rope_chunks from zigzag_chunk_starts), as the embedding
 // adds GPT-2's. GQA's k and v are repeated before the ring, which sees
-// full-width heads. Alone and with tp (each rank's heads run the ring).
+// full-width heads. Alone, and with tp (each rank's heads run the ring).
+const std::string kLlamaCp = " --arch llama --heads 4 --kv-heads 2 --rope-base 500000 --batch 16 ";
+
+const Result& llama_one_process() {
+  static Result r = train("llama_single_cp", 1, kLlamaCp);
+  return r;
+}
+
 TEST(TrainGptContextParallel, LlamaWithTheTokensTruePositionsMatchesOneProcess) {
-  const std::string llama = " --arch llama --heads 4 --kv-heads 2 --rope-base 500000 --batch 16 ";
-  Result one = train("llama_single_cp", 1, llama);
-  expect_same_run_cp(train("llama_cp2", 2, llama + "--cp 2"), one, "llama --cp 2");
-  expect_same_run_cp(train("llama_tp2_cp2", 4, llama + "--tp 2 --cp 2"), one, "llama --tp 2 --cp 2");
+  expect_same_run_cp(train("llama_cp2", 2, kLlamaCp + "--cp 2"), llama_one_process(), "llama --cp 2");
+}
+
+TEST(TrainGptContextParallel, LlamaWithTensorParallelMatchesOneProcess) {
+  expect_same_run_cp(train("llama_tp2_cp2", 4, kLlamaCp + "--tp 2 --cp 2"), llama_one_process(), "llama --tp 2 --cp 2");
 }
