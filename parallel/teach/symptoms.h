@@ -9,10 +9,12 @@
 //                        tied embedding is one weight only while this is 0
 //   dp-divide-twice      the grad norm, which is 1/dp of the one without the
 //                        flag (AdamW's update barely changes, so the loss hides it)
-//   ring-no-max-correction  how far the ring's running max moved this step,
-//                        max (m' - m): a block summed under the older max weighs
-//                        e^(m' - m) times too much (0 and 1 at initialisation, where
-//                        every score is ~0; it grows as attention sharpens)
+//   ring-no-max-correction  max (m' - m), how far the ring's running max moved
+//                        since the last line (every forward ring: training,
+//                        recomputation, evaluation): a block summed under the
+//                        older max weighs e^(m' - m) times too much (~0 and ~1 at
+//                        initialisation, where every score is ~0; it grows as
+//                        attention sharpens)
 //   found-inf-wrong-group  nothing to print: check_ranks_agree_on_skip stops the
 //                        run on the first step the stages disagree on
 #pragma once

@@ -33,9 +33,9 @@
 //                         without rescaling what was summed under the old running
 //                         max (the e^(m - m') factor): earlier blocks weigh too much.
 //                         Invisible at step 1 (every score ~0, every block's max
-//                         alike), it grows as attention sharpens: train_gpt prints
-//                         the validation loss as the ring merges and with the
-//                         correction put back, on the same weights (symptoms.h)
+//                         alike), it grows as attention sharpens, and the run falls
+//                         behind one process's: train_gpt prints how far the running
+//                         max moved, e^that the factor dropped (symptoms.h)
 #pragma once
 
 #include <string>
