@@ -66,18 +66,20 @@ struct OnlineSoftmax {
 // `from`, both posted at once. Even ranks post the send first, odd ranks the
 // receive, so a backend that runs them one at a time in order (a queue) still
 // pairs every send with a posted receive. wait(): both done (and, with
-// --trace, the hop's span closed: ring_trace.h).
+// --trace, the hop's span closed: ring_trace.h). The hop keeps its send
+// buffer alive until then: the caller may drop it (backward's dK/dV does).
 struct Hop {
   std::vector<std::shared_ptr<Work>> works;
+  Tensor sending;
   RingHopSpan span;
   void wait() {
     for (const auto& w : works) w->wait();
-    works.clear(), span.close();
+    works.clear(), sending = Tensor(), span.close();
   }
 };
 Hop hop(ProcessGroup& cp, const Tensor& send, int to, const Tensor& recv, int from, int tag, char pass,
         const char* what) {
-  Hop h{{}, RingHopSpan(pass, what, send.numel() * int64_t(element_size(send.dtype())))};
+  Hop h{{}, send, RingHopSpan(pass, what, send.numel() * int64_t(element_size(send.dtype())))};
   if (cp.rank() % 2 == 0) h.works = {cp.isend(send, to, tag), cp.irecv(recv, from, tag)};
   else h.works = {cp.irecv(recv, from, tag)}, h.works.push_back(cp.isend(send, to, tag));
   return h;
