@@ -11,7 +11,10 @@
 //                 about 3 x the whole sequence's K and V, whatever cp.
 //   ms            forward + backward, median of --reps (the slowest rank).
 //   waited ms     time inside the hops' wait(): the communication the ring
-//                 did not hide behind a block's math (the exposed share).
+//                 did not hide behind a block's math; exposed = waited / ms.
+//                 Backward posts each step's dK/dV hop and waits for it only
+//                 after the next step's math (ring_attention.cpp), as forward
+//                 does with K/V; bench/README.md has the numbers before and after.
 //                 The ranks share this machine's cores, so no speed-up is
 //                 expected on a laptop; the overlap condition is the lesson:
 //                 a hop hides behind a step's math when
@@ -84,7 +87,9 @@ int main(int argc, char** argv) {
     if (rank0)
       std::printf("ring attention: B %lld, H %lld, T %lld, hd %lld (C %lld), fp32, forward + backward; %d ranks\n",
                   (long long)B, (long long)H, (long long)T, (long long)hd, (long long)(H * hd), world.size());
-    if (rank0) std::printf("%4s %10s %16s %16s %10s %11s\n", "cp", "T/cp", "bytes sent/rank", "formula", "ms", "waited ms");
+    if (rank0)
+      std::printf("%4s %10s %16s %16s %10s %11s %8s\n", "cp", "T/cp", "bytes sent/rank", "formula", "ms", "waited ms",
+                  "exposed");
     Generator gen(3);
     const Tensor q = randn({B, H, T, hd}, gen), k = randn({B, H, T, hd}, gen), v = randn({B, H, T, hd}, gen);
     for (int cp : {1, 2, 4}) {
@@ -110,8 +115,9 @@ int main(int argc, char** argv) {
       const int64_t K = 2 * B * (T / cp) * H * hd;  // one K/V block, elements
       const int64_t formula = cp == 1 ? 0 : (3 * cp - 2) * K * 4;
       if (rank0)
-        std::printf("%4d %10lld %16lld %16lld %10.1f %11.1f\n", cp, (long long)(T / cp), (long long)watched.bytes_sent,
-                    (long long)formula, bench::median(ms), waited);
+        std::printf("%4d %10lld %16lld %16lld %10.1f %11.1f %7.0f%%\n", cp, (long long)(T / cp),
+                    (long long)watched.bytes_sent, (long long)formula, bench::median(ms), waited,
+                    100 * waited / bench::median(ms));
     }
     return 0;
   });

@@ -3,6 +3,7 @@
 communication overlapped backward.
 
   /usr/bin/python3 docs/trace_summary.py trace.json
+  /usr/bin/python3 docs/trace_summary.py --ring trace.json    (a --cp run: the picture of the ring's steps)
 
 Per rank it prints every collective and pipeline transfer that runs every
 step (its name without the sequence number, and a transfer's without its
@@ -87,7 +88,68 @@ def summarise(events):
     return out
 
 
+RING_STEP_RE = re.compile(r"ring ([FB]) s(\d+): K/V of rank (\d+) \(chunks (\d+) (\d+)\):(.*)")
+RING_HOP_RE = re.compile(r"ring ([FB]) hop (K/V|dK/dV) (\d+) B \(\d+ KiB\)")
+
+
+def ring_steps(events):
+    """The ring attention steps of a --cp run's trace (parallel/context_parallel/ring_trace.h):
+    {pid: {"F"/"B": [step, ...]}} for the first forward and the first backward ring after the
+    first optimizer step (step 2: step 1 pays one-time costs), each step a dict: s, src,
+    chunks, blocks, hops (what, bytes, ms, share of the hop's time the step's math
+    overlapped), and "after": the hops posted after the last step (dK/dV going home)."""
+    spans = sorted((e for e in events if e.get("ph") == "X"), key=lambda e: e["ts"])
+    out = {}
+    for pid in sorted({e["pid"] for e in spans}):
+        mine = [e for e in spans if e["pid"] == pid]
+        first_step = next((e["ts"] + e["dur"] for e in mine if e["name"] == "optimizer step" and e["tid"] == 0), 0)
+        for pass_ in "FB":
+            # this pass's steps and hops; a K/V hop is posted just before the step it travels beside,
+            # a dK/dV hop just after the step that summed it (the last one goes home)
+            ring = [e for e in mine if e["tid"] == 0 and (m := RING_STEP_RE.fullmatch(e["name"])) and m.group(1) == pass_]
+            hops = [(e, m.group(2), int(m.group(3))) for e in mine
+                    if e["tid"] == 1 and (m := RING_HOP_RE.fullmatch(e["name"])) and m.group(1) == pass_]
+            start = next((i for i, e in enumerate(ring)
+                          if e["ts"] >= first_step and RING_STEP_RE.fullmatch(e["name"]).group(2) == "0"), None)
+            if start is None:
+                continue
+            end = next((i for i in range(start + 1, len(ring)) if RING_STEP_RE.fullmatch(ring[i]["name"]).group(2) == "0"),
+                       len(ring))
+            rows, lo = [], ring[start - 1]["ts"] + ring[start - 1]["dur"] if start > 0 else -float("inf")
+            for e in ring[start:end]:
+                m = RING_STEP_RE.fullmatch(e["name"])
+                a, b = e["ts"], e["ts"] + e["dur"]
+                beside = [(w, n, h["dur"] / 1e3, overlap(h["ts"], h["ts"] + h["dur"], [(a, b)]) / h["dur"] if h["dur"] else 1.0)
+                          for h, w, n in hops if lo <= h["ts"] <= a and (w == "K/V" or e is not ring[start])]
+                rows.append({"s": int(m.group(2)), "src": int(m.group(3)), "chunks": (int(m.group(4)), int(m.group(5))),
+                             "blocks": m.group(6).split(), "hops": beside})
+                lo = b
+            upto = ring[end]["ts"] if end < len(ring) else float("inf")
+            after = [(w, n, h["dur"] / 1e3) for h, w, n in hops if lo <= h["ts"] < upto and w == "dK/dV"]
+            out.setdefault(pid, {})[pass_] = {"steps": rows, "after": after}
+    return out
+
+
+def print_ring(events):
+    """The picture of the ring: per cp rank and step, the K/V block held, the blocks computed
+    (q3k1: query chunk 3 x key chunk 1; * the diagonal, causal block) and the hops in flight
+    beside the step's math, with the share of each hop's time the math overlapped."""
+    for pid, passes in ring_steps(events).items():
+        for pass_, ring in passes.items():
+            print(f"rank {pid}, {'forward' if pass_ == 'F' else 'backward'} ring (one layer, step 2):")
+            print(f"  {'step':4}  {'holds K/V of':19}  {'computes':22}  hops in flight beside it (bytes, ms, overlapped)")
+            for st in ring["steps"]:
+                hops = "; ".join(f"{w} {n} B, ~{ms:.2f} ms, ~{100 * share:.0f}%" for w, n, ms, share in st["hops"])
+                print(f"  s{st['s']:<3}  rank {st['src']} (chunks {st['chunks'][0]} {st['chunks'][1]})  "
+                      f"{' '.join(st['blocks']):22}  {hops or '-'}")
+            for w, n, ms in ring["after"]:
+                print(f"  after the last step: {w} {n} B home, ~{ms:.2f} ms, nothing left to overlap it")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--ring":  # the ring attention picture (--cp)
+        with open(sys.argv[2]) as f:
+            return print_ring(json.load(f)["traceEvents"])
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     with open(sys.argv[1]) as f:

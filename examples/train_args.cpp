@@ -179,7 +179,8 @@ void add_options(CLI::App& app, Args& a) {
                  "block)");
   app.add_option("--teach-break", a.teach_break,
                  "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
-                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout, zero3-free-before-backward");
+                 "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout, zero3-free-before-backward, "
+                 "ring-no-max-correction");
   add_hf_options(app, a);
 }
 
@@ -311,10 +312,10 @@ void validate(const Args& a) {
                "is not supported (each rank's masks would differ from one process's); use --dropout 0");
     LOOM_CHECK(a.device == "cpu", "--cp ", a.cp, " with --device ", a.device,
                ": context parallelism is tested on the CPU only so far; use --device cpu");
-    LOOM_CHECK(a.arch == "gpt2", "--cp ", a.cp, " with --arch ", a.arch, ": RoPE would turn q and k by each rank's "
-               "local positions, not its zig-zag chunks' true ones (not wired yet); use --arch gpt2 or --cp 1");
   }
   parallel::parse_recompute(a.recompute);  // an unknown mode names the three
+  LOOM_CHECK(a.teach_break != "ring-no-max-correction" || a.cp > 1, "--teach-break ring-no-max-correction breaks "
+             "ring attention's merge; it needs --cp 2 or more (one process runs the fused attention)");
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),
              "--teach-break recompute-fresh-dropout breaks the rerun's dropout masks; it needs --recompute selective "
              "or full and --dropout > 0 (got --recompute ", a.recompute, " --dropout ", a.dropout, ")");

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "nn/dropout.h"
 #include "nn/linear.h"
@@ -75,9 +76,21 @@ inline Tensor repeat_kv(const Tensor& x, int64_t n_rep) {
   return reshape(expand(unsqueeze(x, 2), {B, Hkv, n_rep, T, hd}), {B, Hkv * n_rep, T, hd});
 }
 
+// RoPE of q or k [B, H, T, hd] whose T tokens come as equal chunks starting
+// at the positions pos0 ({}: one chunk from 0, positions 0..T-1; a cp rank's
+// zig-zag chunks: {r c, (2cp - 1 - r) c}, parallel/context_parallel/zigzag.h).
+inline Tensor rope_chunks(const Tensor& x, double base, const std::vector<int64_t>& pos0) {
+  using namespace loom::autograd;
+  if (pos0.empty()) return rope(x, base);
+  TensorList parts = split(x, x.size(2) / int64_t(pos0.size()), 2);  // [B, H, T / n, hd] each
+  for (size_t i = 0; i < parts.size(); ++i) parts[i] = rope(parts[i], base, pos0[i]);
+  return cat(parts, 2);
+}
+
 struct CausalSelfAttention : Layer {
   int64_t n_embd, n_head, n_kv_head;
   double rope_base;                // 0: no rotary embeddings (GPT-2's learned positions are added before)
+  std::vector<int64_t> rope_pos0;  // RoPE: where each equal chunk of T starts ({}: 0; --cp: the zig-zag chunks)
   std::shared_ptr<Linear> c_attn;  // [(H + 2 Hkv) hd, C]: q, k and v projections stacked ([3C, C] for GPT-2)
   std::shared_ptr<Linear> c_proj;  // [C, C], a residual projection
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
@@ -115,8 +128,8 @@ struct CausalSelfAttention : Layer {
     };
     Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
     if (rope_base > 0) {  // rotate q and k by their positions: q·k then depends on the distance only
-      q = rope(q, rope_base);
-      k = rope(k, rope_base);
+      q = rope_chunks(q, rope_base, rope_pos0);
+      k = rope_chunks(k, rope_base, rope_pos0);
     }
     k = repeat_kv(k, H / Hkv);  // [B, H, T, hd]: each kv head serves H / Hkv query heads
     v = repeat_kv(v, H / Hkv);

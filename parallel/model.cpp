@@ -11,8 +11,9 @@ namespace loom::parallel {
 namespace {
 
 // Context parallelism changes no weight, only two things inside the layers:
-// every attention core becomes the ring over cp, and the embedding adds the
-// true positions of the rank's zig-zag chunks (T / cp of every sequence).
+// every attention core becomes the ring over cp, and the positions are the
+// true ones of the rank's zig-zag chunks (T / cp of every sequence): the
+// embedding adds them (GPT-2's wpe), or RoPE turns q and k by them (Llama).
 LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, ProcessGroup& cp, bool tensor_parallel) {
   check_zigzag_split(cfg.block_size, cp.size(), "--cp");
   LayerBuilder b = inner;
@@ -23,9 +24,14 @@ LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, Proc
       if (i == 0) {
         static_cast<nn::EmbeddingLayer&>(layer).position_ids = zigzag_positions(cfg.block_size, cp.size(), cp.rank());
       } else if (i < cfg.num_layers() - 1) {  // a block: the full one, or its tp shard
-        nn::AttentionCore& core = tensor_parallel ? static_cast<TensorParallelBlock&>(layer).attn->core
-                                                  : static_cast<nn::Block&>(layer).attn->core;
-        core = ring_attention_core(cp);
+        const std::vector<int64_t> starts = zigzag_chunk_starts(cfg.block_size, cp.size(), cp.rank());
+        if (tensor_parallel) {
+          TensorParallelAttention& attn = *static_cast<TensorParallelBlock&>(layer).attn;
+          attn.core = ring_attention_core(cp), attn.rope_pos0 = starts;
+        } else {
+          nn::CausalSelfAttention& attn = *static_cast<nn::Block&>(layer).attn;
+          attn.core = ring_attention_core(cp), attn.rope_pos0 = starts;
+        }
       }
     }
     return layers;

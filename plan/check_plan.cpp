@@ -28,6 +28,9 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
   check_range("--pp", g.pp, 1, 65536);
   check_range("--tp", g.tp, 1, 65536);
   check_range("--virtual-stages", g.virtual_stages, 1, 4096);
+  check_range("--cp", g.cp, 1, 65536);
+  LOOM_CHECK(m.seq % (2 * int64_t(g.cp)) == 0, "--cp ", g.cp, " cuts each sequence into 2 x cp = ", 2 * int64_t(g.cp),
+             " equal chunks (the zig-zag split), but --block ", m.seq, " is not divisible by ", 2 * int64_t(g.cp));
   LOOM_CHECK(m.width % m.heads == 0, "--embd ", m.width, " must be divisible by --heads ", m.heads);
   LOOM_CHECK(m.heads % g.tp == 0, "--tp ", g.tp, " must divide --heads ", m.heads, " (attention is split by heads)");
   const int64_t kv = m.kv_heads > 0 ? m.kv_heads : m.heads;

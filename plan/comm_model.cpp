@@ -28,7 +28,7 @@ GroupTraffic tp_per_micro_batch(const ModelShape& m, const Grid& g, const Batch&
   GroupTraffic t{"tp", g.sequence_parallel ? "all-gather + reduce-scatter of [b,s,h]" : "all-reduce of [b,s,h]"};
   if (g.tp <= 1) return t;
   const Link link = link_for_span(mc, g.tp);
-  const double bsh = double(b.micro_batch) * double(m.seq) * double(m.width) * dtype_bytes(g.dtype);
+  const double bsh = double(b.micro_batch) * double(m.seq) / g.cp * double(m.width) * dtype_bytes(g.dtype);
   const double ring = 2.0 * (g.tp - 1) / g.tp;  // all-reduce, or all-gather + reduce-scatter
   auto add = [&](double count, double bytes) {
     t.ops += count * (g.sequence_parallel && bytes == bsh ? 2 : 1);
@@ -39,7 +39,7 @@ GroupTraffic tp_per_micro_batch(const ModelShape& m, const Grid& g, const Batch&
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
   for (int64_t i : items) {
     if (i == 0) add(1, bsh);  // vocab-parallel embedding: sum of the partial lookups
-    else if (i == m.layers + 1) add(1, bsh), add(3, 4.0 * double(b.micro_batch) * double(m.seq));  // head, loss
+    else if (i == m.layers + 1) add(1, bsh), add(3, 4.0 * double(b.micro_batch) * double(m.seq) / g.cp);  // head, loss
     else add(g.recompute ? 6 : 4, bsh);
   }
   t.inter_node = link.inter_node;
@@ -50,7 +50,7 @@ GroupTraffic pp_per_micro_batch(const ModelShape& m, const Grid& g, const Batch&
   GroupTraffic t{"pp", "send activation forward, its gradient backward"};
   if (g.pp <= 1) return t;
   const Link link = link_for_span(mc, int64_t(g.world()));
-  const double bytes = double(b.micro_batch) * double(m.seq) * double(m.width) * dtype_bytes(g.dtype) /
+  const double bytes = double(b.micro_batch) * double(m.seq) / g.cp * double(m.width) * dtype_bytes(g.dtype) /
                        (g.sequence_parallel ? g.tp : 1);
   // Each chunk sends forward unless it is the model's last, backward unless the first.
   const double sends = 2.0 * g.virtual_stages - (stage == g.pp - 1 ? 1 : 0) - (stage == 0 ? 1 : 0);
@@ -63,16 +63,17 @@ GroupTraffic dp_per_step(int64_t params_on_rank, const Grid& g, const Machine& m
   GroupTraffic t{"dp", g.zero == 3 ? "reduce-scatter fp32 grads + all-gather params twice (forward, backward)"
                        : g.zero   ? "reduce-scatter fp32 grads + all-gather params"
                                   : "all-reduce fp32 grads"};
-  if (g.dp <= 1) return t;
-  const Link link = link_for_span(mc, int64_t(g.tp) * g.dp);
+  const int n = g.dp * g.cp;  // the gradients are averaged over dp x cp
+  if (n <= 1) return t;
+  const Link link = link_for_span(mc, int64_t(g.tp) * n);
   const double grads = 4.0 * double(params_on_rank), params = double(dtype_bytes(g.dtype)) * double(params_on_rank);
-  const double ring = double(g.dp - 1) / g.dp;
+  const double ring = double(n - 1) / n;
   if (g.zero) {  // ZeRO-3 gathers each unit again for its backward: one more all-gather of the params
     const double gathers = g.zero == 3 ? 2 : 1;
     t.ops = 1 + gathers, t.payload = grads + gathers * params, t.wire = ring * t.payload;
-    t.seconds = all_gather_seconds(grads, g.dp, link) + gathers * all_gather_seconds(params, g.dp, link);
+    t.seconds = all_gather_seconds(grads, n, link) + gathers * all_gather_seconds(params, n, link);
   } else {
-    t.ops = 1, t.payload = grads, t.wire = 2 * ring * grads, t.seconds = all_reduce_seconds(grads, g.dp, link);
+    t.ops = 1, t.payload = grads, t.wire = 2 * ring * grads, t.seconds = all_reduce_seconds(grads, n, link);
   }
   t.inter_node = link.inter_node;
   return t;

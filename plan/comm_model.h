@@ -8,10 +8,10 @@
 //   all-gather       (n - 1) alpha + (n - 1) / n x S / B      S = the gathered tensor
 //   reduce-scatter   (n - 1) alpha + (n - 1) / n x S / B      S = the input tensor
 //   send / recv      alpha + S / B
-// Which link: ranks are laid out tp fastest, then dp, then pp
+// Which link: ranks are laid out tp fastest, then cp, dp, pp
 // (parallel/process_group_manager.h), nodes fill in rank order, so a group
 // stays inside a node (NVLink) when the ranks it spans fit in one:
-//   tp: tp <= G     dp: tp dp <= G     pp and the embedding group: tp dp pp <= G
+//   tp: tp <= G   cp: tp cp <= G   dp: tp cp dp <= G   pp and the embedding group: the world <= G
 // with G devices per node; otherwise it crosses InfiniBand.
 //
 // What each group carries (per rank):
@@ -24,7 +24,10 @@
 //        gradient backward (/ tp with sequence parallelism: each tp rank sends
 //        its slice).
 //   dp   per step, the fp32 gradient buffer: all-reduce; under ZeRO a
-//        reduce-scatter of it and an all-gather of the updated params.
+//        reduce-scatter of it and an all-gather of the updated params. With
+//        cp the group is dp x cp (every cp rank's gradient is a partial sum).
+//   cp   ring attention's K/V hops: plan/cp_model.h.
+// With cp every [b, s, h] above is [b, s / cp, h]: a rank holds s / cp tokens.
 //   embedding group (pp > 1): the tied wte's gradient, all-reduced between
 //        the first and the last stage, V' h / tp fp32.
 #pragma once

@@ -40,7 +40,7 @@ StageCompute stage_compute(const ModelShape& m, const Grid& g, const Batch& b, c
     if (i == m.layers + 1) head_fwd += head_forward_flops(m);
   }
   // Per micro-batch, this tp rank's share of the math.
-  const double per_rank = double(b.micro_batch) / g.tp;
+  const double per_rank = double(b.micro_batch) / g.tp / g.cp;
   const double fwd = (layers_fwd + head_fwd) * per_rank;
   const double bwd = 2 * fwd + recompute_forward_flops(m, g, layers_fwd) * per_rank;
   const double rate = rank_flops_per_s(mc, g);

@@ -13,6 +13,8 @@
 // instead of 3 for the layers (Megatron's 96 B s L h^2 (...) formula); model
 // FLOPs (MFU) never count it. Llama's blocks: 24 h² becomes 2 x the block's
 // matmul weights (ModelShape::block_matmul_params: SwiGLU's 3 h F, GQA's 2 h kv).
+// Context parallelism: a rank computes s / cp tokens of every GEMM and, with
+// the zig-zag split, 1/cp of each sequence's attention: everything / cp.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // What loom_plan is asked about: a GPT's shape, the batch, the parallel grid
 // and the precision - the same knobs as train_gpt's flags (--layers, --embd,
 // --heads, --block, --batch, --microbatches, --dp, --pp, --tp, --zero,
-// --dtype, --sequence-parallel), plus two that train_gpt does not have yet
+// --dtype, --sequence-parallel, --cp), plus two that train_gpt does not have yet
 // (virtual stages and activation recomputation) so that published runs
 // (Megatron-LM's) can be described.
 #pragma once
@@ -33,6 +33,7 @@ struct ModelShape {
 
 struct Grid {
   int dp = 1, pp = 1, tp = 1;
+  int cp = 1;                   // context parallel: each sequence's tokens split over cp ranks, attention a ring
   int virtual_stages = 1;       // v: model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B
   int zero = 0;                 // ZeRO stage: 1 optimizer state sharded over dp, 2 the gradients too, 3 the params too
   bool sequence_parallel = false;
@@ -44,7 +45,7 @@ struct Grid {
   // --partition over [embedding, blocks, head]; "blocks" is Megatron-LM's:
   // the blocks evenly, the embedding joining the first stage, the head the last.
   std::string partition = "uniform";
-  int world() const { return dp * pp * tp; }
+  int world() const { return dp * pp * tp * cp; }  // rank order: tp fastest, then cp, dp, pp (train_gpt's grid)
 };
 
 struct Batch {

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   app.add_option("--dp", g.dp, "data-parallel ranks");
   app.add_option("--pp", g.pp, "pipeline stages");
   app.add_option("--tp", g.tp, "tensor-parallel ranks");
+  app.add_option("--cp", g.cp, "context-parallel ranks: each sequence's tokens split over cp, attention as a ring");
   app.add_option("--virtual-stages", g.virtual_stages, "model chunks per pipeline rank (interleaved 1F1B)");
   app.add_option("--zero", g.zero, "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the "
                  "params too (FSDP) (--zero alone: 1)")->expected(0, 1)->default_str("1")->check(CLI::Range(0, 3));
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
       // One rank: step = compute / efficiency + optimizer, so efficiency =
       // compute at efficiency 1 / (measured - optimizer).
       Grid one = g;
-      one.dp = one.pp = one.tp = 1, one.virtual_stages = 1, one.zero = 0, one.sequence_parallel = false;
+      one.dp = one.pp = one.tp = one.cp = 1, one.virtual_stages = 1, one.zero = 0, one.sequence_parallel = false;
       Machine ideal = mc;
       ideal.efficiency = 1;
       const StepPlan p = plan_step(m, one, Batch{b.micro_batch, 1}, ideal);

@@ -58,7 +58,7 @@ int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
 }
 
 double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t micro_batch) {
-  const double s = double(m.seq), b = double(micro_batch), h = double(m.width), a = double(m.heads),
+  const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),
                t = double(g.tp);
   const double scale = dtype_bytes(g.dtype) / 2.0;  // the formula counts 16-bit activations
   double per_sbh;
@@ -81,7 +81,7 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   RankMemory r;
   r.num_params = params_on_stage(m, g, stage);
   const DType dt = g.dtype == "fp32" ? kFloat32 : g.dtype == "bf16" ? kBFloat16 : kFloat16;
-  const optim::MemoryPrediction p = optim::predict_memory(r.num_params, dt, g.dp, g.zero);
+  const optim::MemoryPrediction p = optim::predict_memory(r.num_params, dt, g.dp * g.cp, g.zero);
   r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
 
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
@@ -113,7 +113,7 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
                                                  : 0;
   r.activations = double(blocks) * one_layer * micro_batches_in_flight(g, b.micro_batches, stage) + rebuilt;
   if (items.back() == m.layers + 1)  // fp32 logits and their gradient, vocab split over tp
-    r.activations += 2.0 * 4 * double(m.seq) * double(b.micro_batch) * double(m.vocab) / g.tp;
+    r.activations += 2.0 * 4 * double(m.seq) / g.cp * double(b.micro_batch) * double(m.vocab) / g.tp;
   return r;
 }
 

@@ -47,6 +47,11 @@
 // last stage also keeps the fp32 logits and their gradient, 2 x 4 s b V' / t.
 // loom keeps fp32 activations (x 2) and has no dropout masks; the formula is
 // Megatron's, scaled by the dtype only.
+// Context parallelism (cp): a rank holds s / cp tokens of each sequence, so
+// every term is the formula's at s / cp (the scores' 5 a s / h too: ring
+// attention's blocks are (s / 2cp) x (s / 2cp)); the logits likewise. The
+// params are the same on every cp rank; ZeRO shards over dp x cp, the group
+// the gradients are averaged over.
 #pragma once
 
 #include <cstdint>

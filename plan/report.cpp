@@ -55,6 +55,24 @@ void traffic_line(std::string& out, const GroupTraffic& t, double per_step, cons
       t.what.c_str());
 }
 
+// Ring attention's overlap condition, one layer (plan/cp_model.h).
+void ring_report(std::string& out, const ModelShape& m, const Grid& g, const Batch& b, const Machine& mc,
+                 const StagePlan& first) {
+  const RingOverlap o = ring_overlap(m, g, b, mc);
+  const Link link = link_for_span(mc, int64_t(g.tp) * g.cp);
+  say(out, "\nring attention (cp %d over %s): one K/V block %s, chunks of c = s / 2cp = %.0f tokens; a hop hides "
+      "behind its step's math from c* = d kv flops / (2 h bandwidth) = %.0f tokens\n",
+      g.cp, mc.one_node ? "shm" : link.inter_node ? "InfiniBand" : "NVLink",
+      bytes(kv_block_elements(m, g, b) * dtype_bytes(g.dtype)).c_str(), o.chunk_tokens, o.min_chunk_tokens);
+  say(out, "  forward:  one K/V hop %s against one step's blocks %s\n", seconds(o.hop_fwd_s).c_str(),
+      seconds(o.step_fwd_s).c_str());
+  say(out, "  backward: one K/V + dK/dV hop %s against %s\n", seconds(o.hop_bwd_s).c_str(),
+      seconds(o.step_bwd_s).c_str());
+  say(out, "  %s: exposed per layer and micro-batch %s (the last dK/dV hop home%s), %s per micro-batch on pipeline "
+      "rank 0\n", o.hidden() ? "the ring hides its hops" : "the ring does NOT hide its hops",
+      seconds(o.exposed_s).c_str(), o.hidden() ? "" : " + what the steps leave", seconds(first.cp_exposed_s).c_str());
+}
+
 }  // namespace
 
 int64_t total_params(const ModelShape& m) {
@@ -73,13 +91,17 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
     say(out, "architecture: llama: %lld kv heads, SwiGLU width %lld, untied head, no wpe, no biases\n",
         (long long)(m.kv_heads > 0 ? m.kv_heads : m.heads), (long long)m.ffn_width());
   const std::string zero = g.zero ? ", ZeRO-" + std::to_string(g.zero) : "";
-  say(out, "grid: dp %d x pp %d x tp %d = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
-      g.tp, g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), zero.c_str(),
+  const std::string cp = g.cp > 1 ? " x cp " + std::to_string(g.cp) : "";
+  say(out, "grid: dp %d x pp %d x tp %d%s = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
+      g.tp, cp.c_str(), g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), zero.c_str(),
       g.sequence_parallel ? ", sequence parallel" : "",
       g.recompute ? ", full recomputation" : g.recompute_selective ? ", selective recomputation" : "");
   say(out, "batch: micro-batch %lld x %lld micro-batches x dp %d = %lld sequences, %lld tokens per step\n",
       (long long)b.micro_batch, (long long)b.micro_batches, g.dp, (long long)(g.dp * b.micro_batch * b.micro_batches),
       (long long)b.tokens_per_step(m, g));
+  if (g.cp > 1)
+    say(out, "context parallel: each rank holds %lld of every sequence's %lld tokens (zig-zag chunks of %lld)\n",
+        (long long)(m.seq / g.cp), (long long)m.seq, (long long)(m.seq / (2 * g.cp)));
   say(out, "machine: %s\n  %.4g TFLOP/s %s peak x %.2f efficiency per rank%s, %.0f GiB, memory %.0f GB/s, links %.0f / %.0f GB/s"
       " (inside / across nodes, x %.2f), %d per node\n",
       mc.name.c_str(), mc.peak_tflops(g.dtype), g.dtype.c_str(), mc.efficiency,
@@ -111,9 +133,11 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   const StagePlan& first = s.stages.front();
   traffic_line(out, first.tp, double(b.micro_batches), mc);
   traffic_line(out, first.pp, double(b.micro_batches), mc);
+  traffic_line(out, first.cp, double(b.micro_batches), mc);
   traffic_line(out, s.dp, 1, mc);
   traffic_line(out, s.embedding, 1, mc);
 
+  if (g.cp > 1) ring_report(out, m, g, b, mc, first);
   const double t = s.step_s;
   say(out, "\nstep time: %s = pipeline %s (bubble %s) + dp exposed %s + embedding %s + optimizer %s\n",
       seconds(t).c_str(), seconds(s.pipeline_s).c_str(), seconds(s.bubble_s).c_str(), seconds(s.dp_exposed_s).c_str(),
@@ -122,6 +146,7 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
       100 * s.compute_s / t, 100 * s.tp_s / t, 100 * s.pp_s / t, 100 * s.bubble_s / t, 100 * s.dp_exposed_s / t,
       100 * s.embedding_s / t, 100 * s.optimizer_s / t,
       s.cores_s > 0 ? (", taking turns on the cores " + std::to_string(int(100 * s.cores_s / t)) + "%").c_str() : "");
+  if (g.cp > 1) say(out, "  of the pipeline: the ring's exposed hops %.1f%%\n", 100 * s.cp_s / t);
   say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
       s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
   say(out, "binds: %s\n", s.binds.c_str());

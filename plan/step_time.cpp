@@ -34,7 +34,7 @@ std::string binding_constraint(const StepPlan& s, const Machine& mc) {
                   s.stages[size_t(s.worst_memory_stage)].memory.total() / 1073741824.0, mc.memory_gib);
     return buf;
   }
-  const double comm = s.tp_s + s.pp_s + s.dp_exposed_s + s.embedding_s;
+  const double comm = s.tp_s + s.pp_s + s.cp_s + s.dp_exposed_s + s.embedding_s;
   struct Share {
     const char* name;
     double seconds;
@@ -67,7 +67,9 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
     sp.compute = stage_compute(m, g, b, mc, st);
     sp.tp = tp_per_micro_batch(m, g, b, mc, st);
     sp.pp = pp_per_micro_batch(m, g, b, mc, st);
-    sp.micro_batch_s = sp.compute.forward_s + sp.compute.backward_s + sp.tp.seconds + sp.pp.seconds;
+    sp.cp = cp_per_micro_batch(m, g, b, mc, st);
+    sp.cp_exposed_s = cp_exposed_per_micro_batch(m, g, b, mc, st);
+    sp.micro_batch_s = sp.compute.forward_s + sp.compute.backward_s + sp.tp.seconds + sp.pp.seconds + sp.cp_exposed_s;
     if (sp.micro_batch_s > t_max) t_max = sp.micro_batch_s, slowest = st;
     t_sum += sp.micro_batch_s;
     s.stages.push_back(sp);
@@ -80,14 +82,14 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   s.pipeline_s = mb * t_max + fill * t_sum / g.pp;
   s.bubble_s = fill * t_sum / g.pp;
   s.compute_s = mb * (slow.compute.forward_s + slow.compute.backward_s);
-  s.tp_s = mb * slow.tp.seconds, s.pp_s = mb * slow.pp.seconds;
+  s.tp_s = mb * slow.tp.seconds, s.pp_s = mb * slow.pp.seconds, s.cp_s = mb * slow.cp_exposed_s;
   // More ranks than cores (this CPU): a rank waiting for a message yields its
   // core, so the ranks take turns; the step can then be no shorter than all
   // ranks' compute spread over the cores (plus the critical path's messages).
   if (mc.one_node && g.world() > mc.devices_per_node) {
     double busy = 0;  // core-seconds of compute per step, every rank
     for (const StagePlan& sp : s.stages) busy += mb * (sp.compute.forward_s + sp.compute.backward_s);
-    busy *= double(g.dp) * g.tp;
+    busy *= double(g.dp) * g.tp * g.cp;
     // Every synchronous tp collective and p2p transfer of the slowest stage
     // also waits for its peers to be scheduled (Machine::handoff_us).
     const double handoffs = mb * (slow.tp.ops + slow.pp.ops) * mc.handoff_us * 1e-6;
@@ -103,12 +105,12 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   s.dp = dp_per_step(big.memory.num_params, g, mc);
   // ZeRO's all-gather of the updated params comes after the optimizer step: none of it overlaps.
   const double zero_gather = g.zero ? all_gather_seconds(double(dtype_bytes(g.dtype)) * double(big.memory.num_params),
-                                                         g.dp, link_for_span(mc, int64_t(g.tp) * g.dp))
+                                                         g.dp * g.cp, link_for_span(mc, int64_t(g.tp) * g.cp * g.dp))
                                     : 0;
   s.dp_exposed_s = zero_gather + std::max(0.0, s.dp.seconds - zero_gather - big.compute.backward_s);
   s.embedding = embedding_per_step(m, g, mc);
   s.embedding_s = s.embedding.seconds;
-  const double owned = double(big.memory.num_params) / (g.zero ? g.dp : 1);
+  const double owned = double(big.memory.num_params) / (g.zero ? g.dp * g.cp : 1);
   s.optimizer_s = (32.0 * owned + 8.0 * double(big.memory.num_params)) / (mc.memory_bw_gbs * 1e9);
   s.step_s = s.pipeline_s + s.dp_exposed_s + s.embedding_s + s.optimizer_s;
 

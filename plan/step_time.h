@@ -19,6 +19,9 @@
 //           last micro-batch's backward; what is left shows. ZeRO's all-gather
 //           of the updated params comes after the optimizer: all of it shows.
 //   embedding group  all of it shows.
+//   cp      ring attention's hops overlap its blocks' math; what the overlap
+//           condition leaves (plan/cp_model.h) is on the critical path of
+//           every micro-batch.
 //   optimizer  AdamW streams its state once: per element it owns, ~32 bytes
 //           (grad 4, main param 4 + 4, m 4 + 4, v 4 + 4, + the model param's
 //           copy), plus 8 per param for the grad norm and the zeroing of the
@@ -40,6 +43,7 @@
 
 #include "plan/comm_model.h"
 #include "plan/compute_model.h"
+#include "plan/cp_model.h"
 #include "plan/memory_model.h"
 
 namespace loom::plan {
@@ -52,8 +56,9 @@ double bubble_over_compute(const Grid& g, int64_t micro_batches);
 struct StagePlan {
   RankMemory memory;
   StageCompute compute;          // one micro-batch
-  GroupTraffic tp, pp;           // one micro-batch
-  double micro_batch_s = 0;      // compute + tp + pp
+  GroupTraffic tp, pp, cp;       // one micro-batch
+  double cp_exposed_s = 0;       // one micro-batch: the ring's hops not hidden behind its math
+  double micro_batch_s = 0;      // compute + tp + pp + cp exposed
 };
 
 struct StepPlan {
@@ -61,7 +66,7 @@ struct StepPlan {
   GroupTraffic dp, embedding;     // per step, on the stage that holds the most params
   double pipeline_s = 0, bubble_s = 0, dp_exposed_s = 0, embedding_s = 0, optimizer_s = 0, step_s = 0;
   double compute_s = 0;           // the slowest stage's pure compute over the step
-  double tp_s = 0, pp_s = 0;      // their time on the critical path over the step
+  double tp_s = 0, pp_s = 0, cp_s = 0;  // their time on the critical path over the step
   double cores_s = 0;             // this CPU: what taking turns on too few cores adds
   double model_flops = 0, hardware_flops = 0, mfu = 0, hfu = 0;
   double tokens_per_s = 0;

@@ -86,7 +86,7 @@ asan() {
   # a second checkpoint direction), 8-13 s each under ASan (its instrumented
   # ranks start slowly), about 105 s of 1227 s; the normal suite runs them all.
   local variants=(
-    'TrainGptContextParallel\.(FourRanksMatchOneProcess|WithPipelineMatchesOneProcess|WithZeroMatchesOneProcess)'
+    'TrainGptContextParallel\.(FourRanksMatchOneProcess|WithPipelineMatchesOneProcess|WithZeroMatchesOneProcess|LlamaWithTensorParallelMatchesOneProcess)'
     'TrainGptZero3\.(FourRanksMatchOneProcess|Zero1CheckpointResumesAtZero3)'
     'Zero2\.(FourRanksMatchesOneProcess|CheckpointResumesOnOneProcess)'
     'TrainLlamaParallel\.(InterleavedPipeline|NaiveDataParallelTwoRanks|TensorParallelTwoRanks)MatchesOneProcess'

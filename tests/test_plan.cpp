@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <unistd.h>
 
@@ -323,14 +325,14 @@ std::vector<MeasuredRank> memory_report_of(int ranks, const std::string& args, i
 }
 
 // Every rank of a train_gpt run against the planner: the pipeline stage of
-// world rank r is r / (tp dp) (tp fastest, then dp: process_group_manager.h).
+// world rank r is r / (tp cp dp) (tp fastest, then cp, dp: process_group_manager.h).
 void expect_plan_matches_run(const Grid& g, const std::string& args) {
   int64_t vocab = 0;
   std::vector<MeasuredRank> rows = memory_report_of(g.world(), args, &vocab);
   ASSERT_GT(vocab, 0);
   const ModelShape m{2, 64, 2, vocab, 16};
   for (size_t r = 0; r < rows.size(); ++r) {
-    const int stage = int(r) / (g.tp * g.dp);
+    const int stage = int(r) / (g.tp * g.cp * g.dp);
     const RankMemory planned = memory_on_stage(m, g, Batch{4, 1}, stage);
     EXPECT_EQ(rows[r].num_params, planned.num_params) << "rank " << r << " (" << args << ")";
     const double measured = rows[r].bytes_per_param * double(rows[r].num_params);
@@ -485,4 +487,139 @@ TEST(PlanLlama, Llama2SeventyBLandsWithinFifteenPercentOfThePublishedGpuHours) {
   std::printf("[ measured ] Llama-2-70B, 2T tokens: %.4g A100-hours planned vs 1.72e6 published (%+.1f%%)\n", hours,
               100 * (hours / 1.72e6 - 1));
   EXPECT_NEAR(hours / 1.72e6, 1.0, 0.15);
+}
+
+// ---- Context parallelism (plan/cp_model.h) ----------------------------------------------
+
+// bench_ring_attention's shape (B 1, H 4, hd 32: h 128, T 2048, fp32), one
+// layer: K = 2 b (s / cp) h elements, (3 cp - 2) K x 4 bytes - the bytes the
+// bench counts on the wire, 4,194,304 at cp 2 and 5,242,880 at cp 4.
+TEST(PlanContextParallel, RingBytesPerLayerAreTheBenchsCount) {
+  const ModelShape m{1, 128, 4, 65, 2048};
+  const Machine mc = machine_by_name("h100");
+  Grid g = grid(1, 1, 1);
+  g.cp = 2;
+  EXPECT_DOUBLE_EQ(kv_block_elements(m, g, Batch{1, 1}), 2 * 1024 * 128);
+  GroupTraffic t = cp_per_micro_batch(m, g, Batch{1, 1}, mc, 0);
+  EXPECT_DOUBLE_EQ(t.payload, 4194304);
+  EXPECT_EQ(t.ops, 1 + 1 + 2);  // K/V forward, K/V backward, dK/dV twice (the last one home)
+  g.cp = 4;
+  EXPECT_DOUBLE_EQ(cp_per_micro_batch(m, g, Batch{1, 1}, mc, 0).payload, 5242880);
+  g.recompute = true;  // the forward ring again inside backward: + (cp - 1) K x 4
+  EXPECT_DOUBLE_EQ(cp_per_micro_batch(m, g, Batch{1, 1}, mc, 0).payload, 5242880 + 3 * 131072 * 4);
+  // bf16 K/V, fp32 dK/dV; GQA's 2 of 4 kv heads halve K; tp 2 halves it again.
+  ModelShape gqa = m;
+  gqa.kv_heads = 2;
+  Grid h = grid(1, 1, 2);
+  h.cp = 2, h.dtype = "bf16";
+  const double K = 2 * 1024 * 64 / 2.0;
+  EXPECT_DOUBLE_EQ(cp_per_micro_batch(gqa, h, Batch{1, 1}, mc, 0).payload, K * 2 + K * 2 + 2 * K * 4);
+}
+
+// A rank holds s / cp tokens: activations, compute, and the tp and pp
+// messages are the cp 1 plan's at s / cp; ZeRO shards over dp x cp.
+TEST(PlanContextParallel, ARankHoldsSOverCpTokensAndZeroShardsOverDpTimesCp) {
+  const ModelShape m = tiny();  // s 64
+  ModelShape half = m;
+  half.seq = 32;
+  Grid g = grid(1, 1, 1), one = grid(1, 1, 1);
+  g.cp = 2;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, g, 16), activation_bytes_per_layer(half, one, 16));
+  const Machine mc = machine_by_name("a100");
+  EXPECT_DOUBLE_EQ(2 * stage_compute(m, g, Batch{16, 1}, mc, 0).forward_s,
+                   stage_compute(m, one, Batch{16, 1}, mc, 0).forward_s);
+  Grid tp_cp = grid(1, 1, 2), tp = grid(1, 1, 2);
+  tp_cp.cp = 2;
+  EXPECT_DOUBLE_EQ(2 * tp_per_micro_batch(m, tp_cp, Batch{8, 1}, mc, 0).payload,
+                   tp_per_micro_batch(m, tp, Batch{8, 1}, mc, 0).payload);
+  Grid zero_cp = grid(2, 1, 1), zero_dp = grid(4, 1, 1);
+  zero_cp.cp = 2, zero_cp.zero = zero_dp.zero = 1;
+  EXPECT_EQ(memory_on_stage(m, zero_cp, Batch{16, 1}, 0).optimizer, memory_on_stage(m, zero_dp, Batch{16, 1}, 0).optimizer);
+  EXPECT_DOUBLE_EQ(dp_per_step(1000, zero_cp, mc).wire, dp_per_step(1000, zero_dp, mc).wire);
+  EXPECT_EQ(g.world(), 2);
+}
+
+// The overlap condition, by hand: an H100 at bf16 (989 TFLOP/s x 0.45) over
+// NVLink (450 GB/s x 0.8), kv = h: c* = 2 x 445e12 / (2 x 360e9) = 1236
+// tokens a chunk. A ring with chunks of twice that hides its hops (the last
+// dK/dV hop home is all that shows), one with half of it does not.
+TEST(PlanContextParallel, TheRingHidesItsHopsFromCStarTokensAChunk) {
+  const Machine mc = machine_by_name("h100");
+  ModelShape m{1, 4096, 32, 1000, 0};
+  Grid g = grid(1, 1, 1);
+  g.cp = 4, g.dtype = "bf16";  // tp cp = 4 <= 8: NVLink
+  const double rate = 989e12 * mc.efficiency, bw = 450e9 * 0.8, c_star = 2 * rate / (2 * bw);
+  m.seq = 2 * 4 * 2 * 1236;  // c = 2 c*
+  RingOverlap o = ring_overlap(m, g, Batch{1, 1}, mc);
+  EXPECT_NEAR(o.min_chunk_tokens, c_star, 1e-9 * c_star);
+  EXPECT_NEAR(c_star, 1236, 1);
+  EXPECT_TRUE(o.hidden()) << o.hop_fwd_s << " vs " << o.step_fwd_s;
+  const double K = kv_block_elements(m, g, Batch{1, 1});
+  EXPECT_DOUBLE_EQ(o.exposed_s, send_seconds(K * 4, link_for_span(mc, 4)));  // the last dK/dV hop home
+  m.seq = 2 * 4 * 618;  // c = c* / 2
+  o = ring_overlap(m, g, Batch{1, 1}, mc);
+  EXPECT_FALSE(o.hidden());
+  EXPECT_GT(o.exposed_s, 3 * (o.hop_fwd_s - o.step_fwd_s));
+  // Across nodes (tp cp = 16 > 8) the same chunk needs 9 x longer chunks (450 / 50 GB/s).
+  g.tp = 4;
+  EXPECT_NEAR(ring_overlap(m, g, Batch{1, 1}, mc).min_chunk_tokens, 9 * c_star, 1e-6 * c_star);
+}
+
+TEST(PlanContextParallel, ABlockThatDoesNotSplitIntoTwoCpChunksIsRefused) {
+  Grid g = grid(1, 1, 1);
+  g.cp = 3;  // 64 tokens into 6 chunks
+  try {
+    check_plan(tiny(), g, Batch{4, 1});
+    FAIL() << "accepted --cp 3 at --block 64";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--cp 3 cuts each sequence into 2 x cp = 6 equal chunks (the zig-zag split), "
+                                         "but --block 64 is not divisible by 6"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanAgainstRun, MemoryOfContextParallelZeroBf16) {
+  Grid g = grid(1, 1, 1);
+  g.cp = 2, g.zero = 1, g.dtype = "bf16";
+  expect_plan_matches_run(g, "--cp 2 --zero --dtype bf16");
+}
+
+// The bytes ring attention sends in a real train_gpt --cp 2 run, read from its
+// --trace (each hop a span "ring F hop K/V 32768 B", parallel/context_parallel/
+// ring_trace.h), against the plan: 2 layers x (3 cp - 2) K x 4 bytes per step
+// and rank, K = 2 b (s / cp) h = 2 x 16 x 8 x 32 = 8192 elements (262,144 B a
+// step); with --recompute full one more forward ring a layer (+ 2 x 8192 x 4).
+TEST(PlanAgainstRun, RingBytesOfAContextParallelRunAreThePlans) {
+  fs::create_directories(work_dir());
+  {
+    std::ofstream f(work_dir() / "ring_corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const ModelShape m{2, 32, 2, 65, 16};
+  const Machine mc = machine_by_name("h100");
+  for (const std::string recompute : {"none", "full"}) {
+    const fs::path trace = work_dir() / ("ring_" + recompute + ".json");
+    const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
+                            " --allow-run-as-root --oversubscribe -np 2 " + LOOM_TRAIN_GPT +
+                            " --cp 2 --steps 2 --block 16 --layers 2 --heads 2 --embd 32 --batch 16 --eval-every 0"
+                            " --sample 0 --recompute " + recompute + " --data " +
+                            (work_dir() / "ring_corpus.txt").string() + " --trace " + trace.string() + " 2>&1";
+    const loom::test::Exec run = loom::test::run_command(cmd);
+    ASSERT_EQ(run.status, 0) << run.output;
+    std::map<int, double> sent;  // world rank -> bytes of every ring hop it posted
+    std::ifstream f(trace);
+    const std::regex hop_re("\"name\": \"ring [FB] hop [^ ]+ (\\d+) B .*\"pid\": (\\d+)");
+    std::smatch hit;
+    for (std::string line; std::getline(f, line);)
+      if (std::regex_search(line, hit, hop_re)) sent[std::stoi(hit[2])] += std::stod(hit[1]);
+    Grid g = grid(1, 1, 1);
+    g.cp = 2, g.recompute = recompute == "full";
+    const double planned = 2 * cp_per_micro_batch(m, g, Batch{16, 1}, mc, 0).payload;  // 2 steps
+    EXPECT_DOUBLE_EQ(planned, recompute == "full" ? 2 * (262144 + 2 * 8192 * 4) : 2 * 262144);
+    ASSERT_EQ(sent.size(), 2u) << "both cp ranks' hops in the trace";
+    for (const auto& [rank, bytes] : sent) {
+      EXPECT_DOUBLE_EQ(bytes, planned) << "rank " << rank << ", --recompute " << recompute;
+      std::printf("[ measured ] --cp 2 --recompute %s, rank %d: %.0f bytes of ring hops in 2 steps, planned %.0f\n",
+                  recompute.c_str(), rank, bytes, planned);
+    }
+  }
 }

@@ -115,3 +115,37 @@ TEST(TeachBreak, Zero3FreeingAUnitBeforeItsBackwardStopsAtTheFirstRead) {
       << r.output;
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "no step may finish:\n" << r.output;
 }
+
+// Ring attention (--cp 2) merging a block's partial softmax without the max
+// correction: silent at step 1 (every score ~0 at initialisation, so every
+// block's max is alike and e^(m - m') ~ 1), then attention sharpens, the
+// running max jumps between blocks, earlier blocks weigh e^(m' - m) too much
+// and backward (with the wrong lse) no longer differentiates the forward: the
+// run falls behind one process's. The schedule is 200 steps', stopped at 100.
+TEST(TeachBreak, RingMergeWithoutTheMaxCorrectionFallsBehindOneProcess) {
+  const std::string args = "--batch 16 --steps 200 --stop-at 100 --eval-every 50 --log-every 50";
+  Result one = train("teach_ring_one", 1, args);
+  Result r = train("teach_ring_nocorr", 2, "--cp 2 --teach-break ring-no-max-correction " + args);
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> moved = numbers_after(r.output, "the running max moved by up to ");
+  ASSERT_EQ(moved.size(), 100u) << r.output;
+  EXPECT_LT(moved.front(), 0.2) << "step 1: the scores are ~0, the max barely moves";
+  EXPECT_GT(moved.back(), 20.0) << "step 100: the max jumps between blocks";
+  ASSERT_EQ(r.losses.size(), 100u);
+  EXPECT_NEAR(r.losses[0], one.losses[0], 1e-4 * one.losses[0]) << "silent at step 1";
+  std::vector<double> val = numbers_after(r.output, "val loss "), val_one = numbers_after(one.output, "val loss ");
+  ASSERT_EQ(val.size(), 2u) << r.output;
+  ASSERT_EQ(val_one.size(), 2u) << one.output;
+  EXPECT_GT(val[1], 1.3 * val_one[1]) << "step 100: behind one process";
+  std::printf("[ measured ] ring-no-max-correction: max moved %.3f at step 1, %.1f at step 100; step 1 loss %.4f vs "
+              "%.4f; val loss at step 100 %.4f vs one process's %.4f\n",
+              moved.front(), moved.back(), r.losses[0], one.losses[0], val[1], val_one[1]);
+}
+
+TEST(TeachBreak, RingMergeBreakNeedsContextParallelism) {
+  Result r = train("teach_ring_cp1", 1, "--teach-break ring-no-max-correction");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--teach-break ring-no-max-correction breaks ring attention's merge; it needs --cp 2 or "
+                          "more"), std::string::npos) << r.output;
+}

@@ -127,3 +127,22 @@ TEST(TrainGptContextParallel, AWorldThatIsNotTheGridIsRefusedWithTheSizes) {
   EXPECT_NE(r.output.find("world size 1 is not dp 1 × pp 1 × cp 2 (= 2); launch with mpirun -np 2"), std::string::npos)
       << r.output;
 }
+
+// Llama under --cp: RoPE turns q and k by the true positions of the rank's
+// zig-zag chunks (nn::rope_chunks from zigzag_chunk_starts), as the embedding
+// adds GPT-2's. GQA's k and v are repeated before the ring, which sees
+// full-width heads. Alone, and with tp (each rank's heads run the ring).
+const std::string kLlamaCp = " --arch llama --heads 4 --kv-heads 2 --rope-base 500000 --batch 16 ";
+
+const Result& llama_one_process() {
+  static Result r = train("llama_single_cp", 1, kLlamaCp);
+  return r;
+}
+
+TEST(TrainGptContextParallel, LlamaWithTheTokensTruePositionsMatchesOneProcess) {
+  expect_same_run_cp(train("llama_cp2", 2, kLlamaCp + "--cp 2"), llama_one_process(), "llama --cp 2");
+}
+
+TEST(TrainGptContextParallel, LlamaWithTensorParallelMatchesOneProcess) {
+  expect_same_run_cp(train("llama_tp2_cp2", 4, kLlamaCp + "--tp 2 --cp 2"), llama_one_process(), "llama --tp 2 --cp 2");
+}

@@ -5,6 +5,9 @@
 #include <limits>
 
 #include "autograd/function.h"
+#include "parallel/context_parallel/ring_trace.h"
+#include "parallel/teach/symptoms.h"
+#include "parallel/teach/teach_break.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -50,6 +53,7 @@ struct OnlineSoftmax {
       return;
     }
     Tensor correction = ops::exp(ops::sub(m, m_new));  // what was summed under the old max, rescaled
+    if (teach::broken(teach::Break::RingNoMaxCorrection)) correction = teach::drop_correction(m, m_new);
     l = ops::add(ops::mul(l, correction), l_blk);
     acc = ops::add(ops::mul(acc, correction), pv);
     m = m_new;
@@ -58,18 +62,27 @@ struct OnlineSoftmax {
   Tensor lse() const { return ops::add(m, ops::log(l)); }
 };
 
-// One hop of the ring: `send` to rank `to`, `recv` from rank `from`, both
-// posted now. Even ranks post the send first, odd ranks the receive, so a
-// backend that runs them one at a time in order (a queue) still pairs every
-// send with a posted receive.
-std::vector<std::shared_ptr<Work>> hop(ProcessGroup& cp, const Tensor& send, int to, const Tensor& recv, int from,
-                                       int tag) {
-  if (cp.rank() % 2 == 0) return {cp.isend(send, to, tag), cp.irecv(recv, from, tag)};
-  std::shared_ptr<Work> r = cp.irecv(recv, from, tag);
-  return {cp.isend(send, to, tag), r};
-}
-void wait_all(const std::vector<std::shared_ptr<Work>>& works) {
-  for (const auto& w : works) w->wait();
+// One hop of the ring in flight: `send` to rank `to`, `recv` from rank
+// `from`, both posted at once. Even ranks post the send first, odd ranks the
+// receive, so a backend that runs them one at a time in order (a queue) still
+// pairs every send with a posted receive. wait(): both done (and, with
+// --trace, the hop's span closed: ring_trace.h). The hop keeps its send
+// buffer alive until then: the caller may drop it (backward's dK/dV does).
+struct Hop {
+  std::vector<std::shared_ptr<Work>> works;
+  Tensor sending;
+  RingHopSpan span;
+  void wait() {
+    for (const auto& w : works) w->wait();
+    works.clear(), sending = Tensor(), span.close();
+  }
+};
+Hop hop(ProcessGroup& cp, const Tensor& send, int to, const Tensor& recv, int from, int tag, char pass,
+        const char* what) {
+  Hop h{{}, send, RingHopSpan(pass, what, send.numel() * int64_t(element_size(send.dtype())))};
+  if (cp.rank() % 2 == 0) h.works = {cp.isend(send, to, tag), cp.irecv(recv, from, tag)};
+  else h.works = {cp.irecv(recv, from, tag)}, h.works.push_back(cp.isend(send, to, tag));
+  return h;
 }
 
 DType math_dtype(const Tensor& q) { return q.dtype() == kFloat64 ? kFloat64 : kFloat32; }
@@ -78,6 +91,10 @@ DType math_dtype(const Tensor& q) { return q.dtype() == kFloat64 ? kFloat64 : kF
 // previous rank this time) and arrive home after the last step. With the
 // saved out and lse every block's softmax weights are P = e^(S - lse), and
 //   dV += Pᵀ dO,  dS = P (dO Vᵀ - rowsum(dO out)),  dQ += dS K / sqrt(hd),  dK += dSᵀ Q / sqrt(hd).
+// Both hops overlap the math (Megatron's order): step s computes its block's
+// dK/dV from zero while the earlier holders' sum for that block travels to
+// it (the dK/dV hop posted at the end of step s - 1), then adds the two and
+// posts the total onward; K/V for step s + 1 travel during step s as in forward.
 autograd::TensorList ring_attention_backward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& out, const Tensor& lse, ProcessGroup& cp, double scale) {
   const int N = cp.size(), r = cp.rank(), prev = (r - 1 + N) % N, next = (r + 1) % N;
@@ -89,17 +106,22 @@ autograd::TensorList ring_attention_backward(const Tensor& grad, const Tensor& q
     D[i] = ops::sum(ops::mul(doc[i], chunk(out, i)), {-1}, /*keepdim=*/true);  // [B, H, c, 1]
     dq[i] = zeros(qc[i].shape(), math, q.device());
   }
-  Tensor kv = ops::stack({k, v}, 0);                       // [2, B, H, 2c, hd], the block held
-  Tensor dkv = zeros(kv.shape(), math, kv.device());       // its dK, dV so far
+  Tensor kv = ops::stack({k, v}, 0);  // [2, B, H, 2c, hd], the block held
+  Tensor dkv;                         // [2, B, H, 2c, hd]: the dK, dV of the block held, summed so far
+  Hop dkv_hop;                        // the last step's dK/dV on its way to the previous rank
+  Tensor dkv_arriving;                // ... and the next rank's arriving here
   for (int s = 0; s < N; ++s) {
     const int src = (r + s) % N;  // whose K/V this rank holds at step s
     Tensor kv_next;
-    std::vector<std::shared_ptr<Work>> works;
-    if (s + 1 < N) kv_next = empty_like(kv), works = hop(cp, kv, prev, kv_next, next, kKVTag);
+    Hop kv_hop;
+    if (s + 1 < N) kv_next = empty_like(kv), kv_hop = hop(cp, kv, prev, kv_next, next, kKVTag, 'B', "K/V");
+    dkv = zeros(kv.shape(), math, kv.device());
+    RingStepSpan trace_step('B', s, src, chunks_of(src, N)[0], chunks_of(src, N)[1]);  // --trace (ring_trace.h)
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j) {
         const Visible vis = visible(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)]);
         if (vis == Visible::None) continue;
+        trace_step.block(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)], vis == Visible::Causal);
         const Tensor kj = ops::to(kv_chunk(kv, 0, j), math), vj = ops::to(kv_chunk(kv, 1, j), math);
         Tensor p = ops::exp(ops::sub(scores(qc[i], kj, scale, vis), lsec[i]));  // [B, H, c, c]
         Tensor ds = ops::mul(p, ops::sub(ops::matmul(doc[i], ops::transpose(vj, -2, -1)), D[i]));
@@ -107,14 +129,16 @@ autograd::TensorList ring_attention_backward(const Tensor& grad, const Tensor& q
         ops::add_(kv_chunk(dkv, 0, j), ops::matmul(ops::transpose(ds, -2, -1), qc[i]), scale);
         ops::add_(kv_chunk(dkv, 1, j), ops::matmul(ops::transpose(p, -2, -1), doc[i]));
       }
-    wait_all(works);
+    trace_step.end();
+    if (s > 0) dkv_hop.wait(), ops::add_(dkv, dkv_arriving);  // + what the earlier holders summed
+    kv_hop.wait();
     if (N > 1) {  // dK/dV follow their block; after the last step, home
-      Tensor arrived = empty_like(dkv);
-      wait_all(hop(cp, dkv, prev, arrived, next, kGradKVTag));
-      dkv = arrived;
+      dkv_arriving = empty_like(dkv);
+      dkv_hop = hop(cp, dkv, prev, dkv_arriving, next, kGradKVTag, 'B', "dK/dV");
     }
     if (kv_next.defined()) kv = kv_next;
   }
+  if (N > 1) dkv_hop.wait(), dkv = dkv_arriving;  // this rank's own block, every rank's share summed
   Tensor dk = ops::squeeze(ops::narrow(dkv, 0, 0, 1), 0), dv = ops::squeeze(ops::narrow(dkv, 0, 1, 1), 0);
   return {ops::to(ops::cat({dq[0], dq[1]}, 2), q.dtype()), ops::to(ops::contiguous(dk), k.dtype()),
           ops::to(ops::contiguous(dv), v.dtype())};
@@ -138,16 +162,19 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
     const int src = (r - s + N) % N;  // whose K/V this rank holds at step s
     // Pass the block on while computing with it.
     Tensor kv_next;
-    std::vector<std::shared_ptr<Work>> works;
-    if (s + 1 < N) kv_next = empty_like(kv), works = hop(cp, kv, next, kv_next, prev, kKVTag);
+    Hop kv_hop;
+    if (s + 1 < N) kv_next = empty_like(kv), kv_hop = hop(cp, kv, next, kv_next, prev, kKVTag, 'F', "K/V");
+    RingStepSpan trace_step('F', s, src, chunks_of(src, N)[0], chunks_of(src, N)[1]);  // --trace (ring_trace.h)
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j) {
         const Visible vis = visible(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)]);
         if (vis == Visible::None) continue;
+        trace_step.block(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)], vis == Visible::Causal);
         rows[size_t(i)].absorb(scores(qc[size_t(i)], ops::to(kv_chunk(kv, 0, j), math), scale, vis),
                                ops::to(kv_chunk(kv, 1, j), math));
       }
-    wait_all(works);
+    trace_step.end();
+    kv_hop.wait();
     if (kv_next.defined()) kv = kv_next;
   }
   const Tensor out = ops::cat({rows[0].out(), rows[1].out()}, 2);  // [B, H, 2c, hd], math dtype

@@ -20,6 +20,12 @@ Tensor zigzag_positions(int64_t T, int cp, int r) {
   return from_vector(pos);
 }
 
+std::vector<int64_t> zigzag_chunk_starts(int64_t T, int cp, int r) {
+  check_zigzag_split(T, cp, "zigzag_chunk_starts");
+  const int64_t c = T / (2 * cp);
+  return {r * c, (2 * cp - 1 - r) * c};
+}
+
 Tensor zigzag_take(const Tensor& x, int64_t dim, int cp, int r) {
   if (cp == 1) return x;  // one rank holds the whole sequence, any length
   if (dim < 0) dim += x.dim();

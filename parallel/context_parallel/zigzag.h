@@ -20,6 +20,10 @@ void check_zigzag_split(int64_t T, int cp, const std::string& what);
 // The true positions of the T / cp tokens cp rank r holds: [T / cp] int64.
 Tensor zigzag_positions(int64_t T, int cp, int r);
 
+// Where rank r's two chunks start, {r c, (2cp - 1 - r) c} with c = T / 2cp:
+// RoPE turns each chunk from its first true position (nn::rope_chunks).
+std::vector<int64_t> zigzag_chunk_starts(int64_t T, int cp, int r);
+
 // x's entries along dim (of length T) that cp rank r holds, contiguous:
 // [..., T, ...] -> [..., T / cp, ...] (token ids, targets; tests: q, k, v).
 Tensor zigzag_take(const Tensor& x, int64_t dim, int cp, int r);

@@ -12,6 +12,7 @@ namespace loom::teach {
 
 namespace {
 
+double g_max_moved = 0;  // drop_correction's largest m' - m since the last symptom line
 
 // max over params of max |p - p on dp rank 0|, the same on every rank of dp.
 double dp_replica_distance(nn::Module& net, parallel::ProcessGroup& dp) {
@@ -46,6 +47,12 @@ double tied_copies_distance(parallel::Model& m, parallel::ProcessGroupManager& p
 
 }  // namespace
 
+Tensor drop_correction(const Tensor& m, const Tensor& m_new) {
+  const std::vector<double> old_max = m.to_vector<double>(), new_max = m_new.to_vector<double>();
+  for (size_t i = 0; i < old_max.size(); ++i) g_max_moved = std::max(g_max_moved, new_max[i] - old_max[i]);
+  return ones(m.shape(), m.dtype(), m.device());
+}
+
 std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
   NoGradGuard no_grad;
   char line[256] = "";
@@ -67,6 +74,15 @@ std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel
                   "teach-break dp-divide-twice: step %lld: grad norm %.4g, the true one %.4g (%d x): AdamW cancels a "
                   "factor that is the same every step, but clipping rescales some steps and not others\n",
                   (long long)step + 1, grad_norm, grad_norm * pgm.dp_size(), pgm.dp_size());
+  } else if (broken(Break::RingNoMaxCorrection)) {
+    Tensor moved = full({1}, g_max_moved, kFloat64);
+    pgm.world().all_reduce(moved, parallel::ReduceOp::Max);
+    g_max_moved = 0;
+    const double d = moved.item<double>();
+    std::snprintf(line, sizeof line,
+                  "teach-break ring-no-max-correction: step %lld: the running max moved by up to %.3f between "
+                  "blocks: what was summed under the older max weighs e^%.3f = %.4g times too much\n",
+                  (long long)step + 1, d, d, std::exp(d));
   }
   return pgm.global_rank() == 0 ? std::string(line) : std::string();
 }

@@ -29,6 +29,13 @@
 //                         backward: the params it freed after forward are read
 //                         by its backward, and the run stops at the first read
 //                         ("data: the storage of [...] was released")
+//   ring-no-max-correction  ring attention (--cp) merges a block's partial softmax
+//                         without rescaling what was summed under the old running
+//                         max (the e^(m - m') factor): earlier blocks weigh too much.
+//                         Invisible at step 1 (every score ~0, every block's max
+//                         alike), it grows as attention sharpens, and the run falls
+//                         behind one process's: train_gpt prints how far the running
+//                         max moved, e^that the factor dropped (symptoms.h)
 #pragma once
 
 #include <string>
@@ -36,7 +43,7 @@
 namespace loom::teach {
 
 enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout,
-                   Zero3FreeBeforeBackward };
+                   Zero3FreeBeforeBackward, RingNoMaxCorrection };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

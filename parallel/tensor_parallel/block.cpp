@@ -52,7 +52,8 @@ Tensor TensorParallelAttention::forward(const Tensor& x) {
                                            narrow(qkv, 2, c + Hkv * hd, Hkv * hd)};
   auto heads = [&](const Tensor& t, int64_t h) { return transpose(reshape(t, {B, T, h, hd}), 1, 2); };  // [B, h, T, hd]
   Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
-  if (rope_base > 0) q = rope(q, rope_base), k = rope(k, rope_base);  // whole T on every rank: positions 0..T-1
+  if (rope_base > 0)  // whole T on every tp rank: positions 0..T-1, or --cp's zig-zag chunks (rope_pos0)
+    q = nn::rope_chunks(q, rope_base, rope_pos0), k = nn::rope_chunks(k, rope_base, rope_pos0);
   Tensor y = core(q, nn::repeat_kv(k, H / Hkv), nn::repeat_kv(v, H / Hkv), nullptr);  // this rank's heads
   y = reshape(transpose(y, 1, 2), {B, T, c});  // [B, T, C/tp]
   return c_proj->forward(y);                   // g: the heads' shares summed

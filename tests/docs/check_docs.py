@@ -15,7 +15,7 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
   shape     each chapter has a "Read:" line, a ```sh block and an Exercise
             section; docs/README.md and README.md link every chapter
   tool      docs/trace_summary.py, run on a small made-up trace, gives the
-            numbers worked out by hand
+            numbers worked out by hand (and --ring its ring steps and hops)
   outputs   (with TRAIN_GPT) every ```sh check block is run again, in a fresh
             directory where build/ is TRAIN_GPT's build and docs/ the repo's;
             each ```output block after it quotes lines of what it printed,
@@ -183,6 +183,41 @@ def check_trace_summary(repo, problems):
         problems.append(f"docs/trace_summary.py: per_step = {s['per_step']}, by hand 2 send_forward, 128 KiB")
     if s["gather_overlaps_forward"] is None or abs(s["gather_overlaps_forward"] - 0.625) > 1e-9:
         problems.append(f"docs/trace_summary.py: all-gather overlap {s['gather_overlaps_forward']}, by hand 0.625")
+
+
+def check_ring_summary(repo, problems):
+    """docs/trace_summary.py --ring on a made-up cp 2 trace: which hop travels beside which step, by hand."""
+    sys.path.insert(0, os.path.join(repo, "docs"))
+    import trace_summary  # noqa: E402
+
+    def x(name, ts, dur, tid):
+        return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+
+    # Step 2 of a cp 2 run (after the optimizer step at [0, 10)): forward s0 [20, 60) with its K/V hop
+    # [15, 65) beside it (40 of 50 us overlapped), s1 [66, 80); backward s0 [100, 140) beside a K/V hop
+    # [98, 148) (not beside the earlier layer's dK/dV hop home at [95, 97)), s1 [150, 190) beside the
+    # dK/dV hop posted after s0, [149, 169) (19 of its 20 us overlapped), then the dK/dV hop home
+    # [191, 195). A second forward ring at [300, ...) is not step 2's first.
+    kv, dkv = "ring {} hop K/V 65536 B (64 KiB)", "ring B hop dK/dV 65536 B (64 KiB)"
+    events = [x("optimizer step", 0, 10, 0),
+              x(kv.format("F"), 15, 50, 1), x("ring F s0: K/V of rank 0 (chunks 0 3): q0k0* q3k0 q3k3*", 20, 40, 0),
+              x("ring F s1: K/V of rank 1 (chunks 1 2): q3k1 q3k2", 66, 14, 0),
+              x(dkv, 95, 2, 1), x(kv.format("B"), 98, 50, 1), x("ring B s0: K/V of rank 0 (chunks 0 3): q0k0* q3k0 q3k3*", 100, 40, 0),
+              x(dkv, 149, 20, 1), x("ring B s1: K/V of rank 1 (chunks 1 2): q3k1 q3k2", 150, 40, 0),
+              x(dkv, 191, 4, 1), x(kv.format("F"), 295, 50, 1),
+              x("ring F s0: K/V of rank 0 (chunks 0 3): q0k0* q3k0 q3k3*", 300, 40, 0)]
+    r = trace_summary.ring_steps(events)[0]
+    want_f = [(0, 0, ["q0k0*", "q3k0", "q3k3*"], [("K/V", 65536, 0.05, 0.8)]), (1, 1, ["q3k1", "q3k2"], [])]
+    want_b = [(0, 0, ["q0k0*", "q3k0", "q3k3*"], [("K/V", 65536, 0.05, 0.8)]),
+              (1, 1, ["q3k1", "q3k2"], [("dK/dV", 65536, 0.02, 0.95)])]
+    for pass_, want in (("F", want_f), ("B", want_b)):
+        got = [(st["s"], st["src"], st["blocks"], [(w, n, round(ms, 9), round(sh, 9)) for w, n, ms, sh in st["hops"]])
+               for st in r[pass_]["steps"]]
+        if got != want:
+            problems.append(f"docs/trace_summary.py --ring: {pass_} ring {got} on the made-up trace, by hand {want}")
+    if r["F"]["after"] != [] or [(w, n) for w, n, _ in r["B"]["after"]] != [("dK/dV", 65536)]:
+        problems.append(f"docs/trace_summary.py --ring: after the last step {r['F']['after']}, {r['B']['after']}; "
+                        "by hand nothing forward, the dK/dV hop home backward")
 
 
 def fenced_blocks(text):
@@ -381,6 +416,7 @@ def main():
         if f"](docs/{c})" not in readme:
             problems.append(f"README.md: does not link the chapter docs/{c}")
     check_trace_summary(repo, problems)
+    check_ring_summary(repo, problems)
     if len(sys.argv) == 3:  # the build to rerun the chapters' commands with
         build = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[2])))
         only = os.environ.get("LOOM_DOCS_CHAPTERS", "")  # e.g. "04,06": rerun only these
