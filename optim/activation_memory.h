@@ -150,6 +150,17 @@ struct ActivationCase {
   int64_t micro_batches = 1; // m per step
   int64_t grad_bytes = 0;    // the params' .grad tensors, when there is no main_grad buffer (else 0)
   parallel::Recompute recompute = parallel::Recompute::None;  // --recompute (parallel/recompute.h)
+  // The block's parts (nn/gpt.h's GPTConfig): GPT-2's by default, Llama's
+  // with --arch llama (the Llama table above says what each keeps).
+  int64_t kv_heads = 0;      // key/value heads (0: heads); grouped-query attention below heads
+  int64_t mlp_hidden = 0;    // the MLP's width F (0: 4h)
+  bool rmsnorm = false;      // RMSNorm: keeps 1/rms only (LayerNorm: mean and 1/std)
+  bool rope = false;         // rotary q, k (new tensors), no learned positions
+  bool swiglu = false;       // SwiGLU: gate, silu, up and their product kept (GELU: fc, gelu)
+  bool tied = true;          // the head reads wte (else its own lm_head)
+  bool bias = true;          // biases on the attention and MLP linears
+  bool fused_attention = false;  // the CPU's fused causal attention (nn/attention.h's attend(): fp32 or fp64,
+                                 // no dropout): its backward makes dq, dk, dv and no [b, a, s, s] temporaries
 };
 
 // Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32
