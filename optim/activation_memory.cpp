@@ -68,6 +68,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   const double local = Ns * h * e;                       // one replicated [b, s, h] (sharded under SP)
   const double stats = c.rmsnorm ? Ns * 4 : 2 * Ns * 4;  // a norm's rows' 1/rms, or mean and 1/std, fp32
   const double mlp_kept = c.swiglu ? 4 * F : 2 * F;      // per token: gate, silu, up, product; or fc, gelu
+  const double gathers = c.sequence_parallel && c.swiglu ? 2 : 1;  // ln_2's output as the MLP keeps it (units)
   // Split over tp, per token: q, k, v, the merged heads, the softmax, the MLP's.
   const double split = (attention_qkv_elements(c) + h + a * s + mlp_kept) / t;
   // x and h, and the norms' outputs; under SP x and h are sharded and each
@@ -159,7 +160,6 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     const double scores = N * a * s / t;  // [b, a/t, s, s] elements
     // Freed by now: the head and the stage's output, the block's h, ln_2's
     // output and statistics, the MLP's kept tensors, the merged heads.
-    const double gathers = c.sequence_parallel && c.swiglu ? 2 : 1;  // ln_2's output, as the MLP keeps it
     const double freed = freed_head + local + gathers * unit + stats + N * (mlp_kept + h) / t * e;
     // att @ v's backward has freed v, and with it the tensor v lives in when
     // nothing else holds it: repeat_kv's copy [N, h/t], or (RoPE: q and k are
@@ -178,6 +178,30 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     const double attention_bwd = c.fused_attention ? 4 * unit / t : std::max(softmax_bwd, matmul_bwd);
     at_attention = -freed + local + received + attention_bwd + wte_grad;
   }
+  // (E) The last block's ln_2 backward: the MLP's tensors and ln_2's output
+  //     (under SP its gathered copies) are freed; alive are the residual
+  //     gradient, the gradient of ln_2's output (no tp: c_fc's dx [N, h]; tp:
+  //     its all-reduced sum [N, h]; SP: its reduce-scattered [Ns, h]) and
+  //     the norm's backward temporaries (16-bit: on fp32 copies). The peak
+  //     of full recomputation under tp in 16-bit, with native GEMMs.
+  double at_ln_2 = 0;
+  if (c.blocks > 0)
+    at_ln_2 = -freed_head + local + wte_grad - N * mlp_kept / t * e - gathers * unit +
+              (c.sequence_parallel ? local : unit) + norm_backward_temporaries(Ns, h, e, c.rmsnorm);
+  // (F) Full recomputation under tp: the rerun's forward runs the block's
+  //     collectives inside backward. At the last one, the MLP's all-reduce
+  //     (SP: reduce-scatter), the rerun holds all the block keeps but its
+  //     output, not yet made (under SP also ln_2's sharded output, a
+  //     temporary of the forward's expression), and the collective's
+  //     tensors: c_proj's partial sums [N, h] and their sum (SP: a copy laid
+  //     out for the reduce-scatter and the result [Ns, h]); 16-bit reduces
+  //     in fp32 buffers (parallel/comm: [N, h], and SP's result [Ns, h]).
+  double at_rerun_collective = 0;
+  if (c.blocks > 0 && c.tp > 1 && c.recompute == parallel::Recompute::Full) {
+    const double sp = c.sequence_parallel ? local : 0;
+    at_rerun_collective = -freed_head + local + wte_grad + block_kept - local + sp + 2 * unit + sp +
+                          (e == 4 ? 0 : 4 * N * h + (c.sequence_parallel ? 4 * Ns * h : 0));
+  }
   // The last block's backward runs inside its rerun (autograd/checkpoint.h),
   // which holds the rerun's output and the gradient it came with until its
   // backward ends. Selective: at (C) the core's rerun has rebuilt the
@@ -191,6 +215,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   if (c.recompute == parallel::Recompute::Full) {
     at_block += block_kept, at_attention += block_kept + (c.has_head ? local : 0);
     if (c.swiglu) at_gate += block_kept;
+    at_ln_2 += block_kept;
   }
   // Without a main_grad buffer (fp32, dp 1, no ZeRO) backward keeps .grad
   // tensors (fp32): at (B), ln_f's weight (and bias), the head's own wte
@@ -207,10 +232,13 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   double grads_at_gate = grads_kept && c.swiglu && c.blocks > 0
       ? grads_at_block + 4 * (h * F / t + (c.bias && c.tp == 1 ? h : 0))
       : 0;
-  double grads_at_attention = grads_kept && c.blocks > 0
-      ? grads_at_block + 4 * (mlp_matrices * h * F / t + norm_weights + h * h / t +
-                              (c.bias ? mlp_columns * F / t + h + (c.tp > 1 ? 0 : h) : 0))
+  double grads_at_mlp = grads_kept && c.blocks > 0  // (E): the MLP's weights (and biases) too
+      ? grads_at_block + 4 * (mlp_matrices * h * F / t + (c.bias ? mlp_columns * F / t + (c.tp > 1 ? 0 : h) : 0))
       : 0;
+  double grads_at_attention = grads_kept && c.blocks > 0  // (C): ln_2's and attn.c_proj's too
+      ? grads_at_mlp + 4 * (norm_weights + h * h / t + (c.bias ? h : 0))
+      : 0;
+  double grads_at_rerun = grads_kept ? (c.has_head ? norm_weights * 4 : 0) + head_weight : 0;  // (F): the head's
   // Full recomputation with .grad tensors: each later block whose backward
   // has run leaves its gradients (12 h²/t + 7 h/t + 6 h for GPT-2, fp32) and
   // frees only its input (one replicated unit); when those gradients are the
@@ -222,12 +250,13 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     const double block_grads = 4 * (matrices + biases + 2 * norm_weights);
     const double later = double(c.blocks - 1) * std::max(0.0, block_grads - local);
     grads_at_block += later;
-    grads_at_attention += later;
+    grads_at_attention += later, grads_at_mlp += later, grads_at_rerun += later;
     if (c.swiglu) grads_at_gate += later;
   }
   const double grads_at_ln_f = grads_kept ? head_weight : 0;  // the head's own wte
   p.backward_extra = std::max({at_head, at_ln_f + grads_at_ln_f, at_block + grads_at_block,
-                               c.swiglu ? at_gate + grads_at_gate : 0.0, at_attention + grads_at_attention});
+                               c.swiglu ? at_gate + grads_at_gate : 0.0, at_ln_2 + grads_at_mlp,
+                               at_attention + grads_at_attention, at_rerun_collective + grads_at_rerun});
   // Later micro-batches (gradient accumulation, or a pipeline stage whose
   // later ones run backward with its whole in-flight set): the first one's
   // .grad tensors are all alive (grad_bytes), and on a pipeline stage after
@@ -236,7 +265,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   if (double(c.micro_batches) > c.in_flight) {
     const double sent = c.pp_stage && !c.has_embedding ? local : 0;
     p.backward_extra = std::max(p.backward_extra, std::max({at_head, at_ln_f, at_block, c.swiglu ? at_gate : 0.0,
-                                                            at_attention}) +
+                                                            at_ln_2, at_attention, at_rerun_collective}) +
                                                       double(c.grad_bytes) + sent);
   }
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;

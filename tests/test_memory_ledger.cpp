@@ -270,5 +270,23 @@ INSTANTIATE_TEST_SUITE_P(
                            true, 8 * 16 * 32 * 2},
                       Mode{"tp2_sp_fp32_full", 2, "--tp 2 --sequence-parallel --batch 16 --recompute full", 16.0, false},
                       Mode{"tp2_sp_bf16_selective", 2,
-                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute selective", 18.0, true}),
+                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute selective", 18.0, true},
+                      // full under tp in 16-bit: (E) ln_2's backward in the rerun; with SP (F) the rerun's
+                      // reduce-scatter, in fp32 buffers
+                      Mode{"tp2_bf16_full", 2, "--tp 2 --batch 16 --dtype bf16 --recompute full", 18.0, true},
+                      Mode{"tp2_sp_bf16_full", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute full",
+                           18.0, true},
+                      // Llama's blocks (--arch llama: RMSNorm, RoPE, SwiGLU, untied head, no biases), and GPT's
+                      // untied head: the kept tensors of optim/activation_memory.h's Llama table
+                      Mode{"untied_fp32", 1, "--batch 16 --untied", 16.0, false},
+                      Mode{"llama_fp32_gqa", 1, "--arch llama --heads 4 --kv-heads 2 --batch 16", 16.0, false},
+                      Mode{"llama_fp32_mha_tp2", 2, "--arch llama --heads 4 --tp 2 --batch 16", 16.0, false},
+                      Mode{"llama_bf16_mqa", 1, "--arch llama --kv-heads 1 --batch 16 --dtype bf16", 18.0, true},
+                      Mode{"llama_bf16_attention", 1,
+                           "--arch llama --heads 8 --kv-heads 2 --block 64 --batch 2 --dtype bf16", 18.0, true},
+                      Mode{"llama_tp2_sp_bf16", 2,
+                           "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --dtype bf16",
+                           18.0, true},
+                      Mode{"llama_bf16_full", 1, "--arch llama --heads 4 --kv-heads 2 --batch 16 --dtype bf16 "
+                           "--recompute full", 18.0, true}),
     [](const auto& info) { return std::string(info.param.name); });
