@@ -225,7 +225,8 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   const bool grads_kept = c.grad_bytes > 0;
   const double norm_weights = c.rmsnorm ? h : 2 * h;
   const double head_weight = c.has_head && (!c.tied || !c.has_embedding) ? V / t * h * 4 : 0;
-  const double mlp_matrices = c.swiglu ? 3 : 2, mlp_columns = c.swiglu ? 2 : 1;  // c_proj's, and the column-parallel ones
+  // The MLP's matrices, and its column-parallel ones (their biases split over tp).
+  const double mlp_matrices = c.swiglu ? 3 : 2, mlp_columns = c.swiglu ? 2 : 1;
   double grads_at_block = grads_kept && c.blocks > 0
       ? (c.has_head ? norm_weights * 4 : 0) + head_weight + (c.tp > 1 && c.bias ? h * 4 : 0)
       : 0;

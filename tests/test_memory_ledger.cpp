@@ -47,8 +47,8 @@ struct Mode {
                            // elements, and --bucket-mb 0.1 two buckets: 25472 + 1824, padded to 25472 + 1920)
   double sent = 0;         // a pipeline's last stage: one micro-batch's input gradient, b s h x dtype bytes,
                            // an isend that may or may not have completed at the stage's peak
-  double tolerance = kActivationTolerance;  // measured / formula - 1, either way; the modes that
-                           // check each term of the formula: kExact (the loss's scalars, 8 to 12 bytes)
+  double tolerance = kActivationTolerance;  // measured / formula - 1, either way; kExact for the
+                                            // modes that check each term of the formula
 };
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name << ": " << m.args; }
@@ -279,23 +279,31 @@ INSTANTIATE_TEST_SUITE_P(
                            "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute selective", 18.0, true},
                       // full under tp in 16-bit: (E) ln_2's backward in the rerun; with SP (F) the rerun's
                       // reduce-scatter, in fp32 buffers
-                      Mode{"tp2_bf16_full", 2, "--tp 2 --batch 16 --dtype bf16 --recompute full", 18.0, true, 0, kExact},
-                      Mode{"tp2_sp_bf16_full", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute full",
-                           18.0, true, 0, kExact},
-                      // Llama's blocks (--arch llama: RMSNorm, RoPE, SwiGLU, untied head, no biases), and GPT's
-                      // untied head: the kept tensors of optim/activation_memory.h's Llama table
+                      Mode{"tp2_bf16_full", 2, "--tp 2 --batch 16 --dtype bf16 --recompute full --steps 2", 18.0,
+                           true, 0, kExact},
+                      Mode{"tp2_sp_bf16_full", 2,
+                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute full --steps 2", 18.0, true,
+                           0, kExact},
                       // fp32 on the CPU: the fused attention op's backward (dq, dk, dv; no [b, a, s, s]
                       // temporaries: the composed ops' count was 18.9% high here), so the head's (A) is the peak
-                      Mode{"fp32_attention", 1, "--batch 2 --heads 8 --block 64", 16.0, false, 0, kExact},
-                      Mode{"untied_fp32", 1, "--batch 16 --untied", 16.0, false, 0, kExact},
-                      Mode{"llama_fp32_gqa", 1, "--arch llama --heads 4 --kv-heads 2 --batch 16", 16.0, false, 0, kExact},
-                      Mode{"llama_fp32_mha_tp2", 2, "--arch llama --heads 4 --tp 2 --batch 16", 16.0, false, 0, kExact},
-                      Mode{"llama_bf16_mqa", 1, "--arch llama --kv-heads 1 --batch 16 --dtype bf16", 18.0, true, 0, kExact},
+                      Mode{"fp32_attention", 1, "--batch 2 --heads 8 --block 64 --steps 2", 16.0, false, 0, kExact},
+                      // Llama's blocks (--arch llama: RMSNorm, RoPE, SwiGLU, untied head, no biases), and GPT's
+                      // untied head: the kept tensors of optim/activation_memory.h's Llama table
+                      Mode{"untied_fp32", 1, "--batch 16 --untied --steps 2", 16.0, false, 0, kExact},
+                      Mode{"llama_fp32_gqa", 1, "--arch llama --heads 4 --kv-heads 2 --batch 16 --steps 2", 16.0,
+                           false, 0, kExact},
+                      Mode{"llama_fp32_mha_tp2", 2, "--arch llama --heads 4 --tp 2 --batch 16 --steps 2", 16.0, false,
+                           0, kExact},
+                      Mode{"llama_bf16_mqa", 1, "--arch llama --kv-heads 1 --batch 16 --dtype bf16 --steps 2", 18.0,
+                           true, 0, kExact},
                       Mode{"llama_bf16_attention", 1,
-                           "--arch llama --heads 8 --kv-heads 2 --block 64 --batch 2 --dtype bf16", 18.0, true, 0, kExact},
+                           "--arch llama --heads 8 --kv-heads 2 --block 64 --batch 2 --dtype bf16 --steps 2", 18.0,
+                           true, 0, kExact},
                       Mode{"llama_tp2_sp_bf16", 2,
-                           "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --dtype bf16",
+                           "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --dtype bf16 "
+                           "--steps 2",
                            18.0, true, 0, kExact},
-                      Mode{"llama_bf16_full", 1, "--arch llama --heads 4 --kv-heads 2 --batch 16 --dtype bf16 "
-                           "--recompute full", 18.0, true, 0, kExact}),
+                      Mode{"llama_bf16_full", 1,
+                           "--arch llama --heads 4 --kv-heads 2 --batch 16 --dtype bf16 --recompute full --steps 2",
+                           18.0, true, 0, kExact}),
     [](const auto& info) { return std::string(info.param.name); });
