@@ -101,7 +101,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
 
   // The head's wte gradient waits for the embedding's where one rank holds both ends of the tied wte.
   const double wte_grad = c.tied && c.has_head && c.has_embedding ? V / t * h * e : 0;
-  // The backward's peak, above what is kept, at one of three moments.
+  // The backward's peak, above what is kept, at one of the moments (A) to (F) below; the largest counts.
   // (A) The head's backward, everything still kept: the loss's gradient of
   //     the logits (fp32; with tp also rounded to the model's dtype), or, once
   //     the logits are freed, that gradient in the model's dtype and the head

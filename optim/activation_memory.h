@@ -66,7 +66,7 @@
 //
 // The peak is in a backward (found by recording, at each new peak of the
 // allocator, the live blocks and the autograd node that allocated each), at
-// one of four moments of the last block and the head; the largest counts:
+// one of these moments of the last block and the head; the largest counts:
 //   (A) the head's backward, all of the above still kept: the loss's fp32
 //       gradient of the logits while the logits live; or, once they are
 //       freed, that gradient (in the model's dtype) and the head linear's
