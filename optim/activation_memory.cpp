@@ -119,14 +119,16 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   //     and the head's wte gradient where one rank holds both ends. Under
   //     SP, before it, the gather's backward: the full gradient [N, h], its
   //     copy laid out for the reduce-scatter, the scattered result [Ns, h],
-  //     and for 16-bit the collective's fp32 buffers of both (parallel/comm).
+  //     and for 16-bit the collective's fp32 buffers of both (parallel/comm);
+  //     fp32 reduces in place, and the peak is the result's copy laid back
+  //     out [b, s/t, h] (mappings.cpp's dim_back), both still alive.
   //     The peak for bf16 with native GEMMs, whose (B) is small.
   double at_ln_f = 0;
   if (c.has_head) {
     const double freed = logits + (c.tp > 1 ? 2 : 1) * N * 4 + unit;
     at_ln_f = -freed + local + norm_backward_temporaries(Ns, h, e, c.rmsnorm) + wte_grad;
     if (c.sequence_parallel)
-      at_ln_f = std::max(at_ln_f, -freed + 2 * unit + local + (e == 4 ? 0 : 4 * N * h + 4 * Ns * h) + wte_grad);
+      at_ln_f = std::max(at_ln_f, -freed + 2 * unit + local + (e == 4 ? local : 4 * N * h + 4 * Ns * h) + wte_grad);
   }
   // (B) The last block's mlp.c_proj backward: the head's tensors and the
   //     stage's output are freed (on the stage with the head); alive are the
@@ -195,12 +197,13 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   //     temporary of the forward's expression), and the collective's
   //     tensors: c_proj's partial sums [N, h] and their sum (SP: a copy laid
   //     out for the reduce-scatter and the result [Ns, h]); 16-bit reduces
-  //     in fp32 buffers (parallel/comm: [N, h], and SP's result [Ns, h]).
+  //     in fp32 buffers (parallel/comm: [N, h], and SP's result [Ns, h]);
+  //     fp32 SP, in place, peaks after it: the result laid back out [Ns, h].
   double at_rerun_collective = 0;
   if (c.blocks > 0 && c.tp > 1 && c.recompute == parallel::Recompute::Full) {
     const double sp = c.sequence_parallel ? local : 0;
     at_rerun_collective = -freed_head + local + wte_grad + block_kept - local + sp + 2 * unit + sp +
-                          (e == 4 ? 0 : 4 * N * h + (c.sequence_parallel ? 4 * Ns * h : 0));
+                          (e == 4 ? sp : 4 * N * h + (c.sequence_parallel ? 4 * Ns * h : 0));
   }
   // The last block's backward runs inside its rerun (autograd/checkpoint.h),
   // which holds the rerun's output and the gradient it came with until its

@@ -46,8 +46,8 @@
 // 1, 2 and 4, fp32, bf16 and fp16, --tp 2 (fp32; bf16; SP bf16; kv 2 and 4),
 // --dp 2, --grad-accum 2, --pp 2 bf16, --recompute full and selective (fp32,
 // bf16, tp 2 bf16, tp 2 SP bf16); --heads 8 --embd 32 --block 64 --batch 2
-// (C) fp32, bf16 kv 1, 2, 8, tp 2; except --tp 2 --sequence-parallel in fp32
-// (.grad tensors): +0.29% (+0.44% with --recompute full), not traced.
+// (C) fp32, bf16 kv 1, 2, 8, tp 2. (fp32 under SP reduce-scatters in place,
+// and peaks when the result is laid back out: at (D), and in (F) below.)
 //
 // Around the blocks, per micro-batch: the stage's output (the last block's,
 // kept for the pipeline's backward or by ln_f) 1 unit, replicated; on the

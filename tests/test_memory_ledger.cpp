@@ -303,6 +303,10 @@ INSTANTIATE_TEST_SUITE_P(
                            "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --dtype bf16 "
                            "--steps 2",
                            18.0, true, 0, kExact},
+                      Mode{"llama_tp2_sp_fp32_full", 2,
+                           "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --recompute full "
+                           "--steps 2",
+                           16.0, false, 0, kExact},
                       Mode{"llama_bf16_full", 1,
                            "--arch llama --heads 4 --kv-heads 2 --batch 16 --dtype bf16 --recompute full --steps 2",
                            18.0, true, 0, kExact}),
