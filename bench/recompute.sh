@@ -3,17 +3,17 @@
 # on one GPT, each run ROUNDS times in turn (so machine load hits every mode
 # alike): the peak activation memory (train_gpt --memory-report, measured by
 # the counting allocator / the formula of optim/activation_memory.h) and the
-# time of a step two ways, each the least over the rounds (the round other
-# jobs disturbed least; every round is printed below the table):
+# time of a step two ways, on one thread (--threads 1):
 #   cpu ms/step   the process's user + sys CPU time (bash's `time`) of a run
-#                 of STEPS steps less that of a run of 1 step, / (STEPS - 1),
-#                 with --threads 1: the work a step does. Other jobs on a
-#                 shared machine delay it without being counted, but still
-#                 slow it through the shared caches and hyperthreads, so
-#                 it varies by ~+-15% from round to round under load.
-#   wall ms/step  the fastest step of the --log files (steps 2..N of every
-#                 round): interference only ever adds time, so the least of
-#                 many steps is the one nearest a quiet machine's.
+#                 of STEPS steps less that of a run of 1 step, / (STEPS - 1):
+#                 the work a step does; time spent waiting for a core is not
+#                 counted (sharing its caches and hyperthread still is).
+#   wall ms/step  the median step time of the run's --log file (steps 2..N).
+# On a loaded machine either moves by +-20% from round to round, so the ratio
+# to none is taken within each round - the three modes ran back to back under
+# the same load - and the table prints the median of those ratios over the
+# rounds, with its quartiles (the ms columns are medians over the rounds; every
+# round is printed below the table).
 # The formula's time: full reruns every block's forward, about +1/3 of a step
 # (backward costs about two forwards); selective reruns only the attention
 # core, 4 b s² h of a layer's 24 b s h² + 4 b s² h forward FLOPs, / 3.
@@ -33,7 +33,7 @@ run() {  # mode steps -> the CPU seconds of the run (user + sys)
            --sample 0 --memory-report --log "$TMP/$1.jsonl" >"$TMP/$1.out" 2>&1; } 2>&1 )
   echo "$t" | awk '{print $1 + $2}'
 }
-least() { echo "$@" | tr ' ' '\n' | sed '/^$/d' | sort -n | head -1; }
+median() { echo "$@" | tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A CPU WALL PEAK
 for round in $(seq "$ROUNDS"); do
   for mode in none selective full; do
@@ -41,7 +41,7 @@ for round in $(seq "$ROUNDS"); do
     many=$(run "$mode" "$STEPS")
     CPU[$mode]="${CPU[$mode]:-} $(echo "$many $one $STEPS" | awk '{print 1000 * ($1 - $2) / ($3 - 1)}')"
     PEAK[$mode]=$(grep -E '^ +0 +[0-9]+ +\|' "$TMP/$mode.out" | awk -F'|' '{gsub(/ /, "", $7); print $7}')
-    WALL[$mode]="${WALL[$mode]:-} $(least "$(tail -n +2 "$TMP/$mode.jsonl" | sed 's/.*"ms": \([0-9.]*\).*/\1/')")"
+    WALL[$mode]="${WALL[$mode]:-} $(median "$(tail -n +2 "$TMP/$mode.jsonl" | sed 's/.*"ms": \([0-9.]*\).*/\1/')")"
   done
 done
 # The formula's ratio to none, from the model's h and s (--embd, --block).
@@ -49,15 +49,18 @@ h=$(echo " $MODEL " | sed -n 's/.* --embd \([0-9]*\) .*/\1/p'); h=${h:-128}
 s=$(echo " $MODEL " | sed -n 's/.* --block \([0-9]*\) .*/\1/p'); s=${s:-64}
 declare -A FORMULA=([none]=1 [full]=$(awk 'BEGIN {print 4 / 3}')
                     [selective]=$(awk -v h="$h" -v s="$s" 'BEGIN {print 1 + 4 * s / (24 * h + 4 * s) / 3}'))
-printf "%-10s | %22s | %11s %7s | %12s %7s | %7s\n" recompute "activ. peak MiB (m/p)" "cpu ms/step" "x none" \
-  "wall ms/step" "x none" formula
-cpu0=$(least ${CPU[none]}); wall0=$(least ${WALL[none]})
+# The median and quartiles, over the rounds, of round r's mode / none.
+ratio() {  # "mode's values" "none's values" -> "median q1-q3"
+  paste <(echo $1 | tr ' ' '\n') <(echo $2 | tr ' ' '\n') | awk '{print $1 / $2}' | sort -n |
+    awk '{a[NR]=$1} END {q = (NR - 1) / 4; printf "%.2f %.2f-%.2f", a[int(2 * q) + 1], a[int(q) + 1], a[int(3 * q) + 1]}'
+}
+printf "%-10s | %22s | %11s %15s | %12s %15s | %7s\n" recompute "activ. peak MiB (m/p)" "cpu ms/step" "x none (q1-q3)" \
+  "wall ms/step" "x none (q1-q3)" formula
 for mode in none selective full; do
-  cpu=$(least ${CPU[$mode]}); wall=$(least ${WALL[$mode]})
-  printf "%-10s | %22s | %11.1f %7.2f | %12.1f %7.2f | %7.2f\n" "$mode" "${PEAK[$mode]}" "$cpu" \
-    "$(echo "$cpu $cpu0" | awk '{print $1 / $2}')" "$wall" "$(echo "$wall $wall0" | awk '{print $1 / $2}')" \
+  printf "%-10s | %22s | %11.1f %15s | %12.1f %15s | %7.2f\n" "$mode" "${PEAK[$mode]}" "$(median ${CPU[$mode]})" \
+    "$(ratio "${CPU[$mode]}" "${CPU[none]}")" "$(median ${WALL[$mode]})" "$(ratio "${WALL[$mode]}" "${WALL[none]}")" \
     "${FORMULA[$mode]}"
 done
-for mode in none selective full; do  # the spread: each round's
+for mode in none selective full; do  # every round's
   printf "%-10s   by round: cpu%s | wall%s\n" "$mode" "$(printf " %.1f" ${CPU[$mode]})" "$(printf " %.1f" ${WALL[$mode]})"
 done
