@@ -10,6 +10,7 @@
 #include "examples/evaluate.h"
 #include "examples/progress.h"
 #include "examples/train_device.h"
+#include "nn/attention.h"
 #include "nn/generate.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
@@ -146,6 +147,10 @@ double Diagnostics::predicted_activation_bytes() const {
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
   c.recompute = parallel::parse_recompute(a_.recompute);
+  c.kv_heads = cfg.kv_heads(), c.mlp_hidden = cfg.ffn_hidden(), c.rmsnorm = cfg.rmsnorm, c.rope = cfg.rope;
+  c.swiglu = cfg.swiglu, c.tied = cfg.tied_embeddings, c.bias = cfg.bias;  // the block's parts (--arch)
+  c.fused_attention = device_.is_cpu() && cfg.dropout == 0 && !nn::attention_reference_only() &&
+                      (parse_dtype(a_.dtype) == kFloat32 || parse_dtype(a_.dtype) == kFloat64);
   for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]
     for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
   c.has_head = m_.chunks->is_last_stage();

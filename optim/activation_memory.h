@@ -21,6 +21,34 @@
 // Korthikanti et al. 2022 (Table 2) count the same tensors in 16-bit bytes as
 // 34 + 5 a s / h: theirs adds the dropout masks and counts bytes, not elements.
 //
+// Llama's blocks (--arch llama; each part is a GPTConfig option, and the
+// count follows the options): what differs, per token (F the MLP's width,
+// kv = Hkv h / a the k and v width, all but the norms' / t):
+//   RMSNorm          1/rms only: one [b s] fp32 statistic a norm, not two
+//   RoPE             q and k rotated into new tensors [N, h], [N, kv]
+//   repeat_kv (GQA)  new k, v [N, h] when a rank repeats more than one kv
+//                    head; one kv head (MQA, or Hkv / t = 1) repeats as a
+//                    stride-0 view. c_attn's output [N, h + 2 kv] stays
+//                    while q, k or v is a view of it:
+//                      no RoPE, kv = h (GPT-2)   3h   c_attn's output
+//                      RoPE, kv = h              5h   it, q', k'
+//                      RoPE, copies              3h   q', k, v repeated
+//                      RoPE, one kv head         2h + 3 kv: it, q', k'
+//   SwiGLU           gate, silu(gate), up, their product: 4F (GELU: 2F = 8h)
+//   under SP         c_gate and c_fc each all-gather ln_2's output and keep
+//                    their copy: 3 full units replicated, not 2
+//   untied head      its lm_head's gradient is its own .grad tensor
+//   no wpe           no positions kept
+// per block: 4 + (attention's q, k, v + h + a s + 4F or 2F) / t units, and
+// the two norms' statistics. Measured = formula to the byte (+ the loss's
+// scalars, 8-12 bytes) on tests/test_memory_ledger.cpp's llama modes and on
+// --layers 2 --heads 4 --embd 64 --block 32 --batch 16 --arch llama, kv heads
+// 1, 2 and 4, fp32, bf16 and fp16, --tp 2 (fp32; bf16; SP bf16; kv 2 and 4),
+// --dp 2, --grad-accum 2, --pp 2 bf16, --recompute full and selective (fp32,
+// bf16, tp 2 bf16, tp 2 SP bf16); --heads 8 --embd 32 --block 64 --batch 2
+// (C) fp32, bf16 kv 1, 2, 8, tp 2. (fp32 under SP reduce-scatters in place,
+// and peaks when the result is laid back out: at (D), and in (F) below.)
+//
 // Around the blocks, per micro-batch: the stage's output (the last block's,
 // kept for the pipeline's backward or by ln_f) 1 unit, replicated; on the
 // stage with the embedding its positions [s] int64 (with tp also the local
@@ -38,7 +66,7 @@
 //
 // The peak is in a backward (found by recording, at each new peak of the
 // allocator, the live blocks and the autograd node that allocated each), at
-// one of four moments of the last block and the head; the largest counts:
+// one of these moments of the last block and the head; the largest counts:
 //   (A) the head's backward, all of the above still kept: the loss's fp32
 //       gradient of the logits while the logits live; or, once they are
 //       freed, that gradient (in the model's dtype) and the head linear's
@@ -54,10 +82,19 @@
 //       copy, c_proj's backward temporaries and, where one rank holds both
 //       ends of the tied wte, the head's wte gradient, waiting for the
 //       embedding's. The peak for GPT-like shapes.
+//   (B') SwiGLU's product backward, after (B): the product is freed; alive
+//       are c_proj's dx and the two gradients it makes, [N, F/t] each. The
+//       peak for Llama's shapes in fp32.
+//   (E) the last block's ln_2 backward: the MLP's tensors are freed; alive
+//       the gradient of ln_2's output (all-reduced under tp) and the norm's
+//       fp32 temporaries.
 //   (C) the last block's softmax backward: the MLP's tensors are freed too;
 //       alive are the softmax's incoming gradient and its result, each
-//       [b, a, s, s] (16-bit: with fp32 copies), and v's gradient. The peak
-//       when a s / h is large (many heads, long sequences).
+//       [b, a, s, s] (16-bit: with fp32 copies), and v's gradient; v itself
+//       is freed if nothing else holds it (Llama's repeated or rotated
+//       copies). The peak when a s / h is large (many heads, long
+//       sequences). fp32 on the CPU runs the fused attention op, whose
+//       backward makes only dq, dk, dv [N, h/t] (no [b, a, s, s] temporaries).
 // A Linear's backward (tensor/ops_linear.cpp), x [M, K], w [n, K], e the
 // dtype's bytes: fp32 makes dx [M, K] and dW [n, K] (and a bias's column sums,
 // in double then fp32); 16-bit kernels work on fp32 copies: the gradient's
@@ -116,9 +153,15 @@
 // 16 at --batch 8 and 16, --layers 3, --embd 64, --heads 4, bf16, fp16;
 // --heads 8 --block 64 --batch 2 (C) bf16 and fp16; --dp 2; --tp 2 (fp32;
 // selective bf16); --tp 2 SP (fp32; selective bf16); --pp 2 fp16 (its last
-// stage the isend gap above, -2.7%). Not modelled: full recomputation under
-// tp in 16-bit, whose rerun's forward collectives (fp32 buffers), now run
-// inside backward, peak above (B): --tp 2 bf16 +4.7%, with SP +15.1%.
+// stage the isend gap above, -2.7%). Full recomputation under tp: the
+// rerun's forward runs the block's collectives inside backward, so two more
+// moments: (F) the rerun's last collective, the MLP's all-reduce (SP:
+// reduce-scatter), with the rerun's block but its output, c_proj's partial
+// sums and their sum (SP: the laid-out copy and the [Ns, h] result) and, in
+// 16-bit, the collective's fp32 buffers; and (E) above, in the rerun. They
+// were the +4.7% (--tp 2 bf16, (E)) and +15.1% (SP, (F)) the formula missed;
+// now measured = formula: tests/test_memory_ledger.cpp's tp2_bf16_full and
+// tp2_sp_bf16_full, and the Llama and --heads 8 --block 64 runs above.
 // Not modelled: dropout's masks (loom's GPT keeps none at p = 0); the CUDA
 // backend (its kernels make no fp32 copies; its caching allocator was not measured).
 #pragma once
@@ -150,6 +193,17 @@ struct ActivationCase {
   int64_t micro_batches = 1; // m per step
   int64_t grad_bytes = 0;    // the params' .grad tensors, when there is no main_grad buffer (else 0)
   parallel::Recompute recompute = parallel::Recompute::None;  // --recompute (parallel/recompute.h)
+  // The block's parts (nn/gpt.h's GPTConfig): GPT-2's by default, Llama's
+  // with --arch llama (the Llama table above says what each keeps).
+  int64_t kv_heads = 0;      // key/value heads (0: heads); grouped-query attention below heads
+  int64_t mlp_hidden = 0;    // the MLP's width F (0: 4h)
+  bool rmsnorm = false;      // RMSNorm: keeps 1/rms only (LayerNorm: mean and 1/std)
+  bool rope = false;         // rotary q, k (new tensors), no learned positions
+  bool swiglu = false;       // SwiGLU: gate, silu, up and their product kept (GELU: fc, gelu)
+  bool tied = true;          // the head reads wte (else its own lm_head)
+  bool bias = true;          // biases on the attention and MLP linears
+  bool fused_attention = false;  // the CPU's fused causal attention (nn/attention.h's attend(): fp32 or fp64,
+                                 // no dropout): its backward makes dq, dk, dv and no [b, a, s, s] temporaries
 };
 
 // Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "optim/activation_memory.h"
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/partition.h"
 #include "parallel/model_chunks.h"
@@ -58,6 +59,17 @@ int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
 }
 
 double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t micro_batch) {
+  if (m.llama) {  // loom's own count of a Llama block, the one --memory-report measures against
+    optim::ActivationCase c;
+    c.micro_batch = micro_batch, c.seq = m.seq / g.cp, c.width = m.width, c.heads = m.heads, c.tp = g.tp;
+    c.sequence_parallel = g.sequence_parallel, c.element_bytes = dtype_bytes(g.dtype);
+    c.kv_heads = m.kv_heads, c.mlp_hidden = m.ffn_width();
+    c.rmsnorm = c.rope = c.swiglu = true, c.tied = c.bias = false;
+    c.recompute = g.recompute ? parallel::Recompute::Full
+                  : g.recompute_selective ? parallel::Recompute::Selective
+                                          : parallel::Recompute::None;
+    return optim::predict_activations(c).per_block;
+  }
   const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),
                t = double(g.tp);
   const double scale = dtype_bytes(g.dtype) / 2.0;  // the formula counts 16-bit activations

@@ -46,7 +46,10 @@
 // interleaving multiplies that by 1 + (p - 1) / (p v), AFAB holds all m. The
 // last stage also keeps the fp32 logits and their gradient, 2 x 4 s b V' / t.
 // loom keeps fp32 activations (x 2) and has no dropout masks; the formula is
-// Megatron's, scaled by the dtype only.
+// Megatron's, scaled by the dtype only. Llama's blocks (ModelShape::llama) are
+// counted by loom's own formula instead, optim::predict_activations' per_block
+// (optim/activation_memory.h: RMSNorm's one statistic, RoPE's q and k, GQA's
+// repeated k and v, SwiGLU's four tensors), the bytes --memory-report measures.
 // Context parallelism (cp): a rank holds s / cp tokens of each sequence, so
 // every term is the formula's at s / cp (the scores' 5 a s / h too: ring
 // attention's blocks are (s / 2cp) x (s / 2cp)); the logits likewise. The

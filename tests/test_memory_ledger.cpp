@@ -24,6 +24,19 @@ using namespace loom::test;
 
 namespace {
 
+// The activations' formula against the allocator (measured here, % = measured / formula - 1):
+// +0.0 on every rank of every mode (the formula misses the loss's two fp32
+// scalars, 8 bytes), except a pipeline's last stage when its isend of the
+// first micro-batch's input gradient has completed before its peak: then
+// measured = formula - that gradient, pp2 fp16 -2.7% (8192 bytes), pp2 tp2
+// fp32 -5.7% (16384), pp2 v2 fp32 -1.0% / -0.8% (every rank of an
+// interleaved pipeline sends gradients); optim/activation_memory.h.
+constexpr double kActivationTolerance = 0.01;
+// The Llama and full-under-tp modes: measured = formula to the byte but the
+// loss's scalars, so that leaving out any one term fails (the smallest, a
+// norm's [N] fp32 statistic, is 0.1% to 0.3% of their peaks).
+constexpr double kExact = 1e-4;
+
 struct Mode {
   const char* name;
   int ranks;
@@ -34,16 +47,9 @@ struct Mode {
                            // elements, and --bucket-mb 0.1 two buckets: 25472 + 1824, padded to 25472 + 1920)
   double sent = 0;         // a pipeline's last stage: one micro-batch's input gradient, b s h x dtype bytes,
                            // an isend that may or may not have completed at the stage's peak
+  double tolerance = kActivationTolerance;  // measured / formula - 1, either way; kExact for the
+                                            // modes that check each term of the formula
 };
-
-// The activations' formula against the allocator (measured here, % = measured / formula - 1):
-// +0.0 on every rank of every mode (the formula misses the loss's two fp32
-// scalars, 8 bytes), except a pipeline's last stage when its isend of the
-// first micro-batch's input gradient has completed before its peak: then
-// measured = formula - that gradient, pp2 fp16 -2.7% (8192 bytes), pp2 tp2
-// fp32 -5.7% (16384), pp2 v2 fp32 -1.0% / -0.8% (every rank of an
-// interleaved pipeline sends gradients); optim/activation_memory.h.
-constexpr double kActivationTolerance = 0.01;
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name << ": " << m.args; }
 
@@ -227,8 +233,8 @@ TEST_P(MemoryLedger, MeasuredEqualsTheFormulaOnEveryRank) {
     ASSERT_GT(act_formula, 0) << m.name;
     std::printf("[ measured ] %-20s rank %d: activations %.0f bytes, formula %.0f (%+.1f%%)\n", m.name,
                 rank["rank"].get<int>(), act, act_formula, 100 * (act / act_formula - 1));
-    EXPECT_LE(act, act_formula * (1 + kActivationTolerance)) << m.name << " rank " << rank["rank"];
-    EXPECT_GE(act, (act_formula - m.sent) * (1 - kActivationTolerance)) << m.name << " rank " << rank["rank"];
+    EXPECT_LE(act, act_formula * (1 + m.tolerance)) << m.name << " rank " << rank["rank"];
+    EXPECT_GE(act, (act_formula - m.sent) * (1 - m.tolerance)) << m.name << " rank " << rank["rank"];
   }
 }
 
@@ -270,5 +276,38 @@ INSTANTIATE_TEST_SUITE_P(
                            true, 8 * 16 * 32 * 2},
                       Mode{"tp2_sp_fp32_full", 2, "--tp 2 --sequence-parallel --batch 16 --recompute full", 16.0, false},
                       Mode{"tp2_sp_bf16_selective", 2,
-                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute selective", 18.0, true}),
+                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute selective", 18.0, true},
+                      // full under tp in 16-bit: (E) ln_2's backward in the rerun; with SP (F) the rerun's
+                      // reduce-scatter, in fp32 buffers
+                      Mode{"tp2_bf16_full", 2, "--tp 2 --batch 16 --dtype bf16 --recompute full --steps 2", 18.0,
+                           true, 0, kExact},
+                      Mode{"tp2_sp_bf16_full", 2,
+                           "--tp 2 --sequence-parallel --batch 16 --dtype bf16 --recompute full --steps 2", 18.0, true,
+                           0, kExact},
+                      // fp32 on the CPU: the fused attention op's backward (dq, dk, dv; no [b, a, s, s]
+                      // temporaries: the composed ops' count was 18.9% high here), so the head's (A) is the peak
+                      Mode{"fp32_attention", 1, "--batch 2 --heads 8 --block 64 --steps 2", 16.0, false, 0, kExact},
+                      // Llama's blocks (--arch llama: RMSNorm, RoPE, SwiGLU, untied head, no biases), and GPT's
+                      // untied head: the kept tensors of optim/activation_memory.h's Llama table
+                      Mode{"untied_fp32", 1, "--batch 16 --untied --steps 2", 16.0, false, 0, kExact},
+                      Mode{"llama_fp32_gqa", 1, "--arch llama --heads 4 --kv-heads 2 --batch 16 --steps 2", 16.0,
+                           false, 0, kExact},
+                      Mode{"llama_fp32_mha_tp2", 2, "--arch llama --heads 4 --tp 2 --batch 16 --steps 2", 16.0, false,
+                           0, kExact},
+                      Mode{"llama_bf16_mqa", 1, "--arch llama --kv-heads 1 --batch 16 --dtype bf16 --steps 2", 18.0,
+                           true, 0, kExact},
+                      Mode{"llama_bf16_attention", 1,
+                           "--arch llama --heads 8 --kv-heads 2 --block 64 --batch 2 --dtype bf16 --steps 2", 18.0,
+                           true, 0, kExact},
+                      Mode{"llama_tp2_sp_bf16", 2,
+                           "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --dtype bf16 "
+                           "--steps 2",
+                           18.0, true, 0, kExact},
+                      Mode{"llama_tp2_sp_fp32_full", 2,
+                           "--arch llama --heads 4 --kv-heads 2 --tp 2 --sequence-parallel --batch 16 --recompute full "
+                           "--steps 2",
+                           16.0, false, 0, kExact},
+                      Mode{"llama_bf16_full", 1,
+                           "--arch llama --heads 4 --kv-heads 2 --batch 16 --dtype bf16 --recompute full --steps 2",
+                           18.0, true, 0, kExact}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -465,6 +465,17 @@ TEST(PlanLlama, SmallLlamaParamsAreTrainGptsCount) {
   EXPECT_EQ(total_params(m), 106688);
   EXPECT_EQ(params_on_stage(m, grid(1, 1, 1), 0), 106688);
   EXPECT_EQ(params_on_stage(m, grid(1, 1, 2), 0), 53568);
+  // Its activations per block, micro-batch 16, fp32 (optim/activation_memory.h, measured by
+  // tests/test_memory_ledger.cpp's llama modes): N = 512 tokens, a [N, 64] unit 131072 bytes.
+  // x, RMSNorm's output, q and k rotated, k and v repeated (2 kv heads of 4), the merged heads, h
+  // and ln_2's output: 8 units; the softmax [16, 4, 32, 32] 262144; SwiGLU's gate, silu, up and
+  // product [N, 176] 360448 each; the two norms' 1/rms [N] fp32.
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, grid(1, 1, 1), 16), 8 * 131072 + 262144 + 4 * 360448 + 2 * 2048);
+  // tp 2: the kv heads split (one per rank: repeat_kv makes views, c_attn's output and the rotated
+  // q, k are kept: 64 + 2 x 32 + 64 + 32 = 224 of 64 per token, / 2), the rest as above / 2 but the
+  // 4 replicated units.
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, grid(1, 1, 2), 16),
+                   4 * 131072 + 512.0 * (224 + 64 + 128 + 4 * 176) / 2 * 4 + 2 * 2048);
 }
 
 // The target: Meta's Llama-2-70B took 1.72M A100-hours for 2T tokens
