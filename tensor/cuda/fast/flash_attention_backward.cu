@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kRows) flash_dkdv_kernel(Heads<const S> q, Hea
     __syncthreads();
     const int n = min(kQueryTile, T - q0);
     for (int i = 0; i < n; ++i)
-      dkdv_step<HD>(q_tile + i * HD, do_tile + i * HD, L_tile[i], D_tile[i], q0 + i, k_j, v_j, j, scale, dk, dv);
+      dkdv_step<HD>(SharedRow{q_tile + i * HD}, SharedRow{do_tile + i * HD}, L_tile[i], D_tile[i], q0 + i,
+                    SharedRow{k_j}, SharedRow{v_j}, j, scale, dk, dv);
     __syncthreads();  // before the next tile overwrites this one
   }
   if (j < T) {
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kRows) flash_dq_kernel(Heads<const S> q, Heads
     __syncthreads();
     const int n = min(kKeyTile, T - key0);
     for (int j = 0; j < n; ++j)
-      dq_step<HD>(q_i, do_i, L_i, D_i, i, k_tile + j * HD, v_tile + j * HD, key0 + j, scale, dq);
+      dq_step<HD>(q_i, do_i, L_i, D_i, i, SharedRow{k_tile + j * HD}, SharedRow{v_tile + j * HD}, key0 + j, scale, dq);
     __syncthreads();
   }
   if (i < T) store_row<HD>(dq_out.row(b, h, i), dq, hd, scale);

@@ -49,6 +49,15 @@ __device__ __forceinline__ void load_tile(float* tile, const Heads<const S>& x, 
   }
 }
 
+// A row of shared memory read afresh at each use (a volatile load). Without
+// it the compiler keeps rows it reads more than once, or in every step of a
+// loop, in registers: 64 more per row, and the backward kernels at HD = 64
+// spilled (ptxas: 255 registers + 60-164 bytes of local memory).
+struct SharedRow {
+  const float* p;
+  __device__ __forceinline__ float operator[](int d) const { return static_cast<const volatile float*>(p)[d]; }
+};
+
 // launch(S{}, std::integral_constant<int, HD>{}) for the dtype and the head size padded to 32 or 64.
 template <class F>
 void dispatch(DType dtype, int64_t hd, const F& launch) {
