@@ -69,14 +69,18 @@ const Shape4 kShapes[] = {{1, 2, 1024, 64}, {2, 3, 150, 24}};
 
 // Tolerances, relative to the largest element: fp32 from the CPU tests
 // (flash vs attend 7.6e-7 there) with room for the GPU's FMA contraction and
-// cuBLAS's summation order; bf16/fp16 two units of their rounding, as the CPU
-// test measured flash against the composition (1.35 bf16 units).
+// cuBLAS's summation order over T = 1024 (not yet measured on a GPU: the
+// first run's failures print the numbers to set them from). bf16/fp16 in units of 2^-8 / 2^-11: the CPU test
+// measured flash against the composition at 1.35 / 1.36 units, and the GPU's
+// flash may round a result the other way from the CPU's (one ulp: up to 2
+// units); 3 units against the composition, 2 against the CPU's tile loop.
 TEST_F(CudaAttention, FlashMatchesTheCpuCompositionForwardAndBackward) {
   for (DType dt : {kFloat32, kBFloat16, kFloat16})
     for (Shape4 s : kShapes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B=" << s.B << " H=" << s.H << " T=" << s.T
                                         << " hd=" << s.hd);
-      const double tol = dt == kFloat32 ? 1e-5 : dt == kBFloat16 ? 2.0 / 256 : 2.0 / 2048;
+      const double unit = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+      const double tol = dt == kFloat32 ? 2e-5 : 3 * unit;
       Result gpu_flash = run(s, dt, gpu, Path::Flash);
       Result cpu_attend = run(s, dt, kCPU, Path::Attend);
       Result cpu_flash = run(s, dt, kCPU, Path::Flash);
@@ -84,7 +88,7 @@ TEST_F(CudaAttention, FlashMatchesTheCpuCompositionForwardAndBackward) {
       EXPECT_LE(rel_diff(gpu_flash.dqkv, cpu_attend.dqkv), tol) << "dq, dk, dv vs composition";
       // The same tile loop on both sides: apart only by FMA contraction (and
       // bf16/fp16's one final rounding of results that differ in the last fp32 bits).
-      const double same = dt == kFloat32 ? 1e-6 : dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+      const double same = dt == kFloat32 ? 5e-6 : 2 * unit;
       EXPECT_LE(rel_diff(gpu_flash.o, cpu_flash.o), same) << "o vs the CPU's tile loop";
       EXPECT_LE(rel_diff(gpu_flash.dqkv, cpu_flash.dqkv), same) << "gradients vs the CPU's tile loop";
     }
