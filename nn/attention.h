@@ -26,7 +26,8 @@
 namespace loom::nn {
 
 // LOOM_ATTENTION=reference in the environment: attend() runs the composition
-// on the CPU too (to compare the two: bench/gpt_step.sh's `attention` mode).
+// on the CPU too, and on a GPU even with LOOM_CUDA_KERNELS=fast (to compare
+// the two: bench/gpt_step.sh's `attention` mode).
 inline bool attention_reference_only() {
   static const bool reference = [] {
     const char* env = std::getenv("LOOM_ATTENTION");
@@ -53,7 +54,8 @@ inline Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, Dropout*
     return causal_attention(q, k, v, scale);
   // On a GPU with LOOM_CUDA_KERNELS=fast: flash attention (tensor/cuda/fast/),
   // no [T, T] matrix; attention dropout, float64 and hd > 64 stay here.
-  if (!dropout && q.device().is_cuda() && cuda::fast_kernels() && ops::flash_attention_unsupported(q, k, v).empty())
+  if (!dropout && !attention_reference_only() && q.device().is_cuda() && cuda::fast_kernels() &&
+      ops::flash_attention_unsupported(q, k, v).empty())
     return flash_attention(q, k, v, scale);
   // Every query against every key: [B, H, T, hd] @ [B, H, hd, T] -> [B, H, T, T].
   Tensor att = matmul(q, transpose(k, -2, -1));
