@@ -46,6 +46,7 @@ struct Heads {
   explicit Heads(const Tensor& x)
       : p(static_cast<S*>(x.raw_data())), sb(x.stride(0)), sh(x.stride(1)), st(x.stride(2)) {}
   S* row(int64_t b, int64_t h, int64_t t) const { return p + b * sb + h * sh + t * st; }
+  S* row_or_null(int64_t b, int64_t h, int64_t t, int64_t T) const { return t < T ? row(b, h, t) : nullptr; }
 };
 
 // dst[0..HD) <- src[0..hd) in the compute type, zeros past hd (and for rows past T).
@@ -84,8 +85,8 @@ void forward_rows(const Tensor& q_, const Tensor& k_, const Tensor& v_, const Te
         }
         for (int64_t key0 = 0; key0 < r0 + rows; key0 += kKeyTile) {
           for (int j = 0; j < kKeyTile; ++j) {
-            load_row<HD>(&k_tile[j * HD], k.row(b, h, key0 + j), n.hd, key0 + j < n.T);
-            load_row<HD>(&v_tile[j * HD], v.row(b, h, key0 + j), n.hd, key0 + j < n.T);
+            load_row<HD>(&k_tile[j * HD], k.row_or_null(b, h, key0 + j, n.T), n.hd, key0 + j < n.T);
+            load_row<HD>(&v_tile[j * HD], v.row_or_null(b, h, key0 + j, n.T), n.hd, key0 + j < n.T);
           }
           for (int t = 0; t < rows; ++t) {
             A s[kKeyTile];
@@ -160,8 +161,8 @@ void backward_rows(const Tensor& do_, const Tensor& q_, const Tensor& k_, const 
         std::fill(c.begin(), c.end(), A(0));  // dq
         for (int64_t key0 = 0; key0 < r0 + rows; key0 += kKeyTile) {
           for (int j = 0; j < kKeyTile; ++j) {
-            load_row<HD>(&kt[j * HD], k.row(b, h, key0 + j), n.hd, key0 + j < n.T);
-            load_row<HD>(&vt[j * HD], v.row(b, h, key0 + j), n.hd, key0 + j < n.T);
+            load_row<HD>(&kt[j * HD], k.row_or_null(b, h, key0 + j, n.T), n.hd, key0 + j < n.T);
+            load_row<HD>(&vt[j * HD], v.row_or_null(b, h, key0 + j, n.T), n.hd, key0 + j < n.T);
           }
           for (int j = 0; j < kKeyTile && key0 + j < n.T; ++j)
             for (int t = 0; t < rows; ++t) {
