@@ -19,13 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "autograd/flash_attention.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "tensor/cuda/kernel_choice.h"
 
 namespace loom::nn {
 
 // LOOM_ATTENTION=reference in the environment: attend() runs the composition
-// on the CPU too (to compare the two: bench/gpt_step.sh's `attention` mode).
+// on the CPU too, and on a GPU even with LOOM_CUDA_KERNELS=fast (to compare
+// the two: bench/gpt_step.sh's `attention` mode).
 inline bool attention_reference_only() {
   static const bool reference = [] {
     const char* env = std::getenv("LOOM_ATTENTION");
@@ -50,6 +53,11 @@ inline Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, Dropout*
   if (!dropout && !attention_reference_only() && q.device().is_cpu() &&
       (q.dtype() == kFloat32 || q.dtype() == kFloat64))
     return causal_attention(q, k, v, scale);
+  // On a GPU with LOOM_CUDA_KERNELS=fast: flash attention (tensor/cuda/fast/),
+  // no [T, T] matrix; attention dropout, float64 and hd > 64 stay here.
+  if (!dropout && !attention_reference_only() && q.device().is_cuda() && cuda::fast_kernels() &&
+      ops::flash_attention_unsupported(q, k, v).empty())
+    return flash_attention(q, k, v, scale);
   // Every query against every key: [B, H, T, hd] @ [B, H, hd, T] -> [B, H, T, T].
   Tensor att = matmul(q, transpose(k, -2, -1));
   // Scale by 1/sqrt(hd), hide the future (token t sees keys 0..t only: the

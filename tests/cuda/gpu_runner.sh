@@ -12,7 +12,8 @@
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
 #   4 e2e       test_cuda_train_gpt(_parallel), gtest-sharded over several processes at once
 #   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16; losses compared
-#   6 bench     bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce
+#   6 bench     bench_attention (composition vs flash); bench/gpt_step.sh (small, gpt124m) beside
+#               PyTorch eager; the NCCL all-reduce
 #   7 memcheck  compute-sanitizer --tool memcheck over two op test binaries
 # Logs: $OUT/<phase>.log (7 files) and $OUT/summary.txt, which lists each step
 # as passed / failed / skipped (reason) / not run (one GPU) / not run (deadline).
@@ -126,6 +127,7 @@ phase_device() {
 
 phase_ops() {
   for t in allocator copy dropout nn ops optim llama; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
+  step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
 }
 
 phase_comm() {
@@ -195,6 +197,9 @@ EOF
 
 phase_bench() {
   local c
+  # One layer's attention at GPT-2 124M's shape: the composition vs flash attention.
+  step bench "bench_attention gpt124m bf16" 60 "$bin/bench_attention" --device cuda --dtype bf16
+  step bench "bench_attention gpt124m fp32" 60 "$bin/bench_attention" --device cuda --dtype fp32
   for c in small gpt124m; do
     if python3 -c 'import torch' 2> /dev/null; then
       step bench "gpt_step $c" 180 env DEVICE=cuda PYTHON=python3 bash bench/gpt_step.sh "$run_dir" "$c" 1
