@@ -50,6 +50,7 @@
 
 #include "nn/module.h"
 #include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/trace/trace.h"
 
 namespace loom::parallel {
 
@@ -126,6 +127,7 @@ class FullyShardedDataParallel : public DataParallel {
   bool callback_queued_ = false;
   bool unused_sync_flag_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // forward pre-hooks, forward hooks, grad hooks
+  std::vector<trace::OpenSpan> compute_spans_;    // [layer] --trace: its forward's, then its backward's span
 };
 
 }  // namespace loom::parallel
