@@ -322,8 +322,6 @@ void validate(const Args& a) {
   if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
     LOOM_CHECK(a.pp == 1, "--zero 3 with --pp ", a.pp, ": the tied embedding's copies on the first and last stage "
                "are summed over the embedding group as whole gradients, which ZeRO-3 never keeps; use --zero 1");
-    LOOM_CHECK(!a.sequence_parallel, "--zero 3 with --sequence-parallel: the layernorms' partial gradients are "
-               "summed over tp as whole gradients, which ZeRO-3 never keeps; use --zero 1");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
                " does not apply");
   }

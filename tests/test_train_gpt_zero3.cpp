@@ -37,6 +37,15 @@ TEST(TrainGptZero3, WithTensorParallelMatchesOneProcess) {
                   "--dp 2 --tp 2 --zero 3");
 }
 
+// dp 2 x tp 2 + sequence parallelism: each tp rank's layernorm gradients are
+// partial sums over its T / tp tokens; the unit's hook sums them over tp
+// before the dp reduce-scatter (fully_sharded.h), where ZeRO-1 sums them in
+// finalize_model_grads after the dp sync.
+TEST(TrainGptZero3, WithSequenceParallelMatchesOneProcess) {
+  expect_same_run(train("zero3_dp2_tp2_sp", 4, "--dp 2 --tp 2 --sequence-parallel --batch 8 --zero 3"),
+                  single_process_batch16(), "--dp 2 --tp 2 --sequence-parallel --zero 3");
+}
+
 // With recomputation the rerun in backward reads the unit's params: the unit
 // is gathered again before its backward (the identity on its output), so the
 // rerun finds them. Full: each block's forward again; selective: its core.

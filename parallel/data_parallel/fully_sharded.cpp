@@ -144,10 +144,36 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
     if (g.defined()) ops::copy_(ops::narrow(full_grad, 0, unit.offsets[i], p.numel()), ops::reshape(g, {p.numel()}));
     autograd::set_grad(p, Tensor());  // the full gradient goes
   }
+  sum_tp_partial_grads(unit, full_grad);
   Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
   trace::CommLabel label(str("unit ", u));  // --trace: which unit the collective is for
   in_flight_ = {dp_group_.reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
   reshard(u);
+}
+
+// Sequence parallelism: each tp rank's layernorm gradients are partial sums;
+// the whole one is their sum over tp, taken before the dp reduce-scatter cuts
+// it (one all-reduce per unit, of those params' slots flattened together).
+void FullyShardedDataParallel::sum_tp_partial_grads(const Unit& unit, Tensor& full_grad) {
+  std::vector<size_t> partial;  // indices into unit.params
+  int64_t total = 0;
+  for (size_t i = 0; i < unit.params.size(); ++i)
+    for (const Tensor& p : options_.tp_partial_grads)
+      if (p.impl() == unit.params[i].impl()) partial.push_back(i), total += p.numel();
+  if (partial.empty()) return;
+  Tensor flat = empty({total}, kFloat32, full_grad.device());  // [total]: the partial params' slots, in unit order
+  auto slots = [&](bool into_flat) {
+    int64_t offset = 0;
+    for (size_t i : partial) {
+      const int64_t n = unit.params[i].numel();
+      Tensor slot = ops::narrow(full_grad, 0, unit.offsets[i], n), part = ops::narrow(flat, 0, offset, n);
+      ops::copy_(into_flat ? part : slot, into_flat ? slot : part);
+      offset += n;
+    }
+  };
+  slots(/*into_flat=*/true);
+  options_.tp_group->all_reduce(flat, ReduceOp::Sum);
+  slots(/*into_flat=*/false);
 }
 
 void FullyShardedDataParallel::finish_reduce_scatter() {

@@ -25,6 +25,7 @@
 //                           output in an identity whose backward unshards l
 //   backward of that output unshard l (prefetched), prefetch l-1
 //   post-accumulate-grad    once every param of l has its .grad: flatten them,
+//                           (sequence parallelism: sum the layernorms' over tp),
 //                           reduce-scatter (average over dp) into this rank's
 //                           fp32 grad shard, drop the full grads, reshard l
 //   end of backward         (Engine::queue_callback) wait for the last reduce-scatter
@@ -57,6 +58,13 @@ namespace loom::parallel {
 struct FullyShardedOptions {
   bool reshard_after_forward = true;  // false: keep each unit gathered from its forward to its backward (ZeRO-2-like params)
   bool prefetch = true;               // gather the next unit while this one computes
+  // Sequence parallelism: the params whose gradient is each tp rank's partial
+  // sum over its T / tp tokens (the layernorms'). Megatron sums them over tp
+  // after the dp sync (finalize_model_grads.h); here no whole gradient is left
+  // then, so the unit's hook sums them over tp_group before its reduce-scatter
+  // (what torchtitan's DTensor does: a Partial gradient becomes Replicate first).
+  std::vector<Tensor> tp_partial_grads;
+  ProcessGroup* tp_group = nullptr;
 };
 
 class FullyShardedDataParallel : public DataParallel {
@@ -88,6 +96,7 @@ class FullyShardedDataParallel : public DataParallel {
   void finish_grad_sync() override;  // waits for the last reduce-scatter; resets the per-backward counts
   Tensor grad_of(const Tensor&) const override { return Tensor(); }  // no whole gradient exists
   bool holds_whole_grad(const Tensor&) const override { return false; }
+  bool sums_tp_partial_grads() const override { return options_.tp_group != nullptr; }
 
   // Every unit gathered, for code that reads the params outside forward (a
   // checkpoint, the sample); reshard_all() frees them again (the optimizer's
@@ -112,6 +121,7 @@ class FullyShardedDataParallel : public DataParallel {
   void before_backward(size_t layer);
   void on_grad_accumulated(size_t u);
   void reduce_scatter_grad(size_t u);
+  void sum_tp_partial_grads(const Unit& unit, Tensor& full_grad);
   void finish_reduce_scatter();
 
   ProcessGroup& dp_group_;
