@@ -46,6 +46,21 @@ TEST(TrainGptZero3, WithSequenceParallelMatchesOneProcess) {
                   single_process_batch16(), "--dp 2 --tp 2 --sequence-parallel --zero 3");
 }
 
+// The schedule's switches change when a unit is gathered, never the numbers:
+// each unit gathered only in its own pre-hook (no prefetch), and kept from its
+// forward to its backward (no reshard after forward).
+TEST(TrainGptZero3, WithoutPrefetchOrReshardAfterForwardMatchesOneProcess) {
+  const std::string cfg = "--dp 2 --batch 8 --zero 3 --zero3-prefetch off --zero3-reshard-after-forward off";
+  expect_same_run(train("zero3_dp2_switches_off", 2, cfg), single_process_batch16(), cfg.c_str());
+}
+
+TEST(TrainGptZero3, ScheduleSwitchesWithoutZero3AreRefused) {
+  Result r = train("zero1_prefetch_off", 1, "--batch 16 --zero 1 --zero3-prefetch off");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--zero3-prefetch off changes ZeRO-3's schedule; it needs --zero 3 (got --zero 1)"),
+            std::string::npos) << r.output;
+}
+
 // With recomputation the rerun in backward reads the unit's params: the unit
 // is gathered again before its backward (the identity on its output), so the
 // rerun finds them. Full: each block's forward again; selective: its core.
