@@ -9,7 +9,8 @@
 # come from each run's --trace through docs/trace_summary.py's step_traffic
 # (rank 0, steps after the first, medians over rounds): the dp collectives'
 # time on the communication track per step, and the part of it with no
-# compute beside it (exposed: the compute thread idle or in a "wait for ..." span).
+# compute beside it (exposed: the compute thread idle or in a "wait for ..." span),
+# and the time the compute thread was blocked in "wait for ..." spans (waited).
 #   bash bench/zero3.sh [build-dir] [rounds] [steps]
 set -euo pipefail
 BUILD=${1:-build}
@@ -32,19 +33,21 @@ import json, sys
 sys.path.insert(0, sys.argv[2])
 import trace_summary
 t = trace_summary.step_traffic(json.load(open(sys.argv[1]))["traceEvents"])[0]
-print(t["comm_ms"], t["exposed_ms"], 100 * t["exposed_share"])
+print(t["comm_ms"], t["exposed_ms"], 100 * t["exposed_share"], t["waited_ms"])
 PY
   done
   echo "round $round of $ROUNDS done" >&2
 done
 z1=$(median <"$TMP/ms.1")
-printf "%-30s | %9s | %9s | %17s | %15s | %7s\n" config "ms/step" "/ zero 1" "dp comm ms/step" "exposed ms/step" "exposed"
+printf "%-30s | %9s | %9s | %15s | %15s | %7s | %14s\n" config "ms/step" "/ zero 1" "dp comm ms/step" \
+  "exposed ms/step" "exposed" "waited ms/step"
 for i in "${!CONFIGS[@]}"; do
   ms=$(median <"$TMP/ms.$i")
   comm=$(awk '{print $1}' "$TMP/comm.$i" | median)
   exposed=$(awk '{print $2}' "$TMP/comm.$i" | median)
   share=$(awk '{print $3}' "$TMP/comm.$i" | median)
-  printf "%-30s | %9.0f | %8.2fx | %17.1f | %15.1f | %6.0f%%\n" "${CONFIGS[$i]}" "$ms" "$(echo "$ms / $z1" | bc -l)" \
-    "$comm" "$exposed" "$share"
+  waited=$(awk '{print $4}' "$TMP/comm.$i" | median)
+  printf "%-30s | %9.0f | %8.2fx | %15.1f | %15.1f | %6.0f%% | %14.1f\n" "${CONFIGS[$i]}" "$ms" \
+    "$(echo "$ms / $z1" | bc -l)" "$comm" "$exposed" "$share" "$waited"
 done
 echo "($ROUNDS rounds interleaved, steps 2..$STEPS of each run; medians; load average $(cut -d' ' -f1-3 /proc/loadavg))"

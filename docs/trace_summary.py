@@ -23,6 +23,12 @@ With ZeRO's per-bucket step (`step bucket b` spans) it counts how many ran
 inside a "wait for ..." span, while the gradient sync was still in flight
 (--grad-clip 0), rather than after it (clipping needs the whole gradient).
 
+Last, per rank, what the data-parallel collectives cost per step after the
+first (step_traffic): the bytes this rank sent (from each span's exact
+"bytes"), and their time on the communication track with the part of it that
+had no compute beside it - the exposed communication prefetch is meant to hide
+(ZeRO-3, chapter 12).
+
 A span on the communication track runs from the moment the collective starts
 on this rank to the moment it completes here, so it includes waiting for the
 slowest rank of the group to arrive: a long span is not a slow link by itself.
@@ -130,7 +136,8 @@ def step_traffic(events):
     exposed_ms: the time those collectives ran on the communication track
     while the compute track did no work (outside forward, backward and the
     optimizer step, or inside a "wait for ..." span there): communication that
-    was not hidden behind compute."""
+    was not hidden behind compute. waited_ms: the time the compute thread spent
+    in "wait for ..." spans, blocked on communication: what the step lost to it."""
     out = {}
     spans = [e for e in events if e.get("ph") == "X"]
     for pid in sorted({e["pid"] for e in spans}):
@@ -158,7 +165,8 @@ def step_traffic(events):
         k = len(steps) - 1
         out[pid] = {"steps": k, "sent_bytes": sum(sent.values()) / k, "sent_by_kind": {x: v / k for x, v in sent.items()},
                     "comm_ms": comm_us / 1e3 / k, "exposed_ms": exposed_us / 1e3 / k,
-                    "exposed_share": exposed_us / comm_us if comm_us else 0.0}
+                    "exposed_share": exposed_us / comm_us if comm_us else 0.0,
+                    "waited_ms": sum(b - a for a, b in waits) / 1e3 / k}
     return out
 
 
@@ -190,7 +198,7 @@ def main():
         print(f"rank {pid}, steps 2..{t['steps'] + 1}: the data-parallel collectives sent {t['sent_bytes']:.0f} bytes "
               f"per step from this rank ({', '.join(f'{k} {v:.0f}' for k, v in sorted(t['sent_by_kind'].items()))}); "
               f"{t['comm_ms']:.2f} ms per step on the communication track, {t['exposed_ms']:.2f} ms of it exposed "
-              f"({100 * t['exposed_share']:.0f}%: no compute beside it)")
+              f"({100 * t['exposed_share']:.0f}%: no compute beside it); compute waited {t['waited_ms']:.2f} ms per step")
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
   parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}};
   o.fsdp.prefetch = a.zero3_prefetch == "on", o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
-  if (a.zero == 3 && a.sequence_parallel) o.fsdp.tp_partial_grads = finalize.tp_partial_grads(), o.fsdp.tp_group = &pgm.tp_group();
+  o.fsdp.tp_partial_grads = finalize.tp_partial_grads(), o.fsdp.tp_group = &pgm.tp_group();  // --sequence-parallel's
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(*m.chunks, pgm.dp_cp_group(), o, finalize.needs_whole_grad());
   if (a.zero == 3 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "

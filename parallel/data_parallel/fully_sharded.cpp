@@ -144,7 +144,7 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
     if (g.defined()) ops::copy_(ops::narrow(full_grad, 0, unit.offsets[i], p.numel()), ops::reshape(g, {p.numel()}));
     autograd::set_grad(p, Tensor());  // the full gradient goes
   }
-  sum_tp_partial_grads(unit, full_grad);
+  sum_tp_partial_grads(unit, full_grad);  // sequence parallelism: the layernorms' partial sums, over tp first
   Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
   trace::CommLabel label(str("unit ", u));  // --trace: which unit the collective is for
   in_flight_ = {dp_group_.reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
@@ -153,8 +153,9 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
 
 // Sequence parallelism: each tp rank's layernorm gradients are partial sums;
 // the whole one is their sum over tp, taken before the dp reduce-scatter cuts
-// it (one all-reduce per unit, of those params' slots flattened together).
-void FullyShardedDataParallel::sum_tp_partial_grads(const Unit& unit, Tensor& full_grad) {
+// it: one all-reduce per unit, of those params' slots flattened together, and
+// synchronous (a block's layernorms are 4C elements).
+void FullyShardedDataParallel::sum_tp_partial_grads(const Unit& unit, const Tensor& full_grad) {
   std::vector<size_t> partial;  // indices into unit.params
   int64_t total = 0;
   for (size_t i = 0; i < unit.params.size(); ++i)

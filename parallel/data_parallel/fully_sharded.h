@@ -121,7 +121,7 @@ class FullyShardedDataParallel : public DataParallel {
   void before_backward(size_t layer);
   void on_grad_accumulated(size_t u);
   void reduce_scatter_grad(size_t u);
-  void sum_tp_partial_grads(const Unit& unit, Tensor& full_grad);
+  void sum_tp_partial_grads(const Unit& unit, const Tensor& full_grad);
   void finish_reduce_scatter();
 
   ProcessGroup& dp_group_;

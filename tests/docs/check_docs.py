@@ -205,7 +205,8 @@ def check_step_traffic(repo, problems):
               x("all_reduce(avg, float64) dp (size 4) #3 (0 KiB)", 175, 5, 1, 8),
               x("all_reduce(avg, float32) dp (size 4) #4 (0 KiB)", 180, 10, 1, 400)]
     t = trace_summary.step_traffic(events)[0]
-    want = {"steps": 1, "sent_bytes": 9600, "comm_ms": 0.08, "exposed_ms": 0.05, "exposed_share": 0.625}
+    want = {"steps": 1, "sent_bytes": 9600, "comm_ms": 0.08, "exposed_ms": 0.05, "exposed_share": 0.625,
+            "waited_ms": 0.02}
     for k, v in want.items():
         if abs(t[k] - v) > 1e-9:
             problems.append(f"docs/trace_summary.py: step_traffic {k} = {t[k]} on the made-up trace, by hand {v}")
