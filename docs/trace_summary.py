@@ -195,7 +195,7 @@ def main():
               f"{100 * s['dp_comm_hidden']:.0f}% of it hidden behind backward's compute; "
               f"compute waited {s['wait_ms_per_step']:.2f} ms per step")
     for pid, t in step_traffic(events).items():
-        print(f"rank {pid}, steps 2..{t['steps'] + 1}: the data-parallel collectives sent {t['sent_bytes']:.0f} bytes "
+        print(f"rank {pid}, {t['steps']} steps after the first: the data-parallel collectives sent {t['sent_bytes']:.0f} bytes "
               f"per step from this rank ({', '.join(f'{k} {v:.0f}' for k, v in sorted(t['sent_by_kind'].items()))}); "
               f"{t['comm_ms']:.2f} ms per step on the communication track, {t['exposed_ms']:.2f} ms of it exposed "
               f"({100 * t['exposed_share']:.0f}%: no compute beside it); compute waited {t['waited_ms']:.2f} ms per step")

@@ -37,6 +37,9 @@
 // computing and the one prefetched) and one unit's full gradient in backward.
 // ZeRO-3 moves 1.5x the bytes of ZeRO-1 or plain dp: an all-gather in forward,
 // another in backward, a reduce-scatter (plain dp: one all-reduce = both halves).
+// With --trace each layer's forward and backward are spans ("layer 2 forward")
+// and each collective says which unit it is for (docs/12-zero-2-and-3.md reads
+// the bytes and the prefetch overlap off the timeline).
 //
 // Tied weights: a param read by two layers belongs to the first layer's unit;
 // the later layer gathers that unit too (the head reads wte, the embedding
