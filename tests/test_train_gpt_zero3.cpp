@@ -183,3 +183,24 @@ INSTANTIATE_TEST_SUITE_P(Dp234, Zero3Ledger,
                                            LedgerCase{3, "--batch 4 --dtype bf16", 18.0 / 3, 2},
                                            LedgerCase{4, "--batch 4", 16.0 / 4, 4}),
                          [](const auto& info) { return "dp" + std::to_string(info.param.dp); });
+
+// The schedule switches' working sets (bf16, dp 2, nothing padded): without
+// prefetch one unit computes beside the embedding's (held for the tied wte),
+// without reshard after forward every unit stays gathered until its backward.
+// Embedding 40 x 32 + 16 x 32 (vocab 40, block 16), a block 12 C² + 13 C, the head's ln_f 2 C.
+TEST(TrainGptZero3, ScheduleSwitchesWorkingSetsAreTheFormula) {
+  const int64_t embedding = 40 * 32 + 16 * 32, block = 12 * 32 * 32 + 13 * 32, head = 2 * 32;
+  for (const auto& [flag, elements] : {std::pair{"--zero3-prefetch off", embedding + block},
+                                       std::pair{"--zero3-reshard-after-forward off", embedding + 2 * block + head}}) {
+    const fs::path json_path = work_dir() / "zero3_switch_ledger.json";
+    Result r = train("zero3_switch_ledger", 2, str("--dp 2 --batch 8 --dtype bf16 --zero 3 ", flag, " --memory-json ",
+                                                   json_path.string()));
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream f(json_path);
+    nlohmann::json ledger = nlohmann::json::parse(f);
+    for (const auto& rank : ledger["ranks"]) {
+      EXPECT_EQ(rank["comm"]["measured"].get<int64_t>(), 2 * elements) << flag << ", rank " << rank["rank"];
+      EXPECT_EQ(rank["comm"]["predicted"].get<int64_t>(), 2 * elements) << flag << ", rank " << rank["rank"];
+    }
+  }
+}

@@ -108,6 +108,7 @@ class FullyShardedDataParallel : public DataParallel {
   void reshard_all();
 
   const std::vector<Unit>& units() const { return units_; }
+  const FullyShardedOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   int dp_group_size() const { return dp_group_.size(); }
   // Bytes of full params materialized now (gathered or being gathered): the
