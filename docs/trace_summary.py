@@ -24,6 +24,12 @@ With ZeRO's per-bucket step (`step bucket b` spans) it counts how many ran
 inside a "wait for ..." span, while the gradient sync was still in flight
 (--grad-clip 0), rather than after it (clipping needs the whole gradient).
 
+Last, per rank, what the data-parallel collectives cost per step after the
+first (step_traffic): the bytes this rank sent (from each span's exact
+"bytes"), and their time on the communication track with the part of it that
+had no compute beside it - the exposed communication prefetch is meant to hide
+(ZeRO-3, chapter 12).
+
 A span on the communication track runs from the moment the collective starts
 on this rank to the moment it completes here, so it includes waiting for the
 slowest rank of the group to arrive: a long span is not a slow link by itself.
@@ -145,6 +151,82 @@ def print_ring(events):
             for w, n, ms in ring["after"]:
                 print(f"  after the last step: {w} {n} B home, ~{ms:.2f} ms, nothing left to overlap it")
 
+def union(intervals):
+    """The disjoint intervals covering the same time as `intervals`."""
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def subtract(intervals, holes):
+    """The parts of the disjoint `intervals` outside the disjoint `holes`."""
+    out = []
+    for a, b in intervals:
+        for x, y in holes:
+            if y <= a or x >= b:
+                continue
+            if x > a:
+                out.append((a, x))
+            a = max(a, y)
+            if a >= b:
+                break
+        if a < b:
+            out.append((a, b))
+    return out
+
+
+def step_traffic(events):
+    """What the data-parallel gradient/param collectives cost per optimizer step,
+    over the steps after the first (which warms up): {pid: dict}, for ranks
+    with at least 2 optimizer steps. A step is the time from one "optimizer
+    step" span's start to the next's, so it holds that step's param all-gather
+    (ZeRO-1/2) and the next forward and backward, whole.
+
+    sent_bytes: what this rank sends, from the spans' exact "bytes" (args): a
+    ring all-gather or reduce-scatter of a B-byte buffer over N ranks sends
+    B (N-1)/N from each rank, an all-reduce (a reduce-scatter, then an
+    all-gather) twice that. So ZeRO-1's reduce-scatter + all-gather of Ψ bytes
+    sends 2Ψ(N-1)/N, and ZeRO-3's two all-gathers + reduce-scatter 3Ψ(N-1)/N.
+    exposed_ms: the time those collectives ran on the communication track
+    while the compute track did no work (outside forward, backward and the
+    optimizer step, or inside a "wait for ..." span there): communication that
+    was not hidden behind compute. waited_ms: the time the compute thread spent
+    in "wait for ..." spans, blocked on communication: what the step lost to it."""
+    out = {}
+    spans = [e for e in events if e.get("ph") == "X"]
+    for pid in sorted({e["pid"] for e in spans}):
+        mine = [e for e in spans if e["pid"] == pid]
+        steps = sorted(e["ts"] for e in mine if e["tid"] == 0 and e["name"] == "optimizer step")
+        if len(steps) < 2:
+            continue
+        first, last = steps[0], steps[-1]
+        inside = [e for e in mine if first <= e["ts"] < last]
+        work = union((e["ts"], e["ts"] + e["dur"]) for e in inside if e["tid"] == 0 and (
+            e["name"] in ("forward", "backward", "optimizer step") or re.fullmatch(r"[FB]\d+(\.\d+)?", e["name"])))
+        waits = union((e["ts"], e["ts"] + e["dur"]) for e in inside if e["tid"] == 0 and e["name"].startswith("wait for"))
+        busy = subtract(work, waits)
+        sent, comm = collections.Counter(), []
+        for e in inside:
+            m = re.match(r"(all_reduce|reduce_scatter|all_gather)\((.*?)\) dp\S* \(size (\d+)\)", e["name"])
+            if e["tid"] != 1 or not m or "float64" in m.group(2):  # float64: the logged loss, not a gradient
+                continue
+            n = int(m.group(3))
+            sent[m.group(1)] += e.get("args", {}).get("bytes", 0) * (n - 1) / n * (2 if m.group(1) == "all_reduce" else 1)
+            comm.append((e["ts"], e["ts"] + e["dur"]))
+        comm = union(comm)
+        comm_us = sum(b - a for a, b in comm)
+        exposed_us = sum(b - a for a, b in subtract(comm, busy))
+        k = len(steps) - 1
+        out[pid] = {"steps": k, "sent_bytes": sum(sent.values()) / k, "sent_by_kind": {x: v / k for x, v in sent.items()},
+                    "comm_ms": comm_us / 1e3 / k, "exposed_ms": exposed_us / 1e3 / k,
+                    "exposed_share": exposed_us / comm_us if comm_us else 0.0,
+                    "waited_ms": sum(b - a for a, b in waits) / 1e3 / k}
+    return out
+
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--ring":  # the ring attention picture (--cp)
@@ -173,6 +255,11 @@ def main():
         print(f"  dp gradient/param collectives: {s['dp_comm_ms']:.1f} ms in all, "
               f"{100 * s['dp_comm_hidden']:.0f}% of it hidden behind backward's compute; "
               f"compute waited {s['wait_ms_per_step']:.2f} ms per step")
+    for pid, t in step_traffic(events).items():
+        print(f"rank {pid}, {t['steps']} steps after the first: the data-parallel collectives sent {t['sent_bytes']:.0f} bytes "
+              f"per step from this rank ({', '.join(f'{k} {v:.0f}' for k, v in sorted(t['sent_by_kind'].items()))}); "
+              f"{t['comm_ms']:.2f} ms per step on the communication track, {t['exposed_ms']:.2f} ms of it exposed "
+              f"({100 * t['exposed_share']:.0f}%: no compute beside it); compute waited {t['waited_ms']:.2f} ms per step")
 
 
 if __name__ == "__main__":

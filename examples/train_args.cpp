@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 
 namespace loom::train {
 
@@ -162,6 +163,12 @@ void add_options(CLI::App& app, Args& a) {
       ->expected(0, 1)->default_str("1")->type_name("0..3");
   app.add_flag("--overlap-param-gather", a.overlap_param_gather,
                "--zero: overlap the param all-gathers with the next forward (Megatron's overlap_param_gather)");
+  app.add_option("--zero3-prefetch", a.zero3_prefetch, "--zero 3: all-gather the next unit while this one computes "
+                 "(FSDP's forward_prefetch/backward_prefetch); off: each unit is gathered when its layer needs it")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--zero3-reshard-after-forward", a.zero3_reshard_after_forward, "--zero 3: free each unit's "
+                 "params after its forward (FSDP2's reshard_after_forward); off: keep them gathered until its backward")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--memory-report", a.memory_report, "after step 1, print each rank's memory by kind vs the formula");
   app.add_option("--memory-json", a.memory_json, "write --memory-report's ledger as JSON to this file (implies it)");
   number(app, "--loss-scale", a.loss_scale, {1.0, 1e30, " (fp16's scaler stops below 1)"},
@@ -319,11 +326,13 @@ void validate(const Args& a) {
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),
              "--teach-break recompute-fresh-dropout breaks the rerun's dropout masks; it needs --recompute selective "
              "or full and --dropout > 0 (got --recompute ", a.recompute, " --dropout ", a.dropout, ")");
+  for (const auto& [flag, value] : {std::pair{"--zero3-prefetch", a.zero3_prefetch},
+                                    std::pair{"--zero3-reshard-after-forward", a.zero3_reshard_after_forward}})
+    LOOM_CHECK(value == "on" || a.zero == 3, flag, " ", value, " changes ZeRO-3's schedule; it needs --zero 3 (got --zero ",
+               a.zero, ")");
   if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
     LOOM_CHECK(a.pp == 1, "--zero 3 with --pp ", a.pp, ": the tied embedding's copies on the first and last stage "
                "are summed over the embedding group as whole gradients, which ZeRO-3 never keeps; use --zero 1");
-    LOOM_CHECK(!a.sequence_parallel, "--zero 3 with --sequence-parallel: the layernorms' partial gradients are "
-               "summed over tp as whole gradients, which ZeRO-3 never keeps; use --zero 1");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
                " does not apply");
   }

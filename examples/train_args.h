@@ -45,6 +45,10 @@ struct Args {
   bool memory_report = false;
   std::string memory_json;  // --memory-report's ledger as JSON too
   bool overlap_param_gather = false;  // --zero: wait for each bucket's param all-gather in its first layer's forward
+  // --zero 3's schedule, "on" or "off" (parallel/data_parallel/fully_sharded.h, FullyShardedOptions): gather the
+  // next unit while this one computes (FSDP's forward_prefetch / backward_prefetch), free each unit after its
+  // forward (FSDP2's and torchtitan's reshard_after_forward)
+  std::string zero3_prefetch = "on", zero3_reshard_after_forward = "on";
   double loss_scale = 65536.0, loss_scale_growth = 2.0, loss_scale_backoff = 0.5;
   int64_t loss_scale_window = 2000, inject_overflow = -1;
   // activation recomputation (parallel/recompute.h): none, selective or full

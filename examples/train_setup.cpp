@@ -172,8 +172,10 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
   // Over dp x cp: each cp rank saw other tokens of the same sequences, so a
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
-  parallel::DataParallelWrap w = parallel::wrap_data_parallel(
-      *m.chunks, pgm.dp_cp_group(), {a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero}, finalize.needs_whole_grad());
+  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}};
+  o.fsdp.prefetch = a.zero3_prefetch == "on", o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
+  o.fsdp.tp_partial_grads = finalize.tp_partial_grads(), o.fsdp.tp_group = &pgm.tp_group();  // --sequence-parallel's
+  parallel::DataParallelWrap w = parallel::wrap_data_parallel(*m.chunks, pgm.dp_cp_group(), o, finalize.needs_whole_grad());
   if (a.zero == 3 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
                 "backward, its gradient reduce-scattered\n", pgm.dp_size());

@@ -121,11 +121,17 @@ MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataPa
     padded.push_back((unit.numel + dp - 1) / dp * dp);
     shard += padded.back() / dp;
   }
-  int64_t adjacent = 0;
-  for (size_t l = 1; l + 1 < padded.size(); ++l) adjacent = std::max(adjacent, padded[l] + padded[l + 1]);
+  // Beside the embedding unit: two adjacent units (one computing, the next
+  // prefetched), one without prefetch, every one without reshard after forward.
+  int64_t beside = 0, all = 0;
+  for (size_t l = 1; l < padded.size(); ++l) {
+    const int64_t pair = padded[l] + (fsdp.options().prefetch && l + 1 < padded.size() ? padded[l + 1] : 0);
+    beside = std::max(beside, pair);
+    all += padded[l];
+  }
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
   MemoryPrediction p{shard * b, shard * 4, int64_t(double(num_params) * double(main_bytes + 8) / double(dp))};
-  p.comm = (padded.front() + adjacent) * b;
+  p.comm = (padded.front() + (fsdp.options().reshard_after_forward ? beside : all)) * b;
   return p;
 }
 

@@ -92,7 +92,9 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
 //               head reads its wte, whose gradient is whole only at the end of
 //               backward, so it stays gathered through backward) + the two
 //               largest adjacent units (one computing, the next prefetched):
-//               (P_0 + max_l (P_l + P_l+1)) x b, l over the blocks and the head
+//               (P_0 + max_l (P_l + P_l+1)) x b, l over the blocks and the head;
+//               without prefetch (P_0 + max_l P_l) x b, and without reshard
+//               after forward every unit: sum_u P_u x b
 MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,
                                              const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                              int64_t live_before_step);

@@ -47,6 +47,9 @@ class FinalizeModelGrads {
   // Params whose whole gradient step 2 reads: a ZeRO wrapper all-reduces
   // their buckets instead of reduce-scattering them.
   std::vector<Tensor> needs_whole_grad() const { return tied_embedding_.params(); }
+  // Sequence parallelism's params with partial gradients (summed over tp in
+  // step 3, or by a wrapper that sums_tp_partial_grads: ZeRO-3).
+  std::vector<Tensor> tp_partial_grads() const { return sequence_parallel_partial_grads_.params(); }
   // Where the optimizer reduces the grad norm and found_inf (null: this rank alone).
   ProcessGroup* grad_stats_group(bool zero) const;
   // Model params left out of the grad norm: counted on another rank.

@@ -37,6 +37,30 @@ TEST(TrainGptZero3, WithTensorParallelMatchesOneProcess) {
                   "--dp 2 --tp 2 --zero 3");
 }
 
+// dp 2 x tp 2 + sequence parallelism: each tp rank's layernorm gradients are
+// partial sums over its T / tp tokens; the unit's hook sums them over tp
+// before the dp reduce-scatter (fully_sharded.h), where ZeRO-1 sums them in
+// finalize_model_grads after the dp sync.
+TEST(TrainGptZero3, WithSequenceParallelMatchesOneProcess) {
+  expect_same_run(train("zero3_dp2_tp2_sp", 4, "--dp 2 --tp 2 --sequence-parallel --batch 8 --zero 3"),
+                  single_process_batch16(), "--dp 2 --tp 2 --sequence-parallel --zero 3");
+}
+
+// The schedule's switches change when a unit is gathered, never the numbers:
+// each unit gathered only in its own pre-hook (no prefetch), and kept from its
+// forward to its backward (no reshard after forward).
+TEST(TrainGptZero3, WithoutPrefetchOrReshardAfterForwardMatchesOneProcess) {
+  const std::string cfg = "--dp 2 --batch 8 --zero 3 --zero3-prefetch off --zero3-reshard-after-forward off";
+  expect_same_run(train("zero3_dp2_switches_off", 2, cfg), single_process_batch16(), cfg.c_str());
+}
+
+TEST(TrainGptZero3, ScheduleSwitchesWithoutZero3AreRefused) {
+  Result r = train("zero1_prefetch_off", 1, "--batch 16 --zero 1 --zero3-prefetch off");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--zero3-prefetch off changes ZeRO-3's schedule; it needs --zero 3 (got --zero 1)"),
+            std::string::npos) << r.output;
+}
+
 // With recomputation the rerun in backward reads the unit's params: the unit
 // is gathered again before its backward (the identity on its output), so the
 // rerun finds them. Full: each block's forward again; selective: its core.
@@ -159,3 +183,24 @@ INSTANTIATE_TEST_SUITE_P(Dp234, Zero3Ledger,
                                            LedgerCase{3, "--batch 4 --dtype bf16", 18.0 / 3, 2},
                                            LedgerCase{4, "--batch 4", 16.0 / 4, 4}),
                          [](const auto& info) { return "dp" + std::to_string(info.param.dp); });
+
+// The schedule switches' working sets (bf16, dp 2, nothing padded): without
+// prefetch one unit computes beside the embedding's (held for the tied wte),
+// without reshard after forward every unit stays gathered until its backward.
+// Embedding 40 x 32 + 16 x 32 (vocab 40, block 16), a block 12 C² + 13 C, the head's ln_f 2 C.
+TEST(TrainGptZero3, ScheduleSwitchesWorkingSetsAreTheFormula) {
+  const int64_t embedding = 40 * 32 + 16 * 32, block = 12 * 32 * 32 + 13 * 32, head = 2 * 32;
+  for (const auto& [flag, elements] : {std::pair{"--zero3-prefetch off", embedding + block},
+                                       std::pair{"--zero3-reshard-after-forward off", embedding + 2 * block + head}}) {
+    const fs::path json_path = work_dir() / "zero3_switch_ledger.json";
+    Result r = train("zero3_switch_ledger", 2, str("--dp 2 --batch 8 --dtype bf16 --zero 3 ", flag, " --memory-json ",
+                                                   json_path.string()));
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream f(json_path);
+    nlohmann::json ledger = nlohmann::json::parse(f);
+    for (const auto& rank : ledger["ranks"]) {
+      EXPECT_EQ(rank["comm"]["measured"].get<int64_t>(), 2 * elements) << flag << ", rank " << rank["rank"];
+      EXPECT_EQ(rank["comm"]["predicted"].get<int64_t>(), 2 * elements) << flag << ", rank " << rank["rank"];
+    }
+  }
+}

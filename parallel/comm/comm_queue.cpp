@@ -66,6 +66,7 @@ struct CommQueue::Task {
   std::shared_ptr<QueueWork> work;
   Clock::time_point start;
   double launched_us = -1;  // trace clock at submit(), when tracing
+  std::string label;        // the submitting thread's trace::CommLabel, when tracing
 };
 
 CommQueue::CommQueue(std::string label) : label_(std::move(label)) {
@@ -84,7 +85,7 @@ std::shared_ptr<Work> CommQueue::submit(std::string op, size_t bytes, std::funct
   task->bytes = bytes;
   task->fn = std::move(fn);
   task->work = std::make_shared<QueueWork>(waiters_);
-  if (trace::enabled()) task->launched_us = trace::now_us();
+  if (trace::enabled()) task->launched_us = trace::now_us(), task->label = trace::comm_label();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     LOOM_CHECK(!stopping_, task->op, ": process group ", label_, " has been shut down (loom::parallel::finalize)");
@@ -161,8 +162,9 @@ void CommQueue::loop() {
       const std::string name = task->op + " " + label_ + " #" + std::to_string(task->seq) + " (" +
                                std::to_string(task->bytes / 1024) + " KiB)";
       const double end = trace::now_us();
-      trace::record(name, t0, end, trace::kComm);
-      if (task->launched_us >= 0) trace::record(name, task->launched_us, end, trace::kLaunched);
+      const trace::SpanArgs args{int64_t(task->bytes), task->label};  // the exact bytes, and what it was for
+      trace::record(name, t0, end, trace::kComm, args);
+      if (task->launched_us >= 0) trace::record(name, task->launched_us, end, trace::kLaunched, args);
     }
     task->fn = nullptr;  // drop the tensors it captured before signalling
     {

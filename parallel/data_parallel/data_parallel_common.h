@@ -82,6 +82,9 @@ class DataParallel {
   // Whether grad_of(param) holds the whole averaged gradient after the sync
   // (false for a ZeRO reduce-scattered bucket, where only this rank's shard does).
   virtual bool holds_whole_grad(const Tensor&) const { return true; }
+  // Whether the wrapper itself sums sequence parallelism's partial gradients
+  // over tp (ZeRO-3, before its reduce-scatter), so finalize_model_grads must not.
+  virtual bool sums_tp_partial_grads() const { return false; }
 
  protected:
   bool finish_sync_in_backward_ = true;  // false while a DeferSyncGuard lives

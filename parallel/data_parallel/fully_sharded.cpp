@@ -16,7 +16,8 @@ namespace loom::parallel {
 
 FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers,
                                                    ProcessGroup& dp_group, FullyShardedOptions options)
-    : dp_group_(dp_group), options_(options), units_(layers.size()), layer_units_(layers.size()) {
+    : dp_group_(dp_group), options_(options), units_(layers.size()), layer_units_(layers.size()),
+      compute_spans_(layers.size()) {
   NoGradGuard no_grad;
   std::vector<Tensor> all;
   for (const auto& layer : layers)
@@ -85,12 +86,14 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
 
 void FullyShardedDataParallel::before_forward(size_t layer) {
   for (size_t u : layer_units_[layer]) unshard(u);
+  compute_spans_[layer].open();  // --trace: "layer l forward", from here to its forward hook
   // While this layer computes, the dp group's thread gathers the next one's params.
   if (options_.prefetch && layer + 1 < layer_units_.size())
     for (size_t u : layer_units_[layer + 1]) prefetch(u);
 }
 
 void FullyShardedDataParallel::after_forward(size_t layer, Tensor& output) {
+  compute_spans_[layer].close(str("layer ", layer, " forward"));
   const bool backward_follows = GradMode::is_enabled();
   // The last layer keeps its params: its backward is the next thing to run
   // (torchtitan's reshard_after_forward=False for the last block).
@@ -113,6 +116,7 @@ void FullyShardedDataParallel::after_forward(size_t layer, Tensor& output) {
 void FullyShardedDataParallel::before_backward(size_t layer) {
   if (teach::broken(teach::Break::Zero3FreeBeforeBackward)) return;  // --teach-break zero3-free-before-backward: backward reads freed params
   for (size_t u : layer_units_[layer]) unshard(u);
+  compute_spans_[layer].open();  // --trace: "layer l backward", to its unit's reduce-scatter
   if (options_.prefetch && layer > 0)
     for (size_t u : layer_units_[layer - 1]) prefetch(u);  // backward goes the other way
 }
@@ -127,6 +131,7 @@ void FullyShardedDataParallel::on_grad_accumulated(size_t u) {
 }
 
 void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
+  compute_spans_[u].close(str("layer ", u, " backward"));  // unit u is layer u's: its backward is done
   finish_reduce_scatter();  // one unit's full gradient in flight at a time
   NoGradGuard no_grad;
   Unit& unit = units_[u];
@@ -139,9 +144,37 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
     if (g.defined()) ops::copy_(ops::narrow(full_grad, 0, unit.offsets[i], p.numel()), ops::reshape(g, {p.numel()}));
     autograd::set_grad(p, Tensor());  // the full gradient goes
   }
+  sum_tp_partial_grads(unit, full_grad);  // sequence parallelism: the layernorms' partial sums, over tp first
   Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
+  trace::CommLabel label(str("unit ", u));  // --trace: which unit the collective is for
   in_flight_ = {dp_group_.reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
   reshard(u);
+}
+
+// Sequence parallelism: each tp rank's layernorm gradients are partial sums;
+// the whole one is their sum over tp, taken before the dp reduce-scatter cuts
+// it: one all-reduce per unit, of those params' slots flattened together, and
+// synchronous (a block's layernorms are 4C elements).
+void FullyShardedDataParallel::sum_tp_partial_grads(const Unit& unit, const Tensor& full_grad) {
+  std::vector<size_t> partial;  // indices into unit.params
+  int64_t total = 0;
+  for (size_t i = 0; i < unit.params.size(); ++i)
+    for (const Tensor& p : options_.tp_partial_grads)
+      if (p.impl() == unit.params[i].impl()) partial.push_back(i), total += p.numel();
+  if (partial.empty()) return;
+  Tensor flat = empty({total}, kFloat32, full_grad.device());  // [total]: the partial params' slots, in unit order
+  auto slots = [&](bool into_flat) {
+    int64_t offset = 0;
+    for (size_t i : partial) {
+      const int64_t n = unit.params[i].numel();
+      Tensor slot = ops::narrow(full_grad, 0, unit.offsets[i], n), part = ops::narrow(flat, 0, offset, n);
+      ops::copy_(into_flat ? part : slot, into_flat ? slot : part);
+      offset += n;
+    }
+  };
+  slots(/*into_flat=*/true);
+  options_.tp_group->all_reduce(flat, ReduceOp::Sum);
+  slots(/*into_flat=*/false);
 }
 
 void FullyShardedDataParallel::finish_reduce_scatter() {
@@ -177,6 +210,7 @@ void FullyShardedDataParallel::prefetch(size_t u) {
   if (unit.gathered || unit.gather) return;
   unit.full.storage()->allocate();
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes());
+  trace::CommLabel label(str("unit ", u));  // --trace: which unit the collective is for
   unit.gather = dp_group_.all_gather_async(unit.full, unit.shard);  // every rank's shard -> the whole unit
 }
 

@@ -25,6 +25,7 @@
 //                           output in an identity whose backward unshards l
 //   backward of that output unshard l (prefetched), prefetch l-1
 //   post-accumulate-grad    once every param of l has its .grad: flatten them,
+//                           (sequence parallelism: sum the layernorms' over tp),
 //                           reduce-scatter (average over dp) into this rank's
 //                           fp32 grad shard, drop the full grads, reshard l
 //   end of backward         (Engine::queue_callback) wait for the last reduce-scatter
@@ -36,6 +37,9 @@
 // computing and the one prefetched) and one unit's full gradient in backward.
 // ZeRO-3 moves 1.5x the bytes of ZeRO-1 or plain dp: an all-gather in forward,
 // another in backward, a reduce-scatter (plain dp: one all-reduce = both halves).
+// With --trace each layer's forward and backward are spans ("layer 2 forward")
+// and each collective says which unit it is for (docs/12-zero-2-and-3.md reads
+// the bytes and the prefetch overlap off the timeline).
 //
 // Tied weights: a param read by two layers belongs to the first layer's unit;
 // the later layer gathers that unit too (the head reads wte, the embedding
@@ -50,12 +54,20 @@
 
 #include "nn/module.h"
 #include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/trace/trace.h"
 
 namespace loom::parallel {
 
 struct FullyShardedOptions {
   bool reshard_after_forward = true;  // false: keep each unit gathered from its forward to its backward (ZeRO-2-like params)
   bool prefetch = true;               // gather the next unit while this one computes
+  // Sequence parallelism: the params whose gradient is each tp rank's partial
+  // sum over its T / tp tokens (the layernorms'). Megatron sums them over tp
+  // after the dp sync (finalize_model_grads.h); here no whole gradient is left
+  // then, so the unit's hook sums them over tp_group before its reduce-scatter
+  // (what torchtitan's DTensor does: a Partial gradient becomes Replicate first).
+  std::vector<Tensor> tp_partial_grads;
+  ProcessGroup* tp_group = nullptr;
 };
 
 class FullyShardedDataParallel : public DataParallel {
@@ -87,6 +99,7 @@ class FullyShardedDataParallel : public DataParallel {
   void finish_grad_sync() override;  // waits for the last reduce-scatter; resets the per-backward counts
   Tensor grad_of(const Tensor&) const override { return Tensor(); }  // no whole gradient exists
   bool holds_whole_grad(const Tensor&) const override { return false; }
+  bool sums_tp_partial_grads() const override { return options_.tp_group != nullptr; }
 
   // Every unit gathered, for code that reads the params outside forward (a
   // checkpoint, the sample); reshard_all() frees them again (the optimizer's
@@ -95,6 +108,7 @@ class FullyShardedDataParallel : public DataParallel {
   void reshard_all();
 
   const std::vector<Unit>& units() const { return units_; }
+  const FullyShardedOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   int dp_group_size() const { return dp_group_.size(); }
   // Bytes of full params materialized now (gathered or being gathered): the
@@ -111,6 +125,7 @@ class FullyShardedDataParallel : public DataParallel {
   void before_backward(size_t layer);
   void on_grad_accumulated(size_t u);
   void reduce_scatter_grad(size_t u);
+  void sum_tp_partial_grads(const Unit& unit, const Tensor& full_grad);
   void finish_reduce_scatter();
 
   ProcessGroup& dp_group_;
@@ -126,6 +141,7 @@ class FullyShardedDataParallel : public DataParallel {
   bool callback_queued_ = false;
   bool unused_sync_flag_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // forward pre-hooks, forward hooks, grad hooks
+  std::vector<trace::OpenSpan> compute_spans_;    // [layer] --trace: its forward's, then its backward's span
 };
 
 }  // namespace loom::parallel

@@ -15,7 +15,7 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
   if (o.zero == 3) {  // ZeRO-3: the params sharded by layer (fully_sharded.h)
     LOOM_CHECK(o.mode == "bucket", "--dp-mode naive all-reduces whole gradients; --zero 3 reduce-scatters them");
     DataParallelWrap w;
-    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group);
+    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, o.fsdp);
     w.fsdp = fsdp.get();
     w.dp = std::move(fsdp);
     return w;

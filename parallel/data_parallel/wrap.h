@@ -27,6 +27,7 @@ struct DataParallelOptions {
   int zero = 0;                 // ZeRO stage: >= 1 the optimizer shards the buffer (reduce-scatter);
                                 // 2: only the shards are kept (GradReduce::ShardGrads, grad_shards.h);
                                 // 3: the params are sharded too (FullyShardedDataParallel)
+  FullyShardedOptions fsdp;     // zero = 3: prefetch, reshard after forward
 };
 
 struct DataParallelWrap {

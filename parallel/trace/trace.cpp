@@ -21,6 +21,7 @@ struct Event {
   std::string name;
   double start_us, dur_us;
   Track track;
+  SpanArgs args;
 };
 
 // A span on a GPU track, as two events until write() reads their times.
@@ -59,7 +60,7 @@ void resolve_gpu_events() {
     try {
       const double b = g_gpu_base_us + 1000.0 * cuda::elapsed_ms(g_gpu_base, e.begin);
       const double f = g_gpu_base_us + 1000.0 * cuda::elapsed_ms(g_gpu_base, e.end);
-      g_events.push_back({e.name, b, f - b, e.track});
+      g_events.push_back({e.name, b, f - b, e.track, {}});
     } catch (const std::exception&) {
     }
   }
@@ -73,6 +74,14 @@ std::string json_escape(const std::string& s) {
     o += c;
   }
   return o;
+}
+
+// ", \"args\": {...}" for an event that carries any, else "".
+std::string json_args(const SpanArgs& a) {
+  std::string o;
+  if (a.bytes >= 0) o += "\"bytes\": " + std::to_string(a.bytes);
+  if (!a.what.empty()) o += (o.empty() ? "" : ", ") + std::string("\"for\": \"") + json_escape(a.what) + "\"";
+  return o.empty() ? o : ", \"args\": {" + o + "}";
 }
 
 }  // namespace
@@ -151,11 +160,21 @@ double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - g_t0).count();
 }
 
-void record(const std::string& name, double start_us, double end_us, Track track) {
+void record(const std::string& name, double start_us, double end_us, Track track, SpanArgs args) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_events.push_back({name, start_us, end_us - start_us, track});
+  g_events.push_back({name, start_us, end_us - start_us, track, std::move(args)});
 }
+
+namespace {
+thread_local std::string t_comm_label;
+}  // namespace
+
+CommLabel::CommLabel(const std::string& what) : previous_(std::exchange(t_comm_label, what)) {}
+
+CommLabel::~CommLabel() { t_comm_label = std::move(previous_); }
+
+const std::string& comm_label() { return t_comm_label; }
 
 Span::Span(std::string name, Track track) : name_(std::move(name)), track_(track) {
   if (!enabled()) return;
@@ -183,15 +202,15 @@ void write(ProcessGroup& world, const std::string& path) {
         const int64_t id = (int64_t(world.rank()) << 32) | ++slices;
         for (bool begin : {true, false}) {
           std::snprintf(buf, sizeof buf, "\"cat\": \"launch to completion\", \"ph\": \"%s\", \"id\": %lld, "
-                        "\"ts\": %.3f, \"pid\": %d, \"tid\": %d}", begin ? "b" : "e", (long long)id,
+                        "\"ts\": %.3f, \"pid\": %d, \"tid\": %d", begin ? "b" : "e", (long long)id,
                         begin ? e.start_us : e.start_us + e.dur_us, world.rank(), int(kComm));
-          mine += head + buf;
+          mine += head + buf + (begin ? json_args(e.args) : "") + "}";
         }
         continue;
       }
-      std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d}", e.start_us,
+      std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d", e.start_us,
                     e.dur_us, world.rank(), int(e.track));
-      mine += head + buf;
+      mine += head + buf + json_args(e.args) + "}";
     }
     g_events.clear();
     // The row's label in Perfetto: how well this rank's clock sits on rank 0's.

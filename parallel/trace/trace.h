@@ -26,6 +26,7 @@
 // microseconds that event takes).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -52,8 +53,45 @@ bool enabled();
 
 // Microseconds since start() on this rank.
 double now_us();
+// What a span carries besides its name and times, written as the event's
+// "args" in the file: a collective's exact bytes (its name rounds them down to
+// KiB), and what it was launched for ("unit 2": ZeRO-3's gathers, CommLabel).
+struct SpanArgs {
+  int64_t bytes = -1;  // -1: not written
+  std::string what;    // empty: not written
+};
 // A complete span [start_us, end_us) named e.g. "F3", "all_reduce bucket 2".
-void record(const std::string& name, double start_us, double end_us, Track track = kCompute);
+void record(const std::string& name, double start_us, double end_us, Track track = kCompute, SpanArgs args = {});
+
+// RAII, on the thread that launches communication: every collective submitted
+// while it lives carries `what` in the trace (SpanArgs::what), so a reader can
+// tell which unit an all-gather fills. Nests.
+class CommLabel {
+ public:
+  explicit CommLabel(const std::string& what);
+  ~CommLabel();
+  CommLabel(const CommLabel&) = delete;
+  CommLabel& operator=(const CommLabel&) = delete;
+
+ private:
+  std::string previous_;
+};
+const std::string& comm_label();  // this thread's label now ("" outside every CommLabel)
+
+// A compute span opened in one hook and closed in another (a layer's forward
+// pre-hook and its forward hook): open() notes the time, close() records the
+// span if one is open. Nothing while tracing is off.
+class OpenSpan {
+ public:
+  void open() { start_ = enabled() ? now_us() : -1; }
+  void close(const std::string& name) {
+    if (start_ >= 0) record(name, start_, now_us(), kCompute);
+    start_ = -1;
+  }
+
+ private:
+  double start_ = -1;
+};
 
 // After start(), on a rank whose work runs on GPU d: adds the GPU tracks
 // (waits once for d's stream to drain). Off again at the next start().

@@ -219,6 +219,32 @@ def check_ring_summary(repo, problems):
         problems.append(f"docs/trace_summary.py --ring: after the last step {r['F']['after']}, {r['B']['after']}; "
                         "by hand nothing forward, the dK/dV hop home backward")
 
+def check_step_traffic(repo, problems):
+    """docs/trace_summary.py's step_traffic (bytes per step, exposed communication) on a made-up step."""
+    sys.path.insert(0, os.path.join(repo, "docs"))
+    import trace_summary  # noqa: E402
+
+    def x(name, ts, dur, tid, nbytes=None):
+        e = {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+        return dict(e, args={"bytes": nbytes}) if nbytes is not None else e
+
+    # One step between the optimizer steps at 0 and 200, dp 4. Compute: [0, 5) and [10, 150)
+    # less the wait [40, 60). Communication [30, 70), [140, 170), [180, 190): 80 us, of which
+    # [40, 60), [150, 170) and [180, 190) beside no compute: 50 us exposed. Bytes sent per rank:
+    # 4000 x 3/4 + 8000 x 3/4 + 2 x 400 x 3/4 = 9600 (the float64 loss left out).
+    events = [x("optimizer step", 0, 5, 0), x("forward", 10, 50, 0), x("wait for param all-gather, unit 1", 40, 20, 0),
+              x("backward", 60, 90, 0), x("optimizer step", 200, 5, 0),
+              x("all_gather(float32) dp (size 4) #1 (3 KiB)", 30, 40, 1, 4000),
+              x("reduce_scatter(avg, float32) dp (size 4) #2 (7 KiB)", 140, 30, 1, 8000),
+              x("all_reduce(avg, float64) dp (size 4) #3 (0 KiB)", 175, 5, 1, 8),
+              x("all_reduce(avg, float32) dp (size 4) #4 (0 KiB)", 180, 10, 1, 400)]
+    t = trace_summary.step_traffic(events)[0]
+    want = {"steps": 1, "sent_bytes": 9600, "comm_ms": 0.08, "exposed_ms": 0.05, "exposed_share": 0.625,
+            "waited_ms": 0.02}
+    for k, v in want.items():
+        if abs(t[k] - v) > 1e-9:
+            problems.append(f"docs/trace_summary.py: step_traffic {k} = {t[k]} on the made-up trace, by hand {v}")
+
 
 def fenced_blocks(text):
     """(line number of the fence, info string, [lines]) for each fenced block."""
@@ -417,6 +443,8 @@ def main():
             problems.append(f"README.md: does not link the chapter docs/{c}")
     check_trace_summary(repo, problems)
     check_ring_summary(repo, problems)
+
+    check_step_traffic(repo, problems)
     if len(sys.argv) == 3:  # the build to rerun the chapters' commands with
         build = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[2])))
         only = os.environ.get("LOOM_DOCS_CHAPTERS", "")  # e.g. "04,06": rerun only these
