@@ -35,13 +35,17 @@ std::vector<T> random_values(size_t n, uint64_t seed, double scale = 3.0) {
 template <class T>
 Tensor tensor_of(const std::vector<T>& v, Shape shape) { return from_vector(v, std::move(shape)); }
 
-// Largest |a - b| / (atol + |b|) over the elements; <= 1 passes.
+// Largest |a - b| / (atol * max(1, max |b|) + rtol * |b|) over the elements;
+// <= 1 passes. atol scales with the largest value: a sum's rounding grows with
+// its terms, not with each output (log_softmax's dx = dy - exp(y) * sum(dy)
+// is small where dy is, and off by exp(y) times the sum's rounding).
 template <class T>
 double worst(const std::vector<T>& a, const std::vector<T>& b, double rtol, double atol) {
   EXPECT_EQ(a.size(), b.size());
-  double w = 0;
+  double largest = 1, w = 0;
+  for (T v : b) largest = std::max(largest, std::fabs(double(v)));
   for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    w = std::max(w, std::fabs(double(a[i]) - double(b[i])) / (atol + rtol * std::fabs(double(b[i]))));
+    w = std::max(w, std::fabs(double(a[i]) - double(b[i])) / (atol * largest + rtol * std::fabs(double(b[i]))));
   return w;
 }
 
@@ -90,7 +94,7 @@ void softmax_backward_row_fast(const T* dy, const T* y, T* dx, long n, long visi
 // Every row of [rows, n] through a row function; results as one vector.
 template <class T, class Row>
 std::vector<T> by_rows(long rows, long n, Row row) {
-  std::vector<T> out(size_t(rows * n));
+  std::vector<T> out(static_cast<size_t>(rows * n));
   for (long r = 0; r < rows; ++r) row(r, out.data() + r * n);
   return out;
 }
@@ -111,25 +115,27 @@ void check_softmax_family(double rtol, double atol) {
         softmax_row_fast<decltype(vec)::value>(x.data() + r * n, y, n, n, T(1), log, lanes);
       });
     };
-    const std::vector<T> ref_y = ops::softmax(xt).to_vector<T>(), ref_ly = ops::log_softmax(xt).to_vector<T>();
+    const std::vector<T> ref_y = ops::softmax(xt).template to_vector<T>(), ref_ly = ops::log_softmax(xt).template to_vector<T>();
     EXPECT_LE(worst(fwd(std::integral_constant<int, 1>{}, false), ref_y, rtol, atol), 1.0);
     EXPECT_LE(worst(fwd(std::integral_constant<int, 4>{}, false), ref_y, rtol, atol), 1.0);
     EXPECT_LE(worst(fwd(std::integral_constant<int, 4>{}, true), ref_ly, rtol, atol), 1.0);
     const std::vector<T> gy = by_rows<T>(rows, n, [&](long r, T* dx) {
       softmax_backward_row_fast<4>(dy.data() + r * n, ref_y.data() + r * n, dx, n, n, T(1), false, false, lanes);
     });
-    EXPECT_LE(worst(gy, ops::softmax_backward(dyt, tensor_of(ref_y, {rows, n})).to_vector<T>(), rtol, atol), 1.0);
+    EXPECT_LE(worst(gy, ops::softmax_backward(dyt, tensor_of(ref_y, {rows, n})).template to_vector<T>(), rtol, atol), 1.0);
     const std::vector<T> gly = by_rows<T>(rows, n, [&](long r, T* dx) {
       softmax_backward_row_fast<4>(dy.data() + r * n, ref_ly.data() + r * n, dx, n, n, T(1), true, false, lanes);
     });
-    EXPECT_LE(worst(gly, ops::log_softmax_backward(dyt, tensor_of(ref_ly, {rows, n})).to_vector<T>(), rtol, atol),
+    EXPECT_LE(worst(gly, ops::log_softmax_backward(dyt, tensor_of(ref_ly, {rows, n})).template to_vector<T>(), rtol, atol),
               1.0);
   }
 }
 
 TEST(FastRowMath, SoftmaxFamilyInTheKernelsOrderMatchesTheReference) {
+  // Measured (2026-11-27): at most 0.42 of these tolerances in fp64, 0.4 in fp32
+  // (log_softmax's backward over 50257 values: dx = dy - exp(y) * sum(dy)).
   check_softmax_family<double>(1e-13, 1e-15);
-  check_softmax_family<float>(2e-6, 1e-7);
+  check_softmax_family<float>(2e-6, 1e-6);
 }
 
 // Causal scores [T, T] (one head): row t sees t + 1 keys; T = 21 and 1024.
@@ -140,7 +146,7 @@ void check_causal(double rtol, double atol) {
     const T scale = T(0.125);
     const std::vector<T> x = random_values<T>(size_t(n * n), 3), dy = random_values<T>(size_t(n * n), 4, 1.0);
     const Tensor xt = tensor_of(x, {n, n});
-    const std::vector<T> ref = ops::causal_softmax(xt, 0.125).to_vector<T>();
+    const std::vector<T> ref = ops::causal_softmax(xt, 0.125).template to_vector<T>();
     const std::vector<T> y = by_rows<T>(n, n, [&](long r, T* out) {
       softmax_row_fast<4>(x.data() + r * n, out, n, r + 1, scale, false, kWarpSize);
     });
@@ -149,7 +155,7 @@ void check_causal(double rtol, double atol) {
       softmax_backward_row_fast<4>(dy.data() + r * n, ref.data() + r * n, out, n, r + 1, scale, false, true, kWarpSize);
     });
     const Tensor ref_dx = ops::causal_softmax_backward(tensor_of(dy, {n, n}), tensor_of(ref, {n, n}), 0.125);
-    EXPECT_LE(worst(dx, ref_dx.to_vector<T>(), rtol, atol), 1.0);
+    EXPECT_LE(worst(dx, ref_dx.template to_vector<T>(), rtol, atol), 1.0);
   }
 }
 
@@ -183,7 +189,7 @@ template <class T>
 void layernorm_param_grads_fast(const T* dy, const T* x, const T* mean, const T* rstd, long rows, long C,
                                 long rows_per_block, T* dw, T* db) {
   const long blocks = partial_blocks(rows, rows_per_block);
-  std::vector<T> pdw(size_t(blocks * C)), pdb(size_t(blocks * C));
+  std::vector<T> pdw(static_cast<size_t>(blocks * C)), pdb(static_cast<size_t>(blocks * C));
   for (long b = 0; b < blocks; ++b)
     for (long c = 0; c < C; ++c) {
       pdw[size_t(b * C + c)] = block_column_sum<T>(b, rows, rows_per_block, [&](long r) {
@@ -207,30 +213,31 @@ void check_layernorm(double rtol, double atol, double grad_rtol) {
     const std::vector<T> w = random_values<T>(size_t(C), 7, 1.0), b = random_values<T>(size_t(C), 8, 1.0);
     const Tensor xt = tensor_of(x, {rows, C}), wt = tensor_of(w, {C}), bt = tensor_of(b, {C});
     const ops::LayerNormResult ref = ops::layer_norm(xt, wt, bt, 1e-5);
-    std::vector<T> mean(size_t(rows)), rstd(size_t(rows));
+    std::vector<T> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
     const std::vector<T> y = by_rows<T>(rows, C, [&](long r, T* out) {
       layernorm_row_fast<4>(x.data() + r * C, w.data(), b.data(), out, C, T(1e-5), &mean[size_t(r)],
                             &rstd[size_t(r)], lanes);
     });
-    EXPECT_LE(worst(y, ref.y.to_vector<T>(), rtol, atol), 1.0);
-    EXPECT_LE(worst(mean, ref.mean.to_vector<T>(), rtol, atol), 1.0);
-    EXPECT_LE(worst(rstd, ref.rstd.to_vector<T>(), rtol, atol), 1.0);
+    EXPECT_LE(worst(y, ref.y.template to_vector<T>(), rtol, atol), 1.0);
+    EXPECT_LE(worst(mean, ref.mean.template to_vector<T>(), rtol, atol), 1.0);
+    EXPECT_LE(worst(rstd, ref.rstd.template to_vector<T>(), rtol, atol), 1.0);
     const ops::LayerNormGrads rg = ops::layer_norm_backward(tensor_of(dy, {rows, C}), xt, wt, ref.mean, ref.rstd);
-    const std::vector<T> rm = ref.mean.to_vector<T>(), rr = ref.rstd.to_vector<T>();
+    const std::vector<T> rm = ref.mean.template to_vector<T>(), rr = ref.rstd.template to_vector<T>();
     const std::vector<T> dx = by_rows<T>(rows, C, [&](long r, T* out) {
       layernorm_backward_row_fast<1>(dy.data() + r * C, x.data() + r * C, w.data(), rm[size_t(r)], rr[size_t(r)], out,
                                      C, lanes);
     });
-    EXPECT_LE(worst(dx, rg.dx.to_vector<T>(), grad_rtol, atol), 1.0);
-    std::vector<T> dw(size_t(C)), db(size_t(C));
+    EXPECT_LE(worst(dx, rg.dx.template to_vector<T>(), grad_rtol, atol), 1.0);
+    std::vector<T> dw(static_cast<size_t>(C)), db(static_cast<size_t>(C));
     layernorm_param_grads_fast(dy.data(), x.data(), rm.data(), rr.data(), rows, C, kRowsPerPartial, dw.data(),
                                db.data());
-    EXPECT_LE(worst(dw, rg.dweight.to_vector<T>(), grad_rtol, atol), 1.0);
-    EXPECT_LE(worst(db, rg.dbias.to_vector<T>(), grad_rtol, atol), 1.0);
+    EXPECT_LE(worst(dw, rg.dweight.template to_vector<T>(), grad_rtol, atol), 1.0);
+    EXPECT_LE(worst(db, rg.dbias.template to_vector<T>(), grad_rtol, atol), 1.0);
   }
 }
 
 TEST(FastRowMath, LayerNormInTheKernelsOrderMatchesTheReference) {
+  // Measured: at most 0.14 of these tolerances (fp32 dw over 200 rows in 4 blocks).
   check_layernorm<double>(1e-13, 1e-14, 1e-12);
   check_layernorm<float>(2e-6, 1e-6, 2e-5);
 }
@@ -245,7 +252,7 @@ TEST(FastRowMath, TwoPassColumnSumsHaveAFixedDocumentedOrder) {
   const ops::LayerNormResult fwd = ops::layer_norm(xt, Tensor(), Tensor(), 1e-5);
   const std::vector<float> mean = fwd.mean.to_vector<float>(), rstd = fwd.rstd.to_vector<float>();
   auto two_pass = [&](long rows_per_block) {
-    std::vector<float> dw(size_t(C)), db(size_t(C));
+    std::vector<float> dw(static_cast<size_t>(C)), db(static_cast<size_t>(C));
     layernorm_param_grads_fast(dy.data(), x.data(), mean.data(), rstd.data(), rows, C, rows_per_block, dw.data(),
                                db.data());
     return std::make_pair(dw, db);
@@ -264,13 +271,17 @@ TEST(FastRowMath, TwoPassColumnSumsHaveAFixedDocumentedOrder) {
   int differs = 0;
   for (long c = 0; c < C; ++c) {
     float expected = 0;
+    double magnitude = 0;  // sum of |terms|: what the rounding of a sum scales with
     for (long b = 0; b < blocks; ++b) {
       float block = 0;
-      for (long r = b * kRowsPerPartial; r < std::min(rows, (b + 1) * kRowsPerPartial); ++r) block += dy[size_t(r * C + c)];
+      for (long r = b * kRowsPerPartial; r < std::min(rows, (b + 1) * kRowsPerPartial); ++r) {
+        block += dy[size_t(r * C + c)];
+        magnitude += std::fabs(dy[size_t(r * C + c)]);
+      }
       expected += block;
     }
     EXPECT_EQ(first.second[size_t(c)], expected) << "column " << c;
-    EXPECT_NEAR(first.second[size_t(c)], one_block.second[size_t(c)], 1e-4) << "column " << c;
+    EXPECT_NEAR(first.second[size_t(c)], one_block.second[size_t(c)], 1e-6 * magnitude) << "column " << c;
     differs += first.second[size_t(c)] != one_block.second[size_t(c)];
   }
   EXPECT_GT(differs, 0) << "16 blocks rounded every column as one block did: the partition is not being used";
@@ -288,9 +299,9 @@ void check_cross_entropy(double rtol, double atol) {
     const std::vector<int64_t> target = {0, V - 1, V / 3};
     const Tensor xt = tensor_of(x, {N, V}), tt = from_vector(target, {N});
     const ops::CrossEntropyResult ref = ops::cross_entropy(xt, tt);
-    const std::vector<T> ref_lse = ref.lse.to_vector<T>();
+    const std::vector<T> ref_lse = ref.lse.template to_vector<T>();
     double loss = 0;
-    std::vector<T> lse(size_t(N)), dx(size_t(N * V));
+    std::vector<T> lse(static_cast<size_t>(N)), dx(static_cast<size_t>(N * V));
     const T scale = T(1.0 / double(N));
     for (long r = 0; r < N; ++r) {
       const T* xr = x.data() + r * V;
@@ -303,7 +314,7 @@ void check_cross_entropy(double rtol, double atol) {
     EXPECT_LE(worst(lse, ref_lse, rtol, atol), 1.0);
     EXPECT_NEAR(loss / double(N), ref.loss.item<double>(), rtol * 20);
     const Tensor ref_dx = ops::cross_entropy_backward(full({}, 1.0, dtype_of<T>()), xt, tt, ref.lse, ref.count);
-    EXPECT_EQ(dx, ref_dx.to_vector<T>());  // elementwise, the same expression: the same bits
+    EXPECT_EQ(dx, ref_dx.template to_vector<T>());  // elementwise, the same expression: the same bits
   }
 }
 
@@ -317,7 +328,7 @@ TEST(FastRowMath, CrossEntropyInTheKernelsOrderMatchesTheReference) {
 TEST(FastRowMath, EmbeddingBackwardBySlicesIsTheReferenceBitForBit) {
   const long N = 300, V = 97, C = 40, slices = 64, slice = (V + slices - 1) / slices;
   const std::vector<float> g = random_values<float>(size_t(N * C), 12);
-  std::vector<int64_t> idx(size_t(N));
+  std::vector<int64_t> idx(static_cast<size_t>(N));
   for (long i = 0; i < N; ++i) idx[size_t(i)] = (i * 7919 + i / 3) % 13 * 7 % V;  // few ids, many repeats
   std::vector<float> dw(size_t(V * C), 0.0f);
   for (long s = 0; s < slices; ++s)  // blockIdx.y
