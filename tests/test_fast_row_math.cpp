@@ -1,6 +1,6 @@
 // The fast CUDA row kernels' math (tensor/cuda/fast/), run on the CPU in the
 // kernels' own order: each of the team's lanes folds its values
-// (kernels/row_lanes.h, online_softmax.h), the lanes meet in the shuffle
+// (tensor/kernels/row_lanes.h, online_softmax.h), the lanes meet in the shuffle
 // tree's order (team_reduce_model: 32 lanes, then 512 = 16 warps), the
 // column sums in their two passes (column_partials.h). Compared with the
 // reference ops on the CPU: fp64 to ~1e-13, fp32 to tolerances measured here

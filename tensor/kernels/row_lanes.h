@@ -58,7 +58,7 @@ LOOM_HOST_DEVICE void for_lane_indices(long n, int lane, int lanes, F f) {
   for (long i = vectors * Vec + lane; i < n; i += lanes) f(i);
 }
 
-// The CPU's model of a warp's shuffle tree (fast/warp_reduce.cuh): at each
+// The CPU's model of a warp's shuffle tree (tensor/cuda/fast/row_team.cuh): at each
 // step, lane l combines its value with lane l ^ offset's, offsets 16, 8, 4,
 // 2, 1; after five steps every lane holds the whole warp's result. v[0..32)
 // is updated in place, all lanes in lockstep, as the shuffles are.
@@ -71,7 +71,7 @@ void butterfly_all_lanes(T* v, Op op) {
   }
 }
 
-// A team's result as the kernels form it (fast/warp_reduce.cuh, team_reduce):
+// A team's result as the kernels form it (tensor/cuda/fast/row_team.cuh, BlockTeam::reduce):
 // each warp's butterfly, then warp w's result in slot w of 32 (identity in
 // the slots past the last warp) and one more butterfly over the slots.
 // lane_values[0..lanes), lanes a multiple of 32 and at most 32 * 32.
