@@ -185,11 +185,11 @@ Tensor log_softmax(const Tensor& x) {
   if (fast::use_fast(x)) return fast::log_softmax(x);
   return per_row("log_softmax", x, LogSoftmaxRow{}); }
 Tensor softmax_backward(const Tensor& grad, const Tensor& y) {
-  if (fast::use_fast(y)) return fast::softmax_backward(grad, y);
+  if (fast::use_fast(grad) && fast::use_fast(y)) return fast::softmax_backward(grad, y);
   return per_row2("softmax_backward", grad, y, SoftmaxBackwardRow{});
 }
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
-  if (fast::use_fast(y)) return fast::log_softmax_backward(grad, y);
+  if (fast::use_fast(grad) && fast::use_fast(y)) return fast::log_softmax_backward(grad, y);
   return per_row2("log_softmax_backward", grad, y, LogSoftmaxBackwardRow{});
 }
 Tensor causal_softmax(const Tensor& x, double scale) {
@@ -199,7 +199,7 @@ Tensor causal_softmax(const Tensor& x, double scale) {
 }
 Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale) {
   LOOM_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.shape());
-  if (fast::use_fast(y)) return fast::causal_softmax_backward(grad, y, scale);
+  if (fast::use_fast(grad) && fast::use_fast(y)) return fast::causal_softmax_backward(grad, y, scale);
   return per_row2("causal_softmax_backward", grad, y, CausalSoftmaxBackwardRow{long(y.size(-2)), scale});
 }
 
@@ -228,7 +228,7 @@ ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Ten
 
 ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                         const Tensor& rstd) {
-  if (fast::use_fast(x)) return fast::layer_norm_backward(grad, x, weight, mean, rstd);
+  if (fast::use_fast(grad) && fast::use_fast(x)) return fast::layer_norm_backward(grad, x, weight, mean, rstd);
   Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
   const DType cd = xc.dtype();
   const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
