@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     Tensor x = random_rows(d, BT, C, 1024, 1), dy = random_rows(d, BT, C, 1024, 2);
     Tensor w = ops::to(full({C}, 1.0, kFloat32), d), b = ops::to(full({C}, 0.1, kFloat32), d);
     Tensor logits = random_rows(d, BT, V, 256, 3);
-    std::vector<int64_t> ids(size_t(BT));
+    std::vector<int64_t> ids(static_cast<size_t>(BT));
     for (int64_t i = 0; i < BT; ++i) ids[size_t(i)] = (i * 7919) % V;
     Tensor targets = ops::to(from_vector(ids, {BT}), d);
     Tensor scores = ops::reshape(random_rows(d, B_att * H * T, T, 1024, 4), {B_att, H, T, T});

@@ -129,7 +129,7 @@ TEST_F(CudaRowsFast, EmbeddingBackwardIsTheCpusBitsForBit) {
   for (int64_t V : {11, 50257}) {
     SCOPED_TRACE(::testing::Message() << "V " << V);
     const int64_t N = 2048, C = 64;
-    std::vector<int64_t> ids(size_t(N));
+    std::vector<int64_t> ids(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) ids[size_t(i)] = (i * 7919 + i / 5) % 97 * 517 % V;  // repeats, spread over V
     Tensor idx = from_vector(ids, {2, N / 2}), g = random({2, N / 2, C}, 6);
     Tensor gidx = ops::to(idx, gpu), gg = ops::to(g, gpu);
