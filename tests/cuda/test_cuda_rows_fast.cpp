@@ -122,7 +122,12 @@ TEST_F(CudaRowsFast, CrossEntropyOverTheGpt2VocabularyWithIgnoredRows) {
   }
   // A target past the vocabulary is the reference's error, at the loss.
   Tensor bad = ops::to(from_vector(std::vector<int64_t>{3, 50257}), gpu);
-  EXPECT_THROW(fast([&] { return ops::cross_entropy(ops::to(random({2, 50257}, 5), gpu), bad, -100).count; }), Error);
+  try {
+    fast([&] { return ops::cross_entropy(ops::to(random({2, 50257}, 5), gpu), bad, -100).count; });
+    ADD_FAILURE() << "a target of 50257 in a vocabulary of 50257 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("50257 out of range for"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CudaRowsFast, EmbeddingBackwardIsTheCpusBitsForBit) {
