@@ -10,7 +10,8 @@
 
 namespace loom::cuda::fast {
 
-inline bool use_fast(const Tensor& x) { return fast_kernels() && x.dtype() != kFloat64; }
+// (Anything else - float64, or an integer tensor the reference refuses - takes the reference path.)
+inline bool use_fast(const Tensor& x) { return fast_kernels() && is_floating(x.dtype()) && x.dtype() != kFloat64; }
 
 // softmax_fast.cu: one row per warp (per block past 1024 values), online max/sum.
 Tensor softmax(const Tensor& x);
