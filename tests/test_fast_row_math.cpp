@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "tensor/cuda/kernel_choice.h"
@@ -387,19 +389,29 @@ TEST(FastRowMath, OnlineMaxSumEqualsTheTwoPassMaxAndSum) {
 
 // ---- the switch (tensor/cuda/kernel_choice.h) ----
 
-TEST(FastRowMath, KernelChoiceParsesItsTwoNamesAndRefusesOthers) {
-  EXPECT_EQ(cuda::parse_kernel_choice("fast"), cuda::KernelChoice::Fast);
-  EXPECT_EQ(cuda::parse_kernel_choice("reference"), cuda::KernelChoice::Reference);
-  try {
-    cuda::parse_kernel_choice("quick");
-    FAIL() << "'quick' was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected 'fast' or 'reference', got 'quick'"), std::string::npos) << e.what();
-  }
-  const cuda::KernelChoice before = cuda::kernel_choice();
-  cuda::set_kernel_choice(cuda::KernelChoice::Fast);
+// The environment is read on every call; set_kernel_choice overrides it until reset.
+TEST(FastRowMath, KernelChoiceFollowsTheEnvironmentUnlessSet) {
+  const char* before = std::getenv("LOOM_CUDA_KERNELS");
+  const std::string saved = before ? before : "";
+  unsetenv("LOOM_CUDA_KERNELS");
+  EXPECT_EQ(cuda::kernel_choice(), cuda::KernelChoice::Reference);
+  setenv("LOOM_CUDA_KERNELS", "fast", 1);
   EXPECT_TRUE(cuda::fast_kernels());
-  cuda::set_kernel_choice(before);
+  cuda::set_kernel_choice(cuda::KernelChoice::Reference);
+  EXPECT_FALSE(cuda::fast_kernels());
+  cuda::reset_kernel_choice();
+  EXPECT_TRUE(cuda::fast_kernels());
+  setenv("LOOM_CUDA_KERNELS", "quick", 1);
+  try {
+    cuda::kernel_choice();
+    ADD_FAILURE() << "LOOM_CUDA_KERNELS=quick was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LOOM_CUDA_KERNELS=quick: expected fast or reference"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(cuda::parse_kernel_choice("fast", "--cuda-kernels"), cuda::KernelChoice::Fast);
+  if (before) setenv("LOOM_CUDA_KERNELS", saved.c_str(), 1);
+  else unsetenv("LOOM_CUDA_KERNELS");
 }
 
 }  // namespace

@@ -17,12 +17,11 @@ using cuda_test::rtol_for;
 
 namespace {
 
-// f() with the row kernels set to k; the choice before is restored.
+// f() with the row kernels set to k; then LOOM_CUDA_KERNELS decides again.
 template <class F>
 auto with_kernels(cuda::KernelChoice k, F f) {
   struct Restore {
-    cuda::KernelChoice before = cuda::kernel_choice();
-    ~Restore() { cuda::set_kernel_choice(before); }
+    ~Restore() { cuda::reset_kernel_choice(); }
   } restore;
   cuda::set_kernel_choice(k);
   return f();
