@@ -5,6 +5,7 @@
 #include "parallel/recompute.h"
 #include "parallel/teach/teach_break.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/cuda/kernel_choice.h"
 #include "tensor/numbers.h"
 
 #include <unistd.h>
@@ -105,6 +106,9 @@ void add_options(CLI::App& app, Args& a) {
          "math threads (OpenMP); woken only while the cores are free, idle ones soon sleep");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
   app.add_flag("--tf32", a.tf32, "--device cuda: TF32 tensor-core GEMMs (faster; the run no longer matches the CPU's)");
+  app.add_option("--cuda-kernels", a.cuda_kernels, "--device cuda: the fast row kernels (tensor/cuda/fast/) or the "
+                 "reference ones (the default until a GPU run passes them; LOOM_CUDA_KERNELS sets it too)")
+      ->check(CLI::IsMember({"fast", "reference"}));
   app.add_option("--backend", a.backend, "mpi or nccl: how ranks exchange tensors (default: nccl with --device cuda, "
                  "mpi on the CPU; mpi moves GPU tensors through host memory, so ranks can share one GPU)")
       ->check(CLI::IsMember({"mpi", "nccl"}));
@@ -236,6 +240,8 @@ void check_device(const Args& a) {
     throw Error(str("--device ", a.device, ": ", e.what()));
   }
   LOOM_CHECK(!a.tf32 || d.is_cuda(), "--tf32 selects the GPU's GEMM precision; it needs --device cuda");
+  LOOM_CHECK(a.cuda_kernels.empty() || d.is_cuda(), "--cuda-kernels chooses the GPU's kernels; it needs --device cuda");
+  if (d.is_cuda() && a.cuda_kernels.empty()) cuda::kernel_choice();  // a bad LOOM_CUDA_KERNELS fails here, not mid-step
   LOOM_CHECK(!(d.is_cpu() && a.backend == "nccl"), "--backend nccl exchanges GPU tensors; it needs --device cuda "
              "(the CPU's backend is mpi)");
   if (d.is_cpu()) return;

@@ -22,6 +22,7 @@ struct Args {
   int threads = 1;
   std::string device = "cpu";  // cpu, or cuda[:N]: where the model, batches and optimizer live
   bool tf32 = false;           // --device cuda: TF32 GEMMs (faster; no longer matches the CPU run)
+  std::string cuda_kernels;    // --device cuda: fast or reference row kernels ("": LOOM_CUDA_KERNELS, else reference)
   std::string backend;         // mpi or nccl: how ranks exchange tensors ("": nccl for cuda, mpi for cpu)
   int64_t eval_every = 100, eval_batches = 8, log_every = 10, save_every = 0, stop_at = 0;
   std::string save, resume, log;

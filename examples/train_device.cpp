@@ -6,6 +6,7 @@
 #include "parallel/comm/process_group_by_device.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/cuda/kernel_choice.h"
 #include "tensor/numbers.h"
 #include "tensor/ops.h"
 
@@ -44,6 +45,7 @@ void move_to_device(parallel::Model& m, const Args& a) {
   const Device device = rank_device(a);
   if (device.is_cpu()) return;
   cuda::set_allow_tf32(a.tf32);
+  if (!a.cuda_kernels.empty()) cuda::set_kernel_choice(cuda::parse_kernel_choice(a.cuda_kernels, "--cuda-kernels"));
   m.to(device);  // in place: the tied wte stays one tensor; the pipeline receives there too
 }
 

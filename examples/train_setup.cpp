@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "examples/train_device.h"
+#include "tensor/cuda/kernel_choice.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
 #include "optim/build_optimizer.h"
@@ -128,7 +129,8 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
         (long long)cfg.ffn_hidden(), (long long)cfg.n_head, (long long)cfg.kv_heads(),
         cfg.tied_embeddings ? "tied" : "untied", cfg.bias ? "" : ", no biases");
   if (a.device != "cpu") {  // each rank's GPU, and how ranks exchange tensors
-    if (rank0) std::printf("device: %s, TF32 %s, backend %s\n", a.device.c_str(), a.tf32 ? "on" : "off",
+    if (rank0) std::printf("device: %s, TF32 %s, %s row kernels, backend %s\n", a.device.c_str(), a.tf32 ? "on" : "off",
+                           a.cuda_kernels.empty() ? cuda::kernel_choice_name(cuda::kernel_choice()) : a.cuda_kernels.c_str(),
                            a.backend.empty() ? "nccl" : a.backend.c_str());
     if (pgm.world().size() > 1) {
       std::printf("rank %d: %s\n", pgm.global_rank(), rank_device(a).str().c_str());

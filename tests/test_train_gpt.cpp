@@ -315,6 +315,7 @@ TEST(TrainGpt, DeviceIsCheckedUpFront) {
       {"--tf32", "--tf32 selects the GPU's GEMM precision; it needs --device cuda"},
       {"--device cuda:0 --tp 2 --heads 2", "--device cuda:0 with --tp 2: the tensor-parallel layers make host buffers"},
       {"--backend nccl", "--backend nccl exchanges GPU tensors; it needs --device cuda"},
+      {"--cuda-kernels fast", "--cuda-kernels chooses the GPU's kernels; it needs --device cuda"},
   };
   if (!loom::built_with_cuda())
     cases.push_back({"--device cuda:0", "--device cuda:0: loom was built without CUDA (configure with -DLOOM_CUDA=ON)"});
@@ -330,6 +331,12 @@ TEST(TrainGpt, DeviceIsCheckedUpFront) {
     EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
     EXPECT_EQ(r.output.find("data:"), std::string::npos) << flags << ": work began before the check\n" << r.output;
+  }
+  if (loom::built_with_cuda()) {  // a bad LOOM_CUDA_KERNELS (tensor/cuda/kernel_choice.h), before any work
+    Exec r = run_command("LOOM_CUDA_KERNELS=quick " + std::string(LOOM_TRAIN_GPT) + " " + data + "--device cuda:0 2>&1");
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find("LOOM_CUDA_KERNELS=quick: expected fast or reference"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("data:"), std::string::npos) << "work began before the check\n" << r.output;
   }
   // --device cpu is today's run: the same losses as no --device at all.
   Exec plain = run(data + "--log " + (d / "plain.jsonl").string());

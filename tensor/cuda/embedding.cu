@@ -9,12 +9,13 @@
 // Embedding backward is deterministic without atomics: one thread per column
 // c adds the tokens' gradient rows in token order, dW[idx[i], c] += g[i, c]
 // for i = 0, 1, ... - exactly the CPU loop's order per element, so the same
-// bits on every run. (Its parallelism is C threads; a sorted-index kernel, as
-// in llm.c, is the fast version.)
+// bits on every run. (Its parallelism is C threads; the fast version,
+// fast/embedding_backward_fast.cu, also cuts the vocabulary into slices.)
 #include <cmath>
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/cuda/fast/fast_ops.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/kernels/cross_entropy.h"
 
@@ -116,6 +117,7 @@ Tensor embedding(const Tensor& weight, const Tensor& idx) {
 // grad [..., C], idx [...] -> dW [num_rows, C] in grad's dtype
 Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_rows) {
   check_same_device("embedding_backward", grad, idx);
+  if (fast::use_fast(grad)) return fast::embedding_backward(grad, idx, num_rows);
   const int64_t C = grad.size(-1);
   const DType cd = compute_dtype(grad.dtype());
   Tensor g = ops::contiguous(ops::to(grad, cd)), ic = ops::contiguous(idx);
@@ -140,6 +142,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_row
 ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   check_same_device("cross_entropy", logits, targets);
   LOOM_CHECK(is_floating(logits.dtype()), "cross_entropy: expected floating logits, got ", logits.describe());
+  if (fast::use_fast(logits)) return fast::cross_entropy(logits, targets, ignore_index);
   Tensor x = ops::contiguous(ops::to(logits, compute_dtype(logits.dtype()))), t = ops::contiguous(targets);
   const int64_t N = x.size(0), V = x.size(1);
   const Device dev = logits.device();
@@ -167,6 +170,7 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   check_same_device("cross_entropy_backward", logits, targets);
   check_same_device("cross_entropy_backward", logits, grad);
   LOOM_CHECK(grad.numel() == 1, "cross_entropy_backward: grad must hold one value, got ", grad.shape());
+  if (fast::use_fast(logits)) return fast::cross_entropy_backward(grad, logits, targets, lse, count, ignore_index);
   Tensor x = ops::contiguous(ops::to(logits, compute_dtype(logits.dtype()))), t = ops::contiguous(targets);
   Tensor g = ops::contiguous(ops::to(grad, kFloat64)), l = ops::contiguous(lse);
   const int64_t N = x.size(0), V = x.size(1);

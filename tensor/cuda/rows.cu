@@ -8,7 +8,7 @@
 // a time". It is correct for any row length and deterministic (a row's sums
 // run in the order row_sum fixes); it is not fast for long rows, whose reads
 // are not coalesced across a warp. Faster kernels (a warp or block per row,
-// llm.c's) belong next to these, tested against them.
+// llm.c's) are in fast/ (fast_ops.h), chosen by LOOM_CUDA_KERNELS=fast.
 //
 //   x: [..., n] viewed as [rows, n], contiguous, in the compute dtype
 //   (float64 stays double, everything else fp32); results rounded back.
@@ -16,6 +16,7 @@
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/cuda/fast/fast_ops.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/kernels/layernorm.h"
 #include "tensor/kernels/rmsnorm.h"
@@ -177,25 +178,34 @@ __global__ void rope_kernel(const T* x, T* y, const T* cos, const T* sin, T sign
 
 }  // namespace
 
-Tensor softmax(const Tensor& x) { return per_row("softmax", x, SoftmaxRow{}); }
-Tensor log_softmax(const Tensor& x) { return per_row("log_softmax", x, LogSoftmaxRow{}); }
+Tensor softmax(const Tensor& x) {
+  if (fast::use_fast(x)) return fast::softmax(x);
+  return per_row("softmax", x, SoftmaxRow{}); }
+Tensor log_softmax(const Tensor& x) {
+  if (fast::use_fast(x)) return fast::log_softmax(x);
+  return per_row("log_softmax", x, LogSoftmaxRow{}); }
 Tensor softmax_backward(const Tensor& grad, const Tensor& y) {
+  if (fast::use_fast(grad) && fast::use_fast(y)) return fast::softmax_backward(grad, y);
   return per_row2("softmax_backward", grad, y, SoftmaxBackwardRow{});
 }
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& y) {
+  if (fast::use_fast(grad) && fast::use_fast(y)) return fast::log_softmax_backward(grad, y);
   return per_row2("log_softmax_backward", grad, y, LogSoftmaxBackwardRow{});
 }
 Tensor causal_softmax(const Tensor& x, double scale) {
   LOOM_CHECK(x.dim() >= 2, "causal_softmax: needs [..., T, S] scores, got ", x.shape());
+  if (fast::use_fast(x)) return fast::causal_softmax(x, scale);
   return per_row("causal_softmax", x, CausalSoftmaxRow{long(x.size(-2)), scale});
 }
 Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale) {
   LOOM_CHECK(y.dim() >= 2, "causal_softmax_backward: needs [..., T, S], got ", y.shape());
+  if (fast::use_fast(grad) && fast::use_fast(y)) return fast::causal_softmax_backward(grad, y, scale);
   return per_row2("causal_softmax_backward", grad, y, CausalSoftmaxBackwardRow{long(y.size(-2)), scale});
 }
 
 // weight/bias shapes and dtypes are checked by ops::layer_norm.
 ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (fast::use_fast(x)) return fast::layer_norm(x, weight, bias, eps);
   Tensor xc = rows_of("layer_norm", x);
   const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   const DType cd = xc.dtype();
@@ -218,6 +228,7 @@ ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Ten
 
 ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                         const Tensor& rstd) {
+  if (fast::use_fast(grad) && fast::use_fast(x)) return fast::layer_norm_backward(grad, x, weight, mean, rstd);
   Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
   const DType cd = xc.dtype();
   const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;

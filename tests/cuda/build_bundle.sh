@@ -21,6 +21,7 @@ t0=$SECONDS
 
 # The programs: every CUDA test, what those tests launch, and the GPU runs.
 targets=(train_gpt bench_gpt_step bench_allreduce bench_attention nccl_watchdog_job mpi_cuda_collectives mpi_cuda_nccl)
+targets+=(bench_row_kernels)  # the fast vs reference row kernels (bench/row_kernels.cpp)
 for src in tests/cuda/test_cuda_*.cpp; do targets+=("$(basename "$src" .cpp)"); done
 
 mkdir -p "$build"

@@ -8,13 +8,15 @@
 # Phases (each step capped by its own limit and by the time left):
 #   1 device    nvidia-smi; an ldd scan of the bundle (a missing library's folder is looked
 #               for and added to LD_LIBRARY_PATH); test_cuda_device
-#   2 ops       each op test binary once, as a whole process
+#   2 ops       each op test binary once, as a whole process (test_cuda_rows_fast: the fast row kernels)
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
 #   4 e2e       test_cuda_train_gpt(_parallel), gtest-sharded over several processes at once
-#   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16; losses compared
-#   6 bench     bench_attention (composition vs flash); bench/gpt_step.sh (small, gpt124m) beside
-#               PyTorch eager; the NCCL all-reduce
-#   7 memcheck  compute-sanitizer --tool memcheck over two op test binaries
+#   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32 with the
+#               fast row kernels, LOOM_CUDA_KERNELS=fast); losses compared
+#   6 bench     bench_attention (composition vs flash); the row kernels fast vs reference;
+#               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
+#               gpt124m again with LOOM_CUDA_KERNELS=fast
+#   7 memcheck  compute-sanitizer --tool memcheck over three op test binaries
 # Logs: $OUT/<phase>.log (7 files) and $OUT/summary.txt, which lists each step
 # as passed / failed / skipped (reason) / not run (one GPU) / not run (deadline).
 # Tests that need two GPUs are "not run (one GPU)", never passed.
@@ -128,6 +130,7 @@ phase_device() {
 phase_ops() {
   for t in allocator copy dropout nn ops optim llama; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
   step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
+  step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
 }
 
 phase_comm() {
@@ -168,10 +171,13 @@ phase_e2e() {
 # far apart the losses are is measured here, not asserted.
 phase_train() {
   local dt dev
-  for dt in fp32 bf16 fp16; do
+  # fp32-fast: the GPU run again with the fast row kernels, against fp32's CPU run.
+  for dt in fp32 bf16 fp16 fp32-fast; do
     for dev in cuda cpu; do
+      if [ "$dt" = fp32-fast ] && [ "$dev" = cpu ]; then cp "$tmp/fp32.cpu.jsonl" "$tmp/$dt.cpu.jsonl" 2> /dev/null; continue; fi
       rm -f "$tmp/$dt.$dev.jsonl"
-      step train "train_gpt $dt --device $dev" 90 "$bin/train_gpt" --device "$dev" --dtype "$dt" \
+      step train "train_gpt $dt --device $dev" 90 env LOOM_CUDA_KERNELS="$([ "$dt" = fp32-fast ] && echo fast || echo reference)" \
+        "$bin/train_gpt" --device "$dev" --dtype "${dt%-fast}" \
         --data tests/data/tiny_corpus.txt --steps 60 --batch 16 --block 64 --layers 4 --heads 4 --embd 128 \
         --eval-every 0 --sample 0 --log-every 20 --log "$tmp/$dt.$dev.jsonl"
     done
@@ -200,6 +206,7 @@ phase_bench() {
   # One layer's attention at GPT-2 124M's shape: the composition vs flash attention.
   step bench "bench_attention gpt124m bf16" 60 "$bin/bench_attention" --device cuda --dtype bf16
   step bench "bench_attention gpt124m fp32" 60 "$bin/bench_attention" --device cuda --dtype fp32
+  step bench bench_row_kernels 60 "$bin/bench_row_kernels" --reps 10  # fast vs reference row kernels, GPT-2 124M shapes
   for c in small gpt124m; do
     if python3 -c 'import torch' 2> /dev/null; then
       step bench "gpt_step $c" 180 env DEVICE=cuda PYTHON=python3 bash bench/gpt_step.sh "$run_dir" "$c" 1
@@ -209,6 +216,8 @@ phase_bench() {
     fi
   done
   step bench "bench_allreduce nccl np1" 60 "${mpirun_[@]}" -np 1 "$bin/bench_allreduce" --device cuda --backend nccl
+  step bench "bench_gpt_step gpt124m, fast row kernels" 120 env LOOM_CUDA_KERNELS=fast "$bin/bench_gpt_step" \
+    --config gpt124m --device cuda --warmup 3 --steps 10  # the step with tensor/cuda/fast/ (beside the reference's above)
 }
 
 phase_memcheck() {
@@ -217,6 +226,7 @@ phase_memcheck() {
   for t in ops nn; do
     step memcheck "memcheck test_cuda_$t" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_$t"
   done
+  step memcheck "memcheck test_cuda_rows_fast" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_rows_fast"
 }
 
 names=([1]=device [2]=ops [3]=comm [4]=e2e [5]=train [6]=bench [7]=memcheck)
