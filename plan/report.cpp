@@ -108,7 +108,8 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
       mc.one_node && g.world() > mc.devices_per_node ? " (more ranks than cores: they take turns)" : "", mc.memory_gib, mc.memory_bw_gbs,
       mc.intra_gbs, mc.inter_gbs, mc.link_efficiency, mc.devices_per_node);
 
-  say(out, "\nmemory per rank (params/grads/optimizer: loom's bytes per param; activations: Korthikanti et al. 2022)\n");
+  say(out, "\nmemory per rank (params/grads/optimizer: loom's bytes per param; activations: %s)\n",
+      m.llama ? "loom's Llama formula, optim/activation_memory.h" : "Korthikanti et al. 2022");
   say(out, "  pp rank  holds                params       params      grads   optimizer  activations       total\n");
   for (int st = 0; st < g.pp; ++st) {
     const RankMemory& r = s.stages[size_t(st)].memory;

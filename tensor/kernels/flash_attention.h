@@ -1,7 +1,7 @@
 // Flash attention's per-tile math (Dao et al. 2022, "FlashAttention"; the loop
 // order of FlashAttention-2, Dao 2023), written once for the CUDA kernels
 // (tensor/cuda/fast/flash_attention*.cu) and the CPU loop that runs them tile
-// by tile in the kernels' order (tensor/cpu/flash_attention.cpp), so the CPU
+// by tile in the kernels' order (tensor/ops_flash_attention.cpp), so the CPU
 // tests test the GPU's arithmetic.
 //
 // Causal attention of one head, q, k, v [T, hd], scale = 1/sqrt(hd):
