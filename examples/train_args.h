@@ -78,6 +78,6 @@ void add_options(CLI::App& app, Args& a);
 // [1, 1099511627776], got '0'".)
 // --device cuda[:N] is checked against the build and the machine here too: a
 // machine without a GPU stops before any work ("--device cuda:0: no CUDA device (...)").
-void validate(const Args& a);
+void validate(const Args& a);  // examples/train_checks.cpp
 
 }  // namespace loom::train
