@@ -21,6 +21,7 @@
 #include "nn/safetensors.h"
 #include "optim/adamw.h"
 #include "optim/param_groups.h"
+#include "relative_error.h"
 
 namespace loom::test {
 
@@ -34,18 +35,6 @@ inline nn::NamedTensors reference_weights(const nn::SafetensorsFile& file) {
         name.rfind("grad.", 0) != 0)
       weights.emplace_back(name, t);
   return weights;
-}
-
-// max |got - ref| / max |ref|: rounding shows as ~1e-7 in fp32, whatever the scale.
-inline double relative_error(const Tensor& got, const Tensor& ref) {
-  EXPECT_EQ(got.shape(), ref.shape());
-  std::vector<double> a = got.to_vector<double>(), b = ref.to_vector<double>();
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(a[i] - b[i]));
-    max_ref = std::max(max_ref, std::abs(b[i]));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
 }
 
 // Logits and loss within 1e-5, each of the model's `params` gradients within

@@ -20,32 +20,18 @@
 #include "nn/attention.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+#include "attention_inputs.h"
+#include "relative_error.h"
 
 using namespace loom;
+using loom::test::make_qkv;
+using loom::test::Qkv;
+using loom::test::relative_error;
 using autograd::TensorList;
 using loom::test::error_of;
 using loom::test::gradcheck;
 
 namespace {
-
-struct Qkv {
-  Tensor q, k, v;
-};
-
-// q, k, v [B, H, T, hd] as leaves. strided: views of one [B, T, 3 H hd]
-// tensor, split and transposed as the attention module does; else dense.
-Qkv make_qkv(int64_t B, int64_t H, int64_t T, int64_t hd, DType dtype, bool strided, uint64_t seed) {
-  Generator g(seed);
-  if (!strided) {
-    auto leaf = [&] { return autograd::set_requires_grad(randn({B, H, T, hd}, g, dtype)); };
-    Tensor q = leaf(), k = leaf(), v = leaf();
-    return {q, k, v};
-  }
-  Tensor qkv = autograd::set_requires_grad(randn({B, T, 3 * H * hd}, g, dtype));
-  TensorList parts = autograd::split(qkv, H * hd, 2);
-  auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
-  return {heads(parts[0]), heads(parts[1]), heads(parts[2])};
-}
 
 struct Outputs {
   Tensor y, dq, dk, dv;
@@ -67,17 +53,6 @@ Outputs run(const Qkv& in, bool fused, uint64_t seed) {
           ops::contiguous(autograd::grad(in.v))};
 }
 
-// max |a - b| / max(max |b|, 1e-30), in double.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = ops::to(a, kFloat64).to_vector<double>(), y = ops::to(b, kFloat64).to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double d = 0, m = 1e-30;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    d = std::max(d, std::abs(x[i] - y[i]));
-    m = std::max(m, std::abs(y[i]));
-  }
-  return d / m;
-}
 
 }  // namespace
 
@@ -97,10 +72,10 @@ TEST(CausalAttention, MatchesTheCompositionForwardAndBackward) {
         const uint64_t seed = uint64_t(c.T * 31 + c.hd);
         Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
         Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
-        EXPECT_LE(rel_diff(got.y, ref.y), tol) << "y";
-        EXPECT_LE(rel_diff(got.dq, ref.dq), tol) << "dq";
-        EXPECT_LE(rel_diff(got.dk, ref.dk), tol) << "dk";
-        EXPECT_LE(rel_diff(got.dv, ref.dv), tol) << "dv";
+        EXPECT_LE(relative_error(got.y, ref.y), tol) << "y";
+        EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
+        EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
+        EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";
       }
   }
 }
@@ -114,7 +89,7 @@ TEST(CausalAttention, SavesTheProbabilitiesAndStoresHeadsMerged) {
   Tensor q = randn({B, H, T, hd}, g), k = randn({B, H, T, hd}, g), v = randn({B, H, T, hd}, g);
   ops::CausalAttentionResult r = ops::causal_attention(q, k, v, 0.5);
   Tensor ref = ops::causal_softmax(ops::matmul(q, ops::transpose(k, -2, -1)), 0.5);
-  EXPECT_LE(rel_diff(r.att, ref), 1e-6);
+  EXPECT_LE(relative_error(r.att, ref), 1e-6);
   std::vector<float> att = r.att.to_vector<float>();
   size_t nonzero_future = 0;
   for (int64_t i = 0; i < B * H; ++i)
@@ -171,7 +146,7 @@ TEST(CausalAttention, ModuleOutputMatchesTheCompositionWrittenOut) {
   Tensor att = ops::causal_softmax(ops::matmul(heads(parts[0]), ops::transpose(heads(parts[1]), -2, -1)), 0.5);
   Tensor merged = ops::reshape(ops::transpose(ops::matmul(att, heads(parts[2])), 1, 2), {B, T, C});
   Tensor ref = ops::linear(merged, fused.c_proj->weight, fused.c_proj->bias);
-  EXPECT_LE(rel_diff(y, ref), 2e-6);
+  EXPECT_LE(relative_error(y, ref), 2e-6);
 }
 
 TEST(CausalAttention, BadInputsAreNamed) {

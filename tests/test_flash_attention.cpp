@@ -25,31 +25,17 @@
 #include "tensor/cuda/kernel_choice.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+#include "attention_inputs.h"
+#include "relative_error.h"
 
 using namespace loom;
+using loom::test::make_qkv;
+using loom::test::Qkv;
+using loom::test::relative_error;
 using autograd::TensorList;
 using loom::test::error_of;
 
 namespace {
-
-struct Qkv {
-  Tensor q, k, v;
-};
-
-// q, k, v [B, H, T, hd] as leaves: views of one [B, T, 3 H hd] tensor (as the
-// attention module splits its projection) when strided, else dense.
-Qkv make_qkv(int64_t B, int64_t H, int64_t T, int64_t hd, DType dtype, bool strided, uint64_t seed) {
-  Generator g(seed);
-  if (!strided) {
-    auto leaf = [&] { return autograd::set_requires_grad(randn({B, H, T, hd}, g, dtype)); };
-    Tensor q = leaf(), k = leaf(), v = leaf();
-    return {q, k, v};
-  }
-  Tensor qkv = autograd::set_requires_grad(randn({B, T, 3 * H * hd}, g, dtype));
-  TensorList parts = autograd::split(qkv, H * hd, 2);
-  auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
-  return {heads(parts[0]), heads(parts[1]), heads(parts[2])};
-}
 
 struct Outputs {
   Tensor o, dq, dk, dv;
@@ -68,17 +54,6 @@ Outputs run(const Qkv& in, bool flash, uint64_t seed) {
           ops::contiguous(autograd::grad(in.v))};
 }
 
-// max |a - b| / max |b|, in double.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = ops::to(a, kFloat64).to_vector<double>(), y = ops::to(b, kFloat64).to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double d = 0, m = 1e-30;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    d = std::max(d, std::abs(x[i] - y[i]));
-    m = std::max(m, std::abs(y[i]));
-  }
-  return d / m;
-}
 
 struct Case {
   int64_t B, H, T, hd;
@@ -96,10 +71,10 @@ void expect_matches_attend(DType dt, double tol) {
       const uint64_t seed = uint64_t(c.T * 31 + c.hd);
       Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
       Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
-      EXPECT_LE(rel_diff(got.o, ref.o), tol) << "o";
-      EXPECT_LE(rel_diff(got.dq, ref.dq), tol) << "dq";
-      EXPECT_LE(rel_diff(got.dk, ref.dk), tol) << "dk";
-      EXPECT_LE(rel_diff(got.dv, ref.dv), tol) << "dv";
+      EXPECT_LE(relative_error(got.o, ref.o), tol) << "o";
+      EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
+      EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
+      EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";
     }
 }
 
@@ -137,11 +112,11 @@ TEST(FlashAttention, HalfInputsAreNearerTheExactAnswerThanTheComposition) {
     const double unit = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
     for (int i = 0; i < 4; ++i) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << names[i]);
-      const double flash_err = rel_diff(got[i], exact[i]), comp_err = rel_diff(ref[i], exact[i]);
+      const double flash_err = relative_error(got[i], exact[i]), comp_err = relative_error(ref[i], exact[i]);
       EXPECT_LE(flash_err, 1.5 * unit);
       EXPECT_LE(comp_err, 2 * unit);
       EXPECT_LE(flash_err, comp_err);
-      EXPECT_LE(rel_diff(got[i], ref[i]), 2 * unit);
+      EXPECT_LE(relative_error(got[i], ref[i]), 2 * unit);
     }
   }
 }

@@ -15,25 +15,16 @@
 #include "nn/loss.h"
 #include "parallel/model_chunks.h"
 #include "tensor/ops.h"
+#include "relative_error.h"
 
 using namespace loom;
+using loom::test::relative_error;
 using namespace loom::parallel;
 
 namespace {
 
 // V 32, block 16, 4 blocks, 2 heads, C 32: 6 layers [embedding, 4 blocks, head].
 const nn::GPTConfig kCfg{32, 16, 4, 2, 32, 0.0, 11};
-
-// max |a - b| / max |b|
-double rel_diff(const Tensor& a, const Tensor& b) {
-  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, double(std::abs(x[i] - y[i])));
-    scale = std::max(scale, double(std::abs(y[i])));
-  }
-  return diff / scale;
-}
 
 std::vector<std::string> names(const nn::Module& m) {
   std::vector<std::string> out;
@@ -99,7 +90,7 @@ TEST(ModelChunks, ChunksKeepTheModelsNamesAndRunOneAtATime) {
   Tensor x = randint(0, 32, {2, 16}, g);
   Tensor h = x;
   for (int c = 0; c < 3; ++c) h = autograd::detach(rank1.forward(autograd::detach(rank0.forward(h, c)), c));
-  EXPECT_LE(rel_diff(h, gpt.forward(x)), 1e-6);
+  EXPECT_LE(relative_error(h, gpt.forward(x)), 1e-6);
 }
 
 TEST(ModelChunks, ParametersEqualTheFullModels) {
@@ -152,7 +143,7 @@ TEST(ModelChunks, TwoChainedStagesReproduceTheFullModel) {
   Tensor logits = b.forward(received);
   Tensor loss = nn::cross_entropy_loss(logits, y);
   EXPECT_TRUE(autograd::requires_grad(received));
-  EXPECT_LT(rel_diff(logits, full_logits), 1e-6);
+  EXPECT_LT(relative_error(logits, full_logits), 1e-6);
   EXPECT_NEAR(loss.item<double>(), full_loss.item<double>(), 1e-6);
 
   Tensor input_grad = b.backward(received, loss, Tensor());  // last stage: from the loss
@@ -165,9 +156,9 @@ TEST(ModelChunks, TwoChainedStagesReproduceTheFullModel) {
   for (ModelChunks* s : {&a, &b})
     for (auto& [n, p] : s->named_parameters())
       if (n != "wte.weight") {
-        EXPECT_LT(rel_diff(autograd::grad(p), full.at(n)), 1e-6) << n;
+        EXPECT_LT(relative_error(autograd::grad(p), full.at(n)), 1e-6) << n;
       }
   // The tied weight's gradient is split between the two copies; their sum is the model's.
   Tensor wte_sum = ops::add(autograd::grad(a.embedding_weight()), autograd::grad(b.embedding_weight()));
-  EXPECT_LT(rel_diff(wte_sum, full.at("wte.weight")), 1e-6);
+  EXPECT_LT(relative_error(wte_sum, full.at("wte.weight")), 1e-6);
 }

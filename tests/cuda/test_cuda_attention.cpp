@@ -13,8 +13,10 @@
 #include "autograd/variable.h"
 #include "cuda_test.h"
 #include "nn/attention.h"
+#include "../relative_error.h"
 
 using namespace loom;
+using loom::test::relative_error;
 using autograd::TensorList;
 
 using CudaAttention = cuda_test::CudaTest;
@@ -51,17 +53,6 @@ Result run(Shape4 s, DType dt, const Device& device, Path path) {
   return {ops::to(ops::contiguous(o), kCPU), ops::to(autograd::grad(in.qkv), kCPU)};
 }
 
-// max |a - b| / max |b|, in double (both on the CPU).
-double rel_diff(const Tensor& a, const Tensor& b) {
-  std::vector<double> x = ops::to(a, kFloat64).to_vector<double>(), y = ops::to(b, kFloat64).to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double d = 0, m = 1e-30;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    d = std::max(d, std::abs(x[i] - y[i]));
-    m = std::max(m, std::abs(y[i]));
-  }
-  return d / m;
-}
 
 const Shape4 kShapes[] = {{1, 2, 1024, 64}, {2, 3, 150, 24}};
 
@@ -84,13 +75,13 @@ TEST_F(CudaAttention, FlashMatchesTheCpuCompositionForwardAndBackward) {
       Result gpu_flash = run(s, dt, gpu, Path::Flash);
       Result cpu_attend = run(s, dt, kCPU, Path::Attend);
       Result cpu_flash = run(s, dt, kCPU, Path::Flash);
-      EXPECT_LE(rel_diff(gpu_flash.o, cpu_attend.o), tol) << "o vs composition";
-      EXPECT_LE(rel_diff(gpu_flash.dqkv, cpu_attend.dqkv), tol) << "dq, dk, dv vs composition";
+      EXPECT_LE(relative_error(gpu_flash.o, cpu_attend.o), tol) << "o vs composition";
+      EXPECT_LE(relative_error(gpu_flash.dqkv, cpu_attend.dqkv), tol) << "dq, dk, dv vs composition";
       // The same tile loop on both sides: apart only by FMA contraction (and
       // bf16/fp16's one final rounding of results that differ in the last fp32 bits).
       const double same = dt == kFloat32 ? 5e-6 : 2 * unit;
-      EXPECT_LE(rel_diff(gpu_flash.o, cpu_flash.o), same) << "o vs the CPU's tile loop";
-      EXPECT_LE(rel_diff(gpu_flash.dqkv, cpu_flash.dqkv), same) << "gradients vs the CPU's tile loop";
+      EXPECT_LE(relative_error(gpu_flash.o, cpu_flash.o), same) << "o vs the CPU's tile loop";
+      EXPECT_LE(relative_error(gpu_flash.dqkv, cpu_flash.dqkv), same) << "gradients vs the CPU's tile loop";
     }
 }
 
