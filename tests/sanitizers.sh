@@ -91,6 +91,8 @@ asan() {
     'Zero2\.(FourRanksMatchesOneProcess|CheckpointResumesOnOneProcess)'
     'TrainLlamaParallel\.(InterleavedPipeline|NaiveDataParallelTwoRanks|TensorParallelTwoRanks)MatchesOneProcess'
     'TrainGptParallel\.ZeroCheckpointReshardsFrom(Three|Four)RanksToOne'
+    # the ledger's arithmetic per mode (the Llama blocks, tp, bf16, recompute each run instrumented in another case)
+    'EveryMode/MemoryLedger\.MeasuredEqualsTheFormulaOnEveryRank/(llama_fp32_mha_tp2|llama_bf16_mqa|llama_bf16_attention|llama_tp2_sp_bf16|llama_bf16_full|untied_fp32)'
   )
   local skip
   skip=$(IFS='|'; echo "${variants[*]}")
