@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "examples/train_device.h"
-#include "tensor/cuda/kernel_choice.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
 #include "optim/build_optimizer.h"
@@ -21,6 +20,7 @@
 #include "parallel/load_full_state.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
+#include "tensor/cuda/kernel_choice.h"
 
 namespace loom::train {
 

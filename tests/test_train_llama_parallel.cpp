@@ -59,6 +59,11 @@ TEST(TrainLlamaParallel, PipelineTwoStagesMatchesOneProcess) {
                   "llama --pp 2 1f1b");
 }
 
+TEST(TrainLlamaParallel, AfabPipelineMatchesOneProcess) {
+  expect_same_run(train("llama_pp2_afab", 2, kLlama + "--pp 2 --schedule afab --microbatches 4 --batch 4"),
+                  llama_single_process(), "llama --pp 2 afab");
+}
+
 TEST(TrainLlamaParallel, ZeroTwoRanksMatchesOneProcess) {
   expect_same_run(train("llama_zero_dp2", 2, kLlama + "--dp 2 --batch 8 --zero"), llama_single_process(),
                   "llama --dp 2 --zero");
