@@ -1,10 +1,14 @@
-// Attention test inputs: q, k, v [B, H, T, hd] as autograd leaves, dense or
-// as the attention module makes them (views of one projection output), for
-// the tests that compare attention paths (test_attention, test_flash_attention).
+// Attention tests' inputs and runs: q, k, v [B, H, T, hd] as autograd leaves,
+// dense or as the attention module makes them (views of one projection
+// output), and one path's output and gradients, for the tests that compare
+// attention paths (test_attention, test_flash_attention).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 
+#include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/variable.h"
 #include "tensor/generator.h"
@@ -29,6 +33,26 @@ inline Qkv make_qkv(int64_t B, int64_t H, int64_t T, int64_t hd, DType dtype, bo
   autograd::TensorList parts = autograd::split(qkv, H * hd, 2);
   auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
   return {heads(parts[0]), heads(parts[1]), heads(parts[2])};
+}
+
+// An attention path: q, k, v [B, H, T, hd] and the scale -> out [B, H, T, hd].
+using AttentionPath = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, double)>;
+
+struct Outputs {
+  Tensor out, dq, dk, dv;  // contiguous
+};
+
+// out and the gradients of sum(out * w) for a fixed random w (from `seed`), by one path.
+inline Outputs run_attention(const Qkv& in, const AttentionPath& path, uint64_t seed) {
+  const double scale = 1.0 / std::sqrt(double(in.q.size(3)));
+  for (const Tensor* t : {&in.q, &in.k, &in.v})
+    if (!autograd::is_leaf(*t)) autograd::retain_grad(*t);
+  Tensor out = path(in.q, in.k, in.v, scale);
+  Generator g(seed);
+  Tensor w = randn(out.shape(), g, out.dtype());
+  autograd::backward(autograd::sum(autograd::mul(out, w)));
+  return {ops::contiguous(out), ops::contiguous(autograd::grad(in.q)), ops::contiguous(autograd::grad(in.k)),
+          ops::contiguous(autograd::grad(in.v))};
 }
 
 }  // namespace loom::test

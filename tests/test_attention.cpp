@@ -25,6 +25,8 @@
 
 using namespace loom;
 using loom::test::make_qkv;
+using loom::test::Outputs;
+using loom::test::run_attention;
 using loom::test::Qkv;
 using loom::test::relative_error;
 using autograd::TensorList;
@@ -33,24 +35,12 @@ using loom::test::gradcheck;
 
 namespace {
 
-struct Outputs {
-  Tensor y, dq, dk, dv;
-};
-
-// y and the gradients of sum(y * w) for a fixed random w, by one path.
+// The fused op or the composition it replaces.
 Outputs run(const Qkv& in, bool fused, uint64_t seed) {
-  const double scale = 1.0 / std::sqrt(double(in.q.size(3)));
-  for (const Tensor* t : {&in.q, &in.k, &in.v})
-    if (!autograd::is_leaf(*t)) autograd::retain_grad(*t);
-  Tensor y = fused ? autograd::causal_attention(in.q, in.k, in.v, scale)
-                   : autograd::matmul(autograd::causal_softmax(
-                                          autograd::matmul(in.q, autograd::transpose(in.k, -2, -1)), scale),
-                                      in.v);
-  Generator g(seed);
-  Tensor w = randn(y.shape(), g, y.dtype());
-  autograd::backward(autograd::sum(autograd::mul(y, w)));
-  return {ops::contiguous(y), ops::contiguous(autograd::grad(in.q)), ops::contiguous(autograd::grad(in.k)),
-          ops::contiguous(autograd::grad(in.v))};
+  if (fused) return run_attention(in, autograd::causal_attention, seed);
+  return run_attention(in, [](const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+    return autograd::matmul(autograd::causal_softmax(autograd::matmul(q, autograd::transpose(k, -2, -1)), scale), v);
+  }, seed);
 }
 
 
@@ -72,7 +62,7 @@ TEST(CausalAttention, MatchesTheCompositionForwardAndBackward) {
         const uint64_t seed = uint64_t(c.T * 31 + c.hd);
         Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
         Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
-        EXPECT_LE(relative_error(got.y, ref.y), tol) << "y";
+        EXPECT_LE(relative_error(got.out, ref.out), tol) << "out";
         EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
         EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
         EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";

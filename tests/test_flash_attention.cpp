@@ -30,6 +30,8 @@
 
 using namespace loom;
 using loom::test::make_qkv;
+using loom::test::Outputs;
+using loom::test::run_attention;
 using loom::test::Qkv;
 using loom::test::relative_error;
 using autograd::TensorList;
@@ -37,21 +39,12 @@ using loom::test::error_of;
 
 namespace {
 
-struct Outputs {
-  Tensor o, dq, dk, dv;
-};
-
-// o and the gradients of sum(o * w) for a fixed random w: flash attention or nn::attend.
+// Flash attention or nn::attend.
 Outputs run(const Qkv& in, bool flash, uint64_t seed) {
-  const double scale = 1.0 / std::sqrt(double(in.q.size(3)));
-  for (const Tensor* t : {&in.q, &in.k, &in.v})
-    if (!autograd::is_leaf(*t)) autograd::retain_grad(*t);
-  Tensor o = flash ? autograd::flash_attention(in.q, in.k, in.v, scale) : nn::attend(in.q, in.k, in.v, nullptr);
-  Generator g(seed);
-  Tensor w = randn(o.shape(), g, o.dtype());
-  autograd::backward(autograd::sum(autograd::mul(o, w)));
-  return {ops::contiguous(o), ops::contiguous(autograd::grad(in.q)), ops::contiguous(autograd::grad(in.k)),
-          ops::contiguous(autograd::grad(in.v))};
+  if (flash) return run_attention(in, autograd::flash_attention, seed);
+  return run_attention(in, [](const Tensor& q, const Tensor& k, const Tensor& v, double) {
+    return nn::attend(q, k, v, nullptr);
+  }, seed);
 }
 
 
@@ -71,7 +64,7 @@ void expect_matches_attend(DType dt, double tol) {
       const uint64_t seed = uint64_t(c.T * 31 + c.hd);
       Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
       Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
-      EXPECT_LE(relative_error(got.o, ref.o), tol) << "o";
+      EXPECT_LE(relative_error(got.out, ref.out), tol) << "o";
       EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
       EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
       EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";
@@ -107,7 +100,7 @@ TEST(FlashAttention, HalfInputsAreNearerTheExactAnswerThanTheComposition) {
     Tensor w = ops::to(randn(o.shape(), g, dt), kFloat64);  // run()'s w, in float64
     autograd::backward(autograd::sum(autograd::mul(o, w)));
     const Tensor exact[] = {o, autograd::grad(in64.q), autograd::grad(in64.k), autograd::grad(in64.v)};
-    const Tensor got[] = {flash.o, flash.dq, flash.dk, flash.dv}, ref[] = {comp.o, comp.dq, comp.dk, comp.dv};
+    const Tensor got[] = {flash.out, flash.dq, flash.dk, flash.dv}, ref[] = {comp.out, comp.dq, comp.dk, comp.dv};
     const char* names[] = {"o", "dq", "dk", "dv"};
     const double unit = dt == kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
     for (int i = 0; i < 4; ++i) {
