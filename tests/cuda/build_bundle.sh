@@ -4,7 +4,7 @@
 # tool to carry: build-gpu-bundle/loom-gpu-bundle.tar.xz (ignored by git,
 # `carry: ["build-gpu-bundle"]`). tests/cuda/gpu_runner.sh unpacks and runs it.
 #
-#   nice -n 10 bash tests/cuda/build_bundle.sh            # about 4 MB packed
+#   nice -n 10 bash tests/cuda/build_bundle.sh            # about 12 MB packed
 #   FMAD=OFF nice -n 10 bash tests/cuda/build_bundle.sh   # kernels without FMA contraction (--fmad=false)
 #
 # Built for the H100 alone (sm_90), with portable host code (x86-64-v3, no
