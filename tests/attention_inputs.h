@@ -4,6 +4,8 @@
 // attention paths (test_attention, test_flash_attention).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -13,6 +15,8 @@
 #include "autograd/variable.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+
+#include "relative_error.h"
 
 namespace loom::test {
 
@@ -53,6 +57,14 @@ inline Outputs run_attention(const Qkv& in, const AttentionPath& path, uint64_t 
   autograd::backward(autograd::sum(autograd::mul(out, w)));
   return {ops::contiguous(out), ops::contiguous(autograd::grad(in.q)), ops::contiguous(autograd::grad(in.k)),
           ops::contiguous(autograd::grad(in.v))};
+}
+
+// Two paths' outputs and gradients agree within tol (relative_error: max |got - ref| / max |ref|).
+inline void expect_outputs_match(const Outputs& got, const Outputs& ref, double tol) {
+  EXPECT_LE(relative_error(got.out, ref.out), tol) << "out";
+  EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
+  EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
+  EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";
 }
 
 }  // namespace loom::test

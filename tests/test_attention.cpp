@@ -26,6 +26,7 @@
 using namespace loom;
 using loom::test::make_qkv;
 using loom::test::Outputs;
+using loom::test::expect_outputs_match;
 using loom::test::run_attention;
 using loom::test::Qkv;
 using loom::test::relative_error;
@@ -62,10 +63,7 @@ TEST(CausalAttention, MatchesTheCompositionForwardAndBackward) {
         const uint64_t seed = uint64_t(c.T * 31 + c.hd);
         Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
         Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
-        EXPECT_LE(relative_error(got.out, ref.out), tol) << "out";
-        EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
-        EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
-        EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";
+        expect_outputs_match(got, ref, tol);
       }
   }
 }

@@ -401,6 +401,8 @@ TEST(FastRowMath, KernelChoiceFollowsTheEnvironmentUnlessSet) {
   EXPECT_FALSE(cuda::fast_kernels());
   cuda::reset_kernel_choice();
   EXPECT_TRUE(cuda::fast_kernels());
+  setenv("LOOM_CUDA_KERNELS", "reference", 1);
+  EXPECT_FALSE(cuda::fast_kernels());
   setenv("LOOM_CUDA_KERNELS", "quick", 1);
   try {
     cuda::kernel_choice();

@@ -22,7 +22,6 @@
 #include "error_of.h"
 #include "gradcheck.h"
 #include "nn/attention.h"
-#include "tensor/cuda/kernel_choice.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 #include "attention_inputs.h"
@@ -31,6 +30,7 @@
 using namespace loom;
 using loom::test::make_qkv;
 using loom::test::Outputs;
+using loom::test::expect_outputs_match;
 using loom::test::run_attention;
 using loom::test::Qkv;
 using loom::test::relative_error;
@@ -64,10 +64,7 @@ void expect_matches_attend(DType dt, double tol) {
       const uint64_t seed = uint64_t(c.T * 31 + c.hd);
       Outputs ref = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), false, 5);
       Outputs got = run(make_qkv(c.B, c.H, c.T, c.hd, dt, strided, seed), true, 5);
-      EXPECT_LE(relative_error(got.out, ref.out), tol) << "o";
-      EXPECT_LE(relative_error(got.dq, ref.dq), tol) << "dq";
-      EXPECT_LE(relative_error(got.dk, ref.dk), tol) << "dk";
-      EXPECT_LE(relative_error(got.dv, ref.dv), tol) << "dv";
+      expect_outputs_match(got, ref, tol);
     }
 }
 
@@ -202,19 +199,3 @@ TEST(FlashAttention, AnEmptySequenceGivesEmptyResults) {
   EXPECT_EQ(d.dk.shape(), Shape({2, 3, 0, 4}));
 }
 
-// LOOM_CUDA_KERNELS: reference unless set to fast; anything else is an error naming it.
-TEST(FlashAttention, KernelChoiceReadsLoomCudaKernels) {
-  const char* before = std::getenv("LOOM_CUDA_KERNELS");
-  const std::string saved = before ? before : "";
-  unsetenv("LOOM_CUDA_KERNELS");
-  EXPECT_EQ(cuda::kernel_choice(), cuda::KernelChoice::Reference);
-  setenv("LOOM_CUDA_KERNELS", "fast", 1);
-  EXPECT_TRUE(cuda::fast_kernels());
-  setenv("LOOM_CUDA_KERNELS", "reference", 1);
-  EXPECT_FALSE(cuda::fast_kernels());
-  setenv("LOOM_CUDA_KERNELS", "quick", 1);
-  EXPECT_NE(error_of([] { cuda::kernel_choice(); }).find("LOOM_CUDA_KERNELS=quick: expected fast or reference"),
-            std::string::npos);
-  if (before) setenv("LOOM_CUDA_KERNELS", saved.c_str(), 1);
-  else unsetenv("LOOM_CUDA_KERNELS");
-}

@@ -142,22 +142,26 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_row
 ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   check_same_device("cross_entropy", logits, targets);
   LOOM_CHECK(is_floating(logits.dtype()), "cross_entropy: expected floating logits, got ", logits.describe());
-  if (fast::use_fast(logits)) return fast::cross_entropy(logits, targets, ignore_index);
-  Tensor x = ops::contiguous(ops::to(logits, compute_dtype(logits.dtype()))), t = ops::contiguous(targets);
-  const int64_t N = x.size(0), V = x.size(1);
   const Device dev = logits.device();
-  Tensor lse = empty({N}, x.dtype(), dev), loss = empty({N}, kFloat64, dev), counted = empty({N}, kFloat64, dev);
-  if (N > 0) {
-    DeviceGuard guard(dev);
-    LaunchConfig c = launch_config(N);
-    cudaStream_t st = stream(dev);
-    IndexError* error = index_error_slot(dev);
-    LOOM_DISPATCH_COMPUTE(x.dtype(), "cross_entropy", {
-      cross_entropy_kernel<<<c.blocks, c.threads, 0, st>>>(ptr<scalar_t>(x), t.raw_data(), t.dtype() == kInt64, N, V,
-                                                           ignore_index, ptr<scalar_t>(lse), ptr<double>(loss),
-                                                           ptr<double>(counted), error);
-    });
-    CUDA_CHECK_LAUNCH();
+  Tensor lse, loss, counted;  // [N] each: the rows' log-sum-exp, loss and whether counted
+  if (fast::use_fast(logits)) {
+    fast::cross_entropy_rows(logits, targets, ignore_index, lse, loss, counted);
+  } else {
+    Tensor x = ops::contiguous(ops::to(logits, compute_dtype(logits.dtype()))), t = ops::contiguous(targets);
+    const int64_t N = x.size(0), V = x.size(1);
+    lse = empty({N}, x.dtype(), dev), loss = empty({N}, kFloat64, dev), counted = empty({N}, kFloat64, dev);
+    if (N > 0) {
+      DeviceGuard guard(dev);
+      LaunchConfig c = launch_config(N);
+      cudaStream_t st = stream(dev);
+      IndexError* error = index_error_slot(dev);
+      LOOM_DISPATCH_COMPUTE(x.dtype(), "cross_entropy", {
+        cross_entropy_kernel<<<c.blocks, c.threads, 0, st>>>(ptr<scalar_t>(x), t.raw_data(), t.dtype() == kInt64, N,
+                                                             V, ignore_index, ptr<scalar_t>(lse), ptr<double>(loss),
+                                                             ptr<double>(counted), error);
+      });
+      CUDA_CHECK_LAUNCH();
+    }
   }
   const int64_t count = int64_t(ops::sum(counted).item<double>());  // waits; throws a bad target found above
   // Mean over non-ignored rows (NaN when every row is ignored, as PyTorch).

@@ -78,40 +78,29 @@ __global__ void cross_entropy_backward_kernel(const float* x, const void* target
   }
 }
 
-void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  LOOM_CHECK(a.device() == b.device(), op, ": devices differ: ", a.device().str(), " and ", b.device().str());
-}
-
 }  // namespace
 
-ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  check_same_device("cross_entropy", logits, targets);
+void cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse, Tensor& loss,
+                        Tensor& counted) {
   Tensor x = ops::contiguous(ops::to(logits, kFloat32)), t = ops::contiguous(targets);
   const int64_t N = x.size(0), V = x.size(1);
   const Device dev = logits.device();
-  Tensor lse = empty({N}, kFloat32, dev), loss = empty({N}, kFloat64, dev), counted = empty({N}, kFloat64, dev);
-  if (N > 0) {
-    DeviceGuard guard(dev);
-    const RowLaunch l = row_launch(N, V);
-    cudaStream_t st = stream(dev);
-    const float* xp = ptr<float>(x);
-    with_row_variant(l, can_load_float4(V, {xp}), [&](auto vec, auto team) {
-      cross_entropy_kernel<decltype(vec)::value, decltype(team)><<<l.blocks, l.threads, 0, st>>>(
-          xp, t.raw_data(), t.dtype() == kInt64, N, V, ignore_index, ptr<float>(lse), ptr<double>(loss),
-          ptr<double>(counted), index_error_slot(dev));
-    });
-    CUDA_CHECK_LAUNCH();
-  }
-  const int64_t count = int64_t(ops::sum(counted).item<double>());  // waits; throws a bad target found above
-  Tensor mean = count ? ops::mul(ops::sum(loss), 1.0 / double(count)) : full({}, std::nan(""), kFloat64, dev);
-  return {ops::to(mean, logits.dtype()), lse, count};
+  lse = empty({N}, kFloat32, dev), loss = empty({N}, kFloat64, dev), counted = empty({N}, kFloat64, dev);
+  if (N == 0) return;
+  DeviceGuard guard(dev);
+  const RowLaunch l = row_launch(N, V);
+  cudaStream_t st = stream(dev);
+  const float* xp = ptr<float>(x);
+  with_row_variant(l, can_load_float4(V, {xp}), [&](auto vec, auto team) {
+    cross_entropy_kernel<decltype(vec)::value, decltype(team)><<<l.blocks, l.threads, 0, st>>>(
+        xp, t.raw_data(), t.dtype() == kInt64, N, V, ignore_index, ptr<float>(lse), ptr<double>(loss),
+        ptr<double>(counted), index_error_slot(dev));
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t count, int64_t ignore_index) {
-  check_same_device("cross_entropy_backward", logits, targets);
-  check_same_device("cross_entropy_backward", logits, grad);
-  LOOM_CHECK(grad.numel() == 1, "cross_entropy_backward: grad must hold one value, got ", grad.shape());
   Tensor x = ops::contiguous(ops::to(logits, kFloat32)), t = ops::contiguous(targets);
   Tensor g = ops::contiguous(ops::to(grad, kFloat64)), l = ops::contiguous(ops::to(lse, kFloat32));
   const int64_t N = x.size(0), V = x.size(1);

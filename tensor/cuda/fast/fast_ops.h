@@ -2,7 +2,8 @@
 // the reference entry points in rows.cu and embedding.cu when
 // LOOM_CUDA_KERNELS=fast (kernel_choice.h) and the compute dtype is fp32
 // (float64 stays on the reference kernels: it exists for gradient checks).
-// Same arguments, same results up to the order of their sums.
+// Called after the reference entry point's checks; same arguments, same
+// results up to the order of their sums.
 #pragma once
 
 #include "tensor/cuda/kernel_choice.h"
@@ -26,8 +27,11 @@ ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Ten
 ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                         const Tensor& rstd);
 
-// cross_entropy_fast.cu: a block per row of a vocabulary.
-ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index);
+// cross_entropy_fast.cu: a block per row of a vocabulary. The forward fills
+// each row's lse [N] (fp32), loss and counted [N] (fp64); the caller
+// (embedding.cu's cross_entropy) takes the mean, as after its own kernel.
+void cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Tensor& lse, Tensor& loss,
+                        Tensor& counted);
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t count, int64_t ignore_index);
 
