@@ -23,20 +23,32 @@ constexpr int kRowLanes = 16;
 // 15 scalar steps through the stack; for a 64-value softmax or a 128-value
 // layernorm row that was about a quarter of its time. Same steps, same order,
 // so the same bits.
-template <class T, class Op>
-inline T lane_tree(const T* lane, Op op) {
+//
+// The step is a macro, not a function taking the vectors: 8 doubles are 64
+// bytes, which a CPU without AVX-512 passes in memory, so a function with such
+// an argument has another ABI on each instruction set (GCC and clang warn,
+// -Wpsabi, and CI's warnings are errors). Nothing here crosses a call.
+enum class LaneOp { kSum, kMax };
+#define LOOM_LANE_STEP(a, b) (kOp == LaneOp::kSum ? (a) + (b) : ((b) > (a) ? (b) : (a)))
+template <LaneOp kOp, class T>
+inline T lane_tree(const T* lane) {
   typedef T V16 __attribute__((vector_size(16 * sizeof(T))));
   typedef T V8 __attribute__((vector_size(8 * sizeof(T))));
   typedef T V4 __attribute__((vector_size(4 * sizeof(T))));
   typedef T V2 __attribute__((vector_size(2 * sizeof(T))));
   V16 v;
   __builtin_memcpy(&v, lane, sizeof v);
-  V8 v8 = op(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7),
-             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
-  V4 v4 = op(__builtin_shufflevector(v8, v8, 0, 1, 2, 3), __builtin_shufflevector(v8, v8, 4, 5, 6, 7));
-  V2 v2 = op(__builtin_shufflevector(v4, v4, 0, 1), __builtin_shufflevector(v4, v4, 2, 3));
-  return op(v2[0], v2[1]);
+  const V8 lo8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+  const V8 hi8 = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const V8 v8 = LOOM_LANE_STEP(lo8, hi8);
+  const V4 lo4 = __builtin_shufflevector(v8, v8, 0, 1, 2, 3), hi4 = __builtin_shufflevector(v8, v8, 4, 5, 6, 7);
+  const V4 v4 = LOOM_LANE_STEP(lo4, hi4);
+  const V2 lo2 = __builtin_shufflevector(v4, v4, 0, 1), hi2 = __builtin_shufflevector(v4, v4, 2, 3);
+  const V2 v2 = LOOM_LANE_STEP(lo2, hi2);
+  const T a = v2[0], b = v2[1];
+  return LOOM_LANE_STEP(a, b);
 }
+#undef LOOM_LANE_STEP
 #endif
 
 // sum_{i < n} f(i), f(i) of type T.
@@ -47,7 +59,7 @@ LOOM_HOST_DEVICE T row_sum(long n, F f) {
   for (; i + kRowLanes <= n; i += kRowLanes)
     for (int k = 0; k < kRowLanes; ++k) lane[k] += f(i + k);
 #if !defined(__CUDACC__)
-  lane[0] = lane_tree(lane, [](auto a, auto b) { return a + b; });
+  lane[0] = lane_tree<LaneOp::kSum>(lane);
 #else
   for (int w = kRowLanes / 2; w > 0; w /= 2)
     for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
@@ -70,7 +82,7 @@ LOOM_HOST_DEVICE T row_max(const T* x, long n) {
     for (i = kRowLanes; i + kRowLanes <= n; i += kRowLanes)
       for (int k = 0; k < kRowLanes; ++k) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
 #if !defined(__CUDACC__)
-    m = lane_tree(lane, [](auto a, auto b) { return b > a ? b : a; });
+    m = lane_tree<LaneOp::kMax>(lane);
 #else
     for (int w = kRowLanes / 2; w > 0; w /= 2)
       for (int k = 0; k < w; ++k) lane[k] = lane[k + w] > lane[k] ? lane[k + w] : lane[k];
