@@ -89,6 +89,11 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
     if (rank0_) std::printf("%s%s", tty_ ? "\n" : "", table.c_str());
+    if (rank0_ && parse_dtype(a_.dtype) == kBFloat16 && !device_.is_cuda())  // why the activations differ by CPU
+      std::printf(" bf16 GEMMs: %s\n", optim::native_bf16_gemm(device_)
+                                           ? "native (AVX512_BF16 or AMX), no fp32 copies of their operands"
+                                           : "through fp32 (no AVX512_BF16 or AMX, or LOOM_GEMM_BF16=fp32), "
+                                             "fp32 copies of their operands among the activations");
     if (rank0_ && dp_.fsdp)
       std::printf(" ZeRO-3: params, grads and optimizer state are this rank's shards; comm buffers: the gathered "
                   "units' full params at their peak (the embedding unit + two adjacent units, optim/memory_report.h)\n");

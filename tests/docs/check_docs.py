@@ -19,10 +19,15 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
   outputs   (with TRAIN_GPT) every ```sh check block is run again, in a fresh
             directory where build/ is TRAIN_GPT's build and docs/ the repo's;
             each ```output block after it quotes lines of what it printed,
-            and every line must still be printed: words and exact quantities
-            (counts, bytes, losses, MiB) as quoted, to the printed digits.
-            A timing is marked ~ before it (~26541 tok/s, ETA ~0m04s) and
-            matches any word there; "..." stands for any text.
+            and every line must still be printed: words as quoted, integers
+            (counts, bytes, steps) exactly, and numbers with a point or an
+            exponent (losses, grad norms, MiB) within REL_TOL (1e-4) or one
+            unit of the last printed digit, so that another CPU's rounding
+            passes (```output rel=1e-3 states a looser one for a block;
+            ```output if=TEXT is checked only where the run printed TEXT: a
+            block quoted for one kind of CPU). A timing is marked ~ before it
+            (~26541 tok/s, ETA ~0m04s) and matches any word there; "..."
+            stands for any text.
   tables    a Markdown table reports measurements when a column's header says
             "measured" (| formula | measured |, | grid | bytes measured |).
             Every exact number in such a column's cells must be printed by the
@@ -63,8 +68,17 @@ ARITH_RE = re.compile(r"(?<![\w.,²³^/])(" + ARITH_TERM + r"(?:\s*[+\-−×·*/
                       + ARITH_NUM + r")(?![\w.%²³]|\s*[A-Za-z%])")
 NOT_RERUN_RE = re.compile(r"^\s*<!--\s*not rerun:\s*(.*?)\s*-->\s*$")
 NUMBER_RE = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+# How close a rerun's number must be to the one a chapter quotes ("outputs"). The chapters' numbers
+# come from one CPU; another one's kernels round differently (AVX2 or AVX-512 GEMMs and row sums,
+# fused multiply-adds or not), so a loss printed as 4.4927120 on one is 4.4927151 on another. A
+# number with a point or an exponent (a loss, a grad norm, MiB, a ratio) matches within REL_TOL of
+# its value, or one unit of its last printed digit where that is larger (4.4927 for 4.4928); an
+# integer (a count, bytes, a step, a token) matches exactly. An ```output block may state a looser
+# tolerance for numbers that drift further (```output rel=1e-3: a long run, where rounding compounds).
+REL_TOL = 1e-4
 # how many anchors were checked, for the summary line
-CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0, "sums": 0}
+CHECKED = {"paths": 0, "symbols": 0, "flags": 0, "commands": 0, "quoted lines": 0, "table numbers": 0, "sums": 0,
+           "blocks for another CPU": 0}
 
 
 def repo_file(repo, path):
@@ -246,6 +260,30 @@ def check_step_traffic(repo, problems):
             problems.append(f"docs/trace_summary.py: step_traffic {k} = {t[k]} on the made-up trace, by hand {v}")
 
 
+def check_tolerance(problems):
+    """The outputs check's tolerance on made-up lines: what another CPU prints passes, a real change fails."""
+    cases = [  # (quoted, printed, rel_tol, should match)
+        ("step 4/20 | loss 4.4927 | ~4975 tok/s", "step     4/20 | loss 4.4928 | 123 tok/s", REL_TOL, True),
+        ("step 4/20 | loss 4.4927 | ~4975 tok/s", "step     4/20 | loss 4.4937 | 123 tok/s", REL_TOL, False),
+        ("step 4/20 | loss 4.4927", "step     5/20 | loss 4.4927", REL_TOL, False),  # integers exactly
+        ('"loss": 4.4927120208740234, ..., "grad_norm": 2.87884914', '"loss": 4.4927151208740234, "lr": 1, '
+         '"grad_norm": 2.87884918', REL_TOL, True),
+        ("bytes 418,944", "bytes 418,945", REL_TOL, False),
+        ("0  53568 | ... | 3.71 / 3.71 | ...", "0  53568 | 0.20 / 0.20 | 3.71 / 3.71 | 1.23", REL_TOL, True),
+        ("0  53568 | ... | 3.71 / 3.71 | ...", "0  53568 | 0.20 / 0.20 | 3.75 / 3.71 | 1.23", REL_TOL, False),
+        ("loss 3.3620", "loss 3.3644", REL_TOL, False),
+        ("loss 3.3620", "loss 3.3644", 2e-3, True),
+        ("lr 1.50e-03", "lr 1.51e-03", REL_TOL, True),  # one unit of the last printed digit
+        ("lr 1.50e-03", "lr 1.52e-03", REL_TOL, False),
+    ]
+    for quoted, printed, rel, want in cases:
+        if quoted_line_matcher(quoted, rel)(printed) != want:
+            problems.append(f"tests/docs/check_docs.py: '{quoted}' {'should' if want else 'should not'} match "
+                            f"'{printed}' at rel {rel}")
+    if output_block_options("output rel=2e-3 if=bf16 GEMMs: native") != (2e-3, "bf16 GEMMs: native"):
+        problems.append("tests/docs/check_docs.py: ```output rel=2e-3 if=... misread")
+
+
 def fenced_blocks(text):
     """(line number of the fence, info string, [lines]) for each fenced block."""
     out, info, body, start = [], None, [], 0
@@ -261,22 +299,71 @@ def fenced_blocks(text):
     return out
 
 
-def quoted_line_regex(quoted):
-    """A quoted output line as a regex: numbers exact (a ~number: any number), '...' any text, any spacing."""
-    parts, pos = [], 0
-    text = quoted.strip()
-    for m in re.finditer(r"\.\.\.|~\S+|" + NUMBER_RE.pattern, text):
-        parts.append(re.escape(text[pos:m.start()]))
-        tok = m.group(0)
-        if tok == "...":
-            parts.append(".*?")
-        elif tok.startswith("~"):
-            parts.append(r"\S+")
-        else:
-            parts.append(r"(?<![\d.])" + re.escape(tok) + r"(?![\d])")
-        pos = m.end()
-    parts.append(re.escape(text[pos:]))
-    return re.compile(re.sub(r"(\\ )+", r"\\s+", "".join(parts)))
+def quoted_line_matcher(quoted, rel_tol=REL_TOL):
+    """A quoted output line as a test of a printed line: '...' any text, any spacing, ~number any number,
+    an integer exactly, and a number with a point or an exponent close to the quoted one (close_enough).
+
+    The pieces between the '...'s are regexes, each decimal a capture group of any number written the same
+    way; a printed line matches when the pieces match in order and every captured number is close enough.
+    Every place each piece matches is tried (a '...' may skip a number that would be too far off)."""
+    pieces = []  # (regex, quoted decimals in it), one per piece between '...'s
+    for text in quoted.strip().split("..."):
+        parts, pos, want = [], 0, []
+        for m in re.finditer(r"~\S+|" + NUMBER_RE.pattern, text):
+            parts.append(re.escape(text[pos:m.start()]))
+            tok = m.group(0)
+            if tok.startswith("~"):
+                parts.append(r"\S+")
+            elif not re.search(r"[.e]", tok):  # an integer: exactly
+                parts.append(r"(?<![\d.])" + re.escape(tok) + r"(?![\d])")
+            else:
+                point = r"\.\d*" if "." in tok else ""
+                exponent = r"e[-+]?\d+" if "e" in tok else ""
+                parts.append(r"(?<![\d.])([-+]?\d[\d,]*" + point + exponent + r")(?![\d])")
+                want.append(tok)
+            pos = m.end()
+        parts.append(re.escape(text[pos:]))
+        pieces.append((re.compile(re.sub(r"(\\ )+", r"\\s+", "".join(parts))), want))
+
+    def match_from(line, k, start):
+        rx, want = pieces[k]
+        for i in range(start, len(line) + 1):
+            m = rx.match(line, i)
+            if m and all(close_enough(q, g, rel_tol) for q, g in zip(want, m.groups())) and (
+                    k + 1 == len(pieces) or match_from(line, k + 1, m.end())):
+                return True
+        return False
+    return lambda line: match_from(line, 0, 0)
+
+
+def output_block_options(info):
+    """'output rel=1e-3 if=bf16 GEMMs: native' -> (1e-3, 'bf16 GEMMs: native'); (REL_TOL, None) by default.
+    rel= loosens the tolerance for the block's numbers; if= checks the block only when the rerun printed
+    that text (a line that differs by CPU: the chapter quotes one block for each kind of CPU)."""
+    rest = info.split(None, 1)[1] if " " in info else ""
+    only_if = None
+    if "if=" in rest:
+        rest, only_if = rest.split("if=", 1)
+        only_if = only_if.strip()
+    m = re.search(r"\brel=([0-9.e+-]+)", rest)
+    return (float(m.group(1)) if m else REL_TOL), only_if
+
+
+def close_enough(quoted, got, rel_tol=REL_TOL):
+    """Whether a rerun's number `got` matches the chapter's `quoted` one (see REL_TOL)."""
+    if quoted == got:
+        return True
+    q, g = quoted.replace(",", ""), got.replace(",", "")
+    if not re.search(r"[.e]", q):
+        return False  # an integer: a count, bytes, a step, exactly
+    try:
+        qv, gv = float(q), float(g)
+    except ValueError:
+        return False
+    mantissa = q.split("e")[0]
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    unit = 10.0 ** (-decimals) * (10.0 ** int(q.split("e")[1]) if "e" in q else 1.0)  # one in the last digit
+    return abs(gv - qv) <= max(rel_tol * abs(qv), unit) * (1 + 1e-9)
 
 
 def run_commands(commands, build, repo, workdir):
@@ -307,7 +394,7 @@ def check_tables(repo, path, text, problems):
     name = os.path.relpath(path, repo)
     printed = set()
     for _, info, body in fenced_blocks(text):
-        if info == "output":
+        if info.split()[:1] == ["output"]:
             printed.update(exact_numbers("\n".join(body)))
     lines = text.splitlines()
     in_fence, n = False, 0
@@ -395,17 +482,21 @@ def check_outputs(repo, path, text, build, problems):
                                         f"(cmake --build build --target {os.path.basename(prog)})")
                 CHECKED["commands"] += len(cmds)
                 printed = run_commands(cmds, build, repo, work)
-            elif info == "output":
+            elif info.split()[:1] == ["output"]:
                 if printed is None:
                     problems.append(f"{name}:{n}: an ```output block with no ```sh check block before it")
+                    continue
+                rel_tol, only_if = output_block_options(info)
+                if only_if and only_if not in printed:
+                    CHECKED["blocks for another CPU"] += 1
                     continue
                 lines = printed.splitlines()
                 for k, quoted in enumerate(body, n + 1):
                     if not quoted.strip():
                         continue
                     CHECKED["quoted lines"] += 1
-                    rx = quoted_line_regex(quoted)
-                    if not any(rx.search(line) for line in lines):
+                    matches = quoted_line_matcher(quoted, rel_tol)
+                    if not any(matches(line) for line in lines):
                         problems.append(f"{name}:{k}: the run no longer prints: {quoted.strip()}")
     return time.time() - started
 
@@ -445,6 +536,7 @@ def main():
     check_ring_summary(repo, problems)
 
     check_step_traffic(repo, problems)
+    check_tolerance(problems)
     if len(sys.argv) == 3:  # the build to rerun the chapters' commands with
         build = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[2])))
         only = os.environ.get("LOOM_DOCS_CHAPTERS", "")  # e.g. "04,06": rerun only these
@@ -459,7 +551,8 @@ def main():
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
           f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
-          f"{CHECKED['quoted lines']} quoted output lines, {CHECKED['table numbers']} measured table numbers, "
+          f"{CHECKED['quoted lines']} quoted output lines (skipped {CHECKED['blocks for another CPU']} blocks quoted for "
+          f"another kind of CPU), {CHECKED['table numbers']} measured table numbers, "
           f"{CHECKED['sums']} sums; {len(problems)} problems")
     return 1 if problems else 0
 
