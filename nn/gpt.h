@@ -17,7 +17,7 @@
 // The LM head's weight is wte.weight itself, so it appears once. Total:
 //   V C + block_size C + L (12 C² + 13 C) + 2 C.
 //
-// The Llama set (GPTConfig::arch_llama(), train_gpt --arch llama) changes, in
+// The Llama set (GPTConfig::set_arch("llama"), train_gpt --arch llama) changes, in
 // the same layers: RMSNorm for every norm, no wpe (rotary embeddings on q and k
 // instead), SwiGLU MLP (mlp.c_gate, mlp.c_fc, mlp.c_proj), grouped-query
 // attention (c_attn [(H + 2 Hkv) hd, C]), no biases, and an untied head with
@@ -55,7 +55,7 @@ struct GPTConfig {
   double dropout = 0.0;
   uint64_t seed = 1337;
 
-  // ---- architecture: GPT-2's set by default; arch_llama() picks Llama's ----
+  // ---- architecture: GPT-2's set by default; set_arch("llama") picks Llama's ----
   bool rmsnorm = false;           // norms: LayerNorm (GPT-2) or RMSNorm (Llama)
   double norm_eps = 1e-5;
   bool rope = false;              // positions: learned wpe (GPT-2) or rotary embeddings on q, k (Llama)
