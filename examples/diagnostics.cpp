@@ -78,11 +78,11 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype))
-                 : optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), pgm_.dp_size(), a_.zero);
+                 : optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), sync_ranks(), a_.zero);
     if (a_.zero == 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
       std::vector<int64_t> numels;
       for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
-      predicted.grads = optim::predict_zero2_grad_bytes(numels, a_.bucket_mb, pgm_.dp_size());
+      predicted.grads = optim::predict_zero2_grad_bytes(numels, a_.bucket_mb, sync_ranks());
     }
     if (!dp_.fsdp) predicted.comm = predicted_comm_bytes();
     predicted.activations = int64_t(predicted_activation_bytes());
@@ -130,11 +130,15 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     print_progress(rep, /*tty=*/false);
 }
 
+// The ranks the gradients are reduced and ZeRO shards over: dp x cp (each cp rank holds a
+// part of every sequence, so its gradient is partial too: process_group_manager.h's dp_cp_group).
+int Diagnostics::sync_ranks() const { return pgm_.dp_cp_group().size(); }
+
 int64_t Diagnostics::predicted_comm_bytes() const {
   if (!dp_.bucket) return 0;
   std::vector<int64_t> numels;
   for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
-  const int64_t pad = optim::predict_bucket_padding(numels, a_.bucket_mb, pgm_.dp_size());
+  const int64_t pad = optim::predict_bucket_padding(numels, a_.bucket_mb, sync_ranks());
   // fp32 grad buffer (under ZeRO-2 in the grads row); under ZeRO also the param buffer, in the model's dtype
   return pad * ((a_.zero >= 2 ? 0 : 4) + (a_.zero >= 1 ? int64_t(element_size(parse_dtype(a_.dtype))) : 0));
 }

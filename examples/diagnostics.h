@@ -41,6 +41,7 @@ class Diagnostics {
  private:
   // --memory-report's formulas for this rank: the buckets' padding, the activations' peak.
   int64_t predicted_comm_bytes() const;
+  int sync_ranks() const;
   double predicted_activation_bytes() const;
 
   const Args& a_;
