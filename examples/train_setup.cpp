@@ -222,7 +222,7 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
 void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
           const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
   if (a.save.empty()) return;
-  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm, a.zero >= 1);
+  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm);
   say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
       (long long)steps_done);
 }
