@@ -174,9 +174,9 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
   // Over dp x cp: each cp rank saw other tokens of the same sequences, so a
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
-  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}};
+  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}, {}, nullptr};
   o.fsdp.prefetch = a.zero3_prefetch == "on", o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
-  o.fsdp.tp_partial_grads = finalize.tp_partial_grads(), o.fsdp.tp_group = &pgm.tp_group();  // --sequence-parallel's
+  o.tp_partial_grads = finalize.tp_partial_grads(), o.tp_group = &pgm.tp_group();  // --sequence-parallel's
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(*m.chunks, pgm.dp_cp_group(), o, finalize.needs_whole_grad());
   if (a.zero == 3 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "

@@ -476,6 +476,16 @@ TEST(TrainGptParallel, PipelineAndTensorParallelTwoByTwoMatchesOneProcess) {
                   "--pp 2 --tp 2");
 }
 
+// ZeRO-1 with sequence parallelism and small buckets (--bucket-mb 0.01: the
+// layernorms spread over many reduce-scattered buckets): each bucket's
+// partial layernorm gradients, accumulated over both micro-batches, are summed
+// over tp before its reduce-scatter (data_parallel_bucket.h). Summed after the
+// sync instead, the run stopped at the first step: only shards were left.
+TEST(TrainGptParallel, SequenceParallelWithZeroInSmallBucketsMatchesOneProcess) {
+  const std::string cfg = "--dp 2 --tp 2 --sequence-parallel --batch 4 --grad-accum 2 --zero 1 --bucket-mb 0.01";
+  expect_same_run(train("dp2_tp2_sp_zero_small_buckets", 4, cfg), single_process_batch16(), cfg.c_str());
+}
+
 // All three axes on 8 ranks (oversubscribed), with the sharded optimizer and
 // sequence parallelism: the tied embedding's gradient sum (embedding group),
 // SP's layernorm sums (tp) and ZeRO's reduce-scatter (dp) all in one step.

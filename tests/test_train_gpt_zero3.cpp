@@ -39,8 +39,8 @@ TEST(TrainGptZero3, WithTensorParallelMatchesOneProcess) {
 
 // dp 2 x tp 2 + sequence parallelism: each tp rank's layernorm gradients are
 // partial sums over its T / tp tokens; the unit's hook sums them over tp
-// before the dp reduce-scatter (fully_sharded.h), where ZeRO-1 sums them in
-// finalize_model_grads after the dp sync.
+// before the dp reduce-scatter (fully_sharded.h), as ZeRO-1 and ZeRO-2 sum
+// each bucket's before its reduce-scatter (data_parallel_bucket.h).
 TEST(TrainGptZero3, WithSequenceParallelMatchesOneProcess) {
   expect_same_run(train("zero3_dp2_tp2_sp", 4, "--dp 2 --tp 2 --sequence-parallel --batch 8 --zero 3"),
                   single_process_batch16(), "--dp 2 --tp 2 --sequence-parallel --zero 3");
