@@ -160,8 +160,12 @@ void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManag
       nn::hf_family(hf.cfg) == "llama" ? "Llama" : "GPT-2", (long long)hf.cfg.vocab_size);
 }
 
-void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
+void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
+               parallel::ProcessGroupManager& pgm) {
   if (a.export_hf.empty()) return;
+  // The last step's params, whole: ZeRO-1/2's all-gathers may still be writing
+  // them (--overlap-param-gather waits in the next forward), ZeRO-3 keeps only shards.
+  opt.finish_param_sync();
   const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
   if (pgm.global_rank() != 0) return;
   nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);

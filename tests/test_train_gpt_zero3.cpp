@@ -54,6 +54,15 @@ TEST(TrainGptZero3, WithoutPrefetchOrReshardAfterForwardMatchesOneProcess) {
   expect_same_run(train("zero3_dp2_switches_off", 2, cfg), single_process_batch16(), cfg.c_str());
 }
 
+// --export-hf without --save: the export gathers the units first (ZeRO-3 keeps
+// only shards between steps); it equals one process's export. Read as they
+// were, the run trained and then stopped with "the storage of [40, 32] float32
+// was released": the trained model was lost.
+TEST(TrainGptZero3, ExportWithoutSaveEqualsOneProcessExport) {
+  expect_same_run(train_and_export("zero3_dp2_export", 2, "--dp 2 --batch 8 --zero 3"),
+                  train_and_export("single_b16_export", 1, "--batch 16"), "--dp 2 --zero 3 --export-hf");
+}
+
 TEST(TrainGptZero3, ScheduleSwitchesWithoutZero3AreRefused) {
   Result r = train("zero1_prefetch_off", 1, "--batch 16 --zero 1 --zero3-prefetch off");
   EXPECT_NE(r.status, 0);
