@@ -3,7 +3,6 @@
 #include "autograd/engine.h"
 #include "autograd/variable.h"
 #include "parallel/trace/trace.h"
-#include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -59,31 +58,16 @@ void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
 
 // Sequence parallelism: the whole gradient of a layernorm is the sum of the tp
 // ranks' partial ones; taken before the dp reduction cuts the bucket into
-// shards (sum and average commute). One all-reduce of the bucket's partial
-// params flattened together, synchronous: they are a few C-sized vectors. The
-// tp ranks' buckets hold the same params in the same order, so they agree.
+// shards (sum and average commute). Synchronous: they are a few C-sized
+// vectors. The tp ranks' buckets hold the same params in the same order.
 void DataParallelBucket::sum_tp_partial_grads(int b) {
   const Bucket& bucket = buckets_->buckets()[size_t(b)];
   if (!bucket.grad_data.defined()) return;  // ZeRO-2: no gradient reached it (on every tp rank alike)
   std::vector<Tensor> grads;  // main_grad views of the bucket's partial params
-  int64_t total = 0;
   for (const Tensor& p : bucket.params)
     for (const Tensor& partial : tp_partial_grads_)
-      if (p.impl() == partial.impl()) grads.push_back(buckets_->main_grad(p)), total += p.numel();
-  if (grads.empty()) return;
-  NoGradGuard no_grad;
-  Tensor flat = empty({total}, kFloat32, bucket.grad_data.device());  // [total]
-  auto slots = [&](bool into_flat) {
-    int64_t offset = 0;
-    for (const Tensor& g : grads) {
-      Tensor part = ops::view(ops::narrow(flat, 0, offset, g.numel()), g.shape());
-      ops::copy_(into_flat ? part : g, into_flat ? g : part);
-      offset += g.numel();
-    }
-  };
-  slots(/*into_flat=*/true);
-  tp_group_->all_reduce(flat, ReduceOp::Sum);
-  slots(/*into_flat=*/false);
+      if (p.impl() == partial.impl()) grads.push_back(buckets_->main_grad(p));
+  all_reduce_coalesced(grads, *tp_group_);
 }
 
 void DataParallelBucket::finish_grad_sync() {
