@@ -64,6 +64,10 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   if (a.untied) cfg.tied_embeddings = false;
   if (!a.resume.empty()) {
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
+    // ... so an --arch that is not the checkpoint's would be ignored, silently.
+    LOOM_CHECK(!a.arch_given || cfg.arch() == a.arch, "--arch ", a.arch, ", but the checkpoint --resume ", a.resume,
+               " holds a ", cfg.arch(), " model, and a resume trains the checkpoint's architecture; drop --arch",
+               cfg.arch() == "custom" ? "" : " or pass --arch " + cfg.arch());
     say(rank0, "resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
         a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
         (long long)cfg.block_size);
