@@ -91,7 +91,8 @@ void add_options(CLI::App& app, Args& a) {
   // The architecture (nn/gpt.h; docs: From GPT-2 to Llama).
   app.add_option("--arch", a.arch, "gpt2 (LayerNorm, learned positions, GELU, tied head) or llama (RMSNorm, RoPE, "
                                    "SwiGLU, grouped-query attention, untied head, no biases)")
-      ->check(CLI::IsMember({"gpt2", "llama"}));
+      ->check(CLI::IsMember({"gpt2", "llama"}))
+      ->each([&a](const std::string&) { a.arch_given = true; });
   number(app, "--kv-heads", a.kv_heads, {0, 4096}, "key/value heads (0: --heads; 1: multi-query; divides --heads)");
   number(app, "--rope-base", a.rope_base, {1.0, 1e30, "", true}, "RoPE's base (--arch llama)");
   number(app, "--mlp-hidden", a.mlp_hidden, {0, kMaxSize}, "MLP width (0: 4 x --embd, or 8/3 x for llama's SwiGLU)");

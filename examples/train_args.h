@@ -58,6 +58,7 @@ struct Args {
   std::string teach_break = "none";
   // architecture (nn/gpt.h): gpt2, or llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head)
   std::string arch = "gpt2";
+  bool arch_given = false;    // --arch was passed: a --resume checkpoint must be of that arch
   int64_t kv_heads = 0;       // key/value heads (0: --heads; 1: multi-query)
   double rope_base = 10000.0;
   int64_t mlp_hidden = 0;     // the MLP width (0: 4C for gpt2, 8C/3 rounded up to 8 for llama)

@@ -106,7 +106,7 @@ int run(const train::Args& a, const std::string& flags) {
   }
   diag.end_progress_line();
   train::save(a, end, corpus, m, *opt, data_gen, pgm);  // --save: a no-op without it
-  train::export_hf(a, corpus, m, pgm);                  // --export-hf: a no-op without it
+  train::export_hf(a, corpus, m, *opt, pgm);            // --export-hf: a no-op without it
   diag.finish();                                        // --trace, and a sample of generated text
   return 0;
 }

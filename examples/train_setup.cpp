@@ -64,6 +64,10 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   if (a.untied) cfg.tied_embeddings = false;
   if (!a.resume.empty()) {
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
+    // ... so an --arch that is not the checkpoint's would be ignored, silently.
+    LOOM_CHECK(!a.arch_given || cfg.arch() == a.arch, "--arch ", a.arch, ", but the checkpoint --resume ", a.resume,
+               " holds a ", cfg.arch(), " model, and a resume trains the checkpoint's architecture; drop --arch",
+               cfg.arch() == "custom" ? "" : " or pass --arch " + cfg.arch());
     say(rank0, "resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
         a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
         (long long)cfg.block_size);
@@ -160,8 +164,12 @@ void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManag
       nn::hf_family(hf.cfg) == "llama" ? "Llama" : "GPT-2", (long long)hf.cfg.vocab_size);
 }
 
-void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
+void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
+               parallel::ProcessGroupManager& pgm) {
   if (a.export_hf.empty()) return;
+  // The last step's params, whole: ZeRO-1/2's all-gathers may still be writing
+  // them (--overlap-param-gather waits in the next forward), ZeRO-3 keeps only shards.
+  opt.finish_param_sync();
   const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
   if (pgm.global_rank() != 0) return;
   nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);
@@ -174,9 +182,9 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
   // Over dp x cp: each cp rank saw other tokens of the same sequences, so a
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
-  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}};
+  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}, {}, nullptr};
   o.fsdp.prefetch = a.zero3_prefetch == "on", o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
-  o.fsdp.tp_partial_grads = finalize.tp_partial_grads(), o.fsdp.tp_group = &pgm.tp_group();  // --sequence-parallel's
+  o.tp_partial_grads = finalize.tp_partial_grads(), o.tp_group = &pgm.tp_group();  // --sequence-parallel's
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(*m.chunks, pgm.dp_cp_group(), o, finalize.needs_whole_grad());
   if (a.zero == 3 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
@@ -222,7 +230,7 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
 void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
           const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
   if (a.save.empty()) return;
-  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm, a.zero >= 1);
+  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm);
   say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
       (long long)steps_done);
 }

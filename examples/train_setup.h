@@ -56,8 +56,10 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
 void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManager& pgm);
 
 // --export-hf DIR: the whole model as a Hugging Face folder, written by rank 0
-// (dir.tmp, then renamed). Collective over world. A no-op without the flag.
-void export_hf(const Args& a, const Corpus& c, parallel::Model& m, parallel::ProcessGroupManager& pgm);
+// (dir.tmp, then renamed), from the last step's params (opt's param sync
+// finished first, as a --save does). Collective over world. A no-op without the flag.
+void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
+               parallel::ProcessGroupManager& pgm);
 
 // The data-parallel wrapper (parallel/data_parallel/wrap.h decides which),
 // keeping the tied embedding's buckets whole under --zero; prints its line.

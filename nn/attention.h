@@ -84,21 +84,32 @@ inline Tensor repeat_kv(const Tensor& x, int64_t n_rep) {
   return reshape(expand(unsqueeze(x, 2), {B, Hkv, n_rep, T, hd}), {B, Hkv * n_rep, T, hd});
 }
 
-// RoPE of q or k [B, H, T, hd] whose T tokens come as equal chunks starting
-// at the positions pos0 ({}: one chunk from 0, positions 0..T-1; a cp rank's
-// zig-zag chunks: {r c, (2cp - 1 - r) c}, parallel/context_parallel/zigzag.h).
-inline Tensor rope_chunks(const Tensor& x, double base, const std::vector<int64_t>& pos0) {
+// Where the T tokens of each sequence a layer sees sit in the sequence, for
+// RoPE: equal chunks of `length` tokens starting at `starts` ({}: one chunk
+// from 0, positions 0..T-1, any T; a cp rank's zig-zag chunks: {r c, (2cp - 1 - r) c}
+// of c tokens, parallel/context_parallel/zigzag.h).
+struct RopeChunks {
+  std::vector<int64_t> starts;
+  int64_t length = 0;
+};
+
+// RoPE of q or k [B, H, T, hd] whose T tokens are the chunks. Errors if T is
+// not theirs (as the learned positions check theirs: EmbeddingLayer::positions).
+inline Tensor rope_chunks(const Tensor& x, double base, const RopeChunks& chunks) {
   using namespace loom::autograd;
-  if (pos0.empty()) return rope(x, base);
-  TensorList parts = split(x, x.size(2) / int64_t(pos0.size()), 2);  // [B, H, T / n, hd] each
-  for (size_t i = 0; i < parts.size(); ++i) parts[i] = rope(parts[i], base, pos0[i]);
+  if (chunks.starts.empty()) return rope(x, base);
+  const int64_t n = int64_t(chunks.starts.size());
+  LOOM_CHECK(x.size(2) == n * chunks.length, "attention: ", x.size(2), " tokens of each sequence, but its RoPE "
+             "positions are this cp rank's ", n, " chunks of ", chunks.length, " (", n * chunks.length, " tokens)");
+  TensorList parts = split(x, chunks.length, 2);  // [B, H, length, hd] each
+  for (size_t i = 0; i < parts.size(); ++i) parts[i] = rope(parts[i], base, chunks.starts[i]);
   return cat(parts, 2);
 }
 
 struct CausalSelfAttention : Layer {
   int64_t n_embd, n_head, n_kv_head;
   double rope_base;                // 0: no rotary embeddings (GPT-2's learned positions are added before)
-  std::vector<int64_t> rope_pos0;  // RoPE: where each equal chunk of T starts ({}: 0; --cp: the zig-zag chunks)
+  RopeChunks rope_pos0;            // RoPE: where T's equal chunks start ({}: 0; --cp: the zig-zag chunks)
   std::shared_ptr<Linear> c_attn;  // [(H + 2 Hkv) hd, C]: q, k and v projections stacked ([3C, C] for GPT-2)
   std::shared_ptr<Linear> c_proj;  // [C, C], a residual projection
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;

@@ -28,8 +28,11 @@ namespace loom::optim {
 struct TensorParallelShards {
   const parallel::ShardMaps* maps;  // by parameter name: every param of this rank
   parallel::ProcessGroup* tp;
+  // The ranks of this (pp, tp) coordinate that hold its optimizer state: the
+  // group ZeRO shards over (MixedPrecisionOptimizer::shard_group(): dp x cp),
+  // or the replicas. A cp rank owns ranges too: the dp group alone would miss them.
   parallel::ProcessGroup* dp;
-  bool zero;  // the optimizer is sharded over dp (ZeRO-1)
+  bool zero;  // the optimizer is sharded over dp (ZeRO)
 };
 
 // Collective over tp and dp. Returns, on tp rank 0 of dp rank 0, this stage's

@@ -103,6 +103,7 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
 
   const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
   const Tensor& param_buffer() const override { return param_buffer_; }
+  parallel::ProcessGroup* shard_group() const override { return &dp_.dp_group(); }
   // True when buckets are stepped as their reduce-scatters finish (zero_overlap.h).
   bool steps_early() const { return overlap_ != nullptr; }
 

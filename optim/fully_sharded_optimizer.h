@@ -34,6 +34,7 @@ class FullyShardedOptimizer : public MixedPrecisionOptimizer {
   // Not before each forward: each unit's forward pre-hook gathers its own.
   void finish_param_sync() override { fsdp_.unshard_all(); }
   void before_forward() override {}  // each unit is gathered by its own forward pre-hook
+  parallel::ProcessGroup* shard_group() const override { return &fsdp_.dp_group(); }
 
  private:
   struct Piece {

@@ -102,6 +102,11 @@ class MixedPrecisionOptimizer {
     static const Tensor none;
     return none;
   }
+  // The ranks over which the main params are sharded (ZeRO: each owns a
+  // disjoint range of the same model params, and together they hold each
+  // element once) - the data-parallel group its wrapper reduce-scatters over,
+  // dp x cp. nullptr here: every main param is whole. What a checkpoint joins the shards over.
+  virtual parallel::ProcessGroup* shard_group() const { return nullptr; }
 
   const std::vector<MainParam>& main_params() const { return mains_; }
   // The AdamW state (step, exp_avg, exp_avg_sq) of main_params()[i].

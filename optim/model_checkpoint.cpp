@@ -10,7 +10,7 @@ namespace loom::optim {
 
 void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPrecisionOptimizer& opt,
                            const nn::GPTConfig& cfg, const std::string& vocab_utf8, int64_t steps_done,
-                           const std::array<uint64_t, 4>& data_rng, parallel::ProcessGroupManager& pgm, bool zero) {
+                           const std::array<uint64_t, 4>& data_rng, parallel::ProcessGroupManager& pgm) {
   opt.finish_param_sync();
   // The whole model's params on rank 0 (a pipeline's stages gathered, tp shards joined), as host copies.
   const nn::NamedTensors full = parallel::gather_full_state(m, pgm);
@@ -21,17 +21,21 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   pgm.world().barrier();  // the directory exists before any rank writes its shard
   const nn::NamedTensors params = m.chunks->named_parameters();
   const TrainState state{steps_done, data_rng, nn::dropout_offset(*m.chunks)};
+  // The ranks holding this stage's optimizer state between them: under ZeRO the
+  // group the optimizer shards over (dp x cp: the cp ranks own ranges too), else
+  // the dp x cp replicas, whose state is the same (their gradients are averaged together).
+  parallel::ProcessGroup* shards = opt.shard_group();
+  parallel::ProcessGroup& holders = shards ? *shards : pgm.dp_cp_group();
   if (m.tp) {
     // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
     parallel::check_tp_replicas_identical(m.tp->replicated_params(*m.chunks), pgm.tp_group());
     nn::NamedTensors joined =
-        full_optimizer_fragments(opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &pgm.dp_group(), zero});
+        full_optimizer_fragments(opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &holders, shards != nullptr});
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
-                    pgm.tp_rank() == 0 && pgm.dp_rank() == 0, &joined);
+                    pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
   } else {
-    // One copy of the unsharded optimizer state: dp rank 0's (cp rank 0's: the cp ranks hold the same).
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
-                    zero || (pgm.dp_rank() == 0 && pgm.cp_rank() == 0));
+    // Under ZeRO every rank its own shard; else one copy of the replicated state.
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), shards || holders.rank() == 0);
   }
 }
 

@@ -2,11 +2,13 @@
 // the grid: which rank writes what, decided here (optim/checkpoint.h writes it).
 //   the model     the whole GPT on global rank 0: the pipeline's stages
 //                 gathered, the tp shards joined (parallel::gather_full_state)
-//   optimizer     replicas hold identical state, so dp rank 0 writes it - or,
-//                 under ZeRO, every dp rank its own shard; under tp each
-//                 stage's state is joined into full tensors and written by its
-//                 tp rank 0 of dp rank 0 (tp rank 0's replicated params are
-//                 saved, after checking that every tp rank's are the same bits)
+//   optimizer     replicas (dp x cp ranks) hold identical state, so dp and cp
+//                 rank 0 writes it - or, under ZeRO, every rank of the group the
+//                 optimizer shards over (opt.shard_group(): dp x cp) its own
+//                 shard; under tp each stage's state is joined into full
+//                 tensors over that group and tp, and written by its rank 0 of
+//                 both (tp rank 0's replicated params are saved, after checking
+//                 that every tp rank's are the same bits)
 //   train state   steps done, the data generator, the dropout offset
 // Loading reads the shards this rank needs and reshards when dp, pp, tp or
 // ZeRO changed (optim/checkpoint.h).
@@ -24,7 +26,7 @@ namespace loom::optim {
 // Collective over the world. Creates path's folder.
 void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPrecisionOptimizer& opt,
                            const nn::GPTConfig& cfg, const std::string& vocab_utf8, int64_t steps_done,
-                           const std::array<uint64_t, 4>& data_rng, parallel::ProcessGroupManager& pgm, bool zero);
+                           const std::array<uint64_t, 4>& data_rng, parallel::ProcessGroupManager& pgm);
 
 // Fills the optimizer (fp32 main params, AdamW state, loss scale) and the
 // model's params, and puts the dropout offset where the saved run had it.

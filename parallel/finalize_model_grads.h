@@ -10,7 +10,9 @@
 //   3. sequence-parallel partial grads    the layernorms and row-parallel
 //                                         biases, each tp rank's sum over its
 //                                         T / tp tokens, summed over tp
-//                                         (Megatron's allreduce_layernorm_grads)
+//                                         (Megatron's allreduce_layernorm_grads;
+//                                         under ZeRO the wrapper did it before its
+//                                         reduce-scatter, which leaves only shards)
 // and what the optimizer must know to reduce the grad norm and found_inf:
 //   grad_stats_group   the ranks that together hold every gradient once: the
 //                      model-parallel group (pp x tp), the whole world when
@@ -48,7 +50,7 @@ class FinalizeModelGrads {
   // their buckets instead of reduce-scattering them.
   std::vector<Tensor> needs_whole_grad() const { return tied_embedding_.params(); }
   // Sequence parallelism's params with partial gradients (summed over tp in
-  // step 3, or by a wrapper that sums_tp_partial_grads: ZeRO-3).
+  // step 3, or under ZeRO by the wrapper, before its reduce-scatter: sums_tp_partial_grads).
   std::vector<Tensor> tp_partial_grads() const { return sequence_parallel_partial_grads_.params(); }
   // Where the optimizer reduces the grad norm and found_inf (null: this rank alone).
   ProcessGroup* grad_stats_group(bool zero) const;

@@ -24,7 +24,9 @@ LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, Proc
       if (i == 0) {
         static_cast<nn::EmbeddingLayer&>(layer).position_ids = zigzag_positions(cfg.block_size, cp.size(), cp.rank());
       } else if (i < cfg.num_layers() - 1) {  // a block: the full one, or its tp shard
-        const std::vector<int64_t> starts = zigzag_chunk_starts(cfg.block_size, cp.size(), cp.rank());
+        // RoPE's positions: the rank's two chunks of c = T / 2cp tokens each
+        const nn::RopeChunks starts{zigzag_chunk_starts(cfg.block_size, cp.size(), cp.rank()),
+                                    cfg.block_size / (2 * cp.size())};
         if (tensor_parallel) {
           TensorParallelAttention& attn = *static_cast<TensorParallelBlock&>(layer).attn;
           attn.core = ring_attention_core(cp), attn.rope_pos0 = starts;

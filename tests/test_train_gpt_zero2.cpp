@@ -57,6 +57,17 @@ TEST(Zero2, WithTensorParallelMatchesOneProcess) {
                   "--dp 2 --tp 2 --zero 2");
 }
 
+// Sequence parallelism: each tp rank's layernorm gradients are partial sums
+// over its T / tp tokens, summed over tp in each bucket before its
+// reduce-scatter (data_parallel_bucket.h) - in every micro-batch, as ZeRO-2
+// reduce-scatters each. With small buckets most of them hold a layernorm
+// (summed after the sync instead, the run stopped at the first step: a
+// reduce-scattered bucket leaves no whole gradient to sum).
+TEST(Zero2, WithSequenceParallelMatchesOneProcess) {
+  const std::string cfg = "--dp 2 --tp 2 --sequence-parallel --batch 4 --grad-accum 2 --zero 2" + kSmallBuckets;
+  expect_same_run(train("z2_dp2_tp2_sp", 4, cfg), single_process_batch16(), cfg.c_str());
+}
+
 // The tied embedding's bucket stays whole (all-reduced, for the sum over the
 // embedding group); the others are sharded. Every micro-batch of the pipeline
 // reduce-scatters (grad_shards.h: the accumulation trade).

@@ -39,8 +39,8 @@ TEST(TrainGptZero3, WithTensorParallelMatchesOneProcess) {
 
 // dp 2 x tp 2 + sequence parallelism: each tp rank's layernorm gradients are
 // partial sums over its T / tp tokens; the unit's hook sums them over tp
-// before the dp reduce-scatter (fully_sharded.h), where ZeRO-1 sums them in
-// finalize_model_grads after the dp sync.
+// before the dp reduce-scatter (fully_sharded.h), as ZeRO-1 and ZeRO-2 sum
+// each bucket's before its reduce-scatter (data_parallel_bucket.h).
 TEST(TrainGptZero3, WithSequenceParallelMatchesOneProcess) {
   expect_same_run(train("zero3_dp2_tp2_sp", 4, "--dp 2 --tp 2 --sequence-parallel --batch 8 --zero 3"),
                   single_process_batch16(), "--dp 2 --tp 2 --sequence-parallel --zero 3");
@@ -52,6 +52,15 @@ TEST(TrainGptZero3, WithSequenceParallelMatchesOneProcess) {
 TEST(TrainGptZero3, WithoutPrefetchOrReshardAfterForwardMatchesOneProcess) {
   const std::string cfg = "--dp 2 --batch 8 --zero 3 --zero3-prefetch off --zero3-reshard-after-forward off";
   expect_same_run(train("zero3_dp2_switches_off", 2, cfg), single_process_batch16(), cfg.c_str());
+}
+
+// --export-hf without --save: the export gathers the units first (ZeRO-3 keeps
+// only shards between steps); it equals one process's export. Read as they
+// were, the run trained and then stopped with "the storage of [40, 32] float32
+// was released": the trained model was lost.
+TEST(TrainGptZero3, ExportWithoutSaveEqualsOneProcessExport) {
+  expect_same_run(train_and_export("zero3_dp2_export", 2, "--dp 2 --batch 8 --zero 3"),
+                  train_and_export("single_b16_export", 1, "--batch 16"), "--dp 2 --zero 3 --export-hf");
 }
 
 TEST(TrainGptZero3, ScheduleSwitchesWithoutZero3AreRefused) {

@@ -117,3 +117,21 @@ TEST(TrainLlamaParallel, CheckpointKeepsTheArchitectureAcrossAReshard) {
   EXPECT_NE(resumed.output.find("architecture: llama: RMSNorm, RoPE base 500000"), std::string::npos) << resumed.output;
   expect_same_run(resumed, llama_single_process(), "llama --tp 2 -> save -> --pp 2");
 }
+
+// An --arch that is not the checkpoint's is refused before training, naming
+// both: a resume trains the checkpoint's architecture (under --arch llama it
+// used to train the GPT-2 checkpoint, without a word). The checkpoint's own
+// --arch, given, is fine.
+TEST(TrainLlamaParallel, ResumeUnderAnotherArchIsRefusedNamingBoth) {
+  Result first = train("gpt2_then_llama", 1, "--batch 16 --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  Result r = train("gpt2_then_llama", 1, kLlama + "--batch 16 --resume " + checkpoint("gpt2_then_llama"));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--arch llama, but the checkpoint --resume " + checkpoint("gpt2_then_llama") +
+                          " holds a gpt2 model, and a resume trains the checkpoint's architecture; drop --arch or "
+                          "pass --arch gpt2"),
+            std::string::npos)
+      << r.output;
+  Result same = train("gpt2_then_llama", 1, "--arch gpt2 --batch 16 --resume " + checkpoint("gpt2_then_llama"));
+  EXPECT_EQ(same.status, 0) << same.output;
+}

@@ -95,12 +95,13 @@ inline double field(const std::string& line, const std::string& key) {
 
 inline std::string checkpoint(const std::string& name) { return (work_dir() / (name + ".safetensors")).string(); }
 
-// Runs train_gpt on `ranks` processes (plain launch for 1) with the common small config.
-inline Result train(const std::string& name, int ranks, const std::string& args) {
+// Runs train_gpt on `ranks` processes (plain launch for 1) with the common small
+// config; its --save is the Result's weights (save = false: no --save, no weights).
+inline Result train(const std::string& name, int ranks, const std::string& args, bool save = true) {
   fs::path d = work_dir();
   std::string common = " --steps 10 --block 16 --layers 2 --heads 2 --embd 32 --eval-every 0 --sample 0 --warmup 3"
                        " --data " + (d / "corpus.txt").string() + " --log " + (d / (name + ".jsonl")).string() +
-                       " --save " + checkpoint(name) + " ";
+                       (save ? " --save " + checkpoint(name) : std::string()) + " ";
   // LOOM_TEST_LAUNCHER, when set, replaces mpiexec and its flags (tests/multihost: mpirun on several hosts).
   const char* launcher = std::getenv("LOOM_TEST_LAUNCHER");
   std::string launch = ranks == 1 ? std::string()
@@ -123,7 +124,16 @@ inline Result train(const std::string& name, int ranks, const std::string& args)
     r.steps.push_back(int(field(line, "step")));
     r.log.push_back(line);
   }
-  r.weights = nn::load_safetensors(checkpoint(name));
+  if (save) r.weights = nn::load_safetensors(checkpoint(name));
+  return r;
+}
+
+// As train(), without --save: the run's --export-hf folder's model.safetensors
+// (Hugging Face names) is the Result's weights.
+inline Result train_and_export(const std::string& name, int ranks, const std::string& args) {
+  const fs::path out = work_dir() / (name + "_hf");
+  Result r = train(name, ranks, args + " --export-hf " + out.string(), /*save=*/false);
+  if (r.status == 0) r.weights = nn::load_safetensors((out / "model.safetensors").string());
   return r;
 }
 

@@ -155,6 +155,7 @@ void BucketManager::mark_param_ready(const Tensor& p) {
 }
 
 void BucketManager::launch(Bucket& b) {
+  if (before_reduce_) before_reduce_(int(&b - buckets_.data()));
   // picotron's Bucket.sync_gradient: the mean over dp ranks of the summed
   // gradients. The buffer is not touched again until wait() returns.
   // The bug: dividing by dp here as well (as if the loss were already divided by the world size).

@@ -106,6 +106,10 @@ class BucketManager {
   // From now on all_reduce_bucket_of() is an error naming `by`: a distributed
   // optimizer has planned its steps around how each bucket is reduced.
   void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
+  // fn(b) runs as bucket b's reduction is launched, before it reads the
+  // gradients: the last moment they are whole on every rank
+  // (DataParallelBucket sums sequence parallelism's partial ones over tp there).
+  void set_before_reduce(std::function<void(int bucket)> fn) { before_reduce_ = std::move(fn); }
 
   // This rank's shard of bucket b: [offset, offset + numel) in the buffer, a
   // contiguous 1/dp of the bucket (the part a distributed optimizer owns).
@@ -143,6 +147,7 @@ class BucketManager {
   std::vector<Bucket> buckets_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
   std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
+  std::function<void(int)> before_reduce_;
   Device device_;
   std::unique_ptr<GradShards> shards_;  // ShardGrads only
 };

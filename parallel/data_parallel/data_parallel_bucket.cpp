@@ -19,6 +19,11 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }
 
+void DataParallelBucket::sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group) {
+  tp_partial_grads_ = std::move(partial), tp_group_ = &tp_group;
+  buckets_->set_before_reduce([this](int b) { sum_tp_partial_grads(b); });
+}
+
 void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
   // 1. picotron: param.main_grad.add_(param.grad.data); param.grad = None.
   move_grad_to_main_grad(param);
@@ -49,6 +54,20 @@ void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
   Tensor g = autograd::grad(param);
   if (g.defined()) ops::add_(buckets_->main_grad_to_fill(param), ops::to(g, kFloat32));
   autograd::set_grad(param, Tensor());
+}
+
+// Sequence parallelism: the whole gradient of a layernorm is the sum of the tp
+// ranks' partial ones; taken before the dp reduction cuts the bucket into
+// shards (sum and average commute). Synchronous: they are a few C-sized
+// vectors. The tp ranks' buckets hold the same params in the same order.
+void DataParallelBucket::sum_tp_partial_grads(int b) {
+  const Bucket& bucket = buckets_->buckets()[size_t(b)];
+  if (!bucket.grad_data.defined()) return;  // ZeRO-2: no gradient reached it (on every tp rank alike)
+  std::vector<Tensor> grads;  // main_grad views of the bucket's partial params
+  for (const Tensor& p : bucket.params)
+    for (const Tensor& partial : tp_partial_grads_)
+      if (p.impl() == partial.impl()) grads.push_back(buckets_->main_grad(p));
+  all_reduce_coalesced(grads, *tp_group_);
 }
 
 void DataParallelBucket::finish_grad_sync() {

@@ -75,6 +75,13 @@ class DataParallelBucket : public DataParallel {
   void grad_changed(const Tensor& param) override;
   // False for a param in a reduce-scattered bucket (ZeRO-1).
   bool holds_whole_grad(const Tensor& param) const override;
+  bool sums_tp_partial_grads() const override { return tp_group_ != nullptr; }
+  // Sequence parallelism's params whose gradient is each tp rank's partial
+  // sum over its T / tp tokens (layernorms, row-parallel biases): from now on
+  // summed over tp_group as their bucket's reduction is launched. Under ZeRO
+  // only a shard is left after it, so finalize_model_grads could no longer sum
+  // them (FullyShardedOptions::tp_partial_grads does the same under ZeRO-3).
+  void sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group);
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
 
   // Zeroes every main_grad and drops every .grad. Call once per optimizer step,
@@ -100,10 +107,13 @@ class DataParallelBucket : public DataParallel {
  private:
   void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
   void move_grad_to_main_grad(const Tensor& param);
+  void sum_tp_partial_grads(int bucket);  // BucketOptions::tp_partial_grads, before the bucket's reduction
 
   ProcessGroup& dp_group_;
   BucketOptions options_;
   std::function<void(int)> on_bucket_reduced_;
+  std::vector<Tensor> tp_partial_grads_;  // sum_tp_partial_grads_before_reduce
+  ProcessGroup* tp_group_ = nullptr;
   std::vector<Tensor> params_;
   std::unique_ptr<BucketManager> buckets_;
   bool require_backward_grad_sync_ = true;

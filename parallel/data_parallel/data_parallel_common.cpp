@@ -3,6 +3,8 @@
 #include <unordered_set>
 
 #include "autograd/variable.h"
+#include "tensor/grad_mode.h"
+#include "tensor/ops.h"
 
 namespace loom::parallel {
 
@@ -26,6 +28,25 @@ std::vector<Tensor> unique_params(const NamedParams& named) {
 }
 
 Tensor DataParallel::grad_of(const Tensor& param) const { return autograd::grad(param); }
+
+void all_reduce_coalesced(const std::vector<Tensor>& tensors, ProcessGroup& group) {
+  if (tensors.empty()) return;
+  NoGradGuard no_grad;
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += t.numel();
+  Tensor flat = empty({total}, tensors.front().dtype(), tensors.front().device());  // [total]
+  auto copy = [&](bool into_flat) {
+    int64_t offset = 0;
+    for (const Tensor& t : tensors) {
+      Tensor part = ops::view(ops::narrow(flat, 0, offset, t.numel()), t.shape());
+      ops::copy_(into_flat ? part : t, into_flat ? t : part);
+      offset += t.numel();
+    }
+  };
+  copy(/*into_flat=*/true);
+  group.all_reduce(flat, ReduceOp::Sum);
+  copy(/*into_flat=*/false);
+}
 
 void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group) {
   // Queue them all, then wait: the group runs them back to back.

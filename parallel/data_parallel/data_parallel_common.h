@@ -25,6 +25,13 @@ std::vector<Tensor> unique_params(const std::vector<Tensor>& params);
 // whatever seed each rank initialised with (DDP does this at wrap time too).
 void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group);
 
+// Sums each tensor over group in place, as one all-reduce of them flattened
+// together (torch's _flatten_dense_tensors, all-reduce, _unflatten): one
+// collective for many small tensors (sequence parallelism's layernorm
+// gradients). Every member passes the same shapes in the same order, one
+// floating dtype. Collective over group; a no-op for an empty list.
+void all_reduce_coalesced(const std::vector<Tensor>& tensors, ProcessGroup& group);
+
 // While alive, backward accumulates gradients locally and does not sync them
 // (DDP's no_sync()); the first backward after it syncs the accumulated sum.
 //   { auto guard = dp.no_sync(); backward(loss_micro_0); }

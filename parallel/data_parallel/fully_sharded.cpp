@@ -156,25 +156,12 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
 // it: one all-reduce per unit, of those params' slots flattened together, and
 // synchronous (a block's layernorms are 4C elements).
 void FullyShardedDataParallel::sum_tp_partial_grads(const Unit& unit, const Tensor& full_grad) {
-  std::vector<size_t> partial;  // indices into unit.params
-  int64_t total = 0;
+  if (options_.tp_partial_grads.empty()) return;  // no sequence parallelism
+  std::vector<Tensor> slots;  // the partial params' slots of full_grad, in unit order
   for (size_t i = 0; i < unit.params.size(); ++i)
     for (const Tensor& p : options_.tp_partial_grads)
-      if (p.impl() == unit.params[i].impl()) partial.push_back(i), total += p.numel();
-  if (partial.empty()) return;
-  Tensor flat = empty({total}, kFloat32, full_grad.device());  // [total]: the partial params' slots, in unit order
-  auto slots = [&](bool into_flat) {
-    int64_t offset = 0;
-    for (size_t i : partial) {
-      const int64_t n = unit.params[i].numel();
-      Tensor slot = ops::narrow(full_grad, 0, unit.offsets[i], n), part = ops::narrow(flat, 0, offset, n);
-      ops::copy_(into_flat ? part : slot, into_flat ? slot : part);
-      offset += n;
-    }
-  };
-  slots(/*into_flat=*/true);
-  options_.tp_group->all_reduce(flat, ReduceOp::Sum);
-  slots(/*into_flat=*/false);
+      if (p.impl() == unit.params[i].impl()) slots.push_back(ops::narrow(full_grad, 0, unit.offsets[i], p.numel()));
+  all_reduce_coalesced(slots, *options_.tp_group);
 }
 
 void FullyShardedDataParallel::finish_reduce_scatter() {

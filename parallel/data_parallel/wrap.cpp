@@ -15,7 +15,9 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
   if (o.zero == 3) {  // ZeRO-3: the params sharded by layer (fully_sharded.h)
     LOOM_CHECK(o.mode == "bucket", "--dp-mode naive all-reduces whole gradients; --zero 3 reduce-scatters them");
     DataParallelWrap w;
-    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, o.fsdp);
+    FullyShardedOptions fo = o.fsdp;
+    if (o.tp_group) fo.tp_partial_grads = o.tp_partial_grads, fo.tp_group = o.tp_group;  // summed before its reduce-scatter
+    auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, fo);
     w.fsdp = fsdp.get();
     w.dp = std::move(fsdp);
     return w;
@@ -36,6 +38,10 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     // Under ZeRO these buckets are still all-reduced: finalize_model_grads needs their whole gradient.
     if (o.zero >= 1)
       for (const Tensor& p : whole_grad) bucketed->bucket_manager().all_reduce_bucket_of(p);
+    // Sequence parallelism's partial gradients are summed over tp before the
+    // reduce-scatter, while they are whole (after it only shards are left).
+    if (o.zero >= 1 && o.tp_group && !o.tp_partial_grads.empty())
+      bucketed->sum_tp_partial_grads_before_reduce(o.tp_partial_grads, *o.tp_group);
     w.bucket = bucketed.get();
     w.dp = std::move(bucketed);
   }

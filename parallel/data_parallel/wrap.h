@@ -28,6 +28,11 @@ struct DataParallelOptions {
                                 // 2: only the shards are kept (GradReduce::ShardGrads, grad_shards.h);
                                 // 3: the params are sharded too (FullyShardedDataParallel)
   FullyShardedOptions fsdp;     // zero = 3: prefetch, reshard after forward
+  // Sequence parallelism's params with partial gradients over tp_group
+  // (FinalizeModelGrads::tp_partial_grads). Under ZeRO the wrapper sums them
+  // before its reduce-scatter; without ZeRO finalize_model_grads does, after the sync.
+  std::vector<Tensor> tp_partial_grads;
+  ProcessGroup* tp_group = nullptr;
 };
 
 struct DataParallelWrap {

@@ -35,7 +35,7 @@ struct TensorParallelAttention : nn::Module {
   std::shared_ptr<RowParallelLinear> c_proj;     // [C, C/tp]
   int64_t local_heads, local_kv_heads, head_dim;
   double rope_base;                              // 0: no rotary embeddings
-  std::vector<int64_t> rope_pos0;                // where each equal chunk of T starts (nn::rope_chunks)
+  nn::RopeChunks rope_pos0;                      // where T's equal chunks start (nn::rope_chunks)
   nn::AttentionCore core = nn::attend;  // this rank's heads (nn/attention.h: the seam)
 
   TensorParallelAttention(const nn::CausalSelfAttention& full, ProcessGroup& tp, bool sequence_parallel);

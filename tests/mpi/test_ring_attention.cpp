@@ -15,6 +15,7 @@
 #include "parallel/comm/distributed.h"
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/model.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -88,6 +89,33 @@ TEST(RingAttention, AsTheCoreOfCausalSelfAttention) {
   Tensor gw = ops::clone(ag::grad(ring.c_attn->weight));
   cp().all_reduce(gw);
   expect_close(gw, ag::grad(full.c_attn->weight), 1e-5, "c_attn weight grad summed over cp");
+}
+
+// RoPE under cp turns each of the rank's zig-zag chunks from its first true
+// position, so a block must see exactly the rank's T / cp tokens of each
+// sequence, as the learned positions' embedding checks (nn::EmbeddingLayer::
+// positions). Given a whole sequence instead, a Llama block stops before any
+// collective, naming both counts (it used to rotate 2 chunks of 8 from
+// positions 0 and 12 and run the ring on them).
+TEST(RingAttention, LlamaBlockRefusesTokensThatAreNotItsChunks) {
+  if (cp().size() == 1) GTEST_SKIP() << "cp = 1: the positions are 0..T-1, any T";
+  nn::GPTConfig cfg;
+  cfg.set_arch("llama");
+  cfg.vocab_size = 10, cfg.block_size = 16, cfg.n_layer = 1, cfg.n_head = 2, cfg.n_embd = 8;
+  ProcessGroupManager pgm(/*dp=*/1, /*pp=*/1, /*tp=*/1, /*cp=*/cp().size(), world());
+  Model m = build_model(cfg, pgm);
+  nn::Layer& block = *m.chunks->layers().at(1);
+  const int64_t mine = 16 / cp().size();
+  try {
+    block.forward(zeros({1, 16, 8}));  // the whole sequence, not this rank's chunks
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(str("16 tokens of each sequence, but its RoPE positions are this cp rank's "
+                                             "2 chunks of ", mine / 2, " (", mine, " tokens)")),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(block.forward(zeros({1, mine, 8})).shape(), (Shape{1, mine, 8}));  // its own chunks
 }
 
 TEST(RingAttention, RefusesAnOddNumberOfTokensPerRank) {
