@@ -1,6 +1,9 @@
 // Hugging Face folders <-> loom's GPT (layout and name map in hf_checkpoint.h).
 #include "nn/hf_checkpoint.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +23,14 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 namespace {
+
+// A new, empty folder "DIR.loom-WHAT-XXXXXX" beside DIR (mkdtemp: the name is unique).
+fs::path fresh_sibling(const std::string& dir, const char* what) {
+  std::string name = dir + ".loom-" + what + "-XXXXXX";
+  LOOM_CHECK(::mkdtemp(name.data()) != nullptr, "save_hf_checkpoint: cannot make a folder beside ", dir, ": ",
+             std::strerror(errno));
+  return name;
+}
 
 constexpr bool kConv1D = true;  // HF's GPT-2 keeps these weights as [in, out]
 
@@ -228,10 +239,10 @@ void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const
     shard_bytes += bytes;
     total_bytes += bytes;
   }
-  // Written whole in dir.tmp, then swapped in: a crash leaves the old folder or the new one.
-  const fs::path dir(dir_name), tmp = dir_name + ".tmp", old = dir_name + ".old";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  // Written whole in a folder of its own beside DIR, then swapped in: a crash leaves the old folder or
+  // the new one. Both scratch names are loom's and new (DIR.loom-export-XXXXXX), so a user's DIR.tmp or
+  // DIR.old beside it is never touched.
+  const fs::path dir(dir_name), tmp = fresh_sibling(dir_name, "export"), old = fresh_sibling(dir_name, "old");
   {
     std::ofstream out(tmp / "config.json");
     out << hf_config_json(cfg, dtype);
@@ -255,8 +266,7 @@ void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const
     LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "model.safetensors.index.json").string());
   }
   if (!tokenizer_json.empty()) fs::copy_file(tokenizer_json, tmp / "tokenizer.json");
-  fs::remove_all(old);
-  if (fs::exists(dir)) fs::rename(dir, old);
+  if (fs::exists(dir)) fs::rename(dir, old);  // onto the empty folder fresh_sibling made
   fs::rename(tmp, dir);
   fs::remove_all(old);
 }

@@ -22,8 +22,11 @@ std::string strip_ext(const std::string& path) {
   return path.ends_with(ext) && path.size() > ext.size() ? path.substr(0, path.size() - ext.size()) : path;
 }
 
+// A number as loom writes it (std::to_string): digits, no leading zero. "01" is a
+// user's name, never one of loom's pieces, so the clean-up leaves it alone.
 bool digits(const std::string& s, size_t max_len) {
-  return !s.empty() && s.size() <= max_len && s.find_first_not_of("0123456789") == std::string::npos;
+  return !s.empty() && s.size() <= max_len && s.find_first_not_of("0123456789") == std::string::npos &&
+         (s.size() == 1 || s[0] != '0');
 }
 
 }  // namespace

@@ -316,7 +316,9 @@ TEST(Manifest, CleanUpRemovesOnlyLoomsOwnPieces) {
   const std::string ck = d / "ck.safetensors";
   const std::set<std::string> users = {"ck.notes.tmp", "ck.step1.txt", "ck.step1.model.safetensors.bak",
                                        "ck.stepX.model.safetensors", "ck.safetensors.orig",
-                                       "ck.step1.optim.x.safetensors", "ck.step1.tmp"};
+                                       "ck.step1.optim.x.safetensors", "ck.step1.tmp",
+                                       // numbers loom never writes (it writes step1 and optim.0)
+                                       "ck.step01.model.safetensors", "ck.step1.optim.00.safetensors"};
   for (const std::string& f : users) std::ofstream(d / f) << "mine";
   // Loom's own leftovers: an older step's shard, an interrupted save's temporaries.
   const std::set<std::string> stale = {"ck.step1.optim.7.safetensors", "ck.step2.model.safetensors.tmp",
@@ -331,6 +333,26 @@ TEST(Manifest, CleanUpRemovesOnlyLoomsOwnPieces) {
   for (const std::string& f : stale) EXPECT_FALSE(fs::exists(d.path / f)) << f << " was left";
   EXPECT_FALSE(fs::exists(d.path / "ck.step2.model.safetensors"));
   EXPECT_EQ(committed_step(ck), 3);
+}
+
+// --export-hf DIR writes beside DIR in folders of its own: a user's DIR.tmp and
+// DIR.old (names it once used, and removed) are left as they are, a second
+// export replaces the first, and no scratch folder is left behind.
+TEST(Paths, ExportLeavesTheUsersFoldersBesideItAlone) {
+  TempDir d("export_beside");
+  for (const char* mine : {"out.tmp", "out.old"}) {
+    fs::create_directories(d.path / mine);
+    std::ofstream(d.path / mine / "notes.txt") << "mine";
+  }
+  for (int run = 0; run < 2; ++run) {
+    Exec r = train(" --steps 2" + kSmall + "--data " + (d / "corpus.txt") + " --export-hf " + (d / "out"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(fs::exists(d.path / "out" / "config.json")) << "run " << run;
+    EXPECT_TRUE(fs::exists(d.path / "out" / "model.safetensors")) << "run " << run;
+  }
+  for (const char* mine : {"out.tmp", "out.old"}) EXPECT_EQ(bytes_of(d / (std::string(mine) + "/notes.txt")), "mine");
+  for (const auto& e : fs::directory_iterator(d.path))
+    EXPECT_EQ(e.path().filename().string().find("out.loom-"), std::string::npos) << e.path() << " was left behind";
 }
 
 // A name whose pieces cannot round-trip through the manifest (its separators)
