@@ -81,6 +81,13 @@ std::vector<RunFile> run_files(const Args& a) {
     files.push_back({"--save (its manifest)", optim::optimizer_path(a.save), true, group});
     files.push_back({"--save (its temporary)", a.save + ".tmp", true, group++});
   }
+  // --init-from's folder and --tokenizer are read: no output may land on them.
+  if (!a.init_from.empty()) {
+    for (const char* f : {"config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json"})
+      files.push_back({"--init-from (its " + std::string(f) + ")", fs::path(a.init_from) / f, false, group});
+    ++group;
+  }
+  if (!a.tokenizer.empty()) files.push_back({"--tokenizer", a.tokenizer, false, group++});
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--log", a.log},
                                    {"--trace", a.trace},
                                    {"--memory-json", a.memory_json},
@@ -130,6 +137,12 @@ void check_paths(const Args& a) {
                "' is inside the --data directory '", a.data,
                "', whose files are read as the corpus; write it elsewhere");
   }
+  // --export-hf replaces its folder whole when the run ends: nothing else the run reads or writes may be
+  // in it (its --init-from folder may: exporting over the model one started from is a fine-tune in place).
+  for (const RunFile& f : files)
+    LOOM_CHECK(a.export_hf.empty() || f.flag.starts_with("--init-from") || !inside(f.path, a.export_hf), f.flag, " '",
+               f.path.string(), "' is inside the --export-hf folder '", a.export_hf,
+               "', which the export replaces whole; give another path");
   check_piece_names(files, "--save", a.save, /*outputs_only=*/false);
   check_piece_names(files, "--resume", a.resume, /*outputs_only=*/true);
 }

@@ -180,6 +180,21 @@ TEST(Paths, AnOutputOverAnInputOrAnotherOutputIsRefused) {
                                 (d / "texts/log.jsonl")),
                           "is inside the --data directory", "--log inside --data");
   EXPECT_EQ(bytes_of(corpus), before) << "the corpus was changed";
+  // A model folder (--init-from) and a tokenizer are inputs too; --export-hf's folder is replaced whole.
+  ASSERT_EQ(train(data + "--export-hf " + (d / "hf")).status, 0);
+  std::ofstream(d / "tok.json") << "{}";
+  const std::string init = " --steps 2 --batch 4 --eval-every 0 --sample 0 --data " + corpus + " --init-from " + (d / "hf") + " ";
+  const std::string config = bytes_of(d / "hf/config.json"), weights = bytes_of(d / "hf/model.safetensors");
+  expect_refused_up_front(train(init + "--log " + (d / "hf/config.json")),
+                          "is the same file as --init-from (its config.json)", "--log over --init-from's config");
+  expect_refused_up_front(train(init + "--save " + (d / "hf/model.safetensors")),
+                          "is the same file as --init-from (its model.safetensors)", "--save over --init-from's weights");
+  expect_refused_up_front(train(data + "--tokenizer " + (d / "tok.json") + " --log " + (d / "tok.json")),
+                          "is the same file as --tokenizer", "--log over --tokenizer");
+  expect_refused_up_front(train(data + "--export-hf " + (d / "hf") + " --log " + (d / "hf/log.jsonl")),
+                          "is inside the --export-hf folder", "--log inside --export-hf");
+  EXPECT_EQ(bytes_of(d / "hf/config.json"), config) << "--init-from's config.json was changed";
+  EXPECT_EQ(bytes_of(d / "hf/model.safetensors"), weights) << "--init-from's weights were changed";
   // --save over --resume is the ordinary way to train on: allowed.
   Exec on = train(" --steps 3" + kSmall + "--data " + corpus + " --resume " + (d / "ck.safetensors") + " --save " +
                   (d / "ck.safetensors"));
