@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "examples/evaluate.h"
@@ -123,7 +125,10 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0,
                  double(memory_stats(device_).live_bytes) / (1 << 20),
                  double(memory_stats(device_).peak_bytes) / (1 << 20)};
-  if (log_.is_open()) log_ << json_line(rep) << std::flush;
+  if (log_.is_open()) {
+    log_ << json_line(rep) << std::flush;
+    LOOM_CHECK(log_.good(), "--log: cannot write '", a_.log, "' at step ", step + 1, ": ", std::strerror(errno));
+  }
   if (tty_) print_progress(rep, /*tty=*/true);
   else if (rank0_ &&
            (step == start_ || (step + 1) % a_.log_every == 0 || eval_now || step + 1 == end_ || stepped.skipped))

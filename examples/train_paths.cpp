@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <csignal>
+
 #include <filesystem>
 #include <vector>
 
@@ -145,6 +147,9 @@ void check_paths(const Args& a) {
                "', which the export replaces whole; give another path");
   check_piece_names(files, "--save", a.save, /*outputs_only=*/false);
   check_piece_names(files, "--resume", a.resume, /*outputs_only=*/true);
+  // A file-size limit (ulimit -f) kills a process with SIGXFSZ in the middle of a write, without a word;
+  // ignored, the write fails with EFBIG ("File too large") and the file's writer says which file.
+  std::signal(SIGXFSZ, SIG_IGN);
 }
 
 }  // namespace loom::train

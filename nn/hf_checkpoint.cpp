@@ -240,32 +240,43 @@ void save_hf_checkpoint(const std::string& dir_name, const GPTConfig& cfg, const
     total_bytes += bytes;
   }
   // Written whole in a folder of its own beside DIR, then swapped in: a crash leaves the old folder or
-  // the new one. Both scratch names are loom's and new (DIR.loom-export-XXXXXX), so a user's DIR.tmp or
-  // DIR.old beside it is never touched.
-  const fs::path dir(dir_name), tmp = fresh_sibling(dir_name, "export"), old = fresh_sibling(dir_name, "old");
-  {
-    std::ofstream out(tmp / "config.json");
-    out << hf_config_json(cfg, dtype);
-    LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "config.json").string());
-  }
-  const std::map<std::string, std::string> format = {{"format", "pt"}};  // from_pretrained requires it
-  if (shards.size() == 1) {
-    save_safetensors((tmp / "model.safetensors").string(), shards[0], format);
-  } else {
-    Json index;
-    index["metadata"]["total_size"] = total_bytes;
-    const size_t M = shards.size();
-    for (size_t k = 0; k < M; ++k) {
-      char file[64];
-      std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", k + 1, M);
-      save_safetensors((tmp / file).string(), shards[k], format);
-      for (const auto& [name, t] : shards[k]) index["weight_map"][name] = file;
+  // the new one, and a failed write (a full disk, a file-size limit) the old one and no scratch. Both
+  // scratch names are loom's and new (DIR.loom-export-XXXXXX), so a user's DIR.tmp or DIR.old beside it
+  // is never touched.
+  const fs::path dir(dir_name), tmp = fresh_sibling(dir_name, "export");
+  const auto write = [&] {
+    {
+      std::ofstream out(tmp / "config.json");
+      out << hf_config_json(cfg, dtype);
+      LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "config.json").string());
     }
-    std::ofstream out(tmp / "model.safetensors.index.json");
-    out << index.dump(2) << "\n";
-    LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "model.safetensors.index.json").string());
+    const std::map<std::string, std::string> format = {{"format", "pt"}};  // from_pretrained requires it
+    if (shards.size() == 1) {
+      save_safetensors((tmp / "model.safetensors").string(), shards[0], format);
+    } else {
+      Json index;
+      index["metadata"]["total_size"] = total_bytes;
+      const size_t M = shards.size();
+      for (size_t k = 0; k < M; ++k) {
+        char file[64];
+        std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", k + 1, M);
+        save_safetensors((tmp / file).string(), shards[k], format);
+        for (const auto& [name, t] : shards[k]) index["weight_map"][name] = file;
+      }
+      std::ofstream out(tmp / "model.safetensors.index.json");
+      out << index.dump(2) << "\n";
+      LOOM_CHECK(out.good(), "save_hf_checkpoint: cannot write ", (tmp / "model.safetensors.index.json").string());
+    }
+    if (!tokenizer_json.empty()) fs::copy_file(tokenizer_json, tmp / "tokenizer.json");
+  };
+  try {
+    write();
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
   }
-  if (!tokenizer_json.empty()) fs::copy_file(tokenizer_json, tmp / "tokenizer.json");
+  const fs::path old = fresh_sibling(dir_name, "old");
   if (fs::exists(dir)) fs::rename(dir, old);  // onto the empty folder fresh_sibling made
   fs::rename(tmp, dir);
   fs::remove_all(old);

@@ -432,6 +432,27 @@ TEST(Faults, AFileSizeLimitDuringASaveIsAnErrorAndThePreviousCheckpointStays) {
   EXPECT_EQ(committed_step(ck), 4);
 }
 
+// The same limit on --log and --export-hf: their writer's error naming the file
+// and "File too large", exit 1, no SIGXFSZ death (status 153 from the shell),
+// and no export scratch folder left beside the (absent) DIR.
+TEST(Faults, AFileSizeLimitOnTheLogOrTheExportIsAnErrorNamingIt) {
+  TempDir d("fsize_log");
+  const std::string data = kSmall + "--data " + (d / "corpus.txt") + " --steps 6 --log-every 1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--log " + (d / "log.jsonl"), "--log: cannot write '" + (d / "log.jsonl") + "'"},
+      {"--export-hf " + (d / "out"), "out.loom-export-"}};
+  for (const auto& [flags, names] : cases) {
+    const std::string cmd = "ulimit -f 1 && PMIX_MCA_gds=hash exec " + std::string(LOOM_TRAIN_GPT) + data + flags;
+    Exec r = run_command("timeout -k 5 120 sh -c '" + cmd + "' 2>&1");
+    EXPECT_EQ(r.status, 1) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("File too large"), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(names), std::string::npos) << flags << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(d.path / "out"));
+  for (const auto& e : fs::directory_iterator(d.path))
+    EXPECT_EQ(e.path().filename().string().find("out.loom-"), std::string::npos) << e.path() << " was left behind";
+}
+
 // The losses of a JSON-lines log, as printed (%.17g: equal text, equal bits).
 std::vector<std::string> logged_losses(const std::string& log) {
   std::vector<std::string> out;
