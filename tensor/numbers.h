@@ -4,7 +4,7 @@
 // shape naming what was read, the text and the allowed range:
 //   --warmup must be an integer in [0, 1099511627776], got ''
 //   --seed must be an integer in [0, 18446744073709551615], got '-1'
-//   LOOM_COLLECTIVE_TIMEOUT must be a number in [0.01, 604800] (seconds), got '1e-9'
+//   LOOM_COLLECTIVE_TIMEOUT must be a number in [1, 604800] (seconds), got '1e-9'
 // (std::stoll("6x") reads 6, strtoull("-1") reads 2^64 - 1, and a CLI option
 // given '' reads 0: each of those ran a different job from the one asked for.)
 #pragma once

@@ -127,9 +127,10 @@ TEST(Numbers, EveryNumericFlagAndVariableIsReadStrictly) {
   for (const auto& [flags, message] : cases) expect_refused_up_front(train(data + flags), message, flags);
   for (const auto& [value, message] :
        std::vector<std::pair<std::string, std::string>>{
-           {"1e-9", "LOOM_COLLECTIVE_TIMEOUT must be a number in [0.1, 604800] (seconds), got '1e-9'"},
-           {"''", "LOOM_COLLECTIVE_TIMEOUT must be a number in [0.1, 604800] (seconds), got ''"},
-           {"5s", "LOOM_COLLECTIVE_TIMEOUT must be a number in [0.1, 604800] (seconds), got '5s'"}})
+           {"1e-9", "LOOM_COLLECTIVE_TIMEOUT must be a number in [1, 604800] (seconds), got '1e-9'"},
+           {"0.1", "LOOM_COLLECTIVE_TIMEOUT must be a number in [1, 604800] (seconds), got '0.1'"},
+           {"''", "LOOM_COLLECTIVE_TIMEOUT must be a number in [1, 604800] (seconds), got ''"},
+           {"5s", "LOOM_COLLECTIVE_TIMEOUT must be a number in [1, 604800] (seconds), got '5s'"}})
     expect_refused_up_front(train(data, "LOOM_COLLECTIVE_TIMEOUT=" + value), message, "timeout " + value);
   // In range, a flag given twice takes its last value, and runs; the largest
   // seed (past int64's end) round-trips through a checkpoint.

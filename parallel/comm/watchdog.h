@@ -64,7 +64,7 @@ class Peers {
   virtual std::string ask(const std::string& my_state, double seconds) = 0;
 };
 
-// LOOM_COLLECTIVE_TIMEOUT in seconds, or 300 when unset. Error (tensor/numbers.h's shape) outside [0.1, 604800].
+// LOOM_COLLECTIVE_TIMEOUT in seconds, or 300 when unset. Error (tensor/numbers.h's shape) outside [1, 604800].
 double timeout_from_env();
 
 // Starts the watchdog thread (init() does). abort_job(message) must not return.
