@@ -50,7 +50,8 @@ void check_dtype_keys(const Json& c, const std::string& path) {
                     !c["dtype"].is_null();
   LOOM_CHECK(!both || c["torch_dtype"] == c["dtype"], "read_hf_config: ", path, ": \"torch_dtype\": ",
              c.contains("torch_dtype") ? c["torch_dtype"].dump() : "", " and \"dtype\": ",
-             c.contains("dtype") ? c["dtype"].dump() : "", " disagree (transformers 4.x reads the first, 5.x the second)");
+             c.contains("dtype") ? c["dtype"].dump() : "",
+             " disagree (transformers 4.x reads the first, 5.x the second)");
 }
 
 GPTConfig read_gpt2(const Json& c, const std::string& path) {
@@ -117,7 +118,9 @@ double read_rope_theta(const Json& c, const std::string& path) {
     const Json& rope = c[key];
     LOOM_CHECK(rope.is_object(), "read_hf_config: ", path, ": \"", key, "\": ", rope.dump(),
                " is not a JSON object (transformers writes {\"rope_type\": ..., \"rope_theta\": ...})");
-    const Json type = rope.contains("rope_type") ? rope["rope_type"] : rope.contains("type") ? rope["type"] : Json("default");
+    const Json type = rope.contains("rope_type") ? rope["rope_type"]  // 4.x wrote "type"
+                      : rope.contains("type")    ? rope["type"]
+                                                 : Json("default");
     LOOM_CHECK(type == "default", "read_hf_config: ", path, ": \"", key, "\": ", rope.dump(), ": rope_type ",
                type.dump(), " is not loom's Llama, which has \"default\" (plain RoPE; loom implements no "
                "position scaling: linear, dynamic, yarn, llama3, longrope)");

@@ -109,19 +109,24 @@ TEST(HfConfig, RefusesScaledRopeTypesNamingTheFileKeyAndValue) {
        R"("high_freq_factor":4.0,"original_max_position_embeddings":8192}: rope_type "llama3" is not loom's Llama)"},
       {{{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}},
        R"("rope_parameters": {"rope_type":"yarn","factor":4.0,"rope_theta":10000.0}: rope_type "yarn" is not)"},
-      {{{"rope_type", "linear"}, {"factor", 2.0}}, R"("rope_parameters": {"rope_type":"linear","factor":2.0}: rope_type "linear")"},
-      {{{"type", "dynamic"}, {"factor", 2.0}}, R"("rope_parameters": {"type":"dynamic","factor":2.0}: rope_type "dynamic")"}};
+      {{{"rope_type", "linear"}, {"factor", 2.0}},
+       R"("rope_parameters": {"rope_type":"linear","factor":2.0}: rope_type "linear")"},
+      {{{"type", "dynamic"}, {"factor", 2.0}},
+       R"("rope_parameters": {"type":"dynamic","factor":2.0}: rope_type "dynamic")"}};
   for (const auto& [rope, want] : cases) {
     Json c = llama5();
     c["rope_parameters"] = rope;
     const std::string e = error_reading(c);
     EXPECT_EQ(e.find("read_hf_config: PATH: " + want), 0u) << e;
-    EXPECT_NE(e.find("which has \"default\" (plain RoPE; loom implements no position scaling"), std::string::npos) << e;
+    EXPECT_NE(e.find("which has \"default\" (plain RoPE; loom implements no position scaling"), std::string::npos)
+        << e;
   }
   Json v4 = llama5();  // 4.x's key for the same thing
   v4["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  EXPECT_EQ(error_reading(v4).find(R"(read_hf_config: PATH: "rope_scaling": {"type":"linear","factor":2.0}: rope_type "linear" is not loom's Llama)"),
-            0u) << error_reading(v4);
+  const std::string e = error_reading(v4);
+  EXPECT_EQ(e.find(R"(read_hf_config: PATH: "rope_scaling": {"type":"linear","factor":2.0}: rope_type "linear" )"
+                   "is not loom's Llama"),
+            0u) << e;
 }
 
 TEST(HfConfig, RefusesKeysThatDisagreeNamingBothValues) {
