@@ -41,7 +41,9 @@ void number(CLI::App& app, const std::string& flag, T& field, const NumberRange<
 // --embd, --block and --dropout, and for a Llama --arch, --kv-heads,
 // --rope-base and --mlp-hidden, so the checks of validate() see its numbers);
 // giving one of those flags (or --untied) too is refused, as is --resume (its
-// checkpoint has its own model). --tokenizer: ids from a tokenizer.json.
+// checkpoint has its own model). --tokenizer: ids from a tokenizer.json;
+// without it, --init-from DIR's own DIR/tokenizer.json when there is one (the
+// ids the folder's model was trained on: a char vocabulary would not be).
 static void add_hf_options(CLI::App& app, Args& a) {
   auto read_config = [&a](const std::string& dir) {
     try {
@@ -65,8 +67,14 @@ static void add_hf_options(CLI::App& app, Args& a) {
   number(app, "--export-hf-shard-mb", a.export_hf_shard_mb, {0.0, 1e9, " (0: one model.safetensors)"},
          "--export-hf: shards of at most this many MiB and their index (0: one file)");
   app.add_option("--tokenizer", a.tokenizer, "a Hugging Face tokenizer.json (byte-level BPE): train on its ids instead "
-                 "of characters; the vocabulary is its size (--export-hf copies it)")
+                 "of characters; the vocabulary is its size (--export-hf copies it). Default with --init-from DIR: "
+                 "DIR/tokenizer.json, when there is one")
       ->check(CLI::ExistingFile);
+  app.callback([&a] {  // after every flag is read, whatever their order
+    const std::filesystem::path folder_tokenizer = std::filesystem::path(a.init_from) / "tokenizer.json";
+    if (a.tokenizer.empty() && !a.init_from.empty() && std::filesystem::is_regular_file(folder_tokenizer))
+      a.tokenizer = folder_tokenizer.string(), a.tokenizer_from_init = true;
+  });
 }
 
 void add_options(CLI::App& app, Args& a) {

@@ -76,6 +76,8 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
     cfg = nn::read_hf_config(a.init_from + "/config.json");
     cfg.seed = a.seed;
   }
+  say(rank0 && a.tokenizer_from_init, "tokenizer: %s (--init-from's own; --tokenizer FILE picks another)\n",
+      a.tokenizer.c_str());
   Tokenizer tok = make_tokenizer(a, text, vocab);  // characters, or --tokenizer's BPE
   if (a.init_from.empty()) cfg.vocab_size = tok.vocab_size();
   LOOM_CHECK(!tok.bpe || tok.vocab_size() == cfg.vocab_size, "--tokenizer ", a.tokenizer, " has ", tok.vocab_size(),

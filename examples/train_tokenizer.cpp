@@ -57,7 +57,13 @@ Tokenizer make_tokenizer(const Args& a, const std::u32string& text, const std::s
                                     : data::CharTokenizer::from_vocab_utf8(resumed_vocab);
     return t;
   }
-  t.bpe = std::make_shared<const data::BpeTokenizer>(data::BpeTokenizer::from_file(a.tokenizer));
+  try {
+    t.bpe = std::make_shared<const data::BpeTokenizer>(data::BpeTokenizer::from_file(a.tokenizer));
+  } catch (const Error& e) {  // --init-from's own tokenizer.json: say where it came from, and the way out
+    if (!a.tokenizer_from_init) throw;
+    throw Error(str("--init-from ", a.init_from, " has a tokenizer.json that loom cannot read, so it cannot train on "
+                    "the ids the model knows (", e.what(), "); pass a byte-level BPE --tokenizer FILE"));
+  }
   LOOM_CHECK(resumed_vocab.empty() || resumed_vocab == t.record(), "--tokenizer ", a.tokenizer, " (", t.record(),
              ") is not the tokenizer --resume ", a.resume, " was trained with (",
              resumed_bpe ? resumed_vocab : "characters, no --tokenizer", ")");

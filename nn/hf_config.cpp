@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +43,17 @@ T get(const Json& config, const std::string& key, const std::string& path, const
   }
 }
 
+// The parameters' dtype: transformers 4.x writes "torch_dtype", 5.x "dtype" (and reads either). loom
+// converts every tensor to fp32 whatever it says, but two that disagree describe two models: refused.
+void check_dtype_keys(const Json& c, const std::string& path) {
+  const bool both = c.contains("torch_dtype") && !c["torch_dtype"].is_null() && c.contains("dtype") &&
+                    !c["dtype"].is_null();
+  LOOM_CHECK(!both || c["torch_dtype"] == c["dtype"], "read_hf_config: ", path, ": \"torch_dtype\": ",
+             c.contains("torch_dtype") ? c["torch_dtype"].dump() : "", " and \"dtype\": ",
+             c.contains("dtype") ? c["dtype"].dump() : "",
+             " disagree (transformers 4.x reads the first, 5.x the second)");
+}
+
 GPTConfig read_gpt2(const Json& c, const std::string& path) {
   auto refuse_unless = [&](bool ok, const std::string& key, const std::string& loom_has) {
     LOOM_CHECK(ok, "read_hf_config: ", path, ": \"", key, "\": ", c.contains(key) ? c[key].dump() : "(absent)",
@@ -61,6 +74,7 @@ GPTConfig read_gpt2(const Json& c, const std::string& path) {
   refuse_unless(!get(c, "scale_attn_by_inverse_layer_idx", path, &no), "scale_attn_by_inverse_layer_idx", "false");
   refuse_unless(!get(c, "add_cross_attention", path, &no), "add_cross_attention", "false");
   refuse_unless(get(c, "tie_word_embeddings", path, &yes), "tie_word_embeddings", "true (lm_head is wte)");
+  check_dtype_keys(c, path);
 
   GPTConfig cfg;
   cfg.vocab_size = get<int64_t>(c, "vocab_size", path);
@@ -84,6 +98,42 @@ GPTConfig read_gpt2(const Json& c, const std::string& path) {
   return cfg;
 }
 
+// RoPE's base θ. transformers 4.x writes a top-level "rope_theta" and "rope_scaling" (null, or a
+// scaled RoPE); 5.x writes "rope_parameters": {"rope_theta": θ, "rope_type": "default"} and no
+// top-level rope_theta (and reads "rope_scaling" in place of "rope_parameters" when both are there).
+// Every θ present must be the same number, and every RoPE dict's type "default" (the plain RoPE
+// loom computes): a scaled one (linear, dynamic, yarn, llama3, longrope) is refused by name.
+// None: LlamaConfig's default, 10000.
+double read_rope_theta(const Json& c, const std::string& path) {
+  std::vector<std::pair<std::string, double>> thetas;  // "key": θ, for each place θ was given
+  auto add_theta = [&](const Json& holder, const std::string& key, const std::string& name) {
+    if (!holder.contains(key) || holder[key].is_null()) return;
+    LOOM_CHECK(holder[key].is_number(), "read_hf_config: ", path, ": \"", name, "\" has the wrong type: ",
+               holder[key].dump());
+    thetas.emplace_back(name, holder[key].get<double>());
+  };
+  add_theta(c, "rope_theta", "rope_theta");
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!c.contains(key) || c[key].is_null()) continue;
+    const Json& rope = c[key];
+    LOOM_CHECK(rope.is_object(), "read_hf_config: ", path, ": \"", key, "\": ", rope.dump(),
+               " is not a JSON object (transformers writes {\"rope_type\": ..., \"rope_theta\": ...})");
+    const Json type = rope.contains("rope_type") ? rope["rope_type"]  // 4.x wrote "type"
+                      : rope.contains("type")    ? rope["type"]
+                                                 : Json("default");
+    LOOM_CHECK(type == "default", "read_hf_config: ", path, ": \"", key, "\": ", rope.dump(), ": rope_type ",
+               type.dump(), " is not loom's Llama, which has \"default\" (plain RoPE; loom implements no "
+               "position scaling: linear, dynamic, yarn, llama3, longrope)");
+    add_theta(rope, "rope_theta", str(key, ".rope_theta"));
+  }
+  for (const auto& [key, theta] : thetas)
+    LOOM_CHECK(theta == thetas.front().second, "read_hf_config: ", path, ": \"", thetas.front().first, "\": ",
+               Json(thetas.front().second).dump(), " and \"", key, "\": ", Json(theta).dump(),
+               " disagree (transformers 4.x reads the top-level rope_theta, 5.x the one in rope_parameters or "
+               "rope_scaling): refusing to guess the model's RoPE base");
+  return thetas.empty() ? 10000.0 : thetas.front().second;
+}
+
 // LlamaForCausalLM's config (transformers' LlamaConfig and its defaults).
 GPTConfig read_llama(const Json& c, const std::string& path) {
   auto refuse_unless = [&](bool ok, const std::string& key, const std::string& loom_has) {
@@ -95,10 +145,8 @@ GPTConfig read_llama(const Json& c, const std::string& path) {
       refuse_unless(arch == "LlamaForCausalLM", "architectures", "LlamaForCausalLM (a Llama language model)");
   const std::string silu = "silu";
   const bool no = false;
-  const double zero = 0.0, eps_default = 1e-6, theta_default = 10000.0;
+  const double zero = 0.0, eps_default = 1e-6;
   refuse_unless(get(c, "hidden_act", path, &silu) == "silu", "hidden_act", "silu (SwiGLU's gate)");
-  refuse_unless(!c.contains("rope_scaling") || c["rope_scaling"].is_null(), "rope_scaling",
-                "null (plain RoPE, no position interpolation)");
   refuse_unless(!get(c, "attention_bias", path, &no), "attention_bias", "false (no biases)");
   refuse_unless(!get(c, "mlp_bias", path, &no), "mlp_bias", "false (no biases)");
   refuse_unless(get(c, "attention_dropout", path, &zero) == 0.0, "attention_dropout", "0 (no dropout)");
@@ -113,8 +161,15 @@ GPTConfig read_llama(const Json& c, const std::string& path) {
   cfg.n_kv_head = get(c, "num_key_value_heads", path, &cfg.n_head);
   cfg.mlp_hidden = get<int64_t>(c, "intermediate_size", path);
   cfg.norm_eps = get(c, "rms_norm_eps", path, &eps_default);
-  cfg.rope_base = get(c, "rope_theta", path, &theta_default);
-  cfg.tied_embeddings = get(c, "tie_word_embeddings", path, &no);
+  cfg.rope_base = read_rope_theta(c, path);
+  cfg.tied_embeddings = get(c, "tie_word_embeddings", path, &no);  // LlamaConfig's default, in 4.x and 5.x
+  check_dtype_keys(c, path);
+  if (c.contains("layer_types") && !c["layer_types"].is_null()) {  // 5.x's per-layer attention kind
+    bool all_full = c["layer_types"].is_array() && int64_t(c["layer_types"].size()) == cfg.n_layer;
+    for (const Json& t : c["layer_types"]) all_full = all_full && t == "full_attention";
+    refuse_unless(all_full, "layer_types", str(cfg.n_layer, " x \"full_attention\" (causal attention over the "
+                                               "whole block in every layer, no sliding window)"));
+  }
   cfg.dropout = 0.0;
   if (cfg.n_head > 0) {
     const int64_t hd = cfg.n_embd / cfg.n_head;
@@ -164,13 +219,19 @@ std::string hf_config_json(const GPTConfig& cfg, DType dtype) {
     c["num_key_value_heads"] = cfg.kv_heads();
     c["hidden_act"] = "silu";
     c["rms_norm_eps"] = cfg.norm_eps;
-    c["rope_theta"] = cfg.rope_base;
+    c["head_dim"] = cfg.n_embd / cfg.n_head;
+    c["rope_theta"] = cfg.rope_base;  // 4.x's place for θ, and 5.x's below: both read the same RoPE
+    c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", cfg.rope_base}};
     c["rope_scaling"] = nullptr;
     c["attention_bias"] = false;
+    c["mlp_bias"] = false;
     c["attention_dropout"] = 0.0;  // loom's --dropout is a training choice; the model HF runs has none
     c["initializer_range"] = 0.02;
     c["tie_word_embeddings"] = cfg.tied_embeddings;
-    c["torch_dtype"] = torch_dtype;
+    c["bos_token_id"] = nullptr;  // loom knows no special tokens; absent, transformers would make them 1 and 2
+    c["eos_token_id"] = nullptr;
+    c["torch_dtype"] = torch_dtype;  // 4.x's name, and 5.x's:
+    c["dtype"] = torch_dtype;
     return c.dump(2) + "\n";
   }
   c["architectures"] = {"GPT2LMHeadModel"};
@@ -191,7 +252,10 @@ std::string hf_config_json(const GPTConfig& cfg, DType dtype) {
   c["scale_attn_by_inverse_layer_idx"] = false;
   c["reorder_and_upcast_attn"] = false;
   c["tie_word_embeddings"] = true;
+  c["bos_token_id"] = nullptr;  // absent, transformers would make them 50256, past a small vocabulary
+  c["eos_token_id"] = nullptr;
   c["torch_dtype"] = torch_dtype;
+  c["dtype"] = torch_dtype;
   return c.dump(2) + "\n";
 }
 

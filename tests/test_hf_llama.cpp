@@ -166,7 +166,8 @@ TEST(HfLlama, RefusesConfigOptionsLoomCannotHonourNamingTheKeyAndValue) {
       {"\"hidden_size\": 32", "\"mlp_bias\": true, \"hidden_size\": 32"},
       {"\"LlamaForCausalLM\"", "\"LlamaForSequenceClassification\""}};
   const std::string want[] = {
-      "\"rope_scaling\": {\"type\":\"linear\",\"factor\":2.0} is not loom's Llama, which has null",
+      "\"rope_scaling\": {\"type\":\"linear\",\"factor\":2.0}: rope_type \"linear\" is not loom's Llama, which has "
+      "\"default\"",
       "\"attention_bias\": true is not loom's Llama",
       "\"hidden_act\": \"gelu\" is not loom's Llama, which has silu",
       "\"head_dim\": 16 is not loom's Llama, which has hidden_size / num_attention_heads = 32 / 4",

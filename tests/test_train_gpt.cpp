@@ -11,6 +11,11 @@
 #include <sstream>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "data/data.h"
+#include "nn/gpt.h"
+#include "nn/hf_checkpoint.h"
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
 #include "optim/checkpoint_manifest_check.h"
@@ -450,4 +455,40 @@ TEST(TrainGpt, SaveCreatesMissingDirectories) {
                       (d / "a" / "b" / "gpt.safetensors").string());
   ASSERT_EQ(absolute.status, 0) << absolute.output;
   EXPECT_TRUE(fs::exists(d / "a" / "b" / "gpt.safetensors"));
+}
+
+// --init-from DIR without --tokenizer trains on DIR/tokenizer.json's ids when
+// the folder has one (a folder train_gpt --export-hf wrote after a --tokenizer
+// run, or a hub model's), and says so: the first loss is the one --tokenizer
+// DIR/tokenizer.json gives, and the export carries the tokenizer on. The
+// tokenizer is made here (GPT-2's 256 byte characters and one merge, "h e").
+TEST(TrainGpt, InitFromTrainsOnTheFoldersTokenizerJsonAndSaysSo) {
+  const fs::path d = temp_dir("init_from_tokenizer");
+  nlohmann::ordered_json vocab, tok;
+  for (int b = 0, extra = 0; b < 256; ++b) {  // GPT-2's bytes_to_unicode: printable bytes stand for themselves
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    vocab[loom::data::encode_utf8(std::u32string(1, char32_t(printable ? b : 256 + extra++)))] = b;
+  }
+  vocab["he"] = 256;
+  tok["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"h e"}}};
+  tok["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  std::ofstream(d / "tok.json") << tok.dump();
+  const loom::nn::GPTConfig cfg{257, 16, 1, 2, 16, 0.0, 7};
+  loom::nn::GPT start(cfg);
+  loom::nn::save_hf_checkpoint((d / "model").string(), cfg, start.named_parameters(), 0, (d / "tok.json").string());
+  const fs::path own = d / "model" / "tokenizer.json";
+  const std::string common = "--steps 2 --batch 2 --eval-every 0 --sample 0 --data " + corpus(d).string() +
+                             " --init-from " + (d / "model").string();
+  Exec implicit = run(common + " --log " + (d / "implicit.jsonl").string() + " --export-hf " + (d / "out").string());
+  ASSERT_EQ(implicit.status, 0) << implicit.output;
+  EXPECT_NE(implicit.output.find("tokenizer: " + own.string() + " (--init-from's own; --tokenizer FILE picks another)"),
+            std::string::npos) << implicit.output;
+  EXPECT_NE(implicit.output.find("vocab 257 (BPE " + own.string() + ")"), std::string::npos) << implicit.output;
+  EXPECT_TRUE(fs::exists(d / "out" / "tokenizer.json"));
+  Exec given = run(common + " --tokenizer " + (d / "tok.json").string() + " --log " + (d / "given.jsonl").string());
+  ASSERT_EQ(given.status, 0) << given.output;
+  EXPECT_EQ(given.output.find("tokenizer: "), std::string::npos) << given.output;
+  EXPECT_NE(given.output.find("vocab 257 (BPE " + (d / "tok.json").string() + ")"), std::string::npos) << given.output;
+  ASSERT_EQ(losses(d / "implicit.jsonl").size(), 2u);
+  EXPECT_EQ(losses(d / "implicit.jsonl"), losses(d / "given.jsonl"));
 }

@@ -1,0 +1,90 @@
+// Folders transformers 5 wrote, against loom, with no Python: tests/hf/make_fixtures.py
+// (run by hand in a venv with a current transformers; tests/hf/README.md) saved
+// small random GPT2LMHeadModel and LlamaForCausalLM folders and the logits each
+// gives on fixed ids, committed under tests/hf/fixtures/ (VERSIONS names the
+// packages). loom must read their 5.x config.json ("rope_parameters", "dtype",
+// "head_dim") and give the same logits. The live tests against transformers
+// 4.40 (test_hf_checkpoint, test_hf_llama) check the other direction too.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hf_folder.h"
+#include "nn/hf_checkpoint.h"
+#include "nn/hf_config.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtures = fs::path(LOOM_TEST_DATA_DIR) / "hf" / "fixtures";
+
+nlohmann::json config_of(const fs::path& folder) {
+  std::ifstream in(folder / "config.json");
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST(HfTransformers5Fixtures, WereWrittenByTransformers5InItsNewFormat) {
+  std::ifstream versions(kFixtures / "VERSIONS");
+  std::string line;
+  std::getline(versions, line);
+  EXPECT_NE(line.find(", transformers 5."), std::string::npos) << line;
+  for (const char* model : {"llama-gqa", "llama-mqa", "llama-bf16"}) {  // what loom read wrong before issue 48
+    const nlohmann::json c = config_of(kFixtures / model);
+    EXPECT_FALSE(c.contains("rope_theta")) << model;
+    EXPECT_TRUE(c.contains("rope_parameters")) << model;
+    EXPECT_FALSE(c.contains("torch_dtype")) << model;
+    EXPECT_TRUE(c.contains("dtype")) << model;
+  }
+}
+
+TEST(HfTransformers5Fixtures, LoadWithTheLogitsTransformersGaveTo1e5) {
+  struct Want {
+    std::string model;
+    std::string family;
+    int64_t heads, kv_heads;
+    double rope_base;
+    bool tied;
+  };
+  for (const Want& w : {Want{"gpt2-odd", "gpt2", 3, 3, 10000.0, true},
+                        Want{"llama-gqa", "llama", 6, 2, 500000.0, false},
+                        Want{"llama-mqa", "llama", 3, 1, 10000.0, true},
+                        Want{"llama-bf16", "llama", 6, 2, 1000000.0, false}}) {
+    SCOPED_TRACE(w.model);
+    const test::HfReference ref = test::hf_reference(kFixtures / (w.model + ".reference.safetensors"));
+    const nn::HfCheckpoint hf = nn::load_hf_checkpoint((kFixtures / w.model).string());
+    EXPECT_EQ(nn::hf_family(hf.cfg), w.family);
+    EXPECT_EQ(hf.cfg.vocab_size, 37);
+    EXPECT_EQ(hf.cfg.block_size, 12);
+    EXPECT_EQ(hf.cfg.n_embd, 24);
+    EXPECT_EQ(hf.cfg.n_head, w.heads);
+    EXPECT_EQ(hf.cfg.kv_heads(), w.kv_heads);
+    EXPECT_EQ(hf.cfg.tied_embeddings, w.tied);
+    if (w.family == "llama") {
+      EXPECT_EQ(hf.cfg.rope_base, w.rope_base);
+    }
+    auto model = test::gpt_with(hf.cfg, hf.state);
+    const Tensor logits = model->forward(ref.ids);
+    ASSERT_EQ(logits.shape(), ref.logits.shape());
+    const double err = test::max_abs(ops::sub(logits, ref.logits)), scale = test::max_abs(ref.logits);
+    EXPECT_LE(err, 1e-5 * scale) << "max |loom - transformers| " << err << ", max |logit| " << scale;
+    EXPECT_NEAR(nn::cross_entropy_loss(logits, ref.targets).item<double>(), ref.loss, 1e-5 * ref.loss);
+  }
+}
+
+TEST(HfTransformers5Fixtures, ShardedFoldersHoldTheSameModel) {
+  for (const std::string model : {"gpt2-odd", "llama-gqa"}) {
+    SCOPED_TRACE(model);
+    const fs::path sharded = kFixtures / (model + "-sharded");
+    EXPECT_GE(test::shards_of(sharded).size(), 2u);
+    test::expect_same_tensors(nn::load_hf_checkpoint(sharded.string()).state,
+                              nn::load_hf_checkpoint((kFixtures / model).string()).state);
+  }
+}
