@@ -95,9 +95,8 @@ REFUSALS = [
     (("dropout", "cp"), lambda c: c["dropout"] > 0 and c["cp"] > 1, "--dropout with --cp"),
     (("zero", "pp"), lambda c: c["zero"] == 3 and c["pp"] > 1, "--zero 3 with --pp"),
     (("zero", "dp_mode"), lambda c: c["zero"] == 3 and c["dp_mode"] == "naive", "--zero 3 with --dp-mode naive"),
-    (("dp_mode", "dp", "zero", "dtype"),
-     lambda c: c["dp_mode"] == "naive" and c["dp"] > 1 and (c["zero"] > 0 or c["dtype"] != "fp32"),
-     "--dp-mode naive has no main_grad buffer (--zero > 0 or --dtype bf16/fp16)"),
+    (("dp_mode", "zero", "dtype"), lambda c: c["dp_mode"] == "naive" and c["zero"] in (1, 2) or (
+        c["dp_mode"] == "naive" and c["dtype"] != "fp32"), "--dp-mode naive has no main_grad buffer (--zero 1/2, bf16, fp16)"),
     (("grad_accum", "pp"), lambda c: c["grad_accum"] > 1 and c["pp"] > 1, "--grad-accum with --pp"),
     (("lifecycle", "arch", "untied"), lambda c: c["lifecycle"] == "export" and c["arch"] == "gpt2" and c["untied"],
      "--export-hf with --arch gpt2 --untied"),
@@ -241,7 +240,7 @@ def main():
         print(text)
     n_ref = sum(1 for c in cases if refused_by(c))
     print(f"{len(cases)} cases ({n_ref} predicted refused) cover {n_tuples} tuples "
-          f"({n_refusal} of them refused whatever else is set)", file=sys.stderr)
+          f"({n_refusal} of them refused whatever else is set)", file=sys.stdout if a.out else sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
