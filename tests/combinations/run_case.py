@@ -253,15 +253,15 @@ def judge(runner, case):
     d.mkdir(parents=True)
     world, par, same, batch, global_batch = case_args(f, runner)
     life = f["lifecycle"]
+    flags = par + ["--batch", str(batch)] + same + model_args(f) + ([] if life == "none" else [f"[{life}]"])
     if life == "init":
         folder, made = runner.init_folder(model_args(f))
         if made.rc != 0:
-            return "FAIL", [], [f"one process could not make the --init-from folder ({' '.join(model_args(f))}): "
+            return "FAIL", flags, [f"one process could not make the --init-from folder ({' '.join(model_args(f))}): "
                                 f"{made.error()}"]
         model = ["--init-from", str(folder)]
     else:
         model = runner.size() + model_args(f)
-    flags = par + ["--batch", str(batch)] + same + model_args(f) + ([] if life == "none" else [f"[{life}]"])
     tol = dict(TOL[f["dtype"]])
     if f["cp"] > 1 and f["dtype"] == "fp32":
         tol["params"] = CP_PARAM_TOL
