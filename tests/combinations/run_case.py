@@ -57,10 +57,11 @@ class Run:
         return [int(e["step"]) for e in self.log]
 
     def error(self):
-        """The first error line, or the output's last line."""
-        for line in self.output.splitlines():
-            if "error" in line.lower() and "errorcode" not in line:
-                return line.strip()[:300]
+        """The first error or watchdog line, else the output's last line."""
+        for key in ("error:", "collective watchdog", "error"):
+            for line in self.output.splitlines():
+                if key in line.lower() and "errorcode" not in line and "MCA parameter" not in line:
+                    return line.strip()[:600 if "watchdog" in key else 300]
         lines = [l for l in self.output.splitlines() if l.strip()]
         return lines[-1].strip()[:300] if lines else "(no output)"
 
