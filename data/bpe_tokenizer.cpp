@@ -108,46 +108,58 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
   Json j;
   try {
     j = Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
-    throw Error(str("BpeTokenizer: ", path, ": not valid JSON: ", e.what()));
+  } catch (const Json::exception& e) {  // a parse_error, or out_of_range 406: a number no type holds (found by
+    throw Error(str("BpeTokenizer: ", path, ": not valid JSON: ", e.what()));  // fuzz_tokenizer)
   }
-  LOOM_CHECK(j.contains("model") && j["model"].value("type", "") == "BPE", "BpeTokenizer: ", path,
-             ": model.type is not \"BPE\"");
-  const Json& pre = j["pre_tokenizer"];
-  LOOM_CHECK(pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true), "BpeTokenizer: ",
-             path, ": pre_tokenizer is not ByteLevel with GPT-2's pattern (got ", pre.dump(), ")");
-  LOOM_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), "BpeTokenizer: ", path,
-             ": a normalizer (", j["normalizer"].dump(), ") is not supported");
-  BpeTokenizer t;
-  t.add_prefix_space_ = pre.value("add_prefix_space", false);
-  uint64_t h = 14695981039346656037ull;  // FNV-1a over the file's bytes
-  for (const unsigned char c : text.str()) h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
-  t.fingerprint_ = hex;
-  const Json& vocab = j["model"]["vocab"];
-  t.tokens_.resize(vocab.size());
-  for (auto& [token, id] : vocab.items()) {
-    const int64_t k = id.get<int64_t>();
-    LOOM_CHECK(k >= 0 && k < int64_t(vocab.size()) && t.tokens_[size_t(k)].empty(), "BpeTokenizer: ", path,
-               ": token '", token, "' has id ", k, ", not a free id below the vocabulary's ", vocab.size());
-    t.tokens_[size_t(k)] = token;
-    t.ids_[token] = int32_t(k);
-  }
-  int rank = 0;
-  for (const Json& m : j["model"]["merges"]) {  // "a b" (older files) or ["a", "b"]
-    std::pair<std::string, std::string> pair;
-    if (m.is_string()) {
-      const std::string s = m.get<std::string>();
-      const size_t space = s.find(' ');
-      LOOM_CHECK(space != std::string::npos, "BpeTokenizer: ", path, ": merge '", s, "' is not two tokens");
-      pair = {s.substr(0, space), s.substr(space + 1)};
-    } else {
-      pair = {m.at(0).get<std::string>(), m.at(1).get<std::string>()};
+  // A stranger's file: any key may hold another type than the format's (a number where an object is),
+  // which the JSON library reports by throwing; the message names the file.
+  const auto build = [&] {
+    LOOM_CHECK(j.contains("model") && j["model"].value("type", "") == "BPE", "BpeTokenizer: ", path,
+               ": model.type is not \"BPE\"");
+    const Json& pre = j["pre_tokenizer"];
+    LOOM_CHECK(pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true),
+               "BpeTokenizer: ", path, ": pre_tokenizer is not ByteLevel with GPT-2's pattern (got ", pre.dump(), ")");
+    LOOM_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), "BpeTokenizer: ", path,
+               ": a normalizer (", j["normalizer"].dump(), ") is not supported");
+    BpeTokenizer t;
+    t.add_prefix_space_ = pre.value("add_prefix_space", false);
+    uint64_t h = 14695981039346656037ull;  // FNV-1a over the file's bytes
+    for (const unsigned char c : text.str()) h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    t.fingerprint_ = hex;
+    const Json& vocab = j["model"]["vocab"];
+    t.tokens_.resize(vocab.size());
+    for (auto& [token, id] : vocab.items()) {
+      // An integer, checked first: nlohmann casts a float id (1e209) with undefined overflow (fuzz_tokenizer).
+      LOOM_CHECK(id.is_number_integer(), "BpeTokenizer: ", path, ": token '", token, "' has id ", id.dump(),
+                 ", not an integer");
+      const int64_t k = id.get<int64_t>();
+      LOOM_CHECK(k >= 0 && k < int64_t(vocab.size()) && t.tokens_[size_t(k)].empty(), "BpeTokenizer: ", path,
+                 ": token '", token, "' has id ", k, ", not a free id below the vocabulary's ", vocab.size());
+      t.tokens_[size_t(k)] = token;
+      t.ids_[token] = int32_t(k);
     }
-    t.merge_rank_.emplace(pair, rank++);
+    int rank = 0;
+    for (const Json& m : j["model"]["merges"]) {  // "a b" (older files) or ["a", "b"]
+      std::pair<std::string, std::string> pair;
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ');
+        LOOM_CHECK(space != std::string::npos, "BpeTokenizer: ", path, ": merge '", s, "' is not two tokens");
+        pair = {s.substr(0, space), s.substr(space + 1)};
+      } else {
+        pair = {m.at(0).get<std::string>(), m.at(1).get<std::string>()};
+      }
+      t.merge_rank_.emplace(pair, rank++);
+    }
+    return t;
+  };
+  try {
+    return build();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("BpeTokenizer: ", path, ": not a tokenizer.json loom reads: ", e.what()));
   }
-  return t;
 }
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& utf8) const {

@@ -91,6 +91,10 @@ static void check_hf_paths(const Args& a) {
   LOOM_CHECK(!(a.arch == "gpt2" && a.untied && a.init_from.empty()), "--export-hf with --arch gpt2 --untied: "
              "transformers' GPT2LMHeadModel ties its head to wte, so no Hugging Face class reads this model "
              "(use --arch llama, tied or --untied, or drop --untied)");
+  LOOM_CHECK(!(a.arch == "gpt2" && a.kv_heads > 0 && a.kv_heads != a.heads && a.init_from.empty()),
+             "--export-hf with --arch gpt2 --kv-heads ", a.kv_heads, " (of --heads ", a.heads,
+             "): transformers' GPT2LMHeadModel has one key/value head per query head, so no Hugging Face class "
+             "reads this model (use --arch llama, or drop --kv-heads)");
   const fs::path out(a.export_hf);
   if (fs::exists(out)) {
     LOOM_CHECK(fs::is_directory(out) && fs::exists(out / "config.json"), "--export-hf ", a.export_hf,

@@ -107,7 +107,7 @@ Json read_json_file(const fs::path& path) {
   text << in.rdbuf();
   try {
     return Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // a parse_error, or out_of_range 406: a number no type holds (1e309)
     throw Error(str("load_hf_checkpoint: ", path.string(), ": not valid JSON: ", e.what()));
   }
 }
@@ -144,6 +144,11 @@ std::map<std::string, Found> read_tensors(const fs::path& dir) {
     by_shard[file.get<std::string>()].push_back(name);
   }
   for (const auto& [shard, names] : by_shard) {
+    // A shard is a file of the folder ("model-00001-of-00002.safetensors"): a path ("../x", "/etc/x")
+    // in a stranger's index would have loom read elsewhere.
+    LOOM_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..",
+               "load_hf_checkpoint: ", index.string(), ": tensor '", names.front(), "' maps to '", shard,
+               "', not a file name of the folder");
     const fs::path file = dir / shard;
     LOOM_CHECK(fs::exists(file), "load_hf_checkpoint: ", index.string(), " lists the shard ", shard, " (tensor '",
                names.front(), "' and ", names.size() - 1, " more), which is missing: ", file.string());

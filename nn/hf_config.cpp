@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,7 +25,7 @@ Json read_json(const std::string& path) {
   text << in.rdbuf();
   try {
     return Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // a parse_error, or out_of_range 406: a number no type holds (1e309)
     throw Error(str("read_hf_config: ", path, ": not valid JSON: ", e.what()));
   }
 }
@@ -36,6 +37,11 @@ T get(const Json& config, const std::string& key, const std::string& path, const
     LOOM_CHECK(fallback, "read_hf_config: ", path, ": the key \"", key, "\" is missing");
     return *fallback;
   }
+  // An integer key must hold an integer: nlohmann converts a float (1e209) with a cast whose overflow is
+  // undefined behaviour (found by fuzz_hf_config's sibling, fuzz_tokenizer).
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    LOOM_CHECK(config[key].is_number_integer(), "read_hf_config: ", path, ": \"", key,
+               "\" has the wrong type: ", config[key].dump(), ", not an integer");
   try {
     return config[key].get<T>();
   } catch (const Json::exception&) {
@@ -198,8 +204,12 @@ GPTConfig read_hf_config(const std::string& path) {
   const Json c = read_json(path);
   LOOM_CHECK(c.is_object(), "read_hf_config: ", path, ": expected a JSON object, got ", c.type_name());
   const std::string model_type = get<std::string>(c, "model_type", path);
-  if (model_type == "gpt2") return read_gpt2(c, path);
-  if (model_type == "llama") return read_llama(c, path);
+  try {
+    if (model_type == "gpt2") return read_gpt2(c, path);
+    if (model_type == "llama") return read_llama(c, path);
+  } catch (const nlohmann::json::exception& e) {  // a stranger's file: a key of another type than get<> checks
+    throw Error(str("read_hf_config: ", path, ": not a config.json loom reads: ", e.what()));
+  }
   throw Error(str("read_hf_config: ", path, ": model_type \"", model_type,
                   "\" is not an architecture loom reads (it reads: gpt2, llama)"));
 }

@@ -8,8 +8,10 @@
 #   tsan  ThreadSanitizer on the multi-rank data-parallel test (the compute
 #         thread and the communication threads share buckets and gradients),
 #         2 ranks over shared memory; only that target is built, in build-tsan.
-#   fuzz  libFuzzer (clang) on the safetensors header reader and the UTF-8
-#         decoder, FUZZ_SECONDS each (default 45) from the seeds in fuzz/corpus.
+#   fuzz  libFuzzer (clang) on what a stranger's model folder holds: the
+#         safetensors header reader, config.json, the shard index and
+#         tokenizer.json, and on the UTF-8 decoder, FUZZ_SECONDS each (default
+#         30) from the seeds in fuzz/corpus.
 # Usage: bash tests/sanitizers.sh [asan] [tsan] [fuzz]   (none: all three)
 # Each stage prints its wall time; builds go through ccache when it is installed.
 set -euo pipefail
@@ -140,22 +142,27 @@ tsan() {
 }
 
 fuzz() {
-  local seconds=${FUZZ_SECONDS:-45}
+  local seconds=${FUZZ_SECONDS:-30}
   # The libraries get coverage instrumentation (fuzzer-no-link); only the two
   # fuzz targets link libFuzzer's main.
   timed fuzz-configure cmake -S . -B build-fuzz "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_FUZZ=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
     >/dev/null
-  timed fuzz-build cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_utf8
+  local targets=(safetensors utf8 hf_config hf_index tokenizer)
+  timed fuzz-build cmake --build build-fuzz -j"$jobs" --target "${targets[@]/#/fuzz_}"
   export ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  for target in safetensors utf8; do
+  for target in "${targets[@]}"; do
     # New inputs go to a scratch copy, so the committed seeds stay as they are.
     local corpus
     corpus=$(mktemp -d)
     cp fuzz/corpus/$target/* "$corpus"/
-    timed fuzz-$target build-fuzz/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=4096 -timeout=10 \
-      -print_final_stats=1 -artifact_prefix=build-fuzz/ "$corpus"
+    # The JSON readers get the format's tokens and keys (fuzz/json.dict): without them 30 s of byte
+    # mutations seldom reach valid JSON with a value of the wrong type.
+    local dict=()
+    case $target in hf_config | hf_index | tokenizer) dict=(-dict=fuzz/json.dict) ;; esac
+    timed fuzz-$target build-fuzz/fuzz/fuzz_$target "${dict[@]}" -max_total_time="$seconds" -max_len=4096 \
+      -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/ "$corpus"
     rm -rf "$corpus"
   done
 }

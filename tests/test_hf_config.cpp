@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/bpe_tokenizer.h"
 #include "error_of.h"
+#include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
 
 using namespace loom;
@@ -189,4 +191,43 @@ TEST(HfConfig, WritesEachMovedKeyWhereBothTransformersVersionsReadIt) {
   EXPECT_EQ(g["torch_dtype"], "float32");
   EXPECT_EQ(g["dtype"], "float32");
   EXPECT_TRUE(g["eos_token_id"].is_null());
+}
+
+// A stranger's files: valid JSON with values of another type, a number no
+// type holds (1e309: nlohmann's out_of_range, not a parse_error) and a float
+// where an integer belongs (1e209: nlohmann's cast overflows, undefined
+// behaviour that UBSan reports), both found by fuzz_tokenizer, are refused with loom's error naming the file - never the
+// JSON library's own exception (which error_of would not catch: a failure).
+TEST(HfConfig, StrangersFilesAreRefusedWithLoomsErrorNamingTheFile) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_hf_strangers_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  for (const char* config : {R"({"model_type": "gpt2", "vocab_size": 1e309})",
+                             R"({"model_type": "gpt2", "vocab_size": 1e209, "n_positions": 16})",
+                             R"({"model_type": "llama", "hidden_size": 32, "rope_parameters": 5})",
+                             R"({"model_type": "gpt2", "n_embd": "12"})"}) {
+    const std::string path = write("config.json", config);
+    const std::string e = test::error_of([&] { nn::read_hf_config(path); });
+    EXPECT_NE(e.find(path), std::string::npos) << config << ": " << e;
+  }
+  write("config.json", gpt2_5().dump());
+  for (const char* index : {R"({"weight_map": {"a": 1e309}})", R"({"weight_map": [1]})", R"([])"}) {
+    const std::string path = write("model.safetensors.index.json", index);
+    const std::string e = test::error_of([&] { nn::load_hf_checkpoint(dir.string()); });
+    EXPECT_NE(e.find(path), std::string::npos) << index << ": " << e;
+  }
+  const std::string byte_level = R"("pre_tokenizer": {"type": "ByteLevel"})";
+  for (const std::string& tokenizer :
+       {std::string(R"({"model": 1})"), std::string(R"({"model": {"type": "BPE", "vocab": {"a": 1e309}}})"),
+        R"({"model": {"type": "BPE", "vocab": {"a": 1e209}}, )" + byte_level + "}",
+        R"({"model": {"type": "BPE", "vocab": {"a": "x"}}, )" + byte_level + "}",
+        R"({"model": {"type": "BPE", "vocab": {}, "merges": [5]}, )" + byte_level + "}"}) {
+    const std::string path = write("tokenizer.json", tokenizer);
+    const std::string e = test::error_of([&] { data::BpeTokenizer::from_file(path); });
+    EXPECT_NE(e.find(path), std::string::npos) << tokenizer << ": " << e;
+  }
+  fs::remove_all(dir);
 }

@@ -6,6 +6,7 @@
 // "head_dim") and give the same logits. The live tests against transformers
 // 4.40 (test_hf_checkpoint, test_hf_llama) check the other direction too.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -87,4 +88,30 @@ TEST(HfTransformers5Fixtures, ShardedFoldersHoldTheSameModel) {
     test::expect_same_tensors(nn::load_hf_checkpoint(sharded.string()).state,
                               nn::load_hf_checkpoint((kFixtures / model).string()).state);
   }
+}
+
+// A stranger's index may name any path as a shard; loom reads only the
+// folder's own files: a name with a '/' (or . and ..) is refused, naming the
+// index, the tensor and the name, before anything is opened.
+TEST(HfTransformers5Fixtures, AnIndexThatNamesAFileOutsideTheFolderIsRefused) {
+  const fs::path dir = fs::temp_directory_path() / ("loom_hf_index_" + std::to_string(::getpid()));
+  for (const std::string shard : {"../model-00001-of-00004.safetensors", "/etc/hostname", ".."}) {
+    SCOPED_TRACE(shard);
+    fs::remove_all(dir);
+    fs::copy(kFixtures / "gpt2-odd-sharded", dir);
+    nlohmann::json index = nlohmann::json::parse(std::ifstream(dir / "model.safetensors.index.json"));
+    const std::string first = index["weight_map"].begin().key();
+    index["weight_map"][first] = shard;
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump(2);
+    try {
+      nn::load_hf_checkpoint(dir.string());
+      ADD_FAILURE() << "loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.safetensors.index.json: tensor '" + first + "' maps to '" + shard +
+                                           "', not a file name of the folder"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  fs::remove_all(dir);
 }

@@ -184,12 +184,14 @@ TEST(Paths, AnOutputOverAnInputOrAnotherOutputIsRefused) {
   // A model folder (--init-from) and a tokenizer are inputs too; --export-hf's folder is replaced whole.
   ASSERT_EQ(train(data + "--export-hf " + (d / "hf")).status, 0);
   std::ofstream(d / "tok.json") << "{}";
-  const std::string init = " --steps 2 --batch 4 --eval-every 0 --sample 0 --data " + corpus + " --init-from " + (d / "hf") + " ";
+  const std::string init =
+      " --steps 2 --batch 4 --eval-every 0 --sample 0 --data " + corpus + " --init-from " + (d / "hf") + " ";
   const std::string config = bytes_of(d / "hf/config.json"), weights = bytes_of(d / "hf/model.safetensors");
   expect_refused_up_front(train(init + "--log " + (d / "hf/config.json")),
                           "is the same file as --init-from (its config.json)", "--log over --init-from's config");
   expect_refused_up_front(train(init + "--save " + (d / "hf/model.safetensors")),
-                          "is the same file as --init-from (its model.safetensors)", "--save over --init-from's weights");
+                          "is the same file as --init-from (its model.safetensors)",
+                          "--save over --init-from's weights");
   expect_refused_up_front(train(data + "--tokenizer " + (d / "tok.json") + " --log " + (d / "tok.json")),
                           "is the same file as --tokenizer", "--log over --tokenizer");
   expect_refused_up_front(train(data + "--export-hf " + (d / "hf") + " --log " + (d / "hf/log.jsonl")),

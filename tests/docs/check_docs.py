@@ -551,8 +551,8 @@ def main():
         print(p)
     print(f"check_docs: {len(chapters)} chapters; checked {CHECKED['paths']} paths, {CHECKED['symbols']} symbols, "
           f"{CHECKED['flags']} train_gpt flags ({len(flags)} known); reran {CHECKED['commands']} commands, compared "
-          f"{CHECKED['quoted lines']} quoted output lines (skipped {CHECKED['blocks for another CPU']} blocks quoted for "
-          f"another kind of CPU), {CHECKED['table numbers']} measured table numbers, "
+          f"{CHECKED['quoted lines']} quoted output lines (skipped {CHECKED['blocks for another CPU']} blocks "
+          f"quoted for another kind of CPU), {CHECKED['table numbers']} measured table numbers, "
           f"{CHECKED['sums']} sums; {len(problems)} problems")
     return 1 if problems else 0
 
