@@ -132,6 +132,14 @@ void validate(const Args& a) {
   LOOM_CHECK(a.tp == 1 || a.dropout == 0, "--dropout ", a.dropout, " with --tp ", a.tp,
              ": dropout under tensor parallelism is not supported yet (matching tp = 1's masks needs a "
              "position-keyed generator); use --dropout 0");
+  // Each Dropout draws its mask by (its seed, its call count, the element's index in its input): a batch
+  // split over ranks or micro-batches draws other masks than the whole batch does in one process.
+  const int64_t micro = a.pp > 1 ? (a.microbatches > 0 ? a.microbatches : a.pp) : 1;
+  LOOM_CHECK(a.dropout == 0 || (a.dp == 1 && a.grad_accum == 1 && micro == 1), "--dropout ", a.dropout,
+             " with --dp ", a.dp, " --grad-accum ", a.grad_accum, " and ", micro,
+             " pipeline micro-batches: dropout on a split batch is not supported yet (each part would draw the "
+             "masks of the batch's first rows, not one process's; matching them needs a position-keyed "
+             "generator); use --dropout 0, or one part");
   if (a.virtual_stages > 1) {  // interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h)
     LOOM_CHECK(a.pp >= 2, "--virtual-stages ", a.virtual_stages,
                " interleaves the chunks of a pipeline; it needs --pp >= 2");

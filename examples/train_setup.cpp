@@ -63,10 +63,13 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   cfg.mlp_hidden = a.mlp_hidden;
   if (a.untied) cfg.tied_embeddings = false;
   if (!a.resume.empty()) {
+    const std::string flags_arch = cfg.arch();  // "custom" for --arch gpt2 --untied, as its checkpoint says
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
     // ... so an --arch that is not the checkpoint's would be ignored, silently.
-    LOOM_CHECK(!a.arch_given || cfg.arch() == a.arch, "--arch ", a.arch, ", but the checkpoint --resume ", a.resume,
-               " holds a ", cfg.arch(), " model, and a resume trains the checkpoint's architecture; drop --arch",
+    LOOM_CHECK(!a.arch_given || cfg.arch() == flags_arch, "--arch ", a.arch,
+               flags_arch == a.arch ? "" : " (with --untied or --kv-heads: a " + flags_arch + " model)",
+               ", but the checkpoint --resume ", a.resume, " holds a ", cfg.arch(),
+               " model, and a resume trains the checkpoint's architecture; drop --arch",
                cfg.arch() == "custom" ? "" : " or pass --arch " + cfg.arch());
     say(rank0, "resume: %s (the checkpoint's config: %lld layers, %lld heads, %lld embd, block %lld)\n",
         a.resume.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,

@@ -143,6 +143,18 @@ TEST(TrainGptContextParallel, DropoutIsRefused) {
   EXPECT_NE(r.output.find("dropout under context parallelism is not supported"), std::string::npos) << r.output;
 }
 
+// The same for a batch split over dp ranks, accumulation steps or pipeline micro-batches (the combination
+// sweep found them training on other masks than one process's): refused before training.
+TEST(TrainGptContextParallel, DropoutOnASplitBatchIsRefused) {
+  for (const auto& [ranks, flags] : std::vector<std::pair<int, std::string>>{
+           {2, "--dp 2 --batch 8"}, {1, "--grad-accum 2 --batch 8"}, {2, "--pp 2 --microbatches 2 --batch 16"}}) {
+    Result r = train("split_dropout", ranks, flags + " --dropout 0.1");
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.output.find("dropout on a split batch is not supported yet"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step "), std::string::npos) << "trained before refusing: " << flags;
+  }
+}
+
 TEST(TrainGptContextParallel, AWorldThatIsNotTheGridIsRefusedWithTheSizes) {
   Result r = train("cp2_one_rank", 1, "--cp 2 --batch 16");
   EXPECT_NE(r.status, 0);

@@ -134,4 +134,9 @@ TEST(TrainLlamaParallel, ResumeUnderAnotherArchIsRefusedNamingBoth) {
       << r.output;
   Result same = train("gpt2_then_llama", 1, "--arch gpt2 --batch 16 --resume " + checkpoint("gpt2_then_llama"));
   EXPECT_EQ(same.status, 0) << same.output;
+  // The same flags again resume: --arch gpt2 --untied is a "custom" model, as its checkpoint says (the
+  // combination sweep found this refused).
+  ASSERT_EQ(train("untied", 1, "--arch gpt2 --untied --batch 16 --stop-at 5").status, 0);
+  Result untied = train("untied", 1, "--arch gpt2 --untied --batch 16 --resume " + checkpoint("untied"));
+  EXPECT_EQ(untied.status, 0) << untied.output;
 }

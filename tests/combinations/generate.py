@@ -87,6 +87,9 @@ CONSTRAINTS = [
     (("dp_mode", "bucket_mb"), lambda c: c["dp_mode"] == "bucket" or c["bucket_mb"] == 25),
     # --init-from starts from a folder one process exported: GPT-2 with its own head has none
     (("lifecycle", "arch", "untied"), lambda c: not (c["lifecycle"] == "init" and c["arch"] == "gpt2" and c["untied"])),
+    # ... nor with fewer kv heads than heads (GPT2LMHeadModel has one per query head)
+    (("lifecycle", "arch", "kv_heads"),
+     lambda c: not (c["lifecycle"] == "init" and c["arch"] == "gpt2" and c["kv_heads"] not in (0, HEADS))),
 ]
 
 # (factors it reads, predicate: train_gpt refuses, reason). The prediction only.
@@ -100,6 +103,13 @@ REFUSALS = [
     (("grad_accum", "pp"), lambda c: c["grad_accum"] > 1 and c["pp"] > 1, "--grad-accum with --pp"),
     (("lifecycle", "arch", "untied"), lambda c: c["lifecycle"] == "export" and c["arch"] == "gpt2" and c["untied"],
      "--export-hf with --arch gpt2 --untied"),
+    (("lifecycle", "arch", "kv_heads"),
+     lambda c: c["lifecycle"] == "export" and c["arch"] == "gpt2" and c["kv_heads"] not in (0, HEADS),
+     "--export-hf with --arch gpt2 --kv-heads"),
+    # the batch split over ranks, accumulation steps or pipeline micro-batches: other masks than one process's
+    (("dropout", "dp", "grad_accum", "pp", "microbatches"),
+     lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
+     "--dropout on a split batch"),
 ]
 
 
