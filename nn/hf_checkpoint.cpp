@@ -2,6 +2,7 @@
 #include "nn/hf_checkpoint.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -24,11 +25,15 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-// A new, empty folder "DIR.loom-WHAT-XXXXXX" beside DIR (mkdtemp: the name is unique).
+// A new, empty folder "DIR.loom-WHAT-XXXXXX" beside DIR (mkdtemp: the name is unique), with the
+// permissions any new folder gets (mkdtemp's 0700 would become the exported folder's).
 fs::path fresh_sibling(const std::string& dir, const char* what) {
   std::string name = dir + ".loom-" + what + "-XXXXXX";
   LOOM_CHECK(::mkdtemp(name.data()) != nullptr, "save_hf_checkpoint: cannot make a folder beside ", dir, ": ",
              std::strerror(errno));
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  fs::permissions(name, fs::perms(0777 & ~mask));
   return name;
 }
 

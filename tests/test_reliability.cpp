@@ -369,6 +369,10 @@ TEST(Paths, ExportLeavesTheUsersFoldersBesideItAlone) {
     EXPECT_TRUE(fs::exists(d.path / "out" / "model.safetensors")) << "run " << run;
   }
   for (const char* mine : {"out.tmp", "out.old"}) EXPECT_EQ(bytes_of(d / (std::string(mine) + "/notes.txt")), "mine");
+  // The folder has a new folder's permissions (not the scratch folder's 0700), so others may read it.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  EXPECT_EQ(int(fs::status(d.path / "out").permissions()) & 0777, int(0777 & ~mask));
   for (const auto& e : fs::directory_iterator(d.path))
     EXPECT_EQ(e.path().filename().string().find("out.loom-"), std::string::npos) << e.path() << " was left behind";
 }
