@@ -134,7 +134,8 @@ void validate(const Args& a) {
              "position-keyed generator); use --dropout 0");
   // Each Dropout draws its mask by (its seed, its call count, the element's index in its input): a batch
   // split over ranks or micro-batches draws other masks than the whole batch does in one process.
-  const int64_t micro = a.pp > 1 ? (a.microbatches > 0 ? a.microbatches : a.pp) : 1;
+  const int64_t pipeline_micro_batches = a.microbatches > 0 ? a.microbatches : a.pp;  // --microbatches 0: pp
+  const int64_t micro = a.pp > 1 ? pipeline_micro_batches : 1;
   LOOM_CHECK(a.dropout == 0 || (a.dp == 1 && a.grad_accum == 1 && micro == 1), "--dropout ", a.dropout,
              " with --dp ", a.dp, " --grad-accum ", a.grad_accum, " and ", micro,
              " pipeline micro-batches: dropout on a split batch is not supported yet (each part would draw the "
@@ -145,7 +146,7 @@ void validate(const Args& a) {
                " interleaves the chunks of a pipeline; it needs --pp >= 2");
     LOOM_CHECK(a.schedule == "1f1b", "--virtual-stages ", a.virtual_stages, " runs interleaved 1F1B; --schedule ",
                a.schedule, " has no interleaved form");
-    const int64_t m = a.microbatches > 0 ? a.microbatches : a.pp;
+    const int64_t m = pipeline_micro_batches;
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }

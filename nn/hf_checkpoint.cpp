@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/hf_config.h"
+#include "nn/json_file.h"
 #include "nn/safetensors.h"
 #include "tensor/ops.h"
 
@@ -105,18 +106,6 @@ Shape hf_shape(const HfName& n) {
   return n.transposed ? Shape(s.rbegin(), s.rend()) : s;
 }
 
-Json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  LOOM_CHECK(in, "load_hf_checkpoint: cannot open ", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::exception& e) {  // a parse_error, or out_of_range 406: a number no type holds (1e309)
-    throw Error(str("load_hf_checkpoint: ", path.string(), ": not valid JSON: ", e.what()));
-  }
-}
-
 struct Found {
   Tensor tensor;
   std::string file;
@@ -139,7 +128,7 @@ std::map<std::string, Found> read_tensors(const fs::path& dir) {
   }
   LOOM_CHECK(fs::exists(index), "load_hf_checkpoint: ", dir.string(),
              " holds neither model.safetensors nor model.safetensors.index.json");
-  const Json j = read_json_file(index);
+  const Json j = read_json_file(index.string(), "load_hf_checkpoint");
   LOOM_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "load_hf_checkpoint: ",
              index.string(), ": no \"weight_map\" object");
   std::map<std::string, std::vector<std::string>> by_shard;  // shard file -> the tensors the index puts there

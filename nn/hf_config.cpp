@@ -12,23 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/json_file.h"
+
 namespace loom::nn {
 
 using Json = nlohmann::ordered_json;
 
 namespace {
-
-Json read_json(const std::string& path) {
-  std::ifstream in(path);
-  LOOM_CHECK(in, "read_hf_config: cannot open ", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::exception& e) {  // a parse_error, or out_of_range 406: a number no type holds (1e309)
-    throw Error(str("read_hf_config: ", path, ": not valid JSON: ", e.what()));
-  }
-}
 
 // config[key] as T; `fallback` when absent (transformers' default), an error when absent without one.
 template <class T>
@@ -201,7 +191,7 @@ std::string hf_family(const GPTConfig& cfg) {
 }
 
 GPTConfig read_hf_config(const std::string& path) {
-  const Json c = read_json(path);
+  const Json c = read_json_file(path, "read_hf_config");
   LOOM_CHECK(c.is_object(), "read_hf_config: ", path, ": expected a JSON object, got ", c.type_name());
   const std::string model_type = get<std::string>(c, "model_type", path);
   try {
