@@ -208,6 +208,7 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.lr = a.lr, o.weight_decay = a.weight_decay, o.max_grad_norm = a.grad_clip;
   o.loss_scaling = parse_dtype(a.dtype) == kFloat16;
   o.scaler = {a.loss_scale, a.loss_scale_growth, a.loss_scale_backoff, a.loss_scale_window};
+  o.grad_mean_ranks = pgm.dp_cp_group().size();
   o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   if (pgm.global_rank() == 0)
@@ -271,7 +272,7 @@ parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOpti
 
 double global_mean_loss(double local_loss, const optim::MixedPrecisionOptimizer& opt,
                         parallel::ProcessGroupManager& pgm) {
-  Tensor loss = full({}, local_loss / (opt.scaler() ? opt.scaler()->scale() : 1.0), kFloat64);
+  Tensor loss = full({}, local_loss / opt.backward_scale(), kFloat64);
   // The mean over every token of the global batch: each dp x cp rank's mean is over as many tokens.
   if (pgm.dp_cp_group().size() > 1) pgm.dp_cp_group().all_reduce(loss, parallel::ReduceOp::Avg);
   return loss.item<double>();

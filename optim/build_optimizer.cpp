@@ -13,6 +13,7 @@ std::unique_ptr<MixedPrecisionOptimizer> build_optimizer(parallel::Model& model,
   mp.max_grad_norm = o.max_grad_norm;
   mp.loss_scaling = o.loss_scaling;
   mp.scaler = o.scaler;
+  mp.grad_mean_ranks = o.grad_mean_ranks;
   mp.grad_stats_group = finalize.grad_stats_group(o.zero > 0);
   mp.not_counted = finalize.not_counted();
   std::vector<ParamGroup> groups = gpt_param_groups(*model.chunks, o.lr, o.weight_decay);

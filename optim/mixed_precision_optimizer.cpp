@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "autograd/functions.h"
 #include "autograd/variable.h"
 #include "optim/clip_grad.h"
 #include "tensor/grad_mode.h"
@@ -75,7 +76,11 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<ParamGroup> groups,
 MixedPrecisionOptimizer::~MixedPrecisionOptimizer() = default;
 
 Tensor MixedPrecisionOptimizer::scale_loss(const Tensor& loss) const {
-  return scaler_ ? scaler_->scale_loss(loss) : loss;
+  return scaler_ ? autograd::mul(loss, backward_scale()) : loss;
+}
+
+double MixedPrecisionOptimizer::backward_scale() const {
+  return scaler_ ? scaler_->scale() / double(options_.grad_mean_ranks) : 1.0;
 }
 
 void MixedPrecisionOptimizer::set_lr(double lr) {
@@ -102,7 +107,7 @@ bool MixedPrecisionOptimizer::unscale_and_clip(const std::vector<Tensor>& grads,
   // (MAX) so that every stage and shard of the model takes the same decision.
   if (scaler_) {
     result.loss_scale = scaler_->scale();
-    Tensor found_inf = full({1}, unscale_(defined, scaler_->inv_scale()) ? 1.0 : 0.0, kFloat32);
+    Tensor found_inf = full({1}, unscale_(defined, 1.0 / backward_scale()) ? 1.0 : 0.0, kFloat32);
     if (group) group->all_reduce(found_inf, parallel::ReduceOp::Max);
     const bool overflow = found_inf.item<float>() > 0;
     scaler_->update(overflow);

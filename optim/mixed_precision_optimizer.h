@@ -52,6 +52,14 @@ struct MixedPrecisionOptions {
   double max_grad_norm = 0;    // clip the main grads to this global norm (0: no clipping)
   bool loss_scaling = false;   // fp16: a dynamic GradScaler
   GradScalerOptions scaler = {};
+  // The ranks whose gradients the data-parallel reduction averages (dp x cp).
+  // Each one's loss is a mean over 1/grad_mean_ranks of the global batch's
+  // tokens, so its backward at the full scale S would carry activation
+  // gradients grad_mean_ranks times one process's, and overflow fp16 where one
+  // process does not. Each rank's backward therefore carries S / grad_mean_ranks
+  // (backward_scale()): its activation gradients are one process's, and the
+  // average of the ranks' gradients is unscaled by that same factor.
+  int grad_mean_ranks = 1;
   AdamWOptions adam = {};
   // The ranks that together hold every gradient of the model once, over which
   // the norm and found_inf are reduced: the model-parallel group (all pipeline
@@ -78,8 +86,10 @@ class MixedPrecisionOptimizer {
   MixedPrecisionOptimizer(const MixedPrecisionOptimizer&) = delete;
   MixedPrecisionOptimizer& operator=(const MixedPrecisionOptimizer&) = delete;
 
-  // loss * scale under loss scaling, else loss itself.
+  // loss * backward_scale() under loss scaling, else loss itself.
   Tensor scale_loss(const Tensor& loss) const;
+  // The factor this rank's backward carries: the loss scale / grad_mean_ranks; 1 without loss scaling.
+  double backward_scale() const;
   // Steps 1-6 above. Collective over grad_stats_group.
   virtual StepResult step();
   void set_lr(double lr);

@@ -368,6 +368,31 @@ TEST(TrainGptParallel, Fp16OverflowOnOneStageSkipsTheStepOnBothStages) {
   expect_overflow_skipped_everywhere("fp16_overflow_pp", "--dp 2 --pp 2 --microbatches 2 --batch 4");
 }
 
+// Data parallelism over d ranks is gradient accumulation over d micro-batches,
+// overflow decisions included: each rank's backward carries the loss scale / d
+// (MixedPrecisionOptions::grad_mean_ranks), so its activation gradients are
+// one process's and its fp16 weight gradients the same partial sums as one
+// micro-batch's. Started at 2^21, too large for this model, both back off the
+// same steps; a rank backpropagating at the full scale (the old code) overflows
+// fp16 at 4x smaller gradients and backs off twice more.
+TEST(TrainGptParallel, Fp16DataParallelOverflowsAsGradientAccumulation) {
+  const std::string common = " --dtype fp16 --arch llama --kv-heads 1 --loss-scale 2097152";
+  Result dp = train("fp16_scale_dp4", 4, "--dp 4 --batch 4" + common);
+  Result ga = train("fp16_scale_ga4", 1, "--batch 4 --grad-accum 4" + common);
+  ASSERT_EQ(dp.status, 0) << dp.output;
+  ASSERT_EQ(ga.status, 0) << ga.output;
+  ASSERT_EQ(dp.log.size(), ga.log.size());
+  int skipped = 0;
+  for (size_t i = 0; i < ga.log.size(); ++i) {
+    const bool ga_skipped = ga.log[i].find("\"skipped\": true") != std::string::npos;
+    skipped += ga_skipped;
+    EXPECT_EQ(dp.log[i].find("\"skipped\": true") != std::string::npos, ga_skipped) << dp.log[i] << "\n" << ga.log[i];
+    EXPECT_EQ(field(dp.log[i], "loss_scale"), field(ga.log[i], "loss_scale")) << "step " << i + 1;
+  }
+  EXPECT_EQ(skipped, 2) << "the model's gradients fit fp16 from 2^19 (measured): 2^21 and 2^20 overflow";
+  expect_same_run(dp, ga, "fp16 --dp 4 vs one process --grad-accum 4", 1e-4, 1e-2, 1e-3);
+}
+
 // --memory-report's rows: each rank's measured bytes per parameter (params +
 // main_grad buffer + optimizer state, from the allocator) against the formula
 // (optim/memory_report.h). Measured exceeds it only by the buckets' padding.
