@@ -5,9 +5,12 @@
 #         AddressSanitizer + UndefinedBehaviorSanitizer in build-asan; any
 #         finding aborts the test that hit it (-fno-sanitize-recover). Leaks are
 #         checked too, except what Open MPI's own init keeps (tests/lsan.supp).
-#   tsan  ThreadSanitizer on the multi-rank data-parallel test (the compute
-#         thread and the communication threads share buckets and gradients),
-#         2 ranks over shared memory; only that target is built, in build-tsan.
+#   tsan  ThreadSanitizer on one small case of every path where threads
+#         meet (tsan() lists them): the communication queues under bucketed DP
+#         and ZeRO-1/2/3 with prefetch and overlapped param gathers, the
+#         pipeline's async p2p, the ring attention's overlapped sends, the
+#         watchdog and peer-status threads, the math threads' wake and sleep;
+#         2 ranks over shared memory; only those targets are built, in build-tsan.
 #   fuzz  libFuzzer (clang) on what a stranger's model folder holds: the
 #         safetensors header reader, config.json, the shard index and
 #         tokenizer.json, and on the UTF-8 decoder, FUZZ_SECONDS each (default
@@ -133,12 +136,40 @@ tsan() {
   # MPI itself is not instrumented: its internal threads and shared-memory
   # transport are invisible to TSan, so it sees only loom's own threads.
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+  # binary : gtest filter ('*': all of it) : what its threads share
+  local cases=(
+    "mpi_data_parallel:*:buckets and gradients, the compute thread and the bucket all-reduces"
+    "mpi_distributed_optimizer:*ZeroMatchesUnsharded*:DistributedOptimizer.AnInfOnOneRankSkipsTheStepOnEveryRank:ZeRO-1/2 reduce-scatters and param all-gathers"
+    "mpi_param_gather_overlap:ParamGatherOverlap.Fp32ClippedMatchesWithoutOverlapAndGathersAreInFlightAtForward:all-gathers awaited in forward pre-hooks"
+    "mpi_fully_sharded:*:ZeRO-3's prefetched all-gathers and gradient reduce-scatters"
+    "mpi_pipeline:Pipeline.OneFOneBMatchesSingleProcessWithMoreMicroBatchesThanStages:Pipeline.InterleavedMatchesSingleProcess:Pipeline.InASchedule*:async p2p sends and receives"
+    "mpi_ring_attention:RingAttention.EqualsOneProcessFp32:RingAttention.AsTheCoreOfCausalSelfAttention:the ring's overlapped sends"
+    "mpi_watchdog_slow:-:the watchdog and peer-status threads, 12 slow all-reduces under a 2 s watchdog"
+    "test_thread_wait:*:the math threads' spin, sleep and wake"
+  )
+  local targets=() c
+  for c in "${cases[@]}"; do targets+=("${c%%:*}"); done
   timed tsan-configure cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
-  timed tsan-build cmake --build build-tsan -j"$jobs" --target mpi_data_parallel
-  timed tsan-run env LOOM_COLLECTIVE_TIMEOUT=240 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
-    timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -x TSAN_OPTIONS -np 2 \
-    build-tsan/tests/mpi/mpi_data_parallel
+  timed tsan-build cmake --build build-tsan -j"$jobs" --target "${targets[@]}"
+  local name rest filter bin np
+  for c in "${cases[@]}"; do
+    name=${c%%:*} rest=${c#*:}
+    filter=${rest%:*}  # everything up to the description
+    bin=$(find build-tsan/tests -name "$name" -type f -perm -u+x | head -n 1)
+    [ -n "$bin" ] || { echo "sanitizers.sh: tsan: no binary $name in build-tsan" >&2; return 1; }
+    local args=()
+    [ "$filter" != - ] && args=(--gtest_filter="$filter")
+    np=2 && [[ $name != mpi_* ]] && np=1
+    echo "[sanitizers] tsan $name ($np ranks): ${c##*:}"
+    if [ "$np" = 1 ]; then
+      timed "tsan-$name" env OPENBLAS_NUM_THREADS=1 timeout 600 "$bin" "${args[@]}"
+    else
+      timed "tsan-$name" env LOOM_COLLECTIVE_TIMEOUT="$([ "$name" = mpi_watchdog_slow ] && echo 2 || echo 240)" \
+        OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 600 mpirun --allow-run-as-root --oversubscribe \
+        --mca btl self,vader -x TSAN_OPTIONS -x LOOM_COLLECTIVE_TIMEOUT -np 2 "$bin" "${args[@]}"
+    fi
+  done
 }
 
 fuzz() {
