@@ -94,6 +94,7 @@ fail() { echo "launch.sh: $*" >&2; exit 1; }
 
 if [ "$srun" = 1 ]; then
   command -v srun > /dev/null || fail "--srun: srun is not installed here (Slurm's client commands)"
+  [ -z "$hostfile" ] || fail "--srun takes no --hostfile: Slurm chooses the hosts (srun -w h1,h2 names them)"
   [ $# -gt 0 ] || fail "nothing to run: give srun's arguments, e.g. --srun -N 2 -n 8 build/examples/train_gpt --dp 8"
   export OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,vader,self
   [ -n "$subnet" ] && export OMPI_MCA_btl_tcp_if_include="$subnet"
