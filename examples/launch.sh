@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# launch.sh: runs a loom program on several machines with Open MPI's mpirun
-# and a hostfile, with what a multi-host run needs and mpirun does not do by
-# itself. docs/11-many-machines.md is the chapter.
+# launch.sh: runs a loom program on several machines, with what a multi-host
+# run needs and the launcher does not do by itself: Open MPI's mpirun and a
+# hostfile, or Slurm's srun (--srun, below). docs/11-many-machines.md is the
+# chapter.
 #
 #   examples/launch.sh --hostfile hosts.txt --subnet 10.1.0.0/16 -np 8 build/examples/train_gpt --dp 8 ...
+#   examples/launch.sh --subnet 10.1.0.0/16 --srun -N 2 --ntasks-per-node 4 build/examples/train_gpt --dp 8 ...
 #
 # hosts.txt names one machine a line with its ranks: `node1 slots=4`. Every
 # machine needs the same loom build at the same path (a shared file system,
@@ -45,11 +47,24 @@
 #   down (TCP gives up after ~15 minutes). The ranks on the unreachable host
 #   end by their own watchdog; its daemon stays until the link returns.
 #
-# Under Slurm, srun is the launcher and needs none of this:
-#   srun --mpi=pmix -N 2 --ntasks-per-node 4 --cpus-per-task 8 \
-#        --export=ALL,OMP_NUM_THREADS=8,LOOM_COLLECTIVE_TIMEOUT=600 build/examples/train_gpt --dp 8 ...
-# Slurm ends every task when one fails (--kill-on-bad-exit=1) and notices a
-# node that stops answering (slurmd's heartbeat).
+# Under Slurm (--srun), srun starts the ranks and Slurm does the rest of the
+# above itself: it knows the hosts, its daemons are already running on them,
+# and it notices a node that stops answering (slurmd's heartbeat). What
+# launch.sh adds to srun (everything after --srun goes to srun unchanged):
+# - --mpi=pmix: each rank finds the others through the PMIx server of its
+#   node's slurmstepd, as it does through mpirun's daemons (Debian's Open MPI
+#   4.1 is built with PMIx and without Slurm's PMI-2; `srun --mpi=list` and
+#   `ompi_info | grep -i pmix` show what a site has; an --mpi= after --srun
+#   replaces it);
+# - --kill-on-bad-exit=1: one rank failing ends every task of the job;
+# - --subnet, pml ob1 and btl tcp,vader,self as OMPI_MCA_* variables: srun
+#   carries this environment to every task (--export=ALL, its default), and
+#   with it LOOM_COLLECTIVE_TIMEOUT, LOOM_VERBOSE and NCCL_*;
+# - OMP_NUM_THREADS, when not set: SLURM_CPUS_PER_TASK (sbatch or salloc -c)
+#   or 1; set it beside --cpus-per-task when calling srun from a login node:
+#     OMP_NUM_THREADS=8 examples/launch.sh --subnet 10.1.0.0/16 --srun -N 2 \
+#       --ntasks-per-node 4 --cpus-per-task 8 build/examples/train_gpt --dp 8 ...
+# tests/multihost/slurm.sh starts such a cluster on the test's hosts.
 # On a GPU cluster NCCL picks its own network; say which where it guesses
 # wrong: NCCL_SOCKET_IFNAME=ib0 (or =^docker,lo) for its bootstrap and TCP
 # transport, NCCL_IB_HCA=mlx5_0,mlx5_1 for InfiniBand adapters, NCCL_IB_DISABLE=1
@@ -57,17 +72,18 @@
 # NCCL_* variable that is set.
 #
 # Options (before -np): --hostfile FILE, --subnet CIDR, --startup SECONDS, --keepalive SECONDS,
-# --grace SECONDS.
+# --grace SECONDS; or --subnet CIDR --srun SRUN_ARGS...
 # LOOM_LAUNCH_AGENT replaces ssh (tests/multihost/on_host.sh enters a network
 # namespace). Everything from -np on goes to mpirun unchanged.
 set -uo pipefail
 
 hostfile="" subnet="" grace=${LOOM_LAUNCH_GRACE:-30} keepalive=${LOOM_LAUNCH_KEEPALIVE:-60}
-startup=${LOOM_LAUNCH_STARTUP:-120}
+startup=${LOOM_LAUNCH_STARTUP:-120} srun=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --hostfile) hostfile=$2; shift 2 ;;
     --subnet) subnet=$2; shift 2 ;;
+    --srun) srun=1; shift; break ;;
     --grace) grace=$2; shift 2 ;;
     --keepalive) keepalive=$2; shift 2 ;;
     --startup) startup=$2; shift 2 ;;
@@ -75,6 +91,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 fail() { echo "launch.sh: $*" >&2; exit 1; }
+
+if [ "$srun" = 1 ]; then
+  command -v srun > /dev/null || fail "--srun: srun is not installed here (Slurm's client commands)"
+  [ -z "$hostfile" ] || fail "--srun takes no --hostfile: Slurm chooses the hosts (srun -w h1,h2 names them)"
+  [ $# -gt 0 ] || fail "nothing to run: give srun's arguments, e.g. --srun -N 2 -n 8 build/examples/train_gpt --dp 8"
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,vader,self
+  [ -n "$subnet" ] && export OMPI_MCA_btl_tcp_if_include="$subnet"
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
+  export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
+  exec srun --mpi=pmix --kill-on-bad-exit=1 "$@"
+fi
 [ -n "$hostfile" ] || fail "--hostfile FILE is required (one host a line: 'node1 slots=4')"
 [ -r "$hostfile" ] || fail "cannot read the hostfile '$hostfile'"
 [[ "$grace" =~ ^[0-9]+$ ]] && [ "$grace" -ge 1 ] || fail "--grace must be a whole number of seconds >= 1, got '$grace'"

@@ -8,6 +8,10 @@
 #   kill     SIGKILL the rank on h2 (3 hosts): every rank on every host is gone
 #            and the command returns non-zero within 15 s, with Open MPI's
 #            message naming the rank and its host.
+#   srun-kill  the same under Slurm (inside slurm.sh; 2 hosts, the rank on
+#            h1): launch.sh --srun's --kill-on-bad-exit=1 ends rank 0 and
+#            srun within 15 s, srun naming the task and its host. (Without
+#            it, rank 0 would wait in its all-reduce for the watchdog.)
 #   cut      pull h1's cable mid-training, LOOM_COLLECTIVE_TIMEOUT=5: each
 #            rank's watchdog fires, names the other rank and its host as
 #            unreachable or dead, and the rank is gone within 5 + 3 (asking
@@ -50,9 +54,12 @@ ranks_on() {
   done
 }
 
-# start_job RANKS STEPS: train_gpt --dp RANKS in the background ($job).
+# start_job RANKS STEPS [srun]: train_gpt --dp RANKS in the background ($job),
+# launched by mpirun (each rank's stderr in a file too), or by srun.
 start_job() {
-  "$LOOM_MH_MPIRUN" --output-filename "$d/ranks" -np "$1" "$train" --dp "$1" --steps "$2" --layers 2 --heads 2 \
+  local launch=("$LOOM_MH_MPIRUN" --output-filename "$d/ranks")
+  [ "${3:-}" = srun ] && launch=("${LOOM_MH_SRUN:?srun-kill runs inside slurm.sh}")
+  "${launch[@]}" -np "$1" "$train" --dp "$1" --steps "$2" --layers 2 --heads 2 \
     --embd 32 --block 16 --batch 4 --threads 1 --eval-every 0 --sample 0 --data "$corpus" --log "$d/log.jsonl" \
     > "$d/out.txt" 2>&1 &
   job=$!
@@ -102,6 +109,22 @@ case "$mode" in
       fail "no message naming rank 2 and host h2"
     pass "killed rank 2 on h2: command exit code $rc after $job_ms ms; ranks gone: h0 ${gone_ms[0]} ms," \
          "h1 ${gone_ms[1]} ms, h2 ${gone_ms[2]} ms"
+    ;;
+  srun-kill)
+    export LOOM_COLLECTIVE_TIMEOUT=600  # not the watchdog: Slurm must end the job itself
+    start_job 2 100000 srun
+    wait_for_steps 3
+    victim=$(ranks_on h1)
+    [ -n "$victim" ] || fail "no train_gpt running on h1"
+    t0=$(now_ms)
+    kill -9 $victim
+    watch_end 30 2
+    [ -n "$job_ms" ] || fail "srun still runs 30 s after rank 1 was killed"
+    [ "$rc" -ne 0 ] || fail "srun exited 0"
+    for h in 0 1; do [ -n "${gone_ms[$h]:-}" ] || fail "a rank still runs on h$h 30 s after"; done
+    [ "$job_ms" -le 15000 ] || fail "srun took $job_ms ms to return (limit 15000)"
+    grep -q "srun: error: h1: task 1: Killed" "$d/out.txt" || fail "no message naming task 1 and host h1"
+    pass "killed rank 1 on h1: srun exit code $rc after $job_ms ms; ranks gone: h0 ${gone_ms[0]} ms, h1 ${gone_ms[1]} ms"
     ;;
   cut | frozen)
     export LOOM_COLLECTIVE_TIMEOUT=5 LOOM_LAUNCH_GRACE=10

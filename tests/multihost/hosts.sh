@@ -65,6 +65,14 @@ down() {
 }
 trap down EXIT
 trap 'exit 130' INT TERM
+# A test that overruns its CTest TIMEOUT is killed with SIGKILL, its child
+# processes too, and no trap runs; a daemon that has left the process tree
+# (slurm.sh's slurmd and slurmctld, munged) would stay, and the hosts with it.
+# So a watcher outside the tree (its own session; its parent, a subshell,
+# exits at once) removes the hosts once this script is gone, however it went.
+watch_over() { while kill -0 "$1" 2> /dev/null; do sleep 1; done; down; }
+( trap - EXIT INT TERM; setsid bash -c "$(declare -f ns_exists down watch_over); n=$n; watch_over $$" \
+    < /dev/null > /dev/null 2>&1 & )
 
 up() {
   local sw="${LOOM_MH_PREFIX}sw"

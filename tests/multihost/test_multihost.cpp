@@ -123,3 +123,32 @@ TEST(Multihost, TraceFromTwoHostsIsOnRankZerosClock) {
               error_us[1], median);
   EXPECT_LT(median, error_us[1] + 20000) << "rank 1's row is not on rank 0's clock";
 }
+
+// The same job launched by Slurm (tests/multihost/slurm.sh: slurmctld on h0,
+// a slurmd on each host; srun --mpi=pmix through examples/launch.sh --srun)
+// and by mpirun: the same ranks on the same hosts doing the same sums in the
+// same order, so the two runs are bit-identical, and both equal one process.
+TEST(Multihost, SrunAcrossTwoHostsEqualsMpirunAndOneProcess) {
+  const char* srun = std::getenv("LOOM_MH_SRUN");
+  if (!srun) GTEST_SKIP() << "run inside tests/multihost/hosts.sh and slurm.sh (ctest -L multihost)";
+  REQUIRE_HOSTS();
+  Result by_mpirun = train("mh_mpirun", 2, "--dp 2 --batch 8");
+  ASSERT_EQ(by_mpirun.status, 0) << by_mpirun.output;
+  expect_on_two_hosts(by_mpirun, 1);
+
+  setenv("LOOM_TEST_LAUNCHER", srun, 1);
+  Result by_srun = train("mh_srun", 2, "--dp 2 --batch 8");
+  ASSERT_EQ(by_srun.status, 0) << by_srun.output;
+  // srun -v: where each task runs (rank 0 on h0, rank 1 on h1), and that it spoke PMIx.
+  for (const char* line : {"launching StepId=1.0 on host h0, 1 tasks: 0", "launching StepId=1.0 on host h1, 1 tasks: 1",
+                           "mpi                 : pmix"})
+    EXPECT_NE(by_srun.output.find(line), std::string::npos) << line << "\n" << by_srun.output;
+
+  ASSERT_EQ(by_srun.losses.size(), 10u) << by_srun.output;
+  EXPECT_EQ(by_srun.losses, by_mpirun.losses) << "srun and mpirun, the same job";
+  EXPECT_EQ(by_srun.grad_norms, by_mpirun.grad_norms);
+  ASSERT_EQ(by_srun.weights.tensors.size(), by_mpirun.weights.tensors.size());
+  for (auto& [name, t] : by_mpirun.weights.tensors)
+    EXPECT_EQ(by_srun.weights.at(name).to_vector<float>(), t.to_vector<float>()) << name;
+  expect_same_run(by_srun, single_process_batch16(), "--dp 2 over 2 hosts, launched by srun");
+}
