@@ -335,6 +335,16 @@ def judge(runner, case):
     if predicted:
         notes.append(f"ran though predicted refused ({'; '.join(predicted)})")
     ref_args = model + same + ["--batch", str(global_batch)]
+    if f["dtype"] == "fp16":
+        # fp16's overflow decisions: each rank backpropagates the loss scale / (dp x cp)
+        # (MixedPrecisionOptions::grad_mean_ranks), so its fp16 weight gradients are
+        # partial sums like one micro-batch's; one process accumulating as many parts
+        # overflows when they do, one process summing the whole batch in fp16 at 2^16 earlier.
+        split = min(global_batch, f["cp"] * parts)  # dp x cp x micro-batches x accumulation
+        while global_batch % split:
+            split -= 1
+        if split > 1:
+            ref_args = model + same + ["--batch", str(global_batch // split), "--grad-accum", str(split)]
     ref_dir, ref = runner.reference(ref_args, export)
     if ref.rc != 0:
         return "FAIL", flags, [f"the case ran but one process failed (--batch {global_batch}): {ref.error()}"] + notes
