@@ -79,7 +79,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
         dp_.fsdp ? optim::measure_memory_fully_sharded(*dp_.fsdp, opt_, peak_, live_before_)
                  : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
-        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype))
+        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), forwards_in_a_row())
                  : optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), sync_ranks(), a_.zero);
     if (a_.zero == 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
       std::vector<int64_t> numels;
@@ -98,7 +98,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                                              "fp32 copies of their operands among the activations");
     if (rank0_ && dp_.fsdp)
       std::printf(" ZeRO-3: params, grads and optimizer state are this rank's shards; comm buffers: the gathered "
-                  "units' full params at their peak (the embedding unit + two adjacent units, optim/memory_report.h)\n");
+                  "units' full params at their peak (units held through the step + two adjacent units, optim/memory_report.h)\n");
     if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json, "--memory-json");
     if (rank0_ && m_.tp) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
@@ -138,6 +138,13 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
 // The ranks the gradients are reduced and ZeRO shards over: dp x cp (each cp rank holds a
 // part of every sequence, so its gradient is partial too: process_group_manager.h's dp_cp_group).
 int Diagnostics::sync_ranks() const { return pgm_.dp_cp_group().size(); }
+
+bool Diagnostics::forwards_in_a_row() const {
+  // Of the chunk holding this rank's last layer: AFAB, every stage; 1F1B (and
+  // interleaved), every chunk but the model's last, in its warm-up.
+  if (pgm_.pp_size() == 1 || micro_batches_per_step(a_, pgm_) < 2) return false;
+  return a_.schedule == "afab" || !m_.chunks->is_last_stage();
+}
 
 int64_t Diagnostics::predicted_comm_bytes() const {
   if (!dp_.bucket) return 0;

@@ -49,6 +49,7 @@ static void add_hf_options(CLI::App& app, Args& a) {
     try {
       const nn::GPTConfig c = nn::read_hf_config((std::filesystem::path(dir) / "config.json").string());
       a.layers = c.n_layer, a.heads = c.n_head, a.embd = c.n_embd, a.block = c.block_size, a.dropout = c.dropout;
+      a.untied = !c.tied_embeddings;  // so that validate() knows whether the pipeline's stages share wte
       if (nn::hf_family(c) == "llama")  // so that validate() checks --tp against its kv heads, --cp against RoPE
         a.arch = "llama", a.kv_heads = c.n_kv_head, a.rope_base = c.rope_base, a.mlp_hidden = c.mlp_hidden;
     } catch (const Error& e) {

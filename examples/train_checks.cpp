@@ -172,8 +172,11 @@ void validate(const Args& a) {
     LOOM_CHECK(value == "on" || a.zero == 3, flag, " ", value, " changes ZeRO-3's schedule; it needs --zero 3 (got --zero ",
                a.zero, ")");
   if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
-    LOOM_CHECK(a.pp == 1, "--zero 3 with --pp ", a.pp, ": the tied embedding's copies on the first and last stage "
-               "are summed over the embedding group as whole gradients, which ZeRO-3 never keeps; use --zero 1");
+    // With --pp each stage's units gather and reshard per micro-batch (the schedule's order is theirs); a
+    // tied wte is two copies on the first and last stage whose gradients finalize_model_grads sums whole.
+    LOOM_CHECK(a.pp == 1 || a.untied, "--zero 3 with --pp ", a.pp, " and a tied embedding: the wte copies on the "
+               "first and last stage are summed over the embedding group as whole gradients, which ZeRO-3 never "
+               "keeps; use --untied (each stage's units then shard alone) or --zero 1");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
                " does not apply");
   }

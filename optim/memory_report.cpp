@@ -112,7 +112,8 @@ MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataPar
   return m;
 }
 
-MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype) {
+MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
+                                              bool forwards_in_a_row) {
   const int64_t dp = fsdp.dp_group_size(), b = int64_t(element_size(dtype));
   int64_t num_params = 0, shard = 0;
   std::vector<int64_t> padded;  // P_u
@@ -121,17 +122,23 @@ MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataPa
     padded.push_back((unit.numel + dp - 1) / dp * dp);
     shard += padded.back() / dp;
   }
-  // Beside the embedding unit: two adjacent units (one computing, the next
-  // prefetched), one without prefetch, every one without reshard after forward.
-  int64_t beside = 0, all = 0;
-  for (size_t l = 1; l < padded.size(); ++l) {
-    const int64_t pair = padded[l] + (fsdp.options().prefetch && l + 1 < padded.size() ? padded[l + 1] : 0);
+  // Held through the step: the first unit when a later layer reads it (the
+  // head's tied wte), the last when forwards run in a row (never resharded
+  // after forward: its backward comes next). Beside them, two adjacent units
+  // (one computing, the next prefetched; one without prefetch); every unit
+  // without reshard after forward.
+  const size_t n = padded.size();
+  const size_t first = fsdp.read_by_a_later_layer(0) ? 1 : 0, end = forwards_in_a_row && n > first + 1 ? n - 1 : n;
+  int64_t held = (first ? padded.front() : 0) + (end < n ? padded.back() : 0), beside = 0, all = 0;
+  for (size_t l = first; l < end; ++l) {
+    const bool next = fsdp.options().prefetch && l + 1 < end && fsdp.same_chunk(l, l + 1);
+    const int64_t pair = padded[l] + (next ? padded[l + 1] : 0);
     beside = std::max(beside, pair);
-    all += padded[l];
   }
+  for (int64_t p : padded) all += p;
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
   MemoryPrediction p{shard * b, shard * 4, int64_t(double(num_params) * double(main_bytes + 8) / double(dp))};
-  p.comm = (padded.front() + (fsdp.options().reshard_after_forward ? beside : all)) * b;
+  p.comm = (fsdp.options().reshard_after_forward ? held + beside : all) * b;
   return p;
 }
 

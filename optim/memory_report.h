@@ -88,17 +88,24 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
 //   params      sum_u P_u / dp x b       the model-dtype shards
 //   grads       sum_u P_u / dp x 4       the fp32 grad shards
 //   optimizer   N / dp x (4 + 8)         main param (none for fp32) + moments, of this rank's owned elements
-//   comm        the gathered working set, at its peak: the embedding unit (the
-//               head reads its wte, whose gradient is whole only at the end of
-//               backward, so it stays gathered through backward) + the two
-//               largest adjacent units (one computing, the next prefetched):
-//               (P_0 + max_l (P_l + P_l+1)) x b, l over the blocks and the head;
-//               without prefetch (P_0 + max_l P_l) x b, and without reshard
-//               after forward every unit: sum_u P_u x b
+//   comm        the gathered working set, at its peak: the units held through
+//               the step + the two largest adjacent units of the others (one
+//               computing, the next prefetched): (held + max_l (P_l + P_l+1)) x b;
+//               without prefetch (held + max_l P_l) x b, and without reshard
+//               after forward every unit: sum_u P_u x b. Held: the embedding
+//               unit when the head reads its tied wte (its gradient is whole
+//               only at the end of backward); under a pipeline the stage's last
+//               unit when forwards run in a row (never resharded after forward,
+//               it waits for its backward while the next micro-batch's forward
+//               gathers the others)
 MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,
                                              const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                              int64_t live_before_step);
-MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype);
+// forwards_in_a_row: this stage runs two or more micro-batches' forwards
+// before their backwards (a pipeline's warm-up, or AFAB), so its last unit,
+// never resharded after forward, stays gathered beside the others' pairs.
+MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
+                                              bool forwards_in_a_row = false);
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
 // the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),

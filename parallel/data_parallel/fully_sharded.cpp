@@ -19,6 +19,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
     : dp_group_(dp_group), options_(options), units_(layers.size()), layer_units_(layers.size()),
       compute_spans_(layers.size()) {
   NoGradGuard no_grad;
+  for (size_t c = 0; c < options_.chunk_sizes.size(); ++c) chunk_of_.insert(chunk_of_.end(), options_.chunk_sizes[c], c);
+  LOOM_CHECK(options_.chunk_sizes.empty() || chunk_of_.size() == layers.size(), "FullyShardedDataParallel: the chunks "
+             "hold ", chunk_of_.size(), " layers, the model ", layers.size());
+  chunk_of_.resize(layers.size(), 0);
   std::vector<Tensor> all;
   for (const auto& layer : layers)
     for (const Tensor& p : layer->parameters()) all.push_back(p);
@@ -88,7 +92,7 @@ void FullyShardedDataParallel::before_forward(size_t layer) {
   for (size_t u : layer_units_[layer]) unshard(u);
   compute_spans_[layer].open();  // --trace: "layer l forward", from here to its forward hook
   // While this layer computes, the dp group's thread gathers the next one's params.
-  if (options_.prefetch && layer + 1 < layer_units_.size())
+  if (options_.prefetch && layer + 1 < layer_units_.size() && same_chunk(layer, layer + 1))
     for (size_t u : layer_units_[layer + 1]) prefetch(u);
 }
 
@@ -117,7 +121,7 @@ void FullyShardedDataParallel::before_backward(size_t layer) {
   if (teach::broken(teach::Break::Zero3FreeBeforeBackward)) return;  // --teach-break zero3-free-before-backward: backward reads freed params
   for (size_t u : layer_units_[layer]) unshard(u);
   compute_spans_[layer].open();  // --trace: "layer l backward", to its unit's reduce-scatter
-  if (options_.prefetch && layer > 0)
+  if (options_.prefetch && layer > 0 && same_chunk(layer - 1, layer))
     for (size_t u : layer_units_[layer - 1]) prefetch(u);  // backward goes the other way
 }
 
@@ -229,6 +233,12 @@ void FullyShardedDataParallel::unshard_all() {
 void FullyShardedDataParallel::reshard_all() {
   for (size_t u = 0; u < units_.size(); ++u)
     if (!units_[u].params.empty()) reshard(u);
+}
+
+bool FullyShardedDataParallel::read_by_a_later_layer(size_t u) const {
+  for (size_t l = u + 1; l < layer_units_.size(); ++l)
+    if (std::find(layer_units_[l].begin(), layer_units_[l].end(), u) != layer_units_[l].end()) return true;
+  return false;
 }
 
 int64_t FullyShardedDataParallel::gathered_bytes() const {

@@ -68,6 +68,10 @@ struct FullyShardedOptions {
   // (what torchtitan's DTensor does: a Partial gradient becomes Replicate first).
   std::vector<Tensor> tp_partial_grads;
   ProcessGroup* tp_group = nullptr;
+  // An interleaved pipeline's model chunks: how many of the layers each holds,
+  // in order (empty: one chunk). Prefetch stays inside a chunk: the next layer
+  // in the list may be another chunk's, which runs micro-batches later.
+  std::vector<size_t> chunk_sizes;
 };
 
 class FullyShardedDataParallel : public DataParallel {
@@ -108,6 +112,11 @@ class FullyShardedDataParallel : public DataParallel {
   void reshard_all();
 
   const std::vector<Unit>& units() const { return units_; }
+  // Whether a later layer reads unit u's params (the head, the embedding's tied
+  // wte): u then stays gathered from its forward to that layer's backward.
+  bool read_by_a_later_layer(size_t u) const;
+  // Whether layers a and b belong to one model chunk (options().chunk_sizes).
+  bool same_chunk(size_t a, size_t b) const { return chunk_of_.at(a) == chunk_of_.at(b); }
   const FullyShardedOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   int dp_group_size() const { return dp_group_.size(); }
@@ -142,6 +151,7 @@ class FullyShardedDataParallel : public DataParallel {
   bool unused_sync_flag_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // forward pre-hooks, forward hooks, grad hooks
   std::vector<trace::OpenSpan> compute_spans_;    // [layer] --trace: its forward's, then its backward's span
+  std::vector<size_t> chunk_of_;                  // [layer] -> its model chunk
 };
 
 }  // namespace loom::parallel

@@ -17,6 +17,7 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     DataParallelWrap w;
     FullyShardedOptions fo = o.fsdp;
     if (o.tp_group) fo.tp_partial_grads = o.tp_partial_grads, fo.tp_group = o.tp_group;  // summed before its reduce-scatter
+    for (const LayerRange& r : model.chunks()) fo.chunk_sizes.push_back(size_t(r.end - r.start));
     auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, fo);
     w.fsdp = fsdp.get();
     w.dp = std::move(fsdp);
