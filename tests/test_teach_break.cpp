@@ -156,14 +156,14 @@ TEST(TeachBreak, RingMergeBreakNeedsContextParallelism) {
 // weights. Nothing fails and the loss falls, but the split model is another
 // model from the first step: step 1's loss is not one process's (chapter 15).
 TEST(TeachBreak, KvRowsOfRankZeroMakeAnotherModelFromStepOne) {
-  const std::string args = "--arch llama --heads 4 --kv-heads 2 --batch 16 --steps 3";
+  const std::string args = "--arch llama --heads 4 --kv-heads 2 --embd 64 --block 32 --batch 16 --steps 3";
   Result one = train("teach_kv_one", 1, args);
   Result r = train("teach_kv_rank0", 2, "--tp 2 --teach-break tp-kv-rows-of-rank-0 " + args);
   ASSERT_EQ(one.status, 0) << one.output;
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_EQ(r.losses.size(), 3u) << r.output;
   ASSERT_EQ(one.losses.size(), 3u) << one.output;
-  EXPECT_GT(std::abs(r.losses[0] - one.losses[0]), 1e-3 * one.losses[0]) << "step 1 is already another model";
+  EXPECT_GT(std::abs(r.losses[0] - one.losses[0]), 1e-3 * one.losses[0]) << "step 1 is already another model (parity: 1e-5)";
   EXPECT_LT(r.losses[2], r.losses[0]) << "and yet the loss falls";
   std::printf("[ measured ] tp-kv-rows-of-rank-0: step 1 loss %.4f vs one process's %.4f\n", r.losses[0],
               one.losses[0]);
