@@ -5,7 +5,7 @@
 
 For each page, in reading order (docs/README.md as index.html, the chapters,
 teaching.md): chapter links (NN-name.md) become NN-name.html; every backticked
-repo path (`parallel/bucket.h`) becomes a link to a page of that file's source
+repo path (`parallel/data_parallel/bucket.h`) becomes a link to a page of that file's source
 (SITE/src/PATH.html, written here, escaped, with line numbers), so the site
 needs nothing but itself; the pictures a chapter's command draws (a schedule
 SVG, the planner's sweep) are made by running that command with the build,
