@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   app.add_flag("--sequence-parallel", g.sequence_parallel, "Megatron's sequence parallelism (with --tp)");
   app.add_flag("--recompute", g.recompute, "full activation recomputation");
   app.add_flag("--recompute-selective", g.recompute_selective,
-               "selective recomputation: only the attention core (Megatron's default)");
+               "selective recomputation: only the attention core (Megatron's --recompute-activations)");
   app.add_option("--dtype", g.dtype, "params and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--schedule", g.schedule, "pipeline schedule")->check(CLI::IsMember({"1f1b", "afab"}));
   app.add_option("--partition", g.partition, "layers into stages: train_gpt's uniform / balanced, or Megatron's blocks")

@@ -150,6 +150,11 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   if (g.cp > 1) say(out, "  of the pipeline: the ring's exposed hops %.1f%%\n", 100 * s.cp_s / t);
   say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
       s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
+  // Published MFUs (PaLM's appendix B aside) mostly count 6 N FLOPs a token, N the parameters: no attention
+  // scores, the embedding lookup counted as a matmul. Compare with them on that count, not the one above.
+  say(out, "  MFU on 6N FLOPs a token (N = %.4g parameters, attention left out, as most published MFUs count): %.1f%%\n",
+      double(total_params(m)), 100 * 6 * double(total_params(m)) * s.tokens_per_s / g.world() /
+                                   (mc.peak_tflops(g.dtype) * 1e12));
   say(out, "binds: %s\n", s.binds.c_str());
   if (train_tokens > 0) {
     const TrainTime tt = time_to_train(s, m, g, b, train_tokens);

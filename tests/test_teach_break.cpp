@@ -4,6 +4,7 @@
 // every parity test in test_train_gpt_parallel.cpp is the counter-example.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -148,4 +149,23 @@ TEST(TeachBreak, RingMergeBreakNeedsContextParallelism) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--teach-break ring-no-max-correction breaks ring attention's merge; it needs --cp 2 or "
                           "more"), std::string::npos) << r.output;
+}
+
+// Tensor parallelism giving every rank rank 0's kv heads (GQA: 4 query heads, 2
+// kv heads, tp 2): rank 1's query heads read keys made from another group's
+// weights. Nothing fails and the loss falls, but the split model is another
+// model from the first step: step 1's loss is not one process's (chapter 15).
+TEST(TeachBreak, KvRowsOfRankZeroMakeAnotherModelFromStepOne) {
+  const std::string args = "--arch llama --heads 4 --kv-heads 2 --embd 64 --block 32 --batch 16 --steps 3";
+  Result one = train("teach_kv_one", 1, args);
+  Result r = train("teach_kv_rank0", 2, "--tp 2 --teach-break tp-kv-rows-of-rank-0 " + args);
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.losses.size(), 3u) << r.output;
+  ASSERT_EQ(one.losses.size(), 3u) << one.output;
+  EXPECT_GT(std::abs(r.losses[0] - one.losses[0]), 1e-3 * one.losses[0])
+      << "step 1 is already another model (parity holds 1e-5)";
+  EXPECT_LT(r.losses[2], r.losses[0]) << "and yet the loss falls";
+  std::printf("[ measured ] tp-kv-rows-of-rank-0: step 1 loss %.4f vs one process's %.4f\n", r.losses[0],
+              one.losses[0]);
 }

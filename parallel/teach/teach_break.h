@@ -36,6 +36,11 @@
 //                         alike), it grows as attention sharpens, and the run falls
 //                         behind one process's: train_gpt prints how far the running
 //                         max moved, e^that the factor dropped (symptoms.h)
+//   tp-kv-rows-of-rank-0  tensor parallelism gives every tp rank the k and v rows
+//                         of rank 0's kv heads, as if kv heads were replicated
+//                         over tp: rank r's query heads read another group's keys.
+//                         Nothing crashes and the loss falls; step 1's loss is
+//                         already not one process's (chapter 15)
 #pragma once
 
 #include <string>
@@ -43,7 +48,7 @@
 namespace loom::teach {
 
 enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout,
-                   Zero3FreeBeforeBackward, RingNoMaxCorrection };
+                   Zero3FreeBeforeBackward, RingNoMaxCorrection, TpKvRowsOfRankZero };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

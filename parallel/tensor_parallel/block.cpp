@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel/block.h"
 
 #include "autograd/functions.h"
+#include "parallel/teach/teach_break.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
@@ -11,9 +12,11 @@ Tensor qkv_rows_by_rank(const Tensor& w, int tp_size, int64_t kv_rows) {
   const int64_t n = C / tp_size, n_kv = kv / tp_size;
   std::vector<Tensor> parts;
   for (int r = 0; r < tp_size; ++r) {
+    int64_t kv0 = r * n_kv;                                      // the kv heads rank r's query heads read
+    if (teach::broken(teach::Break::TpKvRowsOfRankZero)) kv0 = 0;  // --teach-break tp-kv-rows-of-rank-0: another group's
     parts.push_back(ops::narrow(w, 0, r * n, n));               // q rows of rank r's heads
-    parts.push_back(ops::narrow(w, 0, C + r * n_kv, n_kv));      // k rows of its kv heads
-    parts.push_back(ops::narrow(w, 0, C + kv + r * n_kv, n_kv)); // v rows
+    parts.push_back(ops::narrow(w, 0, C + kv0, n_kv));           // k rows of its kv heads
+    parts.push_back(ops::narrow(w, 0, C + kv + kv0, n_kv));      // v rows
   }
   return ops::cat(parts, 0);
 }
