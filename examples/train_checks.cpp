@@ -174,7 +174,8 @@ void validate(const Args& a) {
   if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
     // With --pp each stage's units gather and reshard per micro-batch (the schedule's order is theirs); a
     // tied wte is two copies on the first and last stage whose gradients finalize_model_grads sums whole.
-    LOOM_CHECK(a.pp == 1 || a.untied, "--zero 3 with --pp ", a.pp, " and a tied embedding: the wte copies on the "
+    const bool tied = a.arch == "gpt2" && !a.untied;  // Llama's head is its own
+    LOOM_CHECK(a.pp == 1 || !tied, "--zero 3 with --pp ", a.pp, " and a tied embedding: the wte copies on the "
                "first and last stage are summed over the embedding group as whole gradients, which ZeRO-3 never "
                "keeps; use --untied (each stage's units then shard alone) or --zero 1");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,

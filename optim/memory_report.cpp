@@ -112,33 +112,38 @@ MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataPar
   return m;
 }
 
+int64_t zero3_gathered_elements(const Zero3Units& u) {
+  const size_t n = u.numel.size();
+  auto same_chunk = [&](size_t a, size_t b) { return u.chunk.empty() || u.chunk[a] == u.chunk[b]; };
+  int64_t all = 0;
+  for (int64_t p : u.numel) all += p;
+  if (!u.reshard_after_forward || n == 0) return all;  // every unit gathered until its backward
+  // Held through the step, then two adjacent units of the others (one computing, the next prefetched).
+  const size_t first = u.first_held ? 1 : 0, end = u.last_held && n > first + 1 ? n - 1 : n;
+  int64_t held = (first ? u.numel.front() : 0) + (end < n ? u.numel.back() : 0), beside = 0;
+  for (size_t l = first; l < end; ++l) {
+    const bool next = u.prefetch && l + 1 < end && same_chunk(l, l + 1);
+    beside = std::max(beside, u.numel[l] + (next ? u.numel[l + 1] : 0));
+  }
+  return held + beside;
+}
+
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
                                               bool forwards_in_a_row) {
   const int64_t dp = fsdp.dp_group_size(), b = int64_t(element_size(dtype));
   int64_t num_params = 0, shard = 0;
-  std::vector<int64_t> padded;  // P_u
-  for (const auto& unit : fsdp.units()) {
-    num_params += unit.numel;
-    padded.push_back((unit.numel + dp - 1) / dp * dp);
-    shard += padded.back() / dp;
+  Zero3Units u;
+  for (size_t l = 0; l < fsdp.units().size(); ++l) {
+    num_params += fsdp.units()[l].numel;
+    u.numel.push_back((fsdp.units()[l].numel + dp - 1) / dp * dp);  // P_u, padded
+    u.chunk.push_back(int(fsdp.chunk_of(l)));
+    shard += u.numel.back() / dp;
   }
-  // Held through the step: the first unit when a later layer reads it (the
-  // head's tied wte), the last when forwards run in a row (never resharded
-  // after forward: its backward comes next). Beside them, two adjacent units
-  // (one computing, the next prefetched; one without prefetch); every unit
-  // without reshard after forward.
-  const size_t n = padded.size();
-  const size_t first = fsdp.read_by_a_later_layer(0) ? 1 : 0, end = forwards_in_a_row && n > first + 1 ? n - 1 : n;
-  int64_t held = (first ? padded.front() : 0) + (end < n ? padded.back() : 0), beside = 0, all = 0;
-  for (size_t l = first; l < end; ++l) {
-    const bool next = fsdp.options().prefetch && l + 1 < end && fsdp.same_chunk(l, l + 1);
-    const int64_t pair = padded[l] + (next ? padded[l + 1] : 0);
-    beside = std::max(beside, pair);
-  }
-  for (int64_t p : padded) all += p;
+  u.first_held = fsdp.read_by_a_later_layer(0), u.last_held = forwards_in_a_row;
+  u.prefetch = fsdp.options().prefetch, u.reshard_after_forward = fsdp.options().reshard_after_forward;
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
   MemoryPrediction p{shard * b, shard * 4, int64_t(double(num_params) * double(main_bytes + 8) / double(dp))};
-  p.comm = (fsdp.options().reshard_after_forward ? held + beside : all) * b;
+  p.comm = zero3_gathered_elements(u) * b;
   return p;
 }
 

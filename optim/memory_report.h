@@ -101,6 +101,18 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
 MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,
                                              const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                              int64_t live_before_step);
+// ZeRO-3's gathered working set at its peak, in elements (the comm row above),
+// from the units' sizes in layer order: the report's prediction and the
+// planner's (plan/memory_model.cpp) are this one function.
+struct Zero3Units {
+  std::vector<int64_t> numel;  // [unit] full params (padded to a multiple of dp, where known)
+  std::vector<int> chunk;      // [unit] its model chunk (interleaved pipeline); empty: one chunk
+  bool first_held = false;     // a later layer reads the first unit (the head's tied wte)
+  bool last_held = false;      // forwards run in a row: the last unit waits gathered for its backward
+  bool prefetch = true, reshard_after_forward = true;
+};
+int64_t zero3_gathered_elements(const Zero3Units& u);
+
 // forwards_in_a_row: this stage runs two or more micro-batches' forwards
 // before their backwards (a pipeline's warm-up, or AFAB), so its last unit,
 // never resharded after forward, stays gathered beside the others' pairs.

@@ -102,8 +102,9 @@ int main(int argc, char** argv) {
     check_plan(m, g, b);
     check_efficiency(efficiency);
     LOOM_CHECK(!(g.recompute && g.recompute_selective), "--recompute (full) and --recompute-selective: choose one");
-    LOOM_CHECK(g.zero != 3 || g.pp == 1, "--zero 3 with --pp ", g.pp, ": train_gpt refuses it (the tied embedding's "
-               "copies are summed as whole gradients, which ZeRO-3 never keeps); use --zero 1 or 2 with --pp");
+    LOOM_CHECK(g.zero != 3 || g.pp == 1 || m.llama, "--zero 3 with --pp ", g.pp, " and GPT-2's tied embedding: "
+               "train_gpt refuses it (the copies are summed as whole gradients, which ZeRO-3 never keeps); use "
+               "--arch llama (untied), or --zero 1 or 2 with --pp");
     LOOM_CHECK(calibrate_ms >= 0 && tokens >= 0, "--calibrate-ms and --tokens must be >= 0, got ", calibrate_ms,
                " and ", tokens);
     if (machine == "cpu" && !app.count("--machine"))

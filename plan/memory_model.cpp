@@ -97,14 +97,21 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
 
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
-  if (g.zero == 3) {  // the embedding unit + the two largest neighbouring units after it (the header)
+  if (g.zero == 3) {  // optim::zero3_gathered_elements over this stage's units (one a layer item)
     Grid one_stage = g;
     one_stage.pp = 1;
-    std::vector<int64_t> unit;  // params of each layer item (a unit each)
-    for (int64_t i : items) unit.push_back(params_of_item(m, one_stage, i, /*has_embedding=*/true));
-    int64_t pair = 0;
-    for (size_t l = 1; l + 1 < unit.size(); ++l) pair = std::max(pair, unit[l] + unit[l + 1]);
-    r.gathered = (unit.front() + pair) * int64_t(dtype_bytes(g.dtype));
+    optim::Zero3Units u;
+    int chunk = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+      u.numel.push_back(params_of_item(m, one_stage, items[k], /*has_embedding=*/true));
+      chunk += k > 0 && items[k] != items[k - 1] + 1;  // interleaved: the next chunk's items
+      u.chunk.push_back(chunk);
+    }
+    // GPT-2's head reads the embedding's tied wte (a pipeline with ZeRO-3 is untied: loom_plan.cpp);
+    // forwards in a row on all but the model's last stage (1F1B's warm-up), on every one under AFAB.
+    u.first_held = !m.llama && g.pp == 1;
+    u.last_held = g.pp > 1 && b.micro_batches >= 2 && (g.schedule == "afab" || items.back() != m.layers + 1);
+    r.gathered = optim::zero3_gathered_elements(u) * int64_t(dtype_bytes(g.dtype));
   }
   if (g.zero == 2) {  // + the two scratches (the header)
     const int64_t V = g.tp > 1 ? parallel::padded_vocab_size(m.vocab, g.tp) : m.vocab;

@@ -118,9 +118,13 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
         bytes(double(r.optimizer)).c_str(), bytes(r.activations).c_str(), bytes(r.total()).c_str(),
         r.total() > mc.memory_gib * 1073741824.0 ? "  > capacity!" : "");
   }
-  if (g.zero == 3)
-    say(out, "  (total includes ZeRO-3's gathered units, %s: the embedding unit and the two largest neighbouring units)\n",
-        bytes(double(s.stages[0].memory.gathered)).c_str());
+  if (g.zero == 3) {
+    std::string each;
+    for (const auto& st : s.stages) each += (each.empty() ? "" : ", ") + bytes(double(st.memory.gathered));
+    say(out, "  (total includes ZeRO-3's gathered units, %s%s: two neighbouring units, beside %s)\n", each.c_str(),
+        g.pp > 1 ? " by pipeline rank" : "",
+        g.pp > 1 ? "a stage's last unit while its forwards run in a row" : m.llama ? "nothing held" : "the embedding unit (the head's tied wte)");
+  }
   say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
       micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
 

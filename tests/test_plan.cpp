@@ -387,6 +387,52 @@ TEST(PlanMemory, Zero3AddsTheEmbeddingUnitAndTwoNeighbouringUnits) {
   EXPECT_EQ(r.params * 2, memory_on_stage(m, zero1, Batch{4, 1}, 0).params);  // the param shards: / dp
 }
 
+// ZeRO-3 under a pipeline (Llama: untied, so allowed): stage 0 runs 1F1B's
+// warm-up forwards in a row, so its last unit stays gathered beside the
+// others' pair; the last stage holds a pair. The planner against a run's
+// --memory-json, every rank, to the byte (dp 2 pads nothing here).
+TEST(PlanAgainstRun, Zero3GatheredUnitsUnderAPipelineAreThePlans) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_plan_z3pp_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const std::string json = (dir / "memory.json").string();
+  const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
+                          " --allow-run-as-root --oversubscribe -np 4 " + LOOM_TRAIN_GPT +
+                          " --steps 2 --block 16 --layers 4 --heads 2 --embd 64 --batch 4 --eval-every 0 --sample 0"
+                          " --arch llama --dp 2 --pp 2 --microbatches 2 --zero 3 --memory-json " + json +
+                          " --data " + (dir / "corpus.txt").string() + " 2>&1";
+  const loom::test::Exec run = loom::test::run_command(cmd);
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::ifstream f(json);
+  std::stringstream text;
+  text << f.rdbuf();
+  std::filesystem::remove_all(dir);
+  // "comm": {"measured": B, "predicted": B} per rank, in rank order
+  const std::regex comm("\"comm\": \\{\"measured\": ([0-9]+), \"predicted\": ([0-9]+)\\}");
+  std::vector<int64_t> measured;
+  const std::string s = text.str();
+  for (auto it = std::sregex_iterator(s.begin(), s.end(), comm); it != std::sregex_iterator(); ++it)
+    measured.push_back(std::stoll((*it)[1]));
+  ASSERT_EQ(measured.size(), 4u) << s;
+  const std::smatch vocab_match = [&] {
+    std::smatch v;
+    std::regex_search(run.output, v, std::regex("vocab ([0-9]+)"));
+    return v;
+  }();
+  ASSERT_FALSE(vocab_match.empty()) << run.output;
+  ModelShape m{4, 64, 2, std::stoll(vocab_match[1]), 16, true, 2, 0};
+  Grid g = grid(2, 2, 1);
+  g.zero = 3;
+  for (int r = 0; r < 4; ++r) {
+    const RankMemory planned = memory_on_stage(m, g, Batch{4, 2}, r / 2);
+    EXPECT_EQ(measured[size_t(r)], planned.gathered) << "rank " << r;
+  }
+  EXPECT_GT(measured[0], measured[2]) << "stage 0 holds its last unit beside a pair";
+}
+
 TEST(PlanMemory, Zero3DoublesTheParamAllGathers) {
   Grid g = grid(2, 1, 1);
   g.dtype = "bf16", g.zero = 1;

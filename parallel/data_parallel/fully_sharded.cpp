@@ -92,7 +92,7 @@ void FullyShardedDataParallel::before_forward(size_t layer) {
   for (size_t u : layer_units_[layer]) unshard(u);
   compute_spans_[layer].open();  // --trace: "layer l forward", from here to its forward hook
   // While this layer computes, the dp group's thread gathers the next one's params.
-  if (options_.prefetch && layer + 1 < layer_units_.size() && same_chunk(layer, layer + 1))
+  if (options_.prefetch && layer + 1 < layer_units_.size() && chunk_of_[layer] == chunk_of_[layer + 1])
     for (size_t u : layer_units_[layer + 1]) prefetch(u);
 }
 
@@ -121,7 +121,7 @@ void FullyShardedDataParallel::before_backward(size_t layer) {
   if (teach::broken(teach::Break::Zero3FreeBeforeBackward)) return;  // --teach-break zero3-free-before-backward: backward reads freed params
   for (size_t u : layer_units_[layer]) unshard(u);
   compute_spans_[layer].open();  // --trace: "layer l backward", to its unit's reduce-scatter
-  if (options_.prefetch && layer > 0 && same_chunk(layer - 1, layer))
+  if (options_.prefetch && layer > 0 && chunk_of_[layer - 1] == chunk_of_[layer])
     for (size_t u : layer_units_[layer - 1]) prefetch(u);  // backward goes the other way
 }
 

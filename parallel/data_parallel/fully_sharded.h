@@ -115,8 +115,8 @@ class FullyShardedDataParallel : public DataParallel {
   // Whether a later layer reads unit u's params (the head, the embedding's tied
   // wte): u then stays gathered from its forward to that layer's backward.
   bool read_by_a_later_layer(size_t u) const;
-  // Whether layers a and b belong to one model chunk (options().chunk_sizes).
-  bool same_chunk(size_t a, size_t b) const { return chunk_of_.at(a) == chunk_of_.at(b); }
+  // The model chunk layer l belongs to (options().chunk_sizes; 0 without).
+  size_t chunk_of(size_t l) const { return chunk_of_.at(l); }
   const FullyShardedOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   int dp_group_size() const { return dp_group_.size(); }
