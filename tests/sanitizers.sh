@@ -126,8 +126,8 @@ asan() {
            grep -E " ($(IFS='|'; echo "${representative[*]}"))\$" | cut -d' ' -f1 | paste -sd, -)
   [ -n "$chosen" ] || { echo "sanitizers.sh: no multi-rank test matches the representative set" >&2; return 1; }
   export ASAN_OPTIONS="detect_leaks=1:$asan_options"
-  timed asan-ctest-single ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE 'multihost|mpi' \
-    -E "^(install_find_package|docs_check|$catalogs)\$"
+  timed asan-ctest-single ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE 'multihost|mpi|combinations' \
+    -E "^(install_find_package|docs_check|docs_site|$catalogs)\$"
   timed asan-ctest-mpi ctest --test-dir build-asan --output-on-failure -j"$jobs" -I "0,0,0,$chosen"
 }
 
