@@ -150,6 +150,12 @@ void validate(const Args& a) {
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
+  if (a.schedule.starts_with("zb")) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
+    LOOM_CHECK(a.pp >= 2, "--schedule ", a.schedule, " orders a pipeline's backwards; it needs --pp >= 2 (got --pp ",
+               a.pp, ")");
+    LOOM_CHECK(a.device == "cpu", "--schedule ", a.schedule, " with --device ", a.device,
+               ": the zero-bubble schedules are tested on the CPU only so far; use --device cpu");
+  }
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   LOOM_CHECK(!a.overlap_param_gather || a.zero == 1 || a.zero == 2, "--overlap-param-gather overlaps ZeRO-1/2's param "
              "all-gathers; it needs --zero 1 or 2 (ZeRO-3 gathers each unit in its own forward pre-hook)");

@@ -39,7 +39,7 @@
 namespace loom::parallel {
 
 struct ScheduleEvent {
-  char kind = 'F';        // 'F' forward, 'B' backward
+  char kind = 'F';        // 'F' forward, 'B' backward (or its input half), 'W' its weights' half
   int mb = 0;             // micro-batch
   double start_us = 0;    // CLOCK_MONOTONIC (steady_clock): shared by the ranks of one machine
   double end_us = 0;
