@@ -168,6 +168,9 @@ void validate(const Args& a) {
                ": context parallelism is tested on the CPU only so far; use --device cpu");
   }
   parallel::parse_recompute(a.recompute);  // an unknown mode names the three
+  LOOM_CHECK(a.teach_break != "zb-sync-at-b" || (a.schedule == "zb-h1" && a.dp > 1), "--teach-break zb-sync-at-b "
+             "breaks where the zero-bubble schedule syncs data parallelism; it needs --schedule zb-h1 and --dp 2 or "
+             "more (got --schedule ", a.schedule, " --dp ", a.dp, ")");
   LOOM_CHECK(a.teach_break != "ring-no-max-correction" || a.cp > 1, "--teach-break ring-no-max-correction breaks "
              "ring attention's merge; it needs --cp 2 or more (one process runs the fused attention)");
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),

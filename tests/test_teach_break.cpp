@@ -43,6 +43,28 @@ TEST(TeachBreak, AllReducingTheParamInsteadOfTheGradLetsTheReplicasDrift) {
               "worst loss rel. difference %.2e\n", d.front(), d.back(), worst);
 }
 
+// The zero-bubble schedule's data-parallel sync given to the last B (where
+// 1F1B's backward would fire the hooks) instead of the last W (where the split
+// backward fires them): every W runs in no_sync. The naive wrapper, which
+// reduces in its hooks, reduces nothing and the replicas drift as with
+// dp-allreduce-param; the bucketed one launches the buckets no hook launched
+// when the schedule finishes, so its numbers stay one process's.
+TEST(TeachBreak, SyncingTheZeroBubbleScheduleAtBInsteadOfWLetsNaiveReplicasDrift) {
+  const std::string flags = "--dp 2 --pp 2 --microbatches 2 --batch 4 --schedule zb-h1 --teach-break zb-sync-at-b";
+  Result r = train("teach_zb_sync_naive", 4, flags + " --dp-mode naive");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> dist = numbers_after(r.output, "the dp replicas differ by max |param - rank 0's| = ");
+  ASSERT_EQ(dist.size(), 10u) << r.output;
+  for (size_t i = 0; i < dist.size(); ++i) EXPECT_GT(dist[i], 1e-5) << "step " << i + 1;
+  const Result& ref = single_process_batch16();
+  double worst = 0;
+  for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(r.losses[i] - ref.losses[i]) / ref.losses[i]);
+  EXPECT_GT(worst, 1e-4) << "the losses should leave the single-process run's";
+  expect_same_run(train("teach_zb_sync_bucket", 4, flags + " --dp-mode bucket"), ref, "zb-sync-at-b, bucketed");
+  std::printf("[ measured ] zb-sync-at-b, naive: replicas differ by %.2e after step 1, %.2e after step 10; "
+              "worst loss rel. difference %.2e\n", dist.front(), dist.back(), worst);
+}
+
 // Dividing by dp twice: every gradient is 1/dp of the true one. AdamW's update
 // m / sqrt(v) does not see a constant factor, so the losses stay close; the
 // logged grad norm (before clipping) is exactly half at dp 2.

@@ -83,6 +83,19 @@ TEST(TrainGptZeroBubble, ZBH1LlamaIsBitIdenticalTo1F1B) {
   zb_and_1f1b("llama_pp2", 2, "--arch llama --pp 2 --microbatches 4 --batch 4");
 }
 
+// --print-schedule: the executed order with W's own slots, and the bubble
+// against ZB-H1's formula (F = B = W) and 1F1B's.
+TEST(TrainGptZeroBubble, PrintScheduleShowsBAndWApartAndZBH1sBubble) {
+  Result r = train("pp2_print", 2, "--pp 2 --microbatches 4 --batch 4 --schedule zb-h1 --print-schedule", false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("stage 0 | F0 F1 .  B0 W0 F2 B1 W1 F3 B2 W2 B3 W3\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stage 1 | .  F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("theory with F = B = W (p - 1)/(3 m + p - 1) = 1/13 = 0.077 (1F1B's: (p - 1)/(m + p - 1) "
+                          "= 0.200)"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(TrainGptZeroBubble, RefusesWhatItDoesNotRun) {
   struct Case {
     int ranks;
@@ -92,7 +105,9 @@ TEST(TrainGptZeroBubble, RefusesWhatItDoesNotRun) {
                         Case{2, "--pp 2 --schedule zb-h1 --virtual-stages 2 --microbatches 2",
                              "--virtual-stages 2 runs interleaved 1F1B; --schedule zb-h1 has no interleaved form"},
                         Case{2, "--pp 2 --schedule zb-h1 --device cuda",
-                             "the zero-bubble schedules are tested on the CPU only so far"}}) {
+                             "the zero-bubble schedules are tested on the CPU only so far"},
+                        Case{2, "--pp 2 --teach-break zb-sync-at-b",
+                             "--teach-break zb-sync-at-b breaks where the zero-bubble schedule syncs data parallelism"}}) {
     Result r = train("refused", c.ranks, c.args, /*save=*/false);
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "parallel/teach/teach_break.h"
+
 namespace loom::parallel {
 
 std::vector<ScheduledOp> zb_h1_order(int p, int rank, int m) {
@@ -30,6 +32,7 @@ ForwardBackwardResult train_step_pipeline_zb_h1(ModelChunks& stage, PipelineP2P&
   for (const auto& [kind, mb, chunk] : zb_h1_order(p2p.pp_size(), p2p.pp_rank(), m)) {
     if (kind == 'F') p2p.send_forward(run.forward(mb, p2p.recv_forward(mb)), mb);
     else if (kind == 'B') p2p.send_backward(run.backward_input(mb, p2p.recv_backward(mb)), mb);
+    else if (teach::broken(teach::Break::ZbSyncAtB)) run.backward_weight(mb, /*sync=*/false);  // --teach-break zb-sync-at-b: the sync went to B, where no hook fires
     else run.backward_weight(mb, /*sync=*/mb + 1 == m);
   }
   return run.finish();

@@ -10,7 +10,7 @@ Break g_break = Break::None;
 
 const char* kNames[] = {"none", "dp-allreduce-param", "dp-divide-twice", "skip-tied-sync", "found-inf-wrong-group",
                          "recompute-fresh-dropout",
-                         "zero3-free-before-backward", "ring-no-max-correction"};
+                         "zero3-free-before-backward", "ring-no-max-correction", "zb-sync-at-b"};
 
 }  // namespace
 

@@ -36,6 +36,15 @@
 //                         alike), it grows as attention sharpens, and the run falls
 //                         behind one process's: train_gpt prints how far the running
 //                         max moved, e^that the factor dropped (symptoms.h)
+//   zb-sync-at-b          --schedule zb-h1 syncs data parallelism as 1F1B does, with
+//                         the last backward's input half (B), not with its W: but the
+//                         gradient hooks fire in W, all of which now run in no_sync.
+//                         --dp-mode naive reduces nothing: each replica steps on its
+//                         own gradient and they drift apart (train_gpt prints how
+//                         far, as for dp-allreduce-param). --dp-mode bucket hides
+//                         it: its finish step launches every bucket no hook
+//                         launched, so the numbers stay right and only the
+//                         overlap with the cool-down is lost
 #pragma once
 
 #include <string>
@@ -43,7 +52,7 @@
 namespace loom::teach {
 
 enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout,
-                   Zero3FreeBeforeBackward, RingNoMaxCorrection };
+                   Zero3FreeBeforeBackward, RingNoMaxCorrection, ZbSyncAtB };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

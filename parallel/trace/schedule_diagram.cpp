@@ -160,6 +160,10 @@ double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_ch
   return double(pp_size - 1) / double(num_chunks * num_microbatches + pp_size - 1);
 }
 
+double zb_h1_bubble_fraction(int pp_size, int num_microbatches) {
+  return double(pp_size - 1) / double(3 * num_microbatches + pp_size - 1);
+}
+
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine) {
   // Counts first, then every stage's events padded to the longest (all_gather needs equal sizes):
   // 5 doubles per event (kind, mb, start, end, chunk).
@@ -200,7 +204,14 @@ std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, con
   char bubble[400];
   const double measured = measured_bubble_fraction(stages);
   const double replayed = measured_bubble_fraction(without_transfers(stages));
-  if (v == 1)
+  const bool split = std::any_of(stages[0].begin(), stages[0].end(), [](const ScheduleEvent& e) { return e.kind == 'W'; });
+  if (split)  // zero bubble (zero_bubble_schedule.h): idle (p - 1)(F + B - W) of m (F + B + W) per stage
+    std::snprintf(bubble, sizeof bubble,
+                  "bubble: measured %.3f with transfers, %.3f without (the same F/B/W spans replayed back to back), "
+                  "theory with F = B = W (p - 1)/(3 m + p - 1) = %d/%d = %.3f (1F1B's: (p - 1)/(m + p - 1) = %.3f)\n",
+                  measured, replayed, p - 1, 3 * m + p - 1, zb_h1_bubble_fraction(p, m),
+                  theoretical_bubble_fraction(p, m));
+  else if (v == 1)
     std::snprintf(bubble, sizeof bubble,
                   "bubble: measured %.3f with transfers, %.3f without (the same F/B spans replayed back to back), "
                   "theory (p - 1)/(m + p - 1) = %d/%d = %.3f\n",
