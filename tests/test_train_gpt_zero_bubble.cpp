@@ -7,8 +7,6 @@
 // tied embedding's sum after the schedule) sees W's gradients.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "tests/train_gpt_run.h"
 
 using namespace loom;
@@ -16,24 +14,10 @@ using namespace loom::test;
 
 namespace {
 
-// zb and ref logged the same numbers and saved the same bytes.
-void expect_bit_identical(const Result& zb, const Result& ref, const std::string& what) {
-  ASSERT_EQ(zb.status, 0) << what << "\n" << zb.output;
-  ASSERT_EQ(ref.status, 0) << what << " (1f1b)\n" << ref.output;
-  EXPECT_EQ(zb.losses, ref.losses) << what;
-  EXPECT_EQ(zb.grad_norms, ref.grad_norms) << what;
-  ASSERT_EQ(zb.weights.tensors.size(), ref.weights.tensors.size()) << what;
-  for (const auto& [name, t] : ref.weights.tensors) {
-    const Tensor& z = zb.weights.at(name);
-    EXPECT_TRUE(z.nbytes() == t.nbytes() && std::memcmp(z.raw_data(), t.raw_data(), t.nbytes()) == 0)
-        << what << ": " << name;
-  }
-}
-
 // Runs `args` under --schedule zb-h1 and 1f1b; the zb run's Result.
 Result zb_and_1f1b(const std::string& name, int ranks, const std::string& args) {
   Result zb = train(name + "_zb", ranks, args + " --schedule zb-h1");
-  expect_bit_identical(zb, train(name + "_1f1b", ranks, args + " --schedule 1f1b"), name);
+  expect_bit_identical(zb, train(name + "_1f1b", ranks, args + " --schedule 1f1b"), name, "--schedule 1f1b");
   return zb;
 }
 
