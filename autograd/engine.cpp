@@ -212,8 +212,11 @@ void Engine::run_backward(const TensorList& outputs, const TensorList& grad_outp
       if (!e.valid()) continue;
       Node* next = e.fn.get();
       Tensor g = i < outs.size() ? std::move(outs[i]) : Tensor();
-      if (deferred(next)) {  // a weight: its gradient (or the work for it) waits for W
-        if (!split || i < n_edges - n_weights) computed.edges.push_back(e), computed.grads.push_back(std::move(g));
+      if (deferred(next)) {  // a weight: its gradient (or, for split's weight edges, the work for it) waits for W
+        if (!split || i < n_edges - n_weights) {
+          computed.edges.push_back(e);
+          computed.grads.push_back(std::move(g));
+        }
         continue;
       }
       alive.emplace(next, e.fn);
