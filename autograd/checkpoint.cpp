@@ -64,14 +64,15 @@ struct CheckpointNode : Node {
     }
     // Back-propagate the incoming gradients through the rebuilt graph: a
     // backward inside this one (the engine is re-entrant; queued callbacks
-    // wait for the outer pass). The params' AccumulateGrad nodes run here.
+    // wait for the outer pass). The params' AccumulateGrad nodes run here -
+    // or, in a zero-bubble B pass (engine.h), in its W; the leaves' run here.
     TensorList roots, root_grads;
     for (size_t i = 0; i < outputs.size() && i < grads.size(); ++i)
       if (grads[i].defined() && gradient_edge(outputs[i]).valid()) {
         roots.push_back(outputs[i]);
         root_grads.push_back(std::move(grads[i]));
       }
-    if (!roots.empty()) Engine::backward(roots, root_grads);
+    if (!roots.empty()) Engine::backward(roots, root_grads, /*retain_graph=*/false, /*inputs=*/leaves);
     TensorList input_grads;
     for (size_t i = 0; i < leaves.size(); ++i) input_grads.push_back(input_requires_grad[i] ? grad(leaves[i]) : Tensor());
     return input_grads;

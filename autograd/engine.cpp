@@ -1,8 +1,12 @@
 #include "autograd/engine.h"
 
+#include <algorithm>
+#include <map>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "autograd/accumulate_grad.h"
 #include "autograd/variable.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
@@ -11,9 +15,11 @@ namespace loom::autograd {
 
 namespace {
 
-// One backward pass's state (PyTorch's GraphTask): the callbacks queued during it.
+// One backward pass's state (PyTorch's GraphTask): the callbacks queued during
+// it, and in a B pass where the weights' gradient work goes.
 struct GraphTask {
   std::vector<std::function<void()>> callbacks;
+  WeightGrads* weight_grads = nullptr;
 };
 thread_local GraphTask* t_current_task = nullptr;
 
@@ -62,6 +68,14 @@ struct InputBuffer {
   }
 };
 
+// Runs the callbacks queued during `task`, including any queued by callbacks.
+void run_callbacks(GraphTask& task) {
+  for (size_t i = 0; i < task.callbacks.size(); ++i) {
+    auto cb = std::move(task.callbacks[i]);
+    cb();
+  }
+}
+
 }  // namespace
 
 bool Engine::in_backward() { return t_current_task != nullptr; }
@@ -71,7 +85,22 @@ void Engine::queue_callback(std::function<void()> fn) {
   t_current_task->callbacks.push_back(std::move(fn));
 }
 
-void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
+
+void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph,
+                      const TensorList& inputs) {
+  run_backward(outputs, grad_outputs, retain_graph, inputs, nullptr);
+}
+
+WeightGrads Engine::backward_input(const TensorList& outputs, const TensorList& grad_outputs,
+                                   const TensorList& inputs) {
+  LOOM_CHECK(!in_backward(), "backward_input: called inside a backward pass (a B pass is not re-entrant)");
+  WeightGrads w;
+  run_backward(outputs, grad_outputs, /*retain_graph=*/false, inputs, &w);
+  return w;
+}
+
+void Engine::run_backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph,
+                          const TensorList& inputs, WeightGrads* weight_grads) {
   LOOM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "backward: ", outputs.size(),
              " outputs but ", grad_outputs.size(), " gradients");
   NoGradGuard no_grad;  // the backward functions themselves are not recorded
@@ -121,12 +150,21 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
   // the graph task that started it all): data parallel's wait for its
   // all-reduces must not come before the rest of the model's gradients.
   GraphTask task;
+  task.weight_grads = weight_grads;
   GraphTask* const outer = t_current_task;
   t_current_task = outer ? outer : &task;
   struct Reset {
     GraphTask* outer;
     ~Reset() { t_current_task = outer; }
   } reset{outer};
+  // In a B pass (this one or the outer one), a weight's AccumulateGrad is
+  // left for W: it never becomes ready here, and what reaches it is recorded.
+  WeightGrads* const w = t_current_task->weight_grads;
+  const int pass = w ? w->passes_++ : 0;
+  std::unordered_set<Node*> wanted;  // the leaves whose gradients B computes
+  for (const Tensor& t : inputs)
+    if (Edge e = gradient_edge(t); e.valid()) wanted.insert(e.fn.get());
+  auto deferred = [&](Node* n) { return w && !wanted.count(n) && dynamic_cast<AccumulateGrad*>(n); };
 
   std::unordered_map<Node*, InputBuffer> buffers;
   std::priority_queue<ReadyNode, std::vector<ReadyNode>, ByPriority> ready;
@@ -154,25 +192,89 @@ void Engine::backward(const TensorList& outputs, const TensorList& grad_outputs,
         if (inputs[size_t(i)].defined()) h(inputs[size_t(i)], i);
     bool any = false;
     for (auto& g : inputs) any = any || g.defined();
+    // A separable node whose weights all wait for W computes its inputs' gradients only.
+    const size_t n_edges = node->next_edges.size(), n_weights = size_t(node->num_weight_edges());
+    bool split = w && any && n_weights > 0;
+    for (size_t i = n_edges - n_weights; split && i < n_edges; ++i)
+      split = !node->next_edges[i].valid() || deferred(node->next_edges[i].fn.get());
+    WeightGrads::Work computed, later;
+    computed.pass = later.pass = pass;
+    if (w) computed.op = later.op = node->name();
+    if (split) {  // W's work: one gradient per weight edge, in edge order
+      later.compute = node->weight_work(inputs);
+      later.edges.assign(node->next_edges.end() - std::ptrdiff_t(n_weights), node->next_edges.end());
+    }
     // No gradient reached this node (e.g. only an unused output): nothing to propagate.
-    TensorList outs = any ? node->apply(std::move(inputs)) : TensorList{};
+    TensorList outs = split ? node->apply_input(inputs) : any ? node->apply(std::move(inputs)) : TensorList{};
     if (!retain_graph) node->release_saved();
-    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+    for (size_t i = 0; i < n_edges; ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;
       Node* next = e.fn.get();
+      Tensor g = i < outs.size() ? std::move(outs[i]) : Tensor();
+      if (deferred(next)) {  // a weight: its gradient (or, for split's weight edges, the work for it) waits for W
+        if (!split || i < n_edges - n_weights) {
+          computed.edges.push_back(e);
+          computed.grads.push_back(std::move(g));
+        }
+        continue;
+      }
       alive.emplace(next, e.fn);
-      if (i < outs.size() && outs[i].defined()) buffers[next].add(e.input_nr, std::move(outs[i]));
+      if (g.defined()) buffers[next].add(e.input_nr, std::move(g));
       if (--dependencies[next] == 0) make_ready(next);
     }
+    for (WeightGrads::Work* work : {&computed, &later})
+      if (!work->edges.empty()) w->work_.push_back(std::move(*work));
   }
 
   // Callbacks, including any queued by callbacks (the outermost pass's only).
-  if (outer) return;
-  for (size_t i = 0; i < task.callbacks.size(); ++i) {
-    auto cb = std::move(task.callbacks[i]);
-    cb();
+  if (!outer) run_callbacks(task);
+}
+
+std::vector<std::string> WeightGrads::ops(bool deferred) const {
+  std::vector<std::string> out;
+  for (const Work& w : work_)
+    if (bool(w.compute) == deferred && std::find(out.begin(), out.end(), w.op) == out.end()) out.push_back(w.op);
+  return out;
+}
+
+// W: the work in B's order. Each weight's AccumulateGrad runs once the last
+// of its gradients (in its pass) is in, as in backward(): the same sums in
+// the same order, the same hooks in the same order.
+void Engine::run_weight_grads(WeightGrads& weight_grads) {
+  LOOM_CHECK(!in_backward(), "run_weight_grads: called inside a backward pass");
+  NoGradGuard no_grad;
+  GraphTask task;  // hooks may queue callbacks (data parallel's wait for its buckets)
+  t_current_task = &task;
+  struct Reset {
+    ~Reset() { t_current_task = nullptr; }
+  } reset;
+  std::vector<WeightGrads::Work> work = std::move(weight_grads.work_);
+  weight_grads = WeightGrads();
+  using Key = std::pair<int, Node*>;  // (pass, AccumulateGrad)
+  std::map<Key, int> pending;         // gradients still to come
+  for (const auto& piece : work)
+    for (const Edge& e : piece.edges)
+      if (e.valid()) pending[{piece.pass, e.fn.get()}] += 1;
+  std::map<Key, InputBuffer> buffers;
+  for (auto& piece : work) {
+    TensorList grads = piece.compute ? piece.compute() : std::move(piece.grads);
+    piece.compute = nullptr;  // frees X and dY
+    for (size_t i = 0; i < piece.edges.size(); ++i) {
+      const Edge& e = piece.edges[i];
+      if (!e.valid()) continue;  // an undefined bias
+      const Key key{piece.pass, e.fn.get()};
+      if (i < grads.size() && grads[i].defined()) buffers[key].add(e.input_nr, std::move(grads[i]));
+      if (--pending[key] > 0) continue;
+      TensorList inputs = std::move(buffers[key].grads);
+      buffers.erase(key);
+      inputs.resize(size_t(e.fn->num_outputs));
+      for (auto& h : e.fn->pre_hooks)
+        if (inputs[0].defined()) h(inputs[0], 0);
+      if (inputs[0].defined()) e.fn->apply(std::move(inputs));  // accumulates; its hooks fire
+    }
   }
+  run_callbacks(task);
 }
 
 void backward(const Tensor& loss, bool retain_graph) { Engine::backward({loss}, {}, retain_graph); }

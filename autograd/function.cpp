@@ -13,8 +13,7 @@ bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
 }
 
 template <class Range>
-static Tensor record_impl(const char* name, const Range& inputs, Tensor out, FunctionNode::BackwardFn backward) {
-  auto node = std::make_shared<FunctionNode>(name, std::move(backward));
+static Tensor record_impl(const Range& inputs, Tensor out, std::shared_ptr<FunctionNode> node) {
   node->next_edges.reserve(inputs.size());
   for (const auto& in : inputs) {
     const Tensor& t = *in;
@@ -32,7 +31,20 @@ static Tensor record_impl(const char* name, const Range& inputs, Tensor out, Fun
 Tensor record(const char* name, std::initializer_list<const Tensor*> inputs, Tensor out,
               FunctionNode::BackwardFn backward) {
   if (!any_requires_grad(inputs)) return out;
-  return record_impl(name, inputs, std::move(out), std::move(backward));
+  return record_impl(inputs, std::move(out), std::make_shared<FunctionNode>(name, std::move(backward)));
+}
+
+Tensor record_split(const char* name, std::initializer_list<const Tensor*> inputs,
+                    std::initializer_list<const Tensor*> weights, Tensor out, FunctionNode::BackwardFn input_backward,
+                    FunctionNode::BackwardFn weight_backward) {
+  std::vector<const Tensor*> edges(inputs);
+  edges.insert(edges.end(), weights.begin(), weights.end());
+  bool any = false;
+  for (const Tensor* t : edges) any = any || any_requires_grad({t});
+  if (!any) return out;
+  return record_impl(edges, std::move(out),
+                     std::make_shared<FunctionNode>(name, std::move(input_backward), std::move(weight_backward),
+                                                    int(weights.size())));
 }
 
 Tensor record(const char* name, const TensorList& inputs, Tensor out, FunctionNode::BackwardFn backward) {
@@ -42,7 +54,7 @@ Tensor record(const char* name, const TensorList& inputs, Tensor out, FunctionNo
   if (!any) return out;
   std::vector<const Tensor*> ptrs;
   for (const Tensor& t : inputs) ptrs.push_back(&t);
-  return record_impl(name, ptrs, std::move(out), std::move(backward));
+  return record_impl(ptrs, std::move(out), std::make_shared<FunctionNode>(name, std::move(backward)));
 }
 
 }  // namespace loom::autograd

@@ -20,4 +20,11 @@ Tensor record(const char* name, std::initializer_list<const Tensor*> inputs, Ten
               FunctionNode::BackwardFn backward);
 Tensor record(const char* name, const TensorList& inputs, Tensor out, FunctionNode::BackwardFn backward);
 
+// An op with weights whose gradients can wait (zero-bubble's W, engine.h):
+// its edges are `inputs` then `weights`; input_backward returns one gradient
+// per input, weight_backward one per weight. An ordinary backward runs both.
+Tensor record_split(const char* name, std::initializer_list<const Tensor*> inputs,
+                    std::initializer_list<const Tensor*> weights, Tensor out, FunctionNode::BackwardFn input_backward,
+                    FunctionNode::BackwardFn weight_backward);
+
 }  // namespace loom::autograd

@@ -4,14 +4,20 @@
 
 namespace loom::autograd {
 
+// Separable (zero-bubble's B/W split, engine.h): dx = dY W needs W, dW = dYᵀ X
+// and db = Σ dY need X; neither needs the other.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_x = requires_grad(x), need_w = requires_grad(weight);
   const bool need_b = bias.defined() && requires_grad(bias);
-  return record("LinearBackward", {&x, &weight, &bias}, ops::linear(x, weight, bias),
-                [x, weight, need_x, need_w, need_b](const TensorList& g) {
-                  ops::LinearGrads d = ops::linear_backward(g[0], x, weight, need_x, need_w, need_b);
-                  return TensorList{d.dx, d.dw, d.db};
-                });
+  return record_split(
+      "LinearBackward", {&x}, {&weight, &bias}, ops::linear(x, weight, bias),
+      [x, weight, need_x](const TensorList& g) {
+        return TensorList{ops::linear_backward(g[0], x, weight, need_x, false, false).dx};
+      },
+      [x, weight, need_w, need_b](const TensorList& g) {
+        ops::LinearGrads d = ops::linear_backward(g[0], x, weight, false, need_w, need_b);
+        return TensorList{d.dw, d.db};
+      });
 }
 
 Tensor softmax(const Tensor& x) {
@@ -67,10 +73,11 @@ Tensor rope(const Tensor& x, double base, int64_t pos0) {
   });
 }
 
+// The weight is the only edge: its whole backward can wait for W.
 Tensor embedding(const Tensor& weight, const Tensor& idx) {
-  return record("EmbeddingBackward", {&weight}, ops::embedding(weight, idx), [idx, v = weight.size(0)](const TensorList& g) {
-    return TensorList{ops::embedding_backward(g[0], idx, v)};
-  });
+  return record_split(
+      "EmbeddingBackward", {}, {&weight}, ops::embedding(weight, idx), [](const TensorList&) { return TensorList{}; },
+      [idx, v = weight.size(0)](const TensorList& g) { return TensorList{ops::embedding_backward(g[0], idx, v)}; });
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {

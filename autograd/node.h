@@ -36,6 +36,16 @@ struct Node : std::enable_shared_from_this<Node> {
   // Frees saved tensors after backward (unless retain_graph).
   virtual void release_saved() {}
 
+  // Zero-bubble's B/W split (engine.h). A node whose last num_weight_edges()
+  // edges are weights, and whose weight gradients need nothing its input
+  // gradients compute (a linear's dW = dYᵀ X), can run in two halves:
+  // apply_input() returns the gradients of the other edges now (B), and
+  // weight_work() the work that returns the weights' gradients later (W), one
+  // per weight edge, holding what it needs (X and dY). apply() = both at once.
+  virtual int num_weight_edges() const { return 0; }
+  virtual TensorList apply_input(const TensorList& grads);
+  virtual std::function<TensorList()> weight_work(const TensorList& grads);
+
   // Hooks run on the gradient of one of this node's outputs before apply
   // (how retain_grad() keeps a non-leaf's gradient).
   std::vector<std::function<void(const Tensor& grad, int output_nr)>> pre_hooks;
@@ -48,17 +58,27 @@ struct Node : std::enable_shared_from_this<Node> {
   bool released = false;
 };
 
-// The backward of an ordinary op: a closure over what the op saved.
+// The backward of an ordinary op: a closure over what the op saved. A
+// separable op (function.h's record_split) gives two: backward_ returns the
+// gradients of its inputs, weight_backward_ those of its last num_weights_
+// edges, the weights.
 struct FunctionNode : Node {
   using BackwardFn = std::function<TensorList(const TensorList& grads)>;
-  FunctionNode(std::string name, BackwardFn fn) : name_(std::move(name)), backward_(std::move(fn)) {}
+  FunctionNode(std::string name, BackwardFn fn, BackwardFn weight_fn = nullptr, int num_weights = 0)
+      : name_(std::move(name)), backward_(std::move(fn)), weight_backward_(std::move(weight_fn)),
+        num_weights_(num_weights) {}
   TensorList apply(TensorList&& grads) override;
   std::string name() const override { return name_; }
-  void release_saved() override { backward_ = nullptr; }
+  void release_saved() override { backward_ = weight_backward_ = nullptr; }
+  int num_weight_edges() const override { return num_weights_; }
+  TensorList apply_input(const TensorList& grads) override;
+  std::function<TensorList()> weight_work(const TensorList& grads) override;
 
  private:
+  void check_not_released() const;
   std::string name_;
-  BackwardFn backward_;
+  BackwardFn backward_, weight_backward_;
+  int num_weights_;
 };
 
 }  // namespace loom::autograd

@@ -42,6 +42,7 @@
 #include "parallel/comm/distributed.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
+#include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
@@ -59,9 +60,10 @@ struct Measured {
 
 Measured measure(const char* name, ModelChunks& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
                  int steps) {
-  auto schedule = std::string(name) == "afab"   ? train_step_pipeline_afab
-                  : std::string(name) == "1f1b" ? train_step_pipeline_1f1b
-                                                : train_step_pipeline_interleaved;
+  auto schedule = std::string(name) == "afab"    ? train_step_pipeline_afab
+                  : std::string(name) == "1f1b"  ? train_step_pipeline_1f1b
+                  : std::string(name) == "zb-h1" ? train_step_pipeline_zb_h1
+                                                 : train_step_pipeline_interleaved;
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   std::vector<Tensor> params = stage.parameters();
   Measured out;
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
     if (!trace_path.empty()) trace::start(world);
     Measured afab = measure("afab", *stage, p2p, mbs, steps);
     Measured ofob = measure("1f1b", *stage, p2p, mbs, steps);
+    Measured zb = measure("zb-h1", *stage, p2p, mbs, steps);
     Measured inter;
     if (v > 1) {
       stage = make_stage(v);
@@ -147,7 +150,7 @@ int main(int argc, char** argv) {
     }
     if (!trace_path.empty()) trace::write(world, trace_path);
     std::vector<double> afab_mb = gather(world, afab.peak_mb), ofob_mb = gather(world, ofob.peak_mb);
-    std::vector<double> inter_mb = gather(world, inter.peak_mb);
+    std::vector<double> inter_mb = gather(world, inter.peak_mb), zb_mb = gather(world, zb.peak_mb);
     std::vector<double> first = gather(world, double(range.start)), last = gather(world, double(range.end));
     if (world.rank() != 0) return 0;
 
@@ -158,16 +161,17 @@ int main(int argc, char** argv) {
       std::printf("simulated compute: every stage's F also sleeps %.2f ms, its B %.2f ms (a chunk 1/v of that)\n",
                   simulate_ms, 2 * simulate_ms);
     std::printf("\n");
-    std::printf("%s\n%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str(), inter.diagram.c_str());
+    std::printf("%s\n%s\n%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str(), zb.diagram.c_str(),
+                inter.diagram.c_str());
     const double target = double(p) / double(m);
     std::printf("peak activation memory per stage (MB; 1f1b/afab, target <= p/m = %.3f, + 10%% = %.3f)\n", target,
                 target * 1.1);
-    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok   interleaved v %d\n", v);
+    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok   interleaved v %d   zb-h1\n", v);
     for (int s = 0; s < p; ++s) {
       double ratio = ofob_mb[size_t(s)] / afab_mb[size_t(s)];
-      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s   %8.1f\n", s, int(first[size_t(s)]),
-                  int(last[size_t(s)]), afab_mb[size_t(s)], ofob_mb[size_t(s)], ratio, std::min(p - s, m), m,
-                  ratio <= target * 1.1 ? "yes" : "NO", inter_mb[size_t(s)]);
+      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s   %8.1f        %8.1f\n", s,
+                  int(first[size_t(s)]), int(last[size_t(s)]), afab_mb[size_t(s)], ofob_mb[size_t(s)], ratio,
+                  std::min(p - s, m), m, ratio <= target * 1.1 ? "yes" : "NO", inter_mb[size_t(s)], zb_mb[size_t(s)]);
     }
     const double theory = theoretical_bubble_fraction(p, m);
     std::printf("\nbubble fraction (mean over %d steps; theory (p - 1)/(m + p - 1) = %.3f, target within 0.05)\n",
@@ -176,12 +180,17 @@ int main(int argc, char** argv) {
                 std::abs(afab.bubble - theory) <= 0.05 ? "ok" : "OUT");
     std::printf("  1f1b  %.3f  (%+.3f)  %s\n", ofob.bubble, ofob.bubble - theory,
                 std::abs(ofob.bubble - theory) <= 0.05 ? "ok" : "OUT");
+    // ZB-H1's formula assumes F = B = W, which --simulate-ms makes true (simulated_stage.h).
+    const double zt = zb_h1_bubble_fraction(p, m);
+    std::printf("  zb-h1 %.3f  (theory with F = B = W (p - 1)/(3 m + p - 1) = %.3f: %+.3f)  %s\n", zb.bubble, zt,
+                zb.bubble - zt, std::abs(zb.bubble - zt) <= 0.05 ? "ok" : "OUT");
     if (v > 1) {
       const double vt = theoretical_bubble_fraction(p, m, v);
       std::printf("  interleaved v %d  %.3f  (theory (p - 1)/(v m + p - 1) = %.3f: %+.3f)  %s\n", v, inter.bubble, vt,
                   inter.bubble - vt, std::abs(inter.bubble - vt) <= 0.05 ? "ok" : "OUT");
     }
-    std::printf("\nstep time (rank 0, mean): afab %.3f ms, 1f1b %.3f ms", afab.step_ms, ofob.step_ms);
+    std::printf("\nstep time (rank 0, mean): afab %.3f ms, 1f1b %.3f ms, zb-h1 %.3f ms", afab.step_ms, ofob.step_ms,
+                zb.step_ms);
     if (v > 1) std::printf(", interleaved v %d %.3f ms", v, inter.step_ms);
     std::printf("\n");
     return 0;

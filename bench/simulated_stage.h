@@ -1,6 +1,8 @@
 // A pipeline stage whose work takes a fixed time without using a core: every
 // micro-batch's forward through the stage also sleeps F and its backward 2F
-// (a backward costs about two forwards). With a tiny model the stages then
+// (a backward costs about two forwards): F for the input's gradient and F for
+// a stand-in weight's, so a zero-bubble schedule splits it into a B and a W of
+// F each, as the paper's T_F = T_B = T_W (zero_bubble_schedule.h). With a tiny model the stages then
 // take equal, fixed times without competing for cores - the theory's premise,
 // one device per stage - so a bench measures the schedule's own bubble and
 // transfers, even with more stages than cores. Shared by
@@ -18,18 +20,26 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "autograd/variable.h"
 #include "parallel/model_chunks.h"
 #include "tensor/ops.h"
 
 namespace loom::bench {
 
-// The identity, but its forward sleeps f and its backward 2f.
-inline Tensor simulated_compute(const Tensor& x, std::chrono::microseconds f) {
+// The identity, but its forward sleeps f and its backward 2f: f for x's
+// gradient (B) and f for w's (W; w: a scalar leaf that requires grad).
+inline Tensor simulated_compute(const Tensor& x, const Tensor& w, std::chrono::microseconds f) {
   std::this_thread::sleep_for(f);
-  return autograd::record("SimulatedCompute", {&x}, ops::view(x, x.shape()), [f](const autograd::TensorList& g) {
-    std::this_thread::sleep_for(2 * f);
-    return autograd::TensorList{g[0]};
-  });
+  return autograd::record_split(
+      "SimulatedCompute", {&x}, {&w}, ops::view(x, x.shape()),
+      [f](const autograd::TensorList& g) {
+        std::this_thread::sleep_for(f);
+        return autograd::TensorList{g[0]};
+      },
+      [f, w](const autograd::TensorList&) {
+        std::this_thread::sleep_for(f);
+        return autograd::TensorList{zeros(w.shape(), w.dtype())};
+      });
 }
 
 // A layer, then the sleep. Base: nn::Layer, or the embedding's and the head's
@@ -41,11 +51,12 @@ struct Sleeping : Base {
   Sleeping(std::shared_ptr<nn::Layer> inner, std::chrono::microseconds f) : inner_(std::move(inner)), f_(f) {
     for (const auto& [name, m] : inner_->named_children()) this->register_module(name, m);
   }
-  Tensor forward(const Tensor& x) override { return simulated_compute(inner_->forward(x), f_); }
+  Tensor forward(const Tensor& x) override { return simulated_compute(inner_->forward(x), w_, f_); }
 
  protected:
   std::shared_ptr<nn::Layer> inner_;
   std::chrono::microseconds f_;
+  Tensor w_ = autograd::set_requires_grad(zeros({}));  // not a parameter: only its W's sleep matters
 };
 struct SleepingEmbedding : Sleeping<nn::EmbeddingLayer> {
   using Sleeping::Sleeping;

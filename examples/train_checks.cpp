@@ -150,6 +150,12 @@ void validate(const Args& a) {
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
+  if (a.schedule.starts_with("zb")) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
+    LOOM_CHECK(a.pp >= 2, "--schedule ", a.schedule, " orders a pipeline's backwards; it needs --pp >= 2 (got --pp ",
+               a.pp, ")");
+    LOOM_CHECK(a.device == "cpu", "--schedule ", a.schedule, " with --device ", a.device,
+               ": the zero-bubble schedules are tested on the CPU only so far; use --device cpu");
+  }
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   LOOM_CHECK(!a.overlap_param_gather || a.zero == 1 || a.zero == 2, "--overlap-param-gather overlaps ZeRO-1/2's param "
              "all-gathers; it needs --zero 1 or 2 (ZeRO-3 gathers each unit in its own forward pre-hook)");
@@ -162,6 +168,9 @@ void validate(const Args& a) {
                ": context parallelism is tested on the CPU only so far; use --device cpu");
   }
   parallel::parse_recompute(a.recompute);  // an unknown mode names the three
+  LOOM_CHECK(a.teach_break != "zb-sync-at-b" || (a.schedule == "zb-h1" && a.dp > 1), "--teach-break zb-sync-at-b "
+             "breaks where the zero-bubble schedule syncs data parallelism; it needs --schedule zb-h1 and --dp 2 or "
+             "more (got --schedule ", a.schedule, " --dp ", a.dp, ")");
   LOOM_CHECK(a.teach_break != "ring-no-max-correction" || a.cp > 1, "--teach-break ring-no-max-correction breaks "
              "ring attention's merge; it needs --cp 2 or more (one process runs the fused attention)");
   LOOM_CHECK(a.teach_break != "recompute-fresh-dropout" || (a.recompute != "none" && a.dropout > 0),

@@ -280,6 +280,8 @@ double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int 
   const double m = double(micro_batches);
   if (pp <= 1) return 1;  // gradient accumulation: one micro-batch at a time
   if (std::string(schedule) == "afab") return m;
+  // ZB-H1 (zero_bubble_schedule.h): up to p on every stage, from F to W (W keeps X and dY).
+  if (std::string(schedule) == "zb-h1") return std::min(m, double(pp));
   if (virtual_stages <= 1) return std::min(m, double(pp - stage));
   // Interleaved (interleaved_schedule.cpp): warm-up forwards of single chunks, then the first backward.
   const int64_t total = micro_batches * virtual_stages;

@@ -2,6 +2,7 @@
 
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
+#include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "tensor/grad_mode.h"
 
 namespace loom::parallel {
@@ -25,7 +26,8 @@ ForwardBackwardResult forward_backward(Model& model, const std::vector<MicroBatc
   PipelineP2P& p2p = *model.p2p;
   if (stage.num_chunks() > 1) return train_step_pipeline_interleaved(stage, p2p, micro_batches, loss_fn, dp);
   if (schedule == "afab") return train_step_pipeline_afab(stage, p2p, micro_batches, loss_fn, dp);
-  LOOM_CHECK(schedule == "1f1b", "forward_backward: unknown schedule '", schedule, "' (afab or 1f1b)");
+  if (schedule == "zb-h1") return train_step_pipeline_zb_h1(stage, p2p, micro_batches, loss_fn, dp);
+  LOOM_CHECK(schedule == "1f1b", "forward_backward: unknown schedule '", schedule, "' (afab, 1f1b or zb-h1)");
   return train_step_pipeline_1f1b(stage, p2p, micro_batches, loss_fn, dp);
 }
 

@@ -5,7 +5,8 @@
 //            forward+backward passes, the data-parallel sync on the last
 //            only (no_sync() on the others)
 //   pp > 1   the pipeline schedule: "afab" or "1f1b"
-//            (pipeline_parallel/pipeline_schedule.h), or interleaved 1F1B
+//            (pipeline_parallel/pipeline_schedule.h), "zb-h1"
+//            (zero_bubble_schedule.h), or interleaved 1F1B
 //            when the rank holds several chunks (interleaved_schedule.h)
 // Either way the micro-batches run through one MicroBatchRunner
 // (microbatch_runner.h), which scales each loss by 1/m. After it:

@@ -45,26 +45,49 @@ Tensor MicroBatchRunner::forward(int mb, const Tensor& input, int chunk) {
   return out;
 }
 
-Tensor MicroBatchRunner::backward(int mb, const Tensor& output_grad, bool sync, int chunk) {
-  ScheduleRecorder::Op recorded(recorder_, 'B', mb, chunk);
+std::pair<Tensor, Tensor> MicroBatchRunner::take_in_flight(int mb, const Tensor& output_grad, int chunk) {
   auto it = in_flight_.find({mb, chunk});
   LOOM_CHECK(it != in_flight_.end(), "schedule: backward of micro-batch ", mb, " (chunk ", chunk,
              ") before its forward");
-  const Tensor input = it->second.first, output = it->second.second;
+  auto [input, output] = it->second;
   in_flight_.erase(it);  // the graph is freed by backward; drop our handles too
   if (!model_.chunk_is_last(chunk)) expect_received("gradient", mb, output_grad, output.shape());
-  Tensor input_grad;
-  auto run = [&] { input_grad = model_.backward(input, output, output_grad, chunk); };
+  return {input, output};
+}
+
+void MicroBatchRunner::with_dp_sync(bool sync, const std::function<void()>& fn) {
   if (dp_ && !sync) {
     auto no_sync = dp_->no_sync();
-    run();
+    fn();
   } else if (dp_) {
     auto defer = dp_->defer_grad_sync();  // the reductions launch here; finish() waits for them
-    run();
+    fn();
   } else {
-    run();
+    fn();
   }
+}
+
+Tensor MicroBatchRunner::backward(int mb, const Tensor& output_grad, bool sync, int chunk) {
+  ScheduleRecorder::Op recorded(recorder_, 'B', mb, chunk);
+  const auto [input, output] = take_in_flight(mb, output_grad, chunk);
+  Tensor input_grad;
+  with_dp_sync(sync, [&] { input_grad = model_.backward(input, output, output_grad, chunk); });
   return input_grad;
+}
+
+Tensor MicroBatchRunner::backward_input(int mb, const Tensor& output_grad, int chunk) {
+  ScheduleRecorder::Op recorded(recorder_, 'B', mb, chunk);
+  const auto [input, output] = take_in_flight(mb, output_grad, chunk);
+  return model_.backward(input, output, output_grad, chunk, &weight_grads_[{mb, chunk}]);
+}
+
+void MicroBatchRunner::backward_weight(int mb, bool sync, int chunk) {
+  ScheduleRecorder::Op recorded(recorder_, 'W', mb, chunk);
+  auto it = weight_grads_.find({mb, chunk});
+  LOOM_CHECK(it != weight_grads_.end(), "schedule: W of micro-batch ", mb, " (chunk ", chunk, ") before its B");
+  autograd::WeightGrads w = std::move(it->second);
+  weight_grads_.erase(it);
+  with_dp_sync(sync, [&] { autograd::Engine::run_weight_grads(w); });
 }
 
 void MicroBatchRunner::expect_received(const char* what, int mb, const Tensor& t, const Shape& want) const {
@@ -76,6 +99,7 @@ void MicroBatchRunner::expect_received(const char* what, int mb, const Tensor& t
 ForwardBackwardResult MicroBatchRunner::finish() {
   if (p2p_) p2p_->end_schedule();
   LOOM_CHECK(in_flight_.empty(), "pipeline schedule: ", in_flight_.size(), " micro-batches never ran backward");
+  LOOM_CHECK(weight_grads_.empty(), "pipeline schedule: ", weight_grads_.size(), " micro-batches never ran W");
   // The dp gradient sync waits here, after the last transfer, not inside the
   // last backward (Megatron's finalize_model_grads after the schedule): there
   // it would hold back this stage's last send_backward, and stage s - 1's last

@@ -62,6 +62,12 @@ class MicroBatchRunner {
   // finish() waits for them.
   Tensor backward(int mb, const Tensor& output_grad, bool sync, int chunk = 0);
 
+  // backward() in the two halves of a zero-bubble schedule (autograd/engine.h):
+  // B returns d loss / d input and leaves the weights' gradients; W computes
+  // them, and the data-parallel hooks fire then (sync as in backward()).
+  Tensor backward_input(int mb, const Tensor& output_grad, int chunk = 0);
+  void backward_weight(int mb, bool sync, int chunk = 0);
+
   // After the last transfer: waits for this stage's sends
   // (p2p->end_schedule()), finishes the dp gradient sync, then gives every stage the mean loss.
   ForwardBackwardResult finish();
@@ -71,6 +77,10 @@ class MicroBatchRunner {
   // started with other --embd / --batch / --block sends another shape, which
   // would fail deep inside a matmul or, worse, broadcast silently.
   void expect_received(const char* what, int mb, const Tensor& t, const Shape& want) const;
+  // Micro-batch mb's (input, output) on chunk, no longer in flight: its backward runs.
+  std::pair<Tensor, Tensor> take_in_flight(int mb, const Tensor& output_grad, int chunk);
+  // Runs fn (a backward, or W) inside dp->no_sync() (sync false) or dp->defer_grad_sync().
+  void with_dp_sync(bool sync, const std::function<void()>& fn);
 
   ModelChunks& model_;
   PipelineP2P* p2p_;
@@ -78,6 +88,7 @@ class MicroBatchRunner {
   const LossFn& loss_fn_;
   DataParallel* dp_;
   std::map<std::pair<int, int>, std::pair<Tensor, Tensor>> in_flight_;  // (mb, chunk) -> (input, output)
+  std::map<std::pair<int, int>, autograd::WeightGrads> weight_grads_;    // (mb, chunk) -> what B left for W
   double loss_sum_ = 0;
   ScheduleRecorder recorder_;
 };

@@ -75,14 +75,14 @@ Tensor ModelChunks::forward(const Tensor& input, int chunk) {
   return x;
 }
 
-Tensor ModelChunks::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk) {
-  if (output_grad.defined()) {
-    autograd::backward({output}, {output_grad});
-  } else {
-    LOOM_CHECK(chunk_is_last(chunk) && output.numel() == 1, "ModelChunks::backward: layers [", range(chunk).start,
-               ", ", range(chunk).end, ") got no output gradient; only the last chunk starts from its (scalar) loss");
-    autograd::backward(output);
-  }
+Tensor ModelChunks::backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk,
+                             autograd::WeightGrads* weight_grads) {
+  LOOM_CHECK(output_grad.defined() || (chunk_is_last(chunk) && output.numel() == 1), "ModelChunks::backward: layers [",
+             range(chunk).start, ", ", range(chunk).end,
+             ") got no output gradient; only the last chunk starts from its (scalar) loss");
+  const autograd::TensorList grads = output_grad.defined() ? autograd::TensorList{output_grad} : autograd::TensorList{};
+  if (weight_grads) *weight_grads = autograd::Engine::backward_input({output}, grads, {input});
+  else autograd::Engine::backward({output}, grads);
   if (chunk_is_first(chunk)) return Tensor();
   return autograd::grad(input);
 }

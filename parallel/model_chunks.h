@@ -32,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "autograd/engine.h"
 #include "nn/gpt.h"
 #include "parallel/pipeline_parallel/partition.h"
 
@@ -75,8 +76,10 @@ class ModelChunks : public nn::Module {
   // picotron's PipelineParallel.backward: backward(output, output_grad), or on
   // the last chunk (output = the scalar loss, output_grad undefined) plain
   // backward(loss). Returns input's gradient, undefined on the first chunk
-  // (token ids have none).
-  Tensor backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk = 0);
+  // (token ids have none). With weight_grads, only B of a zero-bubble
+  // schedule (autograd/engine.h): the weights' gradients are left there, for W.
+  Tensor backward(const Tensor& input, const Tensor& output, const Tensor& output_grad, int chunk = 0,
+                  autograd::WeightGrads* weight_grads = nullptr);
 
   // The activation between chunks for token ids of shape [B, T]: [B, T / sequence_split, C].
   Shape activation_shape(const Shape& ids) const;

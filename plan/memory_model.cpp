@@ -84,6 +84,7 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
 double micro_batches_in_flight(const Grid& g, int64_t micro_batches, int stage) {
   const double m = double(micro_batches), p = double(g.pp), v = double(g.virtual_stages);
   if (g.schedule == "afab") return m;
+  if (g.schedule == "zb-h1") return std::min(m, p);  // every stage up to p, from F to W (zero_bubble_schedule.h)
   double n = std::min(m, p - stage);  // 1F1B: warm-up forwards before the first backward
   if (g.virtual_stages > 1) n *= 1 + (p - 1) / (p * v);
   return std::min(n, m);  // never more than every micro-batch

@@ -128,10 +128,15 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
       micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
 
-  say(out, "\npipeline: bubble (p - 1)/(v m + p - 1) = %d/%lld = %.1f%% of the pipeline's time "
-      "(Megatron's bubble/compute (p - 1)/(v m) = %d/%lld = %.1f%%)\n", g.pp - 1,
-      (long long)(g.virtual_stages * b.micro_batches + g.pp - 1), 100 * bubble_fraction(g, b.micro_batches), g.pp - 1,
-      (long long)(g.virtual_stages * b.micro_batches), 100 * bubble_over_compute(g, b.micro_batches));
+  if (g.schedule == "zb-h1")
+    say(out, "\npipeline: ZB-H1's bubble with F = B = W (p - 1)/(3 m + p - 1) = %d/%lld = %.1f%% of the pipeline's time "
+        "(1F1B's: %.1f%%)\n", g.pp - 1, (long long)(3 * b.micro_batches + g.pp - 1),
+        100 * bubble_fraction(g, b.micro_batches), 100.0 * (g.pp - 1) / double(b.micro_batches + g.pp - 1));
+  else
+    say(out, "\npipeline: bubble (p - 1)/(v m + p - 1) = %d/%lld = %.1f%% of the pipeline's time "
+        "(Megatron's bubble/compute (p - 1)/(v m) = %d/%lld = %.1f%%)\n", g.pp - 1,
+        (long long)(g.virtual_stages * b.micro_batches + g.pp - 1), 100 * bubble_fraction(g, b.micro_batches), g.pp - 1,
+        (long long)(g.virtual_stages * b.micro_batches), 100 * bubble_over_compute(g, b.micro_batches));
 
   say(out, "\ncommunication per step per rank (tp and pp: pipeline rank 0; ring: all-reduce 2(n-1)/n, all-gather/reduce-scatter (n-1)/n on the wire)\n");
   say(out, "  group     link          ops     payload     on wire       time   what\n");

@@ -7,6 +7,7 @@
 namespace loom::plan {
 
 double bubble_fraction(const Grid& g, int64_t micro_batches) {
+  if (g.schedule == "zb-h1") return double(g.pp - 1) / (3 * double(micro_batches) + double(g.pp - 1));
   return double(g.pp - 1) / (double(g.virtual_stages) * double(micro_batches) + double(g.pp - 1));
 }
 
@@ -79,8 +80,13 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   // 2. The pipeline: m micro-batches at the slowest stage's pace, plus the fill and drain.
   const double mb = double(b.micro_batches), fill = double(g.pp - 1) / g.virtual_stages;
   const StagePlan& slow = s.stages[size_t(slowest)];
-  s.pipeline_s = mb * t_max + fill * t_sum / g.pp;
-  s.bubble_s = fill * t_sum / g.pp;
+  // ZB-H1 (zero_bubble_schedule.h) idles (p - 1)(F + B - W) instead of (p - 1)(F + B + W): with the
+  // backward split evenly (B = W: a linear's dX and dW are one GEMM each), (p - 1)(F + transfers).
+  double t_fill = t_sum;
+  if (g.schedule == "zb-h1")
+    for (const StagePlan& sp : s.stages) t_fill -= sp.compute.backward_s;
+  s.pipeline_s = mb * t_max + fill * t_fill / g.pp;
+  s.bubble_s = fill * t_fill / g.pp;
   s.compute_s = mb * (slow.compute.forward_s + slow.compute.backward_s);
   s.tp_s = mb * slow.tp.seconds, s.pp_s = mb * slow.pp.seconds, s.cp_s = mb * slow.cp_exposed_s;
   // More ranks than cores (this CPU): a rank waiting for a message yields its

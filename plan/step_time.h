@@ -49,6 +49,7 @@
 namespace loom::plan {
 
 // (p - 1) / (v m + p - 1): the share of the pipeline's time a stage idles.
+// (ZB-H1: (p - 1) / (3 m + p - 1), F = B = W.)
 double bubble_fraction(const Grid& g, int64_t micro_batches);
 // (p - 1) / (v m): Megatron's bubble time over compute time (Narayanan et al. 2021).
 double bubble_over_compute(const Grid& g, int64_t micro_batches);

@@ -136,6 +136,30 @@ TEST(PlanPipeline, BubbleIsPMinusOneOverVMPlusPMinusOneAsPrintScheduleSays) {
   EXPECT_DOUBLE_EQ(bubble_over_compute(g, 8), 3.0 / 16);
 }
 
+// ZB-H1 (parallel/pipeline_parallel/zero_bubble_schedule.h): every stage holds
+// up to p micro-batches (1F1B's stage 0), the bubble is (p - 1)/(3 m + p - 1),
+// and the fill and drain cost (p - 1) forwards instead of (p - 1) forwards and backwards.
+TEST(PlanPipeline, ZBH1HoldsPOnEveryStageAndIdlesAThirdOf1F1B) {
+  Grid g = grid(1, 4, 1);
+  g.schedule = "zb-h1";
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 0), 4);
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 3), 4);
+  EXPECT_EQ(micro_batches_in_flight(g, 2, 3), 2);
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 27);
+  Machine mc = machine_by_name("a100");
+  const Batch b{2, 8};
+  const StepPlan zb = plan_step(tiny(), g, b, mc);
+  g.schedule = "1f1b";
+  const StepPlan ofob = plan_step(tiny(), g, b, mc);
+  double forward = 0, backward = 0, transfers = 0;
+  for (const StagePlan& sp : ofob.stages)
+    forward += sp.compute.forward_s, backward += sp.compute.backward_s,
+        transfers += sp.micro_batch_s - sp.compute.forward_s - sp.compute.backward_s;
+  EXPECT_NEAR(ofob.bubble_s, 3 * (forward + backward + transfers) / 4, 1e-12 * ofob.bubble_s);
+  EXPECT_NEAR(zb.bubble_s, 3 * (forward + transfers) / 4, 1e-12 * ofob.bubble_s);
+  EXPECT_NEAR(ofob.pipeline_s - zb.pipeline_s, 3 * backward / 4, 1e-9 * ofob.pipeline_s);
+}
+
 TEST(PlanChecks, RefusesWhatTrainGptRefusesNamingTheFlagAndValue) {
   auto refused = [](ModelShape m, Grid g, Batch b) -> std::string {
     try {

@@ -102,6 +102,21 @@ TEST(ScheduleSvg, DrawsEveryEventAtItsTime) {
   EXPECT_NE(svg.find(">1f1b, pp 2, m 1<"), std::string::npos);
 }
 
+// A zero-bubble schedule's three kinds of work in three colours: F blue, B green, W orange.
+TEST(ScheduleSvg, DrawsForwardInputGradientAndWeightGradientInThreeColours) {
+  std::vector<loom::parallel::StageEvents> stages = {{{'F', 0, 0, 10}, {'B', 0, 40, 50}, {'W', 0, 50, 60}},
+                                                     {{'F', 0, 10, 20}, {'B', 0, 20, 30}, {'W', 0, 30, 40}}};
+  const std::string svg = loom::parallel::schedule_svg(stages, "zb-h1, pp 2, m 1", "bubble");
+  auto count = [&](const std::string& needle) {
+    int n = 0;
+    for (size_t at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("fill=\"#6fa8dc\""), 2);  // F
+  EXPECT_EQ(count("fill=\"#93c47d\""), 2);  // B
+  EXPECT_EQ(count("fill=\"#f6b26b\""), 2);  // W
+}
+
 // Interleaved: boxes told apart by chunk (their own shade), a tooltip on every
 // box, labels where they fit, and a caption longer than the picture wrapped
 // onto lines that each fit its 1000 px.

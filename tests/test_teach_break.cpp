@@ -24,24 +24,42 @@ std::vector<double> numbers_after(const std::string& output, const std::string& 
   return out;
 }
 
+// The dp replicas of run r differ at every step (train_gpt's symptom line),
+// and its losses leave the single-process run's.
+void expect_replicas_drift(const Result& r, const char* what) {
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<double> d = numbers_after(r.output, "the dp replicas differ by max |param - rank 0's| = ");
+  ASSERT_EQ(d.size(), 10u) << r.output;
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_GT(d[i], 1e-5) << what << ": step " << i + 1;
+  const Result& ref = single_process_batch16();
+  double worst = 0;
+  for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(r.losses[i] - ref.losses[i]) / ref.losses[i]);
+  EXPECT_GT(worst, 1e-4) << what << ": the losses should leave the single-process run's";
+  std::printf("[ measured ] %s: replicas differ by %.2e after step 1, %.2e after step 10; "
+              "worst loss rel. difference %.2e\n", what, d.front(), d.back(), worst);
+}
+
 }  // namespace
 
 // picotron issue #39: the hook all-reduces the parameter, not its gradient. The
 // params agree right after each hook, then every rank steps on its own
 // micro-batch's gradient, and the replicas are no longer one model.
 TEST(TeachBreak, AllReducingTheParamInsteadOfTheGradLetsTheReplicasDrift) {
-  Result r = train("teach_dp_param", 2, "--dp 2 --dp-mode naive --batch 8 --teach-break dp-allreduce-param");
-  ASSERT_EQ(r.status, 0) << r.output;
-  std::vector<double> d = numbers_after(r.output, "the dp replicas differ by max |param - rank 0's| = ");
-  ASSERT_EQ(d.size(), 10u) << r.output;
-  for (size_t i = 0; i < d.size(); ++i) EXPECT_GT(d[i], 1e-5) << "step " << i + 1;
-  // And the run is not the single-process run any more.
-  const Result& ref = single_process_batch16();
-  double worst = 0;
-  for (size_t i = 0; i < 10; ++i) worst = std::max(worst, std::abs(r.losses[i] - ref.losses[i]) / ref.losses[i]);
-  EXPECT_GT(worst, 1e-4) << "the losses should leave the single-process run's";
-  std::printf("[ measured ] dp-allreduce-param: replicas differ by %.2e after step 1, %.2e after step 10; "
-              "worst loss rel. difference %.2e\n", d.front(), d.back(), worst);
+  expect_replicas_drift(train("teach_dp_param", 2, "--dp 2 --dp-mode naive --batch 8 --teach-break dp-allreduce-param"),
+                        "dp-allreduce-param");
+}
+
+// The zero-bubble schedule's data-parallel sync given to the last B (where
+// 1F1B's backward would fire the hooks) instead of the last W (where the split
+// backward fires them): every W runs in no_sync. The naive wrapper, which
+// reduces in its hooks, reduces nothing and the replicas drift as with
+// dp-allreduce-param; the bucketed one launches the buckets no hook launched
+// when the schedule finishes, so its numbers stay one process's.
+TEST(TeachBreak, SyncingTheZeroBubbleScheduleAtBInsteadOfWLetsNaiveReplicasDrift) {
+  const std::string flags = "--dp 2 --pp 2 --microbatches 2 --batch 4 --schedule zb-h1 --teach-break zb-sync-at-b";
+  expect_replicas_drift(train("teach_zb_sync_naive", 4, flags + " --dp-mode naive"), "zb-sync-at-b, naive");
+  expect_same_run(train("teach_zb_sync_bucket", 4, flags + " --dp-mode bucket"), single_process_batch16(),
+                  "zb-sync-at-b, bucketed");
 }
 
 // Dividing by dp twice: every gradient is 1/dp of the true one. AdamW's update

@@ -234,6 +234,23 @@ inline void expect_tied_copies_identical(const std::string& name) {
   }
 }
 
+// got and ref (the same run but for one flag: ref_name) logged the same
+// losses and gradient norms and saved the same weights, bit for bit.
+inline void expect_bit_identical(const Result& got, const Result& ref, const std::string& what,
+                                 const std::string& ref_name) {
+  ASSERT_EQ(ref.status, 0) << what << " (" << ref_name << ")\n" << ref.output;
+  ASSERT_EQ(got.status, 0) << what << "\n" << got.output;
+  ASSERT_EQ(ref.losses.size(), 10u) << what;
+  EXPECT_EQ(got.losses, ref.losses) << what;
+  EXPECT_EQ(got.grad_norms, ref.grad_norms) << what;
+  ASSERT_EQ(got.weights.tensors.size(), ref.weights.tensors.size()) << what;
+  for (const auto& [name, t] : ref.weights.tensors) {
+    const Tensor& g = got.weights.at(name);
+    ASSERT_EQ(g.dtype(), t.dtype()) << what << ": " << name;
+    EXPECT_EQ(g.to_vector<double>(), t.to_vector<double>()) << what << ": final " << name;
+  }
+}
+
 inline const Result& single_process_batch16() {
   static Result r = train("single_b16", 1, "--batch 16");
   return r;

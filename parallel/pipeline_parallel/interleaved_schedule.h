@@ -50,13 +50,6 @@
 
 namespace loom::parallel {
 
-// One entry of a rank's schedule: 'F' or 'B' of micro-batch mb on model chunk chunk.
-struct ScheduledOp {
-  char kind = 'F';
-  int mb = 0, chunk = 0;
-  bool operator==(const ScheduledOp&) const = default;
-};
-
 // Megatron's order for pp rank `pp_rank` (see above). Errors: pp_size < 2,
 // num_chunks < 1, num_microbatches not a positive multiple of pp_size.
 std::vector<ScheduledOp> interleaved_order(int pp_size, int pp_rank, int num_chunks, int num_microbatches);

@@ -43,6 +43,14 @@
 
 namespace loom::parallel {
 
+// One entry of a rank's schedule: 'F', 'B' (or, split in two by the zero-bubble
+// schedules, 'B' and 'W') of micro-batch mb on model chunk chunk.
+struct ScheduledOp {
+  char kind = 'F';
+  int mb = 0, chunk = 0;
+  bool operator==(const ScheduledOp&) const = default;
+};
+
 // stage: this rank's chunk of the model; dp: the data-parallel wrapper of its
 // parameters, or null.
 ForwardBackwardResult train_step_pipeline_afab(ModelChunks& stage, PipelineP2P& p2p,

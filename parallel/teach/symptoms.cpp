@@ -56,12 +56,12 @@ Tensor drop_correction(const Tensor& m, const Tensor& m_new) {
 std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
   NoGradGuard no_grad;
   char line[256] = "";
-  if (broken(Break::DpAllReduceParam)) {
+  if (broken(Break::DpAllReduceParam) || broken(Break::ZbSyncAtB)) {
     const double d = dp_replica_distance(*m.chunks, pgm.dp_group());
     std::snprintf(line, sizeof line,
-                  "teach-break dp-allreduce-param: step %lld: the dp replicas differ by max |param - rank 0's| = %.3e"
+                  "teach-break %s: step %lld: the dp replicas differ by max |param - rank 0's| = %.3e"
                   " (0 when the gradients are averaged)\n",
-                  (long long)step + 1, d);
+                  broken(Break::ZbSyncAtB) ? "zb-sync-at-b" : "dp-allreduce-param", (long long)step + 1, d);
   } else if (broken(Break::SkipTiedSync)) {
     const double d = tied_copies_distance(m, pgm);
     std::snprintf(line, sizeof line,

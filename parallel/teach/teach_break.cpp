@@ -10,7 +10,8 @@ Break g_break = Break::None;
 
 const char* kNames[] = {"none", "dp-allreduce-param", "dp-divide-twice", "skip-tied-sync", "found-inf-wrong-group",
                          "recompute-fresh-dropout",
-                         "zero3-free-before-backward", "ring-no-max-correction", "tp-kv-rows-of-rank-0"};
+                         "zero3-free-before-backward", "ring-no-max-correction", "tp-kv-rows-of-rank-0",
+                         "zb-sync-at-b"};
 
 }  // namespace
 

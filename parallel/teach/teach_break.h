@@ -41,6 +41,15 @@
 //                         over tp: rank r's query heads read another group's keys.
 //                         Nothing crashes and the loss falls; step 1's loss is
 //                         already not one process's (chapter 15)
+//   zb-sync-at-b          --schedule zb-h1 syncs data parallelism as 1F1B does, with
+//                         the last backward's input half (B), not with its W: but the
+//                         gradient hooks fire in W, all of which now run in no_sync.
+//                         --dp-mode naive reduces nothing: each replica steps on its
+//                         own gradient and they drift apart (train_gpt prints how
+//                         far, as for dp-allreduce-param). --dp-mode bucket hides
+//                         it: its finish step launches every bucket no hook
+//                         launched, so the numbers stay right and only the
+//                         overlap with the cool-down is lost
 #pragma once
 
 #include <string>
@@ -48,7 +57,8 @@
 namespace loom::teach {
 
 enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout,
-                   Zero3FreeBeforeBackward, RingNoMaxCorrection, TpKvRowsOfRankZero };
+                   Zero3FreeBeforeBackward, RingNoMaxCorrection, TpKvRowsOfRankZero,
+                   ZbSyncAtB };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

@@ -28,8 +28,9 @@ int num_chunks(const std::vector<StageEvents>& stages) {
 
 // What event e on stage s waits for: (stage, chunk), or stage -1 for nothing.
 // Forwards come from the stage before (around the ring to the chunk before),
-// backwards from the stage after (around the ring to the chunk after).
+// backwards (B) from the stage after (around the ring to the chunk after).
 std::pair<int, int> dependency(const ScheduleEvent& e, int s, int p, int v) {
+  if (e.kind == 'W') return {-1, 0};  // a B's other half: after its B on this stage, in the stage's order
   if (e.kind == 'F') {
     if (s > 0) return {s - 1, e.chunk};
     return e.chunk > 0 ? std::pair{p - 1, e.chunk - 1} : std::pair{-1, 0};
@@ -120,8 +121,16 @@ std::string render_schedule(const std::vector<StageEvents>& stages, const std::s
       width = std::max(width, cell(stages[s][k]).size());
       num_slots = std::max(num_slots, slots[s][k] + 1);
     }
-  std::string out = title + (chunks ? " (F<i>.<c>/B<i>.<c>: forward/backward of micro-batch i on chunk c; . idle)\n"
-                                    : " (F<i>/B<i>: forward/backward of micro-batch i; . idle)\n");
+  bool split = false;  // a zero-bubble schedule: the backward as B and W
+  for (const StageEvents& evs : stages)
+    for (const ScheduleEvent& e : evs) split = split || e.kind == 'W';
+  const std::string legend = split ? chunks ? " (F<i>.<c>/B<i>.<c>/W<i>.<c>: forward/input gradient/weight gradient of "
+                                              "micro-batch i on chunk c; . idle)\n"
+                                            : " (F<i>/B<i>/W<i>: forward/input gradient/weight gradient of micro-batch "
+                                              "i; . idle)\n"
+                                   : chunks ? " (F<i>.<c>/B<i>.<c>: forward/backward of micro-batch i on chunk c; . idle)\n"
+                                            : " (F<i>/B<i>: forward/backward of micro-batch i; . idle)\n";
+  std::string out = title + legend;
   for (size_t s = 0; s < stages.size(); ++s) {
     std::vector<std::string> row(size_t(num_slots), ".");
     for (size_t k = 0; k < stages[s].size(); ++k) row[size_t(slots[s][k])] = cell(stages[s][k]);
@@ -149,6 +158,10 @@ double measured_bubble_fraction(const std::vector<StageEvents>& stages) {
 
 double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks) {
   return double(pp_size - 1) / double(num_chunks * num_microbatches + pp_size - 1);
+}
+
+double zb_h1_bubble_fraction(int pp_size, int num_microbatches) {
+  return double(pp_size - 1) / double(3 * num_microbatches + pp_size - 1);
 }
 
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine) {
@@ -191,7 +204,14 @@ std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, con
   char bubble[400];
   const double measured = measured_bubble_fraction(stages);
   const double replayed = measured_bubble_fraction(without_transfers(stages));
-  if (v == 1)
+  const bool split = std::any_of(stages[0].begin(), stages[0].end(), [](const ScheduleEvent& e) { return e.kind == 'W'; });
+  if (split)  // zero bubble (zero_bubble_schedule.h): idle (p - 1)(F + B - W) of m (F + B + W) per stage
+    std::snprintf(bubble, sizeof bubble,
+                  "bubble: measured %.3f with transfers, %.3f without (the same F/B/W spans replayed back to back), "
+                  "theory with F = B = W (p - 1)/(3 m + p - 1) = %d/%d = %.3f (1F1B's: (p - 1)/(m + p - 1) = %.3f)\n",
+                  measured, replayed, p - 1, 3 * m + p - 1, zb_h1_bubble_fraction(p, m),
+                  theoretical_bubble_fraction(p, m));
+  else if (v == 1)
     std::snprintf(bubble, sizeof bubble,
                   "bubble: measured %.3f with transfers, %.3f without (the same F/B spans replayed back to back), "
                   "theory (p - 1)/(m + p - 1) = %d/%d = %.3f\n",

@@ -29,6 +29,10 @@
 // so the flush costs p - 1 of v m slots: the bubble is (p - 1)/(v m + p - 1)
 // of the step, which Megatron writes as bubble/compute = (p - 1)/(v m)
 // (Narayanan et al. 2021).
+//
+// A zero-bubble schedule (zero_bubble_schedule.h) logs each backward as B<i>
+// (the input gradient) and W<i> (the weights'), each a slot of its own; W
+// waits for nothing but its stage's own B<i>, which ran before it.
 #pragma once
 
 #include <string>
@@ -39,7 +43,7 @@
 namespace loom::parallel {
 
 struct ScheduleEvent {
-  char kind = 'F';        // 'F' forward, 'B' backward
+  char kind = 'F';        // 'F' forward, 'B' backward (or its input half), 'W' its weights' half
   int mb = 0;             // micro-batch
   double start_us = 0;    // CLOCK_MONOTONIC (steady_clock): shared by the ranks of one machine
   double end_us = 0;
@@ -65,6 +69,9 @@ double measured_bubble_fraction(const std::vector<StageEvents>& stages);
 std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages);
 // (p - 1)/(v m + p - 1); v = 1: (p - 1)/(m + p - 1).
 double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks = 1);
+// ZB-H1 with F, B and W of equal length (zero_bubble_schedule.h): (p - 1)(F + B - W)
+// idle per stage against m (F + B + W) busy, (p - 1)/(3 m + p - 1).
+double zb_h1_bubble_fraction(int pp_size, int num_microbatches);
 
 // Collective over pp_group: every stage's events, on pp rank 0 (empty elsewhere).
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine);

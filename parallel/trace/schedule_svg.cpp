@@ -36,12 +36,14 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
-// Forwards blue, backwards green; each model chunk (interleaved 1F1B) its own
-// shade, so a stage's two chunks tell apart at a glance.
+// Forwards blue, backwards (or their input half B) green, the weights' half W
+// of a zero-bubble schedule orange; each model chunk (interleaved 1F1B) its
+// own shade, so a stage's two chunks tell apart at a glance.
 const char* fill(const ScheduleEvent& e) {
   static const char* forward[] = {"#6fa8dc", "#1c4587", "#a4c2f4", "#3c78d8"};
   static const char* backward[] = {"#93c47d", "#274e13", "#b6d7a8", "#6aa84f"};
-  return (e.kind == 'F' ? forward : backward)[e.chunk % 4];
+  static const char* weights[] = {"#f6b26b", "#b45f06", "#f9cb9c", "#e69138"};
+  return (e.kind == 'F' ? forward : e.kind == 'W' ? weights : backward)[e.chunk % 4];
 }
 
 // A caption cut into lines of at most `width` characters, at spaces.

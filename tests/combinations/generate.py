@@ -44,7 +44,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("dp_mode", ["bucket", "naive"]),
     ("bucket_mb", [25, 0.01]),
     ("virtual_stages", [1, 2]),
-    ("schedule", ["1f1b", "afab"]),
+    ("schedule", ["1f1b", "afab", "zb-h1"]),
     ("partition", ["uniform", "balanced"]),
     ("dtype", ["fp32", "bf16", "fp16"]),
     ("recompute", ["none", "selective", "full"]),
@@ -102,6 +102,7 @@ REFUSALS = [
     (("dp_mode", "zero", "dtype"), lambda c: c["dp_mode"] == "naive" and c["zero"] in (1, 2) or (
         c["dp_mode"] == "naive" and c["dtype"] != "fp32"), "--dp-mode naive has no main_grad buffer (--zero 1/2, bf16, fp16)"),
     (("grad_accum", "pp"), lambda c: c["grad_accum"] > 1 and c["pp"] > 1, "--grad-accum with --pp"),
+    (("schedule", "pp"), lambda c: c["schedule"] == "zb-h1" and c["pp"] == 1, "--schedule zb-h1 with --pp 1"),
     (("lifecycle", "arch", "untied"), lambda c: c["lifecycle"] == "export" and c["arch"] == "gpt2" and c["untied"],
      "--export-hf with --arch gpt2 --untied"),
     (("lifecycle", "arch", "kv_heads"),

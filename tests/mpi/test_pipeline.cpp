@@ -38,6 +38,7 @@
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/process_group_manager.h"
 #include "parallel/pipeline_parallel/shared_weights.h"
+#include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -143,8 +144,10 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
       int64_t r = first_row + i * kRowsPerMicroBatch;
       mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
     }
-    auto schedule = s.v > 1 ? train_step_pipeline_interleaved
-                    : s.schedule == "afab" ? train_step_pipeline_afab : train_step_pipeline_1f1b;
+    auto schedule = s.v > 1                ? train_step_pipeline_interleaved
+                    : s.schedule == "afab"  ? train_step_pipeline_afab
+                    : s.schedule == "zb-h1" ? train_step_pipeline_zb_h1
+                                            : train_step_pipeline_1f1b;
     LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
     ForwardBackwardResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
     shared.all_reduce_grads(bucket);
@@ -274,6 +277,35 @@ TEST(Pipeline, InterleavedNeedsMicroBatchesAMultipleOfTheStages) {
     err = e.what();
   }
   EXPECT_NE(err.find(str(p + 1, " micro-batches are not a multiple of pp ", p)), std::string::npos) << err;
+}
+
+// ---- zero bubble: the backward split into B and W ------------------------------------------
+
+// ZB-H1 runs the same sums as 1F1B in another order of micro-batches' F, B and
+// W: the same losses, norms and parameters, bit for bit, and so the single
+// process's. m below, at and above pp; with dp 2 (on 4 ranks) both wrappers:
+// their hooks fire in W.
+TEST(Pipeline, ZeroBubbleH1IsBitIdenticalTo1F1BAndMatchesSingleProcess) {
+  const int p = world_size();
+  std::vector<::Setup> setups{{1, p, "zb-h1", "uniform", "bucket", p - 1}, {1, p, "zb-h1", "uniform", "bucket", 2 * p},
+                            {1, p, "zb-h1", "balanced", "bucket", 5}};
+  if (p == 4) {
+    setups.push_back({2, 2, "zb-h1", "uniform", "bucket", 3});
+    setups.push_back({2, 2, "zb-h1", "uniform", "naive", 3});
+  }
+  for (const ::Setup& zb : setups) {
+    expect_matches_single_process(zb);
+    ::Setup one_f_one_b = zb;
+    one_f_one_b.schedule = "1f1b";
+    nn::GPTConfig cfg = config(zb.partition == "uniform" ? 6 : 5);
+    const int64_t global_rows = int64_t(zb.dp) * zb.m * kRowsPerMicroBatch;
+    ::Run a = pipeline(zb, cfg, global_rows), b = pipeline(one_f_one_b, cfg, global_rows);
+    SCOPED_TRACE(str("dp ", zb.dp, " x pp ", zb.pp, ", m ", zb.m, ", ", zb.partition, ", ", zb.dp_mode));
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.norms, b.norms);
+    ASSERT_EQ(a.params.size(), b.params.size());
+    for (const auto& [name, v] : b.params) EXPECT_TRUE(a.params.at(name) == v) << name << " differs from 1F1B's";
+  }
 }
 
 // ---- shared weights and the model-parallel gradient norm --------------------------------
