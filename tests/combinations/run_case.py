@@ -358,15 +358,40 @@ def judge(runner, case):
                                              "--batch", str(global_batch)], export)
         return (d32, r32) if r32.rc == 0 else (None, None)
 
+    rounding = []  # the problems that are bounds passed (not a failed run, not a lost bit)
+
     def logs(got, steps):
         w, p = compare_logs(got, ref, steps, tol)
-        return (w, p) if not p or f["dtype"] == "fp32" else (w, compare_logs(got, ref, steps, tol, fp32_twin()[1])[1])
+        if p and f["dtype"] != "fp32":
+            p = compare_logs(got, ref, steps, tol, fp32_twin()[1])[1]
+        rounding.extend(p)
+        return w, p
 
     def weights(got_path, ref_path, name):
         r = compare_weights(got_path, ref_path, tol["params"])
-        if not r[3] or fp32_twin()[0] is None:
-            return r
-        return r[:3] + (compare_weights(got_path, ref_path, tol["params"], fp32_twin()[0] / name)[3],)
+        if r[3] and fp32_twin()[0] is not None:
+            r = r[:3] + (compare_weights(got_path, ref_path, tol["params"], fp32_twin()[0] / name)[3],)
+        rounding.extend(r[3])
+        return r
+
+    def mechanism_in_fp32():
+        """A bf16/fp16 case past its bounds: the same flags in fp32 against one process's fp32, at fp32's bounds."""
+        d32 = d / "fp32"
+        d32.mkdir(exist_ok=True)
+        ref32_dir, ref32 = fp32_twin()
+        if ref32 is None:
+            return ["one process's fp32 run failed"]
+        run = runner.run(world, model + ["--dtype", "fp32", "--recompute", f["recompute"]] + par +
+                         ["--batch", str(batch), "--save", str(d32 / "ck.safetensors")], d32 / "log.jsonl")
+        if run.rc != 0:
+            return [f"the same flags in fp32 failed: {run.error()}"]
+        tol32 = dict(TOL["fp32"])
+        if f["cp"] > 1 or parts >= SPLIT_PARTS:
+            tol32["params"] = max(CP_PARAM_TOL, SPLIT_PARAM_TOL)
+        w, p = compare_logs(run, ref32, list(range(STEPS)), tol32)
+        wp, wname, _, q = compare_weights(d32 / "ck.safetensors", ref32_dir / "ck.safetensors", tol32["params"])
+        notes.append(f"the same flags in fp32: loss {w['loss']:.1e} params {wp:.1e}")
+        return [f"in fp32: {x}" for x in p + q[:3]]
 
     worst, p = logs(straight, list(range(STEPS)))
     problems += p
@@ -428,6 +453,13 @@ def judge(runner, case):
                     (ref_dir / "hf" / "config.json").read_text()):
                 problems.append("export: config.json differs from one process's")
             notes.append(f"export params {we:.1e} ({wename}) key bias {wkey:.1e}")
+    # bf16/fp16 rounding past every bound, nothing else wrong: the mechanism is
+    # judged in fp32 instead (LOW_PRECISION_NOTE), where a wrong reduction shows at 1e-5.
+    if problems and f["dtype"] != "fp32" and all(any(r in x for r in rounding) for x in problems):
+        p32 = mechanism_in_fp32()
+        if not p32:
+            return "PASS", flags, [f"{f['dtype']} rounding past its bounds ({problems[0]})"] + notes
+        problems += p32
     return ("FAIL" if problems else "PASS"), flags, problems + notes
 
 
