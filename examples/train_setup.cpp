@@ -56,12 +56,7 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   data::CorpusStats read;
   std::u32string text = data::read_corpus(a.data, &read);
   std::string vocab;
-  nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
-  cfg.set_arch(a.arch);  // gpt2 or llama's set of blocks, then the flags that tune it
-  cfg.n_kv_head = a.kv_heads;
-  cfg.rope_base = a.rope_base;
-  cfg.mlp_hidden = a.mlp_hidden;
-  if (a.untied) cfg.tied_embeddings = false;
+  nn::GPTConfig cfg = model_config(a);
   if (!a.resume.empty()) {
     const std::string flags_arch = cfg.arch();  // "custom" for --arch gpt2 --untied, as its checkpoint says
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins

@@ -14,7 +14,7 @@ namespace {
 // true ones of the rank's zig-zag chunks (T / cp of every sequence): the
 // embedding adds them (GPT-2's wpe), or RoPE turns q and k by them (Llama).
 LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, ProcessGroup& cp) {
-  check_zigzag_split(cfg.block_size, cp.size(), "--cp");
+  check_zigzag_split(cfg.block_size, cp.size());
   LayerBuilder b = inner;
   b.build = [inner, cfg, &cp](int64_t begin, int64_t end) {
     auto layers = inner.build ? inner.build(begin, end) : nn::build_gpt_layers(cfg, begin, end);

@@ -14,8 +14,10 @@
 
 namespace loom::parallel {
 
-// Throws, naming the values, unless T splits into 2 * cp equal chunks.
-void check_zigzag_split(int64_t T, int cp, const std::string& what);
+// Throws, naming the values, unless T splits into 2 * cp equal chunks: the one
+// place this rule lives (the model builder, train_gpt's flag checks and
+// loom_plan's call it; the message names train_gpt's flags).
+void check_zigzag_split(int64_t T, int cp);
 
 // The true positions of the T / cp tokens cp rank r holds: [T / cp] int64.
 Tensor zigzag_positions(int64_t T, int cp, int r);
