@@ -25,6 +25,18 @@ std::vector<int64_t> zigzag_chunk_starts(int64_t T, int cp, int r) {
   return {r * c, (2 * cp - 1 - r) * c};
 }
 
+std::array<int64_t, 2> zigzag_chunks(int r, int cp) { return {r, 2 * cp - 1 - r}; }
+
+std::vector<ZigzagBlock> zigzag_blocks(int r, int src, int cp) {
+  std::vector<ZigzagBlock> blocks;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const int64_t qc = zigzag_chunks(r, cp)[size_t(i)], kc = zigzag_chunks(src, cp)[size_t(j)];
+      if (kc <= qc) blocks.push_back({i, j, qc, kc, kc == qc});
+    }
+  return blocks;
+}
+
 Tensor zigzag_take(const Tensor& x, int64_t dim, int cp, int r) {
   if (cp == 1) return x;  // one rank holds the whole sequence, any length
   if (dim < 0) dim += x.dim();
