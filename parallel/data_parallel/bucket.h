@@ -65,7 +65,9 @@ class BucketManager {
   // params: those that require grad, in module order.
   BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
                 GradReduce reduce = GradReduce::AllReduce)
-      : BucketManager(params, dp_group, bucket_cap_mb, reduce, /*allocate_now=*/true) {}
+      : BucketManager(params, dp_group, bucket_cap_mb, reduce, /*allocate_now=*/true) {
+    LOOM_CHECK(reduce != GradReduce::ShardGrads, "BucketManager: ShardGrads is GradShards' mode (make_bucket_manager)");
+  }
   virtual ~BucketManager() = default;
 
   // p's gradient buffer: fp32, p's shape, a view into buffer().
