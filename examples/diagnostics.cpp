@@ -157,19 +157,15 @@ int64_t Diagnostics::predicted_comm_bytes() const {
 
 double Diagnostics::predicted_activation_bytes() const {
   const nn::GPTConfig& cfg = c_.cfg;
-  optim::ActivationCase c;
   // --cp: a rank holds T / cp tokens of each sequence. Ring attention keeps
   // its out and lse where the fused op keeps the scores, which the formula
   // does not model (measured within 3% at cp 2 and 4: docs/14-context-parallel.md).
-  c.micro_batch = a_.batch, c.seq = cfg.block_size / pgm_.cp_size(), c.width = cfg.n_embd, c.heads = cfg.n_head;
+  optim::ActivationCase c = optim::block_activation_case(
+      cfg, a_.batch, cfg.block_size / pgm_.cp_size(), pgm_.tp_size(), a_.sequence_parallel,
+      int64_t(element_size(parse_dtype(a_.dtype))), parallel::parse_recompute(a_.recompute));
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
-  c.tp = pgm_.tp_size(), c.sequence_parallel = a_.sequence_parallel;
-  c.element_bytes = int64_t(element_size(parse_dtype(a_.dtype)));
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
-  c.recompute = parallel::parse_recompute(a_.recompute);
-  c.kv_heads = cfg.kv_heads(), c.mlp_hidden = cfg.ffn_hidden(), c.rmsnorm = cfg.rmsnorm, c.rope = cfg.rope;
-  c.swiglu = cfg.swiglu, c.tied = cfg.tied_embeddings, c.bias = cfg.bias;  // the block's parts (--arch)
   c.fused_attention = device_.is_cpu() && cfg.dropout == 0 && !nn::attention_reference_only() &&
                       (parse_dtype(a_.dtype) == kFloat32 || parse_dtype(a_.dtype) == kFloat64);
   for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]

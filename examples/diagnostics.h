@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "examples/train_setup.h"
+#include "examples/train_step.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/trace/schedule_diagram.h"
 

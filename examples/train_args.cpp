@@ -200,4 +200,14 @@ void add_options(CLI::App& app, Args& a) {
   add_hf_options(app, a);
 }
 
+nn::GPTConfig model_config(const Args& a) {
+  nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
+  cfg.set_arch(a.arch);  // gpt2 or llama's set of blocks, then the flags that tune it
+  cfg.n_kv_head = a.kv_heads;
+  cfg.rope_base = a.rope_base;
+  cfg.mlp_hidden = a.mlp_hidden;
+  if (a.untied) cfg.tied_embeddings = false;
+  return cfg;
+}
+
 }  // namespace loom::train

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "data/data.h"
+#include "nn/gpt.h"
 
 namespace CLI {
 class App;
@@ -81,5 +82,10 @@ void add_options(CLI::App& app, Args& a);
 // --device cuda[:N] is checked against the build and the machine here too: a
 // machine without a GPU stops before any work ("--device cuda:0: no CUDA device (...)").
 void validate(const Args& a);  // examples/train_checks.cpp
+
+// The model the flags describe: its sizes and architecture (--arch, --kv-heads,
+// --rope-base, --mlp-hidden, --untied); the vocabulary is the corpus's, and a
+// --resume or --init-from model replaces it with its own.
+nn::GPTConfig model_config(const Args& a);
 
 }  // namespace loom::train

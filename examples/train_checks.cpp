@@ -6,8 +6,10 @@
 #include "examples/train_args.h"
 #include "examples/train_paths.h"
 #include "parallel/comm/process_group_nccl.h"
+#include "parallel/context_parallel/zigzag.h"
 #include "parallel/recompute.h"
 #include "parallel/teach/teach_break.h"
+#include "parallel/tensor_parallel/gpt.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/cuda/kernel_choice.h"
 
@@ -120,15 +122,9 @@ void validate(const Args& a) {
              params / 1e6, " M parameters need ", 16.0 * params / 1e9, " GB for weights, gradients and AdamW state; ",
              "this machine has ", ram / 1e9, " GB");
   // Tensor parallelism splits heads, the MLP and (with --sequence-parallel) the
-  // sequence: each must divide. The vocabulary is padded instead (gpt.h).
-  LOOM_CHECK(a.heads % a.tp == 0, "--tp ", a.tp, " must divide --heads ", a.heads,
-             " (attention is split by heads)");
-  const int64_t kv_heads = a.kv_heads > 0 ? a.kv_heads : a.heads;
-  LOOM_CHECK(kv_heads % a.tp == 0, "--tp ", a.tp, " must divide the key/value heads (--kv-heads ", kv_heads,
-             "): each rank keeps the kv heads its query heads read");
+  // sequence: each must divide (parallel/tensor_parallel/gpt.h).
+  parallel::check_tensor_parallel_split(model_config(a), a.tp, a.sequence_parallel);
   LOOM_CHECK(!a.sequence_parallel || a.tp > 1, "--sequence-parallel needs --tp > 1");
-  LOOM_CHECK(!a.sequence_parallel || a.block % a.tp == 0, "--sequence-parallel: --tp ", a.tp,
-             " must divide --block ", a.block, " (each rank holds block / tp positions)");
   LOOM_CHECK(a.tp == 1 || a.dropout == 0, "--dropout ", a.dropout, " with --tp ", a.tp,
              ": dropout under tensor parallelism is not supported yet (matching tp = 1's masks needs a "
              "position-keyed generator); use --dropout 0");
@@ -160,8 +156,7 @@ void validate(const Args& a) {
   LOOM_CHECK(!a.overlap_param_gather || a.zero == 1 || a.zero == 2, "--overlap-param-gather overlaps ZeRO-1/2's param "
              "all-gathers; it needs --zero 1 or 2 (ZeRO-3 gathers each unit in its own forward pre-hook)");
   if (a.cp > 1) {  // context parallelism: what is tested with it, and the zig-zag split of --block
-    LOOM_CHECK(a.block % (2 * a.cp) == 0, "--cp ", a.cp, " cuts each sequence into 2 x cp = ", 2 * a.cp,
-               " equal chunks (the zig-zag split), but --block ", a.block, " is not divisible by ", 2 * a.cp);
+    parallel::check_zigzag_split(a.block, a.cp);  // parallel/context_parallel/zigzag.h
     LOOM_CHECK(a.dropout == 0, "--dropout ", a.dropout, " with --cp ", a.cp, ": dropout under context parallelism "
                "is not supported (each rank's masks would differ from one process's); use --dropout 0");
     LOOM_CHECK(a.device == "cpu", "--cp ", a.cp, " with --device ", a.device,

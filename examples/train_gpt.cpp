@@ -29,7 +29,9 @@
 #include "examples/diagnostics.h"
 #include "examples/train_args.h"
 #include "examples/train_device.h"
+#include "examples/train_checkpoint.h"
 #include "examples/train_setup.h"
+#include "examples/train_step.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/forward_backward.h"
@@ -60,7 +62,7 @@ int run(const train::Args& a, const std::string& flags) {
   train::init_from_hf(a, m, pgm);  // --init-from: a Hugging Face folder's weights
   const DType dtype = train::parse_dtype(a.dtype);
   if (dtype != kFloat32) m.chunks->to(dtype);  // bf16/fp16 params and activations; fp32 main params below
-  parallel::FinalizeModelGrads finalize(m, pgm);  // after backward: dp sync, tied embedding, SP grads
+  parallel::FinalizeModelGrads finalize(m, pgm);  // after backward: tied embedding, SP grads
   parallel::DataParallelWrap dp = train::wrap_data_parallel(m, finalize, a, pgm);  // + the fp32 main_grad buffer
   auto opt = train::make_optimizer(m, dp, finalize, a, pgm);  // AdamW on fp32 main params; ZeRO-1
   Generator data_gen(a.seed);                                   // draws the global batches
@@ -89,7 +91,7 @@ int run(const train::Args& a, const std::string& flags) {
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
     parallel::ForwardBackwardResult g =
         parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt), dp.dp.get());
-    finalize(dp.dp.get());  // dp sync finished, tied embedding and sequence-parallel grads summed
+    finalize(dp.dp.get());  // tied embedding and sequence-parallel grads summed
     const double loss = train::global_mean_loss(g.loss, *opt, pgm);
     diag.backward_done();  // --memory-report's activation peak, before the optimizer allocates its state
     optim::StepResult stepped;

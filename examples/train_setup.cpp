@@ -1,37 +1,18 @@
 #include "examples/train_setup.h"
 
-#include <unistd.h>
-
-#include <cmath>
-#include <cstdio>
-#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "examples/train_device.h"
-#include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
 #include "optim/build_optimizer.h"
 #include "optim/checkpoint.h"
-#include "optim/model_checkpoint.h"
 #include "parallel/comm/build_info.h"
 #include "parallel/comm/handshake.h"
-#include "parallel/context_parallel/zigzag.h"
-#include "parallel/load_full_state.h"
-#include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "tensor/cuda/kernel_choice.h"
 
 namespace loom::train {
-
-namespace {
-
-template <typename... Args>
-void say(bool rank0, const char* fmt, Args... args) {
-  if (rank0) std::printf(fmt, args...);
-}
-
-}  // namespace
 
 DType parse_dtype(const std::string& s) { return s == "bf16" ? kBFloat16 : s == "fp16" ? kFloat16 : kFloat32; }
 
@@ -56,12 +37,7 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   data::CorpusStats read;
   std::u32string text = data::read_corpus(a.data, &read);
   std::string vocab;
-  nn::GPTConfig cfg{0, a.block, a.layers, a.heads, a.embd, a.dropout, a.seed};
-  cfg.set_arch(a.arch);  // gpt2 or llama's set of blocks, then the flags that tune it
-  cfg.n_kv_head = a.kv_heads;
-  cfg.rope_base = a.rope_base;
-  cfg.mlp_hidden = a.mlp_hidden;
-  if (a.untied) cfg.tied_embeddings = false;
+  nn::GPTConfig cfg = model_config(a);
   if (!a.resume.empty()) {
     const std::string flags_arch = cfg.arch();  // "custom" for --arch gpt2 --untied, as its checkpoint says
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
@@ -161,35 +137,16 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
   return m;
 }
 
-void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
-  if (a.init_from.empty()) return;
-  const nn::HfCheckpoint hf = nn::load_hf_checkpoint(a.init_from);  // every rank reads it: no communication
-  parallel::load_full_state(m, hf.state);                          // its stage's layers, its tp shards
-  say(pgm.global_rank() == 0, "init: %s (Hugging Face %s, vocab %lld)\n", a.init_from.c_str(),
-      nn::hf_family(hf.cfg) == "llama" ? "Llama" : "GPT-2", (long long)hf.cfg.vocab_size);
-}
-
-void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
-               parallel::ProcessGroupManager& pgm) {
-  if (a.export_hf.empty()) return;
-  // The last step's params, whole: ZeRO-1/2's all-gathers may still be writing
-  // them (--overlap-param-gather waits in the next forward), ZeRO-3 keeps only shards.
-  opt.finish_param_sync();
-  const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
-  if (pgm.global_rank() != 0) return;
-  nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);
-  std::printf("exported %s (Hugging Face %s%s)\n", a.export_hf.c_str(),
-              nn::hf_family(c.cfg) == "llama" ? "Llama" : "GPT-2",
-              a.export_hf_shard_mb > 0 ? str(", shards of at most ", a.export_hf_shard_mb, " MiB").c_str() : "");
-}
-
 parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel::FinalizeModelGrads& finalize,
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
   // Over dp x cp: each cp rank saw other tokens of the same sequences, so a
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
   parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}, {}, nullptr};
-  o.fsdp.prefetch = a.zero3_prefetch == "on", o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
-  o.tp_partial_grads = finalize.tp_partial_grads(), o.tp_group = &pgm.tp_group();  // --sequence-parallel's
+  o.fsdp.prefetch = a.zero3_prefetch == "on";
+  o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
+  // --sequence-parallel's partial gradients, summed over tp before ZeRO's reduce-scatter.
+  o.tp_partial_grads = finalize.tp_partial_grads();
+  o.tp_group = &pgm.tp_group();
   parallel::DataParallelWrap w = parallel::wrap_data_parallel(*m.chunks, pgm.dp_cp_group(), o, finalize.needs_whole_grad());
   if (a.zero == 3 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
@@ -219,106 +176,6 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
                 a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 o.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;
-}
-
-int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Model& m, Generator& data_gen) {
-  if (a.resume.empty()) return 0;
-  const optim::TrainState s = optim::load_model_checkpoint(a.resume, m, opt);
-  LOOM_CHECK(s.step <= a.steps, "--steps ", a.steps, " is below the step of the checkpoint --resume ", a.resume, " (",
-             s.step, " steps done); to train further pass --steps > ", s.step);
-  LOOM_CHECK(a.stop_at == 0 || s.step <= a.stop_at, "--stop-at ", a.stop_at, " is below the step of the checkpoint "
-             "--resume ", a.resume, " (", s.step, " steps done): a save would label step ", s.step, "'s state as step ",
-             a.stop_at, "; pass --stop-at >= ", s.step);
-  data_gen.set_state(s.data_rng);
-  return s.step;
-}
-
-void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
-          const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
-  if (a.save.empty()) return;
-  optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm);
-  say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
-      (long long)steps_done);
-}
-
-int64_t micro_batches_per_step(const Args& a, parallel::ProcessGroupManager& pgm) {
-  return pgm.pp_size() > 1 ? (a.microbatches > 0 ? a.microbatches : pgm.pp_size()) : a.grad_accum;
-}
-
-BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::ProcessGroupManager& pgm) {
-  LOOM_CHECK(pgm.pp_size() == 1 || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
-  const int64_t K = micro_batches_per_step(a, pgm);
-  const BatchPlan plan{K, int64_t(pgm.dp_size()) * a.batch * K, int64_t(pgm.dp_rank()) * a.batch * K};
-  say(pgm.global_rank() == 0,
-      "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
-      (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
-  return plan;
-}
-
-std::vector<parallel::MicroBatch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch,
-                                                int64_t K, int cp, int cp_rank) {
-  std::vector<parallel::MicroBatch> mbs;
-  for (int64_t k = 0; k < K; ++k) {
-    data::Batch b = data::TextDataset::slice(global, first_row + k * batch, batch);
-    // --cp: this rank's zig-zag chunks of every sequence, [batch, T] -> [batch, T / cp]
-    mbs.push_back({parallel::zigzag_take(b.x, 1, cp, cp_rank), parallel::zigzag_take(b.y, 1, cp, cp_rank)});
-  }
-  return mbs;
-}
-
-parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOptimizer& opt) {
-  return [&m, &opt](const Tensor& logits, const Tensor& y) { return opt.scale_loss(m.chunks->loss(logits, y)); };
-}
-
-double global_mean_loss(double local_loss, const optim::MixedPrecisionOptimizer& opt,
-                        parallel::ProcessGroupManager& pgm) {
-  Tensor loss = full({}, local_loss / opt.backward_scale(), kFloat64);
-  // The mean over every token of the global batch: each dp x cp rank's mean is over as many tokens.
-  if (pgm.dp_cp_group().size() > 1) pgm.dp_cp_group().all_reduce(loss, parallel::ReduceOp::Avg);
-  return loss.item<double>();
-}
-
-void check_ranks_agree_on_skip(int64_t step, const optim::StepResult& s, const optim::MixedPrecisionOptimizer& opt,
-                               parallel::ProcessGroupManager& pgm) {
-  if (!opt.scaler() || pgm.world().size() == 1) return;  // only fp16's loss scaler skips steps
-  parallel::check_ranks_agree(pgm.world(), {{str("step ", step + 1, " skipped for overflow"), s.skipped ? "yes" : "no"}},
-                              "decision whether to skip the step",
-                              teach::broken(teach::Break::FoundInfWrongGroup)
-                                  ? "--teach-break found-inf-wrong-group reduced found_inf over the dp group, so "
-                                    "each pipeline stage decided alone"
-                                  : "found_inf must be reduced over every rank holding part of the model, or the "
-                                    "stages step different models");
-}
-
-void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s) {
-  // An fp16 step skipped for overflow is the loss scaler's business (it backs
-  // off, and stops the run at its floor); anything else non-finite is divergence.
-  if (s.skipped) return;
-  LOOM_CHECK(std::isfinite(loss) && std::isfinite(s.grad_norm), "step ", step + 1,
-             ": the training diverged (loss ", loss, ", grad norm ", s.grad_norm,
-             "); stopping without saving, so the last checkpoint keeps finite weights (a too-high --lr?)");
-}
-
-void inject_overflow(const parallel::DataParallelWrap& dp, parallel::ProcessGroupManager& pgm) {
-  if (pgm.global_rank() != 0) return;
-  // The gradient sync carries the inf only as far as its bucket's reduction
-  // does (an all-reduce: the dp group; a ZeRO reduce-scatter: the element's
-  // owner alone; never to other pipeline stages); found_inf's all-reduce must
-  // make every rank skip. The last param, not the first: that is the tied
-  // embedding, whose gradient the shared-weight handler would also carry to
-  // the last stage.
-  if (dp.fsdp) {  // ZeRO-3: the first element of the last unit's grad shard
-    ops::fill_(ops::narrow(dp.fsdp->units().back().grad_shard, 0, 0, 1), std::numeric_limits<double>::infinity());
-    return;
-  }
-  LOOM_CHECK(dp.bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
-  const Tensor& p = dp.bucket->params().back();
-  const parallel::BucketManager& bm = dp.bucket->bucket_manager();
-  const parallel::Bucket& last = bm.buckets()[size_t(bm.bucket_of(p))];
-  // ZeRO-2 keeps no whole gradient, only rank 0's shard of p's bucket (which the reduce-scatters add into).
-  Tensor grad = last.grad_data.defined() ? optim::flat_range(dp.bucket->main_grad(p), 0, 1)
-                                         : ops::narrow(last.shard_grad, 0, 0, 1);
-  ops::fill_(grad, std::numeric_limits<double>::infinity());
 }
 
 }  // namespace loom::train

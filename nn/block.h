@@ -29,7 +29,17 @@ inline std::shared_ptr<LayerNorm> make_norm(int64_t C, const BlockOptions& o) {
   return std::make_shared<LayerNorm>(C, o.norm_eps);
 }
 
-struct Block : Layer {
+// What parallel/ changes inside a block, whoever cut it (tensor parallelism's
+// shard answers the same; nn/gpt.h's EmbeddingLayer and HeadLayer do this for
+// the first and last layer): the attention core, which selective
+// recomputation wraps in a checkpoint and context parallelism replaces by the
+// ring, and where RoPE's chunks start (context parallelism's zig-zag).
+struct BlockLayer : Layer {
+  virtual AttentionCore& attention_core() = 0;
+  virtual RopeChunks& rope_pos0() = 0;
+};
+
+struct Block : BlockLayer {
   std::shared_ptr<LayerNorm> ln_1;  // or an RMSNorm (Llama)
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<LayerNorm> ln_2;
@@ -51,6 +61,8 @@ struct Block : Layer {
     Tensor h = x + attn->forward(ln_1->forward(x));
     return h + mlp->forward(ln_2->forward(h));
   }
+  AttentionCore& attention_core() override { return attn->core; }
+  RopeChunks& rope_pos0() override { return attn->rope_pos0; }
 };
 
 }  // namespace loom::nn

@@ -27,32 +27,36 @@ struct Dropout : Layer {
   }
 
   Tensor forward(const Tensor& x) override { return autograd::dropout(x, p, gen, is_training()); }
+  PhiloxGenerator* generator() override { return &gen; }
 };
 
-// Every Dropout in the tree under m, depth-first in registration order.
-inline void collect_dropouts(Module& m, std::vector<Dropout*>& out) {
-  if (auto* d = dynamic_cast<Dropout*>(&m)) out.push_back(d);
-  for (const auto& [name, child] : m.named_children()) collect_dropouts(*child, out);
+// The generators of every Dropout in the tree under m (every module with a
+// generator()), depth-first in registration order: the tree's random state.
+inline void collect_generators(Module& m, std::vector<PhiloxGenerator*>& out) {
+  if (PhiloxGenerator* g = m.generator()) out.push_back(g);
+  for (const auto& [name, child] : m.named_children()) collect_generators(*child, out);
+}
+inline std::vector<PhiloxGenerator*> dropout_generators(Module& m) {
+  std::vector<PhiloxGenerator*> out;
+  collect_generators(m, out);
+  return out;
 }
 
 // The offset every Dropout under m has reached (0 when there is none). They
 // must agree: a model whose layers ran different numbers of training calls
 // cannot be saved as one offset.
 inline uint64_t dropout_offset(Module& m) {
-  std::vector<Dropout*> ds;
-  collect_dropouts(m, ds);
-  if (ds.empty()) return 0;
-  for (const Dropout* d : ds)
-    LOOM_CHECK(d->gen.offset == ds.front()->gen.offset, "dropout_offset: the model's Dropout layers ran ",
-               ds.front()->gen.offset, " and ", d->gen.offset, " training calls; a checkpoint holds one offset");
-  return ds.front()->gen.offset;
+  const std::vector<PhiloxGenerator*> gens = dropout_generators(m);
+  if (gens.empty()) return 0;
+  for (const PhiloxGenerator* g : gens)
+    LOOM_CHECK(g->offset == gens.front()->offset, "dropout_offset: the model's Dropout layers ran ",
+               gens.front()->offset, " and ", g->offset, " training calls; a checkpoint holds one offset");
+  return gens.front()->offset;
 }
 
 // Puts every Dropout under m at `offset` (a resume: the next call draws what the saved run would have drawn).
 inline void set_dropout_offset(Module& m, uint64_t offset) {
-  std::vector<Dropout*> ds;
-  collect_dropouts(m, ds);
-  for (Dropout* d : ds) d->gen.offset = offset;
+  for (PhiloxGenerator* g : dropout_generators(m)) g->offset = offset;
 }
 
 }  // namespace loom::nn

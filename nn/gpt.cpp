@@ -1,8 +1,6 @@
 #include "nn/gpt.h"
 
 #include <cmath>
-#include <iomanip>
-#include <type_traits>
 
 #include "nn/loss.h"
 
@@ -55,44 +53,6 @@ BlockOptions GPTConfig::block_options() const {
   o.mlp_hidden = ffn_hidden();
   o.bias = bias;
   return o;
-}
-
-std::map<std::string, std::string> GPTConfig::arch_metadata() const {
-  const GPTConfig gpt2;
-  if (rmsnorm == gpt2.rmsnorm && norm_eps == gpt2.norm_eps && rope == gpt2.rope && swiglu == gpt2.swiglu &&
-      mlp_hidden == gpt2.mlp_hidden && n_kv_head == gpt2.n_kv_head && tied_embeddings == gpt2.tied_embeddings &&
-      bias == gpt2.bias)
-    return {};
-  auto num = [](double v) { return str(std::setprecision(17), v); };
-  return {{"arch", arch()},          {"rmsnorm", std::to_string(rmsnorm)},
-          {"norm_eps", num(norm_eps)}, {"rope", std::to_string(rope)},
-          {"rope_base", num(rope_base)}, {"swiglu", std::to_string(swiglu)},
-          {"mlp_hidden", std::to_string(mlp_hidden)}, {"n_kv_head", std::to_string(n_kv_head)},
-          {"tied_embeddings", std::to_string(tied_embeddings)}, {"bias", std::to_string(bias)}};
-}
-
-void GPTConfig::read_arch_metadata(const std::map<std::string, std::string>& meta) {
-  auto get = [&](const char* key, auto& field) {
-    auto it = meta.find(key);
-    if (it == meta.end()) return;
-    try {
-      size_t used = 0;
-      const double v = std::stod(it->second, &used);
-      LOOM_CHECK(used == it->second.size(), "trailing characters");
-      field = static_cast<std::remove_reference_t<decltype(field)>>(v);
-    } catch (const std::exception&) {
-      throw Error(str("GPTConfig: metadata '", key, "' is not a number: '", it->second, "'"));
-    }
-  };
-  get("rmsnorm", rmsnorm);
-  get("norm_eps", norm_eps);
-  get("rope", rope);
-  get("rope_base", rope_base);
-  get("swiglu", swiglu);
-  get("mlp_hidden", mlp_hidden);
-  get("n_kv_head", n_kv_head);
-  get("tied_embeddings", tied_embeddings);
-  get("bias", bias);
 }
 
 int64_t gpt_embedding_params(const GPTConfig& cfg) {

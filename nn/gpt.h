@@ -32,7 +32,6 @@
 // builds layers [a, b) gets exactly the weights the full model has.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,11 +71,7 @@ struct GPTConfig {
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t ffn_hidden() const;     // the MLP width, mlp_hidden or its default
   BlockOptions block_options() const;
-  // The architecture fields as strings, for a checkpoint's metadata: empty for
-  // GPT-2's defaults (so GPT-2 checkpoints stay as they were); read back by
-  // read_arch_metadata (a missing key keeps its GPT-2 default).
-  std::map<std::string, std::string> arch_metadata() const;
-  void read_arch_metadata(const std::map<std::string, std::string>& meta);
+  // (As a checkpoint's metadata: nn/arch_metadata.h.)
 
   int64_t num_layers() const { return n_layer + 2; }  // embedding + blocks + head
   void validate() const;                              // throws on a non-positive size, C % n_head != 0, ...
@@ -93,7 +88,8 @@ Generator layer_generator(uint64_t seed, int64_t layer_index);
 // What a model of layer chunks asks of its first and last layer, whatever cut
 // them (tensor parallelism's shards answer the same questions): the token
 // embedding each holds - one weight, tied across pipeline stages - and the
-// head's loss. parallel/model_chunks.h uses these instead of the concrete types.
+// head's loss. parallel/model_chunks.h uses these instead of the concrete types
+// (and parallel/ asks a block through nn::BlockLayer, nn/block.h).
 struct EmbeddingLayer : Layer {
   virtual Tensor token_embedding() const = 0;  // wte.weight [V, C] (this rank's rows under tp)
   // The positions of the T tokens of each sequence the layer sees, [T] int64;

@@ -22,6 +22,10 @@
 #include "autograd/hooks.h"
 #include "tensor/tensor.h"
 
+namespace loom {
+struct PhiloxGenerator;  // tensor/generator.h
+}
+
 namespace loom::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -72,6 +76,10 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // The generator this module's own forward draws from (Dropout's masks); null
+  // for a deterministic one. A checkpoint saves its offset, and a recomputed
+  // region replays it (nn/dropout.h: dropout_generators).
+  virtual PhiloxGenerator* generator() { return nullptr; }
 
   // Casts every floating parameter to dtype in place (PyTorch's
   // module.to(torch.bfloat16)): the tensors keep their identity - a tied weight

@@ -169,6 +169,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "nn/gpt.h"
 #include "parallel/recompute.h"
 #include "tensor/device.h"
 
@@ -220,6 +221,13 @@ struct ActivationPrediction {
 };
 
 ActivationPrediction predict_activations(const ActivationCase& c);
+
+// The case's block from the model's config (its width, heads and Llama parts):
+// micro_batch sequences of seq tokens (T / cp under context parallelism), over
+// tp, in element_bytes, with recompute. The rank's blocks and ends, the
+// vocabulary, the batch and the schedule are the caller's to set.
+ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_batch, int64_t seq, int tp,
+                                     bool sequence_parallel, int64_t element_bytes, parallel::Recompute recompute);
 
 // 1F1B, AFAB or interleaved: micro-batches a pipeline rank keeps at its peak
 // (for interleaved an average over its chunks: the planner's estimate).

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "nn/arch_metadata.h"
 #include "nn/safetensors.h"
 #include "optim/checkpoint_manifest.h"
 #include "optim/checkpoint_manifest_check.h"
@@ -105,7 +106,7 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
       {"vocab", vocab_utf8},
       {"step", step_str},
   };
-  for (const auto& [key, value] : cfg.arch_metadata()) meta[key] = value;  // nothing for GPT-2
+  for (const auto& [key, value] : nn::arch_metadata(cfg)) meta[key] = value;  // nothing for GPT-2
   const std::string model_piece = optim::piece_path(path, step, "model");
   nn::save_safetensors(model_piece, model_state, meta);
 
@@ -188,7 +189,7 @@ nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
   const std::optional<uint64_t> seed = read_uint64(f.metadata.count("seed") ? f.metadata.at("seed") : "");
   LOOM_CHECK(seed, "checkpoint '", f.path, "': 'seed' is missing or not an unsigned integer");
   c.seed = *seed;
-  c.read_arch_metadata(f.metadata);  // Llama's options; GPT-2's defaults when absent
+  nn::read_arch_metadata(c, f.metadata);  // Llama's options; GPT-2's defaults when absent
   auto d = f.metadata.find("dropout");
   if (d != f.metadata.end()) c.dropout = optim::parse_double(d->second, f.path, "dropout");
   auto v = f.metadata.find("vocab");

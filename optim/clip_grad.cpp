@@ -33,8 +33,6 @@ double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup
   return std::sqrt(total.item<double>());
 }
 
-double total_norm(const std::vector<Tensor>& tensors) { return global_grad_norm(tensors, nullptr); }
-
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double norm) {
   double clip_coef = max_norm / (norm + 1e-6);
   if (clip_coef < 1.0) {  // PyTorch's clamp(clip_coef, max=1): only ever scale down
@@ -44,27 +42,10 @@ void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, doub
   }
 }
 
-double clip_grads(const std::vector<Tensor>& grads, double max_norm) {
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, parallel::ProcessGroup* group,
+                      const std::vector<Tensor>& not_counted) {
   LOOM_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
-  double norm = total_norm(grads);
-  scale_grads_to_norm(grads, max_norm, norm);
-  return norm;
-}
-
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  return clip_grads(unique_grads(params), max_norm);
-}
-
-double grad_norm_model_parallel(const std::vector<Tensor>& params, parallel::ProcessGroup& model_parallel_group,
-                                const std::vector<Tensor>& not_counted) {
-  return global_grad_norm(unique_grads(params, not_counted), &model_parallel_group);
-}
-
-double clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
-                                     parallel::ProcessGroup& model_parallel_group,
-                                     const std::vector<Tensor>& not_counted) {
-  LOOM_CHECK(max_norm > 0, "clip_grad_norm_model_parallel: max_norm must be > 0, got ", max_norm);
-  const double norm = grad_norm_model_parallel(params, model_parallel_group, not_counted);
+  const double norm = global_grad_norm(unique_grads(params, not_counted), group);
   scale_grads_to_norm(unique_grads(params), max_norm, norm);
   return norm;
 }

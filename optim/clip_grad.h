@@ -24,28 +24,17 @@ namespace loom::optim {
 // double. group may be null: this rank alone. Collective over group.
 double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup* group);
 
-// L2 norm of all the tensors taken together on this rank, sqrt(sum_t sum_i t_i^2).
-double total_norm(const std::vector<Tensor>& tensors);
-
-// Clips the autograd gradients of params (params without one are skipped; a
-// param listed twice counts once) and returns the norm before clipping. A
-// non-finite norm is returned as is (and the gradients become non-finite, as in
-// PyTorch): the caller decides to skip.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
-
-// The same on explicit gradient tensors, e.g. the fp32 main_grad buffers.
-double clip_grads(const std::vector<Tensor>& grads, double max_norm);
-
 // The scaling step alone, given the norm (computed elsewhere, e.g. over several
 // ranks): grads *= max_norm / (norm + 1e-6) when that is < 1.
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double norm);
 
-// The model-parallel versions: the norm over `model_parallel_group`, the tied
-// duplicate in `not_counted` left out of it. Collective over the group.
-double grad_norm_model_parallel(const std::vector<Tensor>& params, parallel::ProcessGroup& model_parallel_group,
-                                const std::vector<Tensor>& not_counted = {});
-double clip_grad_norm_model_parallel(const std::vector<Tensor>& params, double max_norm,
-                                     parallel::ProcessGroup& model_parallel_group,
-                                     const std::vector<Tensor>& not_counted = {});
+// Clips the autograd gradients of params (params without one are skipped; a
+// param listed twice counts once) and returns the norm before clipping: the
+// norm over `group` (null: this rank alone), the duplicates in `not_counted`
+// left out of it but scaled too. A non-finite norm is returned as is (and the
+// gradients become non-finite, as in PyTorch): the caller decides to skip.
+// Collective over group.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, parallel::ProcessGroup* group = nullptr,
+                      const std::vector<Tensor>& not_counted = {});
 
 }  // namespace loom::optim

@@ -12,10 +12,9 @@ FinalizeModelGrads::FinalizeModelGrads(Model& model, ProcessGroupManager& pgm)
 }
 
 void FinalizeModelGrads::operator()(DataParallel* dp) {
-  if (dp) dp->finish_grad_sync();  // 1.
-  // 2. After the data-parallel sync, which averaged each copy over its own replicas.
+  // 1. After the data-parallel sync (forward_backward's), which averaged each copy over its own replicas.
   if (!teach::broken(teach::Break::SkipTiedSync)) tied_embedding_.all_reduce_grads(dp);  // --teach-break skip-tied-sync: the copies drift apart
-  // 3. (Under ZeRO the wrapper has summed them already, before each reduce-scatter left
+  // 2. (Under ZeRO the wrapper has summed them already, before each reduce-scatter left
   //    only shards: data_parallel_bucket.h, fully_sharded.h)
   if (!dp || !dp->sums_tp_partial_grads()) sequence_parallel_partial_grads_.all_reduce_grads(dp);
 }

@@ -1,13 +1,12 @@
 // finalize_model_grads: what happens to the gradients after every step's
 // backward and before the optimizer (Megatron's finalize_model_grads, called
-// by every schedule of its training loop), in one place:
-//   1. wait for the data-parallel sync    the buckets still in flight
-//                                         (dp->finish_grad_sync(); a no-op
-//                                         when a schedule already waited)
-//   2. the tied embedding                 its copies on the first and last
+// by every schedule of its training loop), in one place. The data-parallel
+// sync is already finished: the schedule waited for it after its last
+// transfer (MicroBatchRunner::finish, microbatch_runner.h). Then:
+//   1. the tied embedding                 its copies on the first and last
 //                                         stage summed over the embedding
 //                                         group (pipeline_parallel/shared_weights.h)
-//   3. sequence-parallel partial grads    the layernorms and row-parallel
+//   2. sequence-parallel partial grads    the layernorms and row-parallel
 //                                         biases, each tp rank's sum over its
 //                                         T / tp tokens, summed over tp
 //                                         (Megatron's allreduce_layernorm_grads;
@@ -24,7 +23,8 @@
 //
 //   FinalizeModelGrads finalize(model, pgm);                 // broadcasts the tied embedding
 //   dp = wrap_data_parallel(..., finalize.needs_whole_grad()); // ZeRO keeps those buckets whole
-//   ... forward_backward(...); finalize(dp); optimizer.step();
+//   ... forward_backward(...);   // ends with the dp sync finished
+//   finalize(dp); optimizer.step();
 #pragma once
 
 #include <vector>
@@ -43,14 +43,15 @@ class FinalizeModelGrads {
   // wrapper, which broadcasts over dp.
   FinalizeModelGrads(Model& model, ProcessGroupManager& pgm);
 
-  // Steps 1-3. Collective over the dp group, the embedding group and tp.
+  // Steps 1-2, after forward_backward (which finished the dp sync).
+  // Collective over the embedding group and tp; dp's buffers hold the gradients.
   void operator()(DataParallel* dp);
 
-  // Params whose whole gradient step 2 reads: a ZeRO wrapper all-reduces
+  // Params whose whole gradient step 1 reads: a ZeRO wrapper all-reduces
   // their buckets instead of reduce-scattering them.
   std::vector<Tensor> needs_whole_grad() const { return tied_embedding_.params(); }
   // Sequence parallelism's params with partial gradients (summed over tp in
-  // step 3, or under ZeRO by the wrapper, before its reduce-scatter: sums_tp_partial_grads).
+  // step 2, or under ZeRO by the wrapper, before its reduce-scatter: sums_tp_partial_grads).
   std::vector<Tensor> tp_partial_grads() const { return sequence_parallel_partial_grads_.params(); }
   // Where the optimizer reduces the grad norm and found_inf (null: this rank alone).
   ProcessGroup* grad_stats_group(bool zero) const;

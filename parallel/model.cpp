@@ -4,7 +4,6 @@
 #include "parallel/context_parallel/zigzag.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/recompute.h"
-#include "parallel/tensor_parallel/block.h"
 
 namespace loom::parallel {
 
@@ -14,26 +13,22 @@ namespace {
 // every attention core becomes the ring over cp, and the positions are the
 // true ones of the rank's zig-zag chunks (T / cp of every sequence): the
 // embedding adds them (GPT-2's wpe), or RoPE turns q and k by them (Llama).
-LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, ProcessGroup& cp, bool tensor_parallel) {
-  check_zigzag_split(cfg.block_size, cp.size(), "--cp");
+LayerBuilder context_parallel(LayerBuilder inner, const nn::GPTConfig& cfg, ProcessGroup& cp) {
+  check_zigzag_split(cfg.block_size, cp.size());
   LayerBuilder b = inner;
-  b.build = [inner, cfg, &cp, tensor_parallel](int64_t begin, int64_t end) {
+  b.build = [inner, cfg, &cp](int64_t begin, int64_t end) {
     auto layers = inner.build ? inner.build(begin, end) : nn::build_gpt_layers(cfg, begin, end);
     for (int64_t i = begin; i < end; ++i) {
       nn::Layer& layer = *layers[size_t(i - begin)];
       if (i == 0) {
         static_cast<nn::EmbeddingLayer&>(layer).position_ids = zigzag_positions(cfg.block_size, cp.size(), cp.rank());
-      } else if (i < cfg.num_layers() - 1) {  // a block: the full one, or its tp shard
+      } else if (i < cfg.num_layers() - 1) {  // a block: the full one, or its tp shard (nn::BlockLayer)
         // RoPE's positions: the rank's two chunks of c = T / 2cp tokens each
         const nn::RopeChunks starts{zigzag_chunk_starts(cfg.block_size, cp.size(), cp.rank()),
                                     cfg.block_size / (2 * cp.size())};
-        if (tensor_parallel) {
-          TensorParallelAttention& attn = *static_cast<TensorParallelBlock&>(layer).attn;
-          attn.core = ring_attention_core(cp), attn.rope_pos0 = starts;
-        } else {
-          nn::CausalSelfAttention& attn = *static_cast<nn::Block&>(layer).attn;
-          attn.core = ring_attention_core(cp), attn.rope_pos0 = starts;
-        }
+        auto& block = static_cast<nn::BlockLayer&>(layer);
+        block.attention_core() = ring_attention_core(cp);
+        block.rope_pos0() = starts;
       }
     }
     return layers;
@@ -56,7 +51,7 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
     m.tp = std::make_unique<TensorParallelSharding>(cfg, pgm.tp_group(), o.sequence_parallel);
     layers = m.tp->layer_builder();
   }
-  if (pgm.cp_size() > 1) layers = context_parallel(layers, cfg, pgm.cp_group(), pgm.tp_size() > 1);
+  if (pgm.cp_size() > 1) layers = context_parallel(layers, cfg, pgm.cp_group());
   // Pipeline parallelism: this stage's ranges of layers; without it, all of them.
   std::vector<LayerRange> ranges{{0, cfg.num_layers()}};
   if (pgm.pp_size() > 1) {

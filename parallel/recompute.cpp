@@ -2,21 +2,11 @@
 
 #include "autograd/checkpoint.h"
 #include "parallel/teach/teach_break.h"
-#include "parallel/tensor_parallel/block.h"
 #include "tensor/grad_mode.h"
 
 namespace loom::parallel {
 
 namespace {
-
-// The Philox generators of every Dropout under m: the region's random state.
-std::vector<PhiloxGenerator*> dropout_generators(nn::Module& m) {
-  std::vector<nn::Dropout*> ds;
-  nn::collect_dropouts(m, ds);
-  std::vector<PhiloxGenerator*> gens;
-  for (nn::Dropout* d : ds) gens.push_back(&d->gen);
-  return gens;
-}
 
 // --teach-break recompute-fresh-dropout: the rerun (the run with grad on; the
 // first is under the checkpoint's NoGradGuard) draws the next call's masks
@@ -32,7 +22,7 @@ struct CheckpointedBlock : nn::Layer {
   std::shared_ptr<nn::Layer> block;
   std::vector<PhiloxGenerator*> rng;
 
-  explicit CheckpointedBlock(std::shared_ptr<nn::Layer> b) : block(std::move(b)), rng(dropout_generators(*block)) {
+  explicit CheckpointedBlock(std::shared_ptr<nn::Layer> b) : block(std::move(b)), rng(nn::dropout_generators(*block)) {
     for (const auto& [name, child] : block->named_children()) register_module(name, child);
   }
   // x: [B, T, C] -> [B, T, C]
@@ -54,20 +44,13 @@ struct CheckpointedBlock : nn::Layer {
 nn::AttentionCore checkpointed(nn::AttentionCore core) {
   return [core](const Tensor& q, const Tensor& k, const Tensor& v, nn::Dropout* attn_dropout) {
     std::vector<PhiloxGenerator*> rng;
-    if (attn_dropout) rng = dropout_generators(*attn_dropout);
+    if (attn_dropout) rng = nn::dropout_generators(*attn_dropout);
     auto run = [core, rng, attn_dropout](const autograd::TensorList& in) {
       teach_fresh_masks(rng);
       return autograd::TensorList{core(in[0], in[1], in[2], attn_dropout)};
     };
     return autograd::checkpoint(run, {q, k, v}, rng)[0];
   };
-}
-
-// The attention core of a block, whichever kind made it.
-nn::AttentionCore* attention_core(nn::Layer& block) {
-  if (auto* b = dynamic_cast<nn::Block*>(&block)) return &b->attn->core;
-  if (auto* b = dynamic_cast<TensorParallelBlock*>(&block)) return &b->attn->core;
-  return nullptr;
 }
 
 }  // namespace
@@ -89,10 +72,9 @@ LayerBuilder with_recompute(LayerBuilder b, const nn::GPTConfig& cfg, Recompute 
       std::shared_ptr<nn::Layer>& layer = layers[size_t(i - begin)];
       if (mode == Recompute::Full) {
         layer = std::make_shared<CheckpointedBlock>(layer);
-      } else {
-        nn::AttentionCore* core = attention_core(*layer);
-        LOOM_CHECK(core, "--recompute selective: layer ", i, " has no attention core to recompute");
-        *core = checkpointed(*core);
+      } else {  // layers 1 .. L are blocks (nn::BlockLayer), whoever cut them
+        nn::AttentionCore& core = static_cast<nn::BlockLayer&>(*layer).attention_core();
+        core = checkpointed(core);
       }
     }
     return layers;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "parallel/context_parallel/zigzag.h"
+#include "parallel/tensor_parallel/gpt.h"
 #include "tensor/error.h"
 
 namespace loom::plan {
@@ -29,16 +31,13 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
   check_range("--tp", g.tp, 1, 65536);
   check_range("--virtual-stages", g.virtual_stages, 1, 4096);
   check_range("--cp", g.cp, 1, 65536);
-  LOOM_CHECK(m.seq % (2 * int64_t(g.cp)) == 0, "--cp ", g.cp, " cuts each sequence into 2 x cp = ", 2 * int64_t(g.cp),
-             " equal chunks (the zig-zag split), but --block ", m.seq, " is not divisible by ", 2 * int64_t(g.cp));
+  parallel::check_zigzag_split(m.seq, g.cp);
   LOOM_CHECK(m.width % m.heads == 0, "--embd ", m.width, " must be divisible by --heads ", m.heads);
-  LOOM_CHECK(m.heads % g.tp == 0, "--tp ", g.tp, " must divide --heads ", m.heads, " (attention is split by heads)");
   const int64_t kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
   LOOM_CHECK(m.kv_heads >= 0 && m.heads % kv == 0, "--kv-heads ", m.kv_heads, " must divide --heads ", m.heads);
-  LOOM_CHECK(kv % g.tp == 0, "--tp ", g.tp, " must divide the key/value heads (--kv-heads ", kv, ")");
+  parallel::check_tensor_parallel_split(parallel::TensorParallelSizes{m.heads, kv, m.ffn_width(), m.seq}, g.tp,
+                                       g.sequence_parallel);
   LOOM_CHECK(!g.sequence_parallel || g.tp > 1, "--sequence-parallel needs --tp > 1");
-  LOOM_CHECK(!g.sequence_parallel || m.seq % g.tp == 0, "--sequence-parallel: --tp ", g.tp, " must divide --block ",
-             m.seq, " (each rank holds block / tp positions)");
   LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp ", g.pp, " x --virtual-stages ",
              g.virtual_stages, " exceeds the ", m.layers + 2, " layers (embedding + blocks + head)");
   if (g.virtual_stages > 1) {  // interleaved 1F1B: train_gpt's rules

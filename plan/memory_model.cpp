@@ -60,14 +60,14 @@ int64_t params_on_stage(const ModelShape& m, const Grid& g, int stage) {
 
 double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t micro_batch) {
   if (m.llama) {  // loom's own count of a Llama block, the one --memory-report measures against
-    optim::ActivationCase c;
-    c.micro_batch = micro_batch, c.seq = m.seq / g.cp, c.width = m.width, c.heads = m.heads, c.tp = g.tp;
-    c.sequence_parallel = g.sequence_parallel, c.element_bytes = dtype_bytes(g.dtype);
-    c.kv_heads = m.kv_heads, c.mlp_hidden = m.ffn_width();
-    c.rmsnorm = c.rope = c.swiglu = true, c.tied = c.bias = false;
-    c.recompute = g.recompute ? parallel::Recompute::Full
-                  : g.recompute_selective ? parallel::Recompute::Selective
-                                          : parallel::Recompute::None;
+    nn::GPTConfig cfg{m.vocab, m.seq, m.layers, m.heads, m.width};
+    cfg.set_arch("llama");
+    cfg.n_kv_head = m.kv_heads, cfg.mlp_hidden = m.ffn;
+    const parallel::Recompute recompute = g.recompute             ? parallel::Recompute::Full
+                                          : g.recompute_selective ? parallel::Recompute::Selective
+                                                                  : parallel::Recompute::None;
+    const optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
+                                                                 g.sequence_parallel, dtype_bytes(g.dtype), recompute);
     return optim::predict_activations(c).per_block;
   }
   const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),
@@ -82,12 +82,7 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
 }
 
 double micro_batches_in_flight(const Grid& g, int64_t micro_batches, int stage) {
-  const double m = double(micro_batches), p = double(g.pp), v = double(g.virtual_stages);
-  if (g.schedule == "afab") return m;
-  if (g.schedule == "zb-h1") return std::min(m, p);  // every stage up to p, from F to W (zero_bubble_schedule.h)
-  double n = std::min(m, p - stage);  // 1F1B: warm-up forwards before the first backward
-  if (g.virtual_stages > 1) n *= 1 + (p - 1) / (p * v);
-  return std::min(n, m);  // never more than every micro-batch
+  return optim::micro_batches_in_flight(g.schedule.c_str(), micro_batches, g.pp, stage, g.virtual_stages);
 }
 
 RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, int stage) {

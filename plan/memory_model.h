@@ -43,7 +43,9 @@
 //   selective      the same without 5 a s / (h t): the attention core's
 //                  softmax, its dropout mask and output are rebuilt in backward
 // A 1F1B stage holds min(m, p - stage) micro-batches in flight (stage 0: p),
-// interleaving multiplies that by 1 + (p - 1) / (p v), AFAB holds all m. The
+// AFAB all m, interleaved 1F1B its warm-up forwards and the first backward's,
+// over v chunks: ((p - stage - 1) 2 + (v - 1) p + 1) / v (stage 0: p (1 + (p -
+// 1) / (p v)), Megatron's factor), optim::micro_batches_in_flight's count. The
 // last stage also keeps the fp32 logits and their gradient, 2 x 4 s b V' / t.
 // loom keeps fp32 activations (x 2) and has no dropout masks; the formula is
 // Megatron's, scaled by the dtype only. Llama's blocks (ModelShape::llama) are

@@ -25,6 +25,12 @@ std::string error_of(int world, int dp, int pp, int tp = 1) {
 
 using Ranks = std::vector<int>;
 
+// A rank's (tp, cp, dp, pp) coordinates.
+Ranks coords_of(const ProcessGrid& g, int rank) {
+  const ProcessGrid::Coords c = g.coords(rank);
+  return {c.tp_rank, c.cp_rank, c.dp_rank, c.pp_rank};
+}
+
 }  // namespace
 
 TEST(ProcessGrid, RejectsAWorldThatIsNotTheProductOfTheSizes) {
@@ -48,7 +54,6 @@ TEST(ProcessGrid, Dp2Pp2Layout) {
     EXPECT_EQ(g.coords(r).dp_rank, expected_dp[r]) << r;
     EXPECT_EQ(g.coords(r).pp_rank, expected_pp[r]) << r;
     EXPECT_EQ(g.coords(r).tp_rank, 0);
-    EXPECT_EQ(g.rank_of(expected_dp[r], expected_pp[r]), r);
   }
   EXPECT_EQ(g.dp_group_ranks(0), (Ranks{0, 1}));
   EXPECT_EQ(g.dp_group_ranks(3), (Ranks{2, 3}));
@@ -72,8 +77,8 @@ TEST(ProcessGrid, Dp2Pp3MiddleStageHasNoEmbeddingGroup) {
 // tp varies fastest: dp 2 × pp 2 × tp 2 puts the two tp ranks of each (dp, pp) side by side.
 TEST(ProcessGrid, TensorParallelAxisVariesFastest) {
   ProcessGrid g(8, 2, 2, 2);
-  EXPECT_EQ(g.rank_of(/*dp=*/1, /*pp=*/0, /*tp=*/1), 3);
-  EXPECT_EQ(g.rank_of(0, 1, 0), 4);
+  EXPECT_EQ(coords_of(g, 3), (Ranks{/*tp=*/1, /*cp=*/0, /*dp=*/1, /*pp=*/0}));
+  EXPECT_EQ(coords_of(g, 4), (Ranks{0, 0, 0, 1}));
   EXPECT_EQ(g.dp_group_ranks(5), (Ranks{5, 7}));
   EXPECT_EQ(g.pp_group_ranks(5), (Ranks{1, 5}));
   EXPECT_EQ(g.model_parallel_group_ranks(2), (Ranks{2, 3, 6, 7}));
@@ -93,7 +98,7 @@ TEST(ProcessGrid, PipelineOfOneStageIsItsOwnEmbeddingGroup) {
 //   dp    0 0 0 0 1 1 1 1
 TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
   ProcessGrid g(8, /*dp=*/2, /*pp=*/1, /*tp=*/2, /*cp=*/2);
-  EXPECT_EQ(g.rank_of(/*dp=*/1, /*pp=*/0, /*tp=*/1, /*cp=*/0), 5);
+  EXPECT_EQ(coords_of(g, 5), (Ranks{/*tp=*/1, /*cp=*/0, /*dp=*/1, /*pp=*/0}));
   EXPECT_EQ(g.coords(6).cp_rank, 1);
   EXPECT_EQ(g.coords(6).dp_rank, 1);
   EXPECT_EQ(g.coords(6).tp_rank, 0);

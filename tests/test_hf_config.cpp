@@ -16,6 +16,7 @@
 
 #include "data/bpe_tokenizer.h"
 #include "error_of.h"
+#include "nn/arch_metadata.h"
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
 
@@ -186,7 +187,7 @@ TEST(HfConfig, WritesEachMovedKeyWhereBothTransformersVersionsReadIt) {
   EXPECT_TRUE(c["bos_token_id"].is_null());
   EXPECT_TRUE(c["eos_token_id"].is_null());
   const nn::GPTConfig back = read(c);
-  EXPECT_EQ(back.arch_metadata(), cfg.arch_metadata());
+  EXPECT_EQ(nn::arch_metadata(back), nn::arch_metadata(cfg));
   const Json g = Json::parse(nn::hf_config_json(read(gpt2_5()), kFloat32));
   EXPECT_EQ(g["torch_dtype"], "float32");
   EXPECT_EQ(g["dtype"], "float32");

@@ -107,7 +107,7 @@ TEST(TrainLlamaParallel, KvHeadsThatDoNotDivideTheHeadsAreRefused) {
   EXPECT_NE(r.output.find("--kv-heads 3 must divide --heads 4"), std::string::npos) << r.output;
 }
 
-// A checkpoint carries the architecture (GPTConfig::arch_metadata): saved at
+// A checkpoint carries the architecture (nn/arch_metadata.h): saved at
 // step 5 by a tp 2 run, resumed on a 2-stage pipeline with no --arch flag
 // (GPT-2's default), it must go on as the Llama single process does.
 TEST(TrainLlamaParallel, CheckpointKeepsTheArchitectureAcrossAReshard) {

@@ -6,6 +6,7 @@
 
 #include "autograd/function.h"
 #include "parallel/context_parallel/ring_trace.h"
+#include "parallel/context_parallel/zigzag.h"
 #include "parallel/teach/symptoms.h"
 #include "parallel/teach/teach_break.h"
 #include "tensor/ops.h"
@@ -16,13 +17,6 @@ namespace {
 
 constexpr int kKVTag = 1, kGradKVTag = 2;  // the two kinds of message on the cp group
 
-// What the queries of chunk qc see of the keys of chunk kc: causal, so no later chunk.
-enum class Visible { None, Causal, All };
-Visible visible(int64_t qc, int64_t kc) { return kc < qc ? Visible::All : kc == qc ? Visible::Causal : Visible::None; }
-
-// The two chunks cp rank r of N holds, in its order (zigzag.h).
-std::array<int64_t, 2> chunks_of(int r, int N) { return {r, 2 * N - 1 - r}; }
-
 // Chunk i of x along T: [B, H, 2c, hd] -> [B, H, c, hd] (a view).
 Tensor chunk(const Tensor& x, int i) {
   const int64_t c = x.size(2) / 2;
@@ -32,9 +26,9 @@ Tensor chunk(const Tensor& x, int i) {
 Tensor kv_chunk(const Tensor& kv, int which, int i) { return chunk(ops::squeeze(ops::narrow(kv, 0, which, 1), 0), i); }
 
 // S = q kᵀ / sqrt(hd), the future hidden in a diagonal block: [B, H, c, hd] x [B, H, c, hd] -> [B, H, c, c].
-Tensor scores(const Tensor& q, const Tensor& k, double scale, Visible vis) {
+Tensor scores(const Tensor& q, const Tensor& k, double scale, bool diagonal) {
   Tensor s = ops::mul(ops::matmul(q, ops::transpose(k, -2, -1)), scale);
-  return vis == Visible::Causal ? ops::causal_mask_fill(s, -std::numeric_limits<double>::infinity()) : s;
+  return diagonal ? ops::causal_mask_fill(s, -std::numeric_limits<double>::infinity()) : s;
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) { return ops::where(ops::gt_scalar(ops::sub(a, b), 0.0), a, b); }
@@ -116,20 +110,18 @@ autograd::TensorList ring_attention_backward(const Tensor& grad, const Tensor& q
     Hop kv_hop;
     if (s + 1 < N) kv_next = empty_like(kv), kv_hop = hop(cp, kv, prev, kv_next, next, kKVTag, 'B', "K/V");
     dkv = zeros(kv.shape(), math, kv.device());
-    RingStepSpan trace_step('B', s, src, chunks_of(src, N)[0], chunks_of(src, N)[1]);  // --trace (ring_trace.h)
-    for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) {
-        const Visible vis = visible(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)]);
-        if (vis == Visible::None) continue;
-        trace_step.block(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)], vis == Visible::Causal);
+    const std::vector<ZigzagBlock> blocks = zigzag_blocks(r, src, N);
+    {
+      RingStepSpan traced('B', s, src, N, blocks);  // --trace: this step's blocks (ring_trace.h)
+      for (const auto& [i, j, q_chunk, k_chunk, diagonal] : blocks) {
         const Tensor kj = ops::to(kv_chunk(kv, 0, j), math), vj = ops::to(kv_chunk(kv, 1, j), math);
-        Tensor p = ops::exp(ops::sub(scores(qc[i], kj, scale, vis), lsec[i]));  // [B, H, c, c]
+        Tensor p = ops::exp(ops::sub(scores(qc[i], kj, scale, diagonal), lsec[i]));  // [B, H, c, c]
         Tensor ds = ops::mul(p, ops::sub(ops::matmul(doc[i], ops::transpose(vj, -2, -1)), D[i]));
         ops::add_(dq[i], ops::matmul(ds, kj), scale);
         ops::add_(kv_chunk(dkv, 0, j), ops::matmul(ops::transpose(ds, -2, -1), qc[i]), scale);
         ops::add_(kv_chunk(dkv, 1, j), ops::matmul(ops::transpose(p, -2, -1), doc[i]));
       }
-    trace_step.end();
+    }
     if (s > 0) dkv_hop.wait(), ops::add_(dkv, dkv_arriving);  // + what the earlier holders summed
     kv_hop.wait();
     if (N > 1) {  // dK/dV follow their block; after the last step, home
@@ -164,16 +156,13 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
     Tensor kv_next;
     Hop kv_hop;
     if (s + 1 < N) kv_next = empty_like(kv), kv_hop = hop(cp, kv, next, kv_next, prev, kKVTag, 'F', "K/V");
-    RingStepSpan trace_step('F', s, src, chunks_of(src, N)[0], chunks_of(src, N)[1]);  // --trace (ring_trace.h)
-    for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) {
-        const Visible vis = visible(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)]);
-        if (vis == Visible::None) continue;
-        trace_step.block(chunks_of(r, N)[size_t(i)], chunks_of(src, N)[size_t(j)], vis == Visible::Causal);
-        rows[size_t(i)].absorb(scores(qc[size_t(i)], ops::to(kv_chunk(kv, 0, j), math), scale, vis),
+    const std::vector<ZigzagBlock> blocks = zigzag_blocks(r, src, N);
+    {
+      RingStepSpan traced('F', s, src, N, blocks);  // --trace: this step's blocks (ring_trace.h)
+      for (const auto& [i, j, q_chunk, k_chunk, diagonal] : blocks)
+        rows[size_t(i)].absorb(scores(qc[size_t(i)], ops::to(kv_chunk(kv, 0, j), math), scale, diagonal),
                                ops::to(kv_chunk(kv, 1, j), math));
-      }
-    trace_step.end();
+    }
     kv_hop.wait();
     if (kv_next.defined()) kv = kv_next;
   }

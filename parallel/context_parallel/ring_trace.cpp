@@ -5,19 +5,16 @@
 
 namespace loom::parallel {
 
-RingStepSpan::RingStepSpan(char pass, int step, int src, int64_t src_chunk0, int64_t src_chunk1) {
+RingStepSpan::RingStepSpan(char pass, int step, int src, int cp, const std::vector<ZigzagBlock>& blocks) {
   if (!trace::enabled()) return;
-  name_ = str("ring ", pass, " s", step, ": K/V of rank ", src, " (chunks ", src_chunk0, " ", src_chunk1, "):");
+  const std::array<int64_t, 2> chunks = zigzag_chunks(src, cp);
+  name_ = str("ring ", pass, " s", step, ": K/V of rank ", src, " (chunks ", chunks[0], " ", chunks[1], "):");
+  for (const ZigzagBlock& b : blocks) name_ += str(" q", b.q_chunk, "k", b.k_chunk, b.diagonal ? "*" : "");
   start_ = trace::now_us();
 }
 
-void RingStepSpan::block(int64_t q_chunk, int64_t k_chunk, bool diagonal) {
-  if (start_ >= 0) name_ += str(" q", q_chunk, "k", k_chunk, diagonal ? "*" : "");
-}
-
-void RingStepSpan::end() {
+RingStepSpan::~RingStepSpan() {
   if (start_ >= 0) trace::record(name_, start_, trace::now_us(), trace::kCompute);
-  start_ = -1;
 }
 
 RingHopSpan::RingHopSpan(char pass, const char* what, int64_t bytes) {

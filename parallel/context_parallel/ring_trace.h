@@ -8,16 +8,18 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "parallel/context_parallel/zigzag.h"
 
 namespace loom::parallel {
 
-// One ring step's compute span, recorded at end().
+// One ring step's compute span, from construction to destruction: around the
+// step's math (the waits for its hops come after), naming the blocks it computes.
 class RingStepSpan {
  public:
-  RingStepSpan(char pass, int step, int src, int64_t src_chunk0, int64_t src_chunk1);
-  void block(int64_t q_chunk, int64_t k_chunk, bool diagonal);  // one block computed in this step
-  void end();  // the step's math is done (the waits for its hops come after)
-  ~RingStepSpan() { end(); }
+  RingStepSpan(char pass, int step, int src, int cp, const std::vector<ZigzagBlock>& blocks);
+  ~RingStepSpan();
   RingStepSpan(const RingStepSpan&) = delete;
   RingStepSpan& operator=(const RingStepSpan&) = delete;
 

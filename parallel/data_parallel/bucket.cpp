@@ -2,14 +2,13 @@
 
 #include <algorithm>
 
-#include "parallel/data_parallel/grad_shards.h"
 #include "parallel/teach/teach_break.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
 
 BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
-                             GradReduce reduce)
+                             GradReduce reduce, bool allocate_now)
     : group_(dp_group), reduce_(reduce), device_(params.empty() ? kCPU : params.front().device()) {
   // Bounded: the element count below is an int64 (1e30 MiB would overflow it).
   LOOM_CHECK(bucket_cap_mb > 0 && bucket_cap_mb <= 1e6, "BucketManager: bucket_cap_mb must be in (0, 1e6], got ",
@@ -58,23 +57,20 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
     bool fresh = slots_.emplace(pl.p.impl(), Slot{pl.bucket, pl.index, pl.offset, Tensor()}).second;
     LOOM_CHECK(fresh, "BucketManager: parameter ", pl.p.describe(), " is listed twice");
   }
-  allocate();
+  if (allocate_now) allocate();
 }
 
-BucketManager::~BucketManager() = default;
-
 void BucketManager::allocate() {
-  // 2. One zeroed fp32 buffer; buckets and main_grads are views into it. Under
-  //    ShardGrads a reduce-scattered bucket keeps only this rank's [numel / dp]
-  //    of it, and fills a scratch during backward (grad_shards.h).
-  const bool shard_only = reduce_ == GradReduce::ShardGrads;
+  // 2. One zeroed fp32 buffer; buckets and main_grads are views into it. (A
+  //    bucket ZeRO-2 keeps only this rank's [numel / dp] of fills a scratch
+  //    during backward: grad_shards.h.)
   const int64_t dp = group_.size(), r = group_.rank();
-  auto whole = [&](const Bucket& b) { return !shard_only || b.all_reduce; };
+  auto whole = [&](const Bucket& b) { return stores_whole(b); };
   auto stored = [&](const Bucket& b) { return whole(b) ? b.numel : b.numel / dp; };
   int64_t total = 0;
   for (const Bucket& b : buckets_) total += stored(b);
   buffer_ = zeros({total}, kFloat32, device_);
-  int64_t at = 0;  // the bucket's first element in buffer_ (== b.offset without ShardGrads)
+  int64_t at = 0;  // the bucket's first element in buffer_ (== b.offset when all are stored whole)
   for (Bucket& b : buckets_) {
     Tensor kept = ops::narrow(buffer_, 0, at, stored(b));
     at += stored(b);
@@ -89,14 +85,13 @@ void BucketManager::allocate() {
                       ? ops::view(ops::narrow(b.grad_data, 0, s.offset - b.offset, p.numel()), p.shape())
                       : Tensor();
   }
-  if (shard_only) shards_ = std::make_unique<GradShards>(buckets_, group_);
 }
 
 int64_t BucketManager::numel() const { return buckets_.empty() ? 0 : buckets_.back().offset + buckets_.back().numel; }
 
 const std::vector<Tensor>& BucketManager::scratches() const {
   static const std::vector<Tensor> none;
-  return shards_ ? shards_->scratches() : none;
+  return none;
 }
 
 const BucketManager::Slot& BucketManager::slot(const Tensor& p) const {
@@ -104,26 +99,6 @@ const BucketManager::Slot& BucketManager::slot(const Tensor& p) const {
   LOOM_CHECK(it != slots_.end(), "BucketManager: ", p.describe(),
              " is not one of the wrapped parameters that require grad");
   return it->second;
-}
-
-Tensor BucketManager::main_grad(const Tensor& p) const {
-  const Slot& s = slot(p);
-  if (s.main_grad.defined()) return s.main_grad;
-  const Bucket& b = buckets_[size_t(s.bucket)];
-  LOOM_CHECK(b.grad_data.defined(), "BucketManager: ZeRO-2 keeps no whole gradient of ", p.describe(),
-             " once its bucket is reduce-scattered; this rank holds only its shard (Bucket::shard_grad)");
-  return ops::view(ops::narrow(b.grad_data, 0, s.offset - b.offset, p.numel()), p.shape());
-}
-
-Tensor BucketManager::main_grad_to_fill(const Tensor& p) {
-  const Slot& s = slot(p);
-  if (s.main_grad.defined()) return s.main_grad;
-  shards_->open(s.bucket);  // the bucket's first gradient of this backward: take a scratch
-  return main_grad(p);
-}
-
-bool BucketManager::reduces_every_micro_batch(const Tensor& p) const {
-  return shards_ && !buckets_[size_t(bucket_of(p))].all_reduce;
 }
 
 int BucketManager::bucket_of(const Tensor& p) const { return slot(p).bucket; }
@@ -136,7 +111,7 @@ void BucketManager::all_reduce_bucket_of(const Tensor& p) {
   Bucket& b = buckets_[size_t(bucket_of(p))];
   if (b.all_reduce) return;
   b.all_reduce = true;
-  if (shards_) allocate();  // ShardGrads: this bucket is stored whole now (all still zero: before any backward)
+  bucket_now_all_reduced();
 }
 
 BucketManager::Shard BucketManager::shard(int b) const {
@@ -161,38 +136,24 @@ void BucketManager::launch(Bucket& b) {
   // The bug: dividing by dp here as well (as if the loss were already divided by the world size).
   if (teach::broken(teach::Break::DpDivideTwice) && b.grad_data.defined())
     ops::mul_(b.grad_data, 1.0 / double(group_.size()));
-  if (b.all_reduce) {
-    b.work = group_.all_reduce_async(b.grad_data, ReduceOp::Avg);
-  } else if (shards_) {
-    shards_->launch(int(&b - buckets_.data()));  // ZeRO-2: from its scratch, which then goes back
-  } else {
-    // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
-    // reduced into this rank's [n] shard of itself, in place.
-    Shard s = shard(int(&b - buckets_.data()));
-    b.work = group_.reduce_scatter_async(ops::narrow(buffer_, 0, s.offset, s.numel), b.grad_data, ReduceOp::Avg);
-  }
+  if (b.all_reduce) b.work = group_.all_reduce_async(b.grad_data, ReduceOp::Avg);
+  else launch_reduce_scatter(int(&b - buckets_.data()));
+}
+
+void BucketManager::launch_reduce_scatter(int b) {
+  // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
+  // reduced into this rank's [n] shard of itself, in place.
+  Shard s = shard(b);
+  buckets_[size_t(b)].work =
+      group_.reduce_scatter_async(ops::narrow(buffer_, 0, s.offset, s.numel), buckets_[size_t(b)].grad_data, ReduceOp::Avg);
 }
 
 void BucketManager::wait(const std::function<void(int bucket)>& on_reduced) {
   for (Bucket& b : buckets_)
     if (!b.work) launch(b);
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (shards_ && !buckets_[i].all_reduce) shards_->finish(int(i));  // + add into the shard
-    else buckets_[i].work->wait();
+    wait_for(int(i));
     if (on_reduced) on_reduced(int(i));
-  }
-}
-
-void BucketManager::finish_micro_batch() {
-  if (!shards_) return;
-  for (Bucket& b : buckets_)
-    if (!b.all_reduce && !b.work) launch(b);
-  shards_->finish_all();
-  for (Bucket& b : buckets_) {
-    if (b.all_reduce) continue;
-    b.work = nullptr;
-    b.ready.assign(b.params.size(), false);
-    b.num_ready = 0;
   }
 }
 

@@ -27,19 +27,14 @@
 //                  distributed optimizer needs, for half the traffic of an
 //                  all-reduce. The rest of the bucket keeps this rank's local
 //                  sums: it is not a gradient any more.
-//   ShardGrads     ZeRO-2: reduce-scatter as well, but no whole-size buffer is
-//                  kept: the buffer holds only this rank's shards ([numel/dp] a
-//                  bucket) and each bucket fills a bucket-sized scratch while
-//                  backward produces it (grad_shards.h).
-// In ReduceScatter and ShardGrads mode single buckets can still be all-reduced
+// (ZeRO-2 keeps only the shards: GradShards, grad_shards.h, builds on this.)
+// In ReduceScatter mode single buckets can still be all-reduced
 // (all_reduce_bucket_of): a weight shared across pipeline stages needs its
-// whole gradient on both stages, whose shards of it differ. Such a bucket is
-// stored whole in either mode.
+// whole gradient on both stages, whose shards of it differ.
 #pragma once
 
 #include <functional>
 #include <string>
-#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -53,35 +48,32 @@ struct Bucket {
   int64_t offset = 0;          // first element in the buffer
   int64_t numel = 0;           // elements, padding included (a multiple of dp × 64)
   std::vector<Tensor> params;  // in buffer order (reverse module order)
-  Tensor grad_data;            // [numel] fp32 view into the buffer (ShardGrads: into a scratch while
+  Tensor grad_data;            // [numel] fp32 view into the buffer (ZeRO-2: into a scratch while
                                // backward fills it and its reduce-scatter runs, else undefined)
   Tensor shard_grad;           // [numel / dp] fp32: this rank's shard of the bucket's gradient
-  int scratch = -1;            // ShardGrads: the scratch grad_data lives in (grad_shards.h), -1: none
   std::vector<bool> ready;     // ready[i]: params[i]'s gradient is in for this backward
   int num_ready = 0;
   std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
   bool all_reduce = true;      // false: reduce-scatter into this rank's shard
 };
 
+// ShardGrads: ZeRO-2's GradShards (grad_shards.h; make_bucket_manager builds it).
 enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
-
-class GradShards;
 
 class BucketManager {
  public:
   // params: those that require grad, in module order.
   BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
-                GradReduce reduce = GradReduce::AllReduce);
-  ~BucketManager();
+                GradReduce reduce = GradReduce::AllReduce)
+      : BucketManager(params, dp_group, bucket_cap_mb, reduce, /*allocate_now=*/true) {
+    LOOM_CHECK(reduce != GradReduce::ShardGrads, "BucketManager: ShardGrads is GradShards' mode (make_bucket_manager)");
+  }
+  virtual ~BucketManager() = default;
 
-  // p's gradient buffer: fp32, p's shape, a view into buffer(). ShardGrads: a
-  // view into the scratch p's bucket is filling, only between its first
-  // gradient and the end of its reduce-scatter (an error otherwise: this rank
-  // keeps only its shard, Bucket::shard_grad).
-  Tensor main_grad(const Tensor& p) const;
-  // The main_grad a backward hook adds p's gradient into. ShardGrads: the
-  // first gradient of a bucket takes a scratch for it (grad_shards.h).
-  Tensor main_grad_to_fill(const Tensor& p);
+  // p's gradient buffer: fp32, p's shape, a view into buffer().
+  virtual Tensor main_grad(const Tensor& p) const { return slot(p).main_grad; }
+  // The main_grad a backward hook adds p's gradient into.
+  virtual Tensor main_grad_to_fill(const Tensor& p) { return main_grad(p); }
   // p's gradient is in main_grad for this backward; if it completes its bucket,
   // launch the bucket's async all-reduce or reduce-scatter (average over dp).
   void mark_param_ready(const Tensor& p);
@@ -90,12 +82,10 @@ class BucketManager {
   // for every bucket's reduction; on_reduced(i), if given, runs as soon as
   // bucket i's is done, while later buckets may still be in flight.
   void wait(const std::function<void(int bucket)>& on_reduced = nullptr);
-  // ShardGrads, after a backward that does not sync (no_sync): the shards
-  // accumulate every micro-batch, so launch the reduce-scattered buckets not
-  // launched yet, wait for them, and forget their readiness for the next one.
-  void finish_micro_batch();
-  // This bucket is reduce-scattered in every backward, no_sync or not (ShardGrads).
-  bool reduces_every_micro_batch(const Tensor& p) const;
+  // After a backward that does not sync (no_sync): nothing here (ZeRO-2 reduces its shards).
+  virtual void finish_micro_batch() {}
+  // This bucket is reduced in every backward, no_sync or not (ZeRO-2's).
+  virtual bool reduces_every_micro_batch(const Tensor&) const { return false; }
   // Zeroes the buffer and forgets readiness, for the next step (Megatron's
   // zero_grad_buffer).
   void reset();
@@ -121,15 +111,18 @@ class BucketManager {
   ProcessGroup& group() const { return group_; }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // [sum of bucket numels] fp32; ShardGrads: [sum of the shards' numels + the whole buckets' numels]
+  // [sum of the stored buckets' numels] fp32 (ZeRO-2 stores shards)
   const Tensor& buffer() const { return buffer_; }
   int64_t numel() const;  // elements of the layout: the sum of the buckets' numels, padding included
-  // ShardGrads: the scratches the buckets are reduced through (empty otherwise).
-  const std::vector<Tensor>& scratches() const;
+  // The scratches the buckets are reduced through (ZeRO-2's; empty here).
+  virtual const std::vector<Tensor>& scratches() const;
   int bucket_of(const Tensor& p) const;
   int64_t offset_of(const Tensor& p) const;  // p's first element in the buffer
 
- private:
+ protected:
+  // allocate_now false: the subclass calls allocate() in its constructor.
+  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, GradReduce reduce,
+                bool allocate_now);
   struct Slot {
     int bucket;    // index into buckets_
     int index;     // position in the bucket's params
@@ -137,19 +130,28 @@ class BucketManager {
     Tensor main_grad;
   };
   const Slot& slot(const Tensor& p) const;
-  void launch(Bucket& b);
-  // The buffer, each bucket's grad_data / shard_grad and the whole buckets' main_grads.
+  // The buffer, each bucket's grad_data / shard_grad and the stored buckets' main_grads.
   void allocate();
+  // What a subclass changes: which buckets are stored whole (else [numel / dp]),
+  // a reduce-scatter's launch and wait, and a bucket changed to an all-reduce.
+  virtual bool stores_whole(const Bucket&) const { return true; }
+  virtual void launch_reduce_scatter(int b);
+  virtual void wait_for(int b) { buckets_[size_t(b)].work->wait(); }
+  virtual void bucket_now_all_reduced() {}
+
+  void launch(Bucket& b);
 
   ProcessGroup& group_;
+  std::vector<Bucket> buckets_;
+
+ private:
+
   GradReduce reduce_;
   Tensor buffer_;
-  std::vector<Bucket> buckets_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
   std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
   std::function<void(int)> before_reduce_;
   Device device_;
-  std::unique_ptr<GradShards> shards_;  // ShardGrads only
 };
 
 }  // namespace loom::parallel

@@ -2,6 +2,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "parallel/data_parallel/grad_shards.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
@@ -14,7 +15,7 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
   broadcast_params(all, dp_group_);  // every replica starts from dp rank 0's weights
   for (const Tensor& p : all)
     if (autograd::requires_grad(p)) params_.push_back(p);
-  buckets_ = std::make_unique<BucketManager>(params_, dp_group_, options_.bucket_cap_mb, options_.reduce);
+  buckets_ = make_bucket_manager(params_, dp_group_, options_.bucket_cap_mb, options_.reduce);
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }

@@ -7,18 +7,49 @@
 
 namespace loom::parallel {
 
-GradShards::GradShards(std::vector<Bucket>& buckets, ProcessGroup& dp_group) : buckets_(buckets), group_(dp_group) {
+GradShards::GradShards(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
+    : BucketManager(params, dp_group, bucket_cap_mb, GradReduce::ShardGrads, /*allocate_now=*/false) {
+  allocate();
+  allocate_scratches();
+}
+
+void GradShards::allocate_scratches() {
   int64_t largest = 0, scattered = 0;
   for (const Bucket& b : buckets_)
     if (!b.all_reduce) largest = std::max(largest, b.numel), ++scattered;
   const Device device = buckets_.empty() ? kCPU : buckets_.front().shard_grad.device();
+  scratch_.clear();
   for (int64_t i = 0; i < std::min<int64_t>(2, scattered); ++i) scratch_.push_back(zeros({largest}, kFloat32, device));
   owner_.assign(scratch_.size(), -1);
+  scratch_of_.assign(buckets_.size(), -1);
 }
+
+void GradShards::bucket_now_all_reduced() {
+  allocate();
+  allocate_scratches();
+}
+
+Tensor GradShards::main_grad(const Tensor& p) const {
+  const Slot& s = slot(p);
+  if (s.main_grad.defined()) return s.main_grad;
+  const Bucket& b = buckets_[size_t(s.bucket)];
+  LOOM_CHECK(b.grad_data.defined(), "BucketManager: ZeRO-2 keeps no whole gradient of ", p.describe(),
+             " once its bucket is reduce-scattered; this rank holds only its shard (Bucket::shard_grad)");
+  return ops::view(ops::narrow(b.grad_data, 0, s.offset - b.offset, p.numel()), p.shape());
+}
+
+Tensor GradShards::main_grad_to_fill(const Tensor& p) {
+  const Slot& s = slot(p);
+  if (s.main_grad.defined()) return s.main_grad;
+  open(s.bucket);  // the bucket's first gradient of this backward: take a scratch
+  return main_grad(p);
+}
+
+bool GradShards::reduces_every_micro_batch(const Tensor& p) const { return !buckets_[size_t(bucket_of(p))].all_reduce; }
 
 void GradShards::open(int b) {
   Bucket& bucket = buckets_[size_t(b)];
-  if (bucket.scratch >= 0) return;
+  if (scratch_of_[size_t(b)] >= 0) return;
   auto free = std::find(owner_.begin(), owner_.end(), -1);
   if (free == owner_.end() && !in_flight_.empty()) {  // bucket b-1 is still being reduced: wait for it
     finish(in_flight_.front());
@@ -30,12 +61,12 @@ void GradShards::open(int b) {
     free = owner_.end() - 1;
   }
   *free = b;
-  bucket.scratch = int(free - owner_.begin());
-  bucket.grad_data = ops::narrow(scratch_[size_t(bucket.scratch)], 0, 0, bucket.numel);
+  scratch_of_[size_t(b)] = int(free - owner_.begin());
+  bucket.grad_data = ops::narrow(scratch_[size_t(scratch_of_[size_t(b)])], 0, 0, bucket.numel);
   ops::zero_(bucket.grad_data);
 }
 
-void GradShards::launch(int b) {
+void GradShards::launch_reduce_scatter(int b) {
   Bucket& bucket = buckets_[size_t(b)];
   open(b);  // a bucket none of whose params got a gradient: zeros, as on every other rank
   const int64_t n = bucket.numel / group_.size();
@@ -44,9 +75,14 @@ void GradShards::launch(int b) {
   in_flight_.push_back(b);
 }
 
+void GradShards::wait_for(int b) {
+  if (buckets_[size_t(b)].all_reduce) return BucketManager::wait_for(b);
+  finish(b);  // + add into the shard
+}
+
 void GradShards::finish(int b) {
   Bucket& bucket = buckets_[size_t(b)];
-  if (bucket.scratch < 0) return;
+  if (scratch_of_[size_t(b)] < 0) return;
   LOOM_CHECK(bucket.work, "GradShards::finish: bucket ", b, " was never launched");
   {
     trace::Span span(str("wait for reduce-scatter ", b));
@@ -54,14 +90,28 @@ void GradShards::finish(int b) {
   }
   const int64_t n = bucket.numel / group_.size();
   ops::add_(bucket.shard_grad, ops::narrow(bucket.grad_data, 0, group_.rank() * n, n));  // micro-batches sum here
-  owner_[size_t(bucket.scratch)] = -1;
-  bucket.scratch = -1;
+  owner_[size_t(scratch_of_[size_t(b)])] = -1;
+  scratch_of_[size_t(b)] = -1;
   bucket.grad_data = Tensor();
   in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), b));
 }
 
-void GradShards::finish_all() {
+void GradShards::finish_micro_batch() {
+  for (Bucket& b : buckets_)
+    if (!b.all_reduce && !b.work) launch(b);
   while (!in_flight_.empty()) finish(in_flight_.front());
+  for (Bucket& b : buckets_) {
+    if (b.all_reduce) continue;
+    b.work = nullptr;
+    b.ready.assign(b.params.size(), false);
+    b.num_ready = 0;
+  }
+}
+
+std::unique_ptr<BucketManager> make_bucket_manager(const std::vector<Tensor>& params, ProcessGroup& dp_group,
+                                                   double bucket_cap_mb, GradReduce reduce) {
+  if (reduce == GradReduce::ShardGrads) return std::make_unique<GradShards>(params, dp_group, bucket_cap_mb);
+  return std::make_unique<BucketManager>(params, dp_group, bucket_cap_mb, reduce);
 }
 
 }  // namespace loom::parallel

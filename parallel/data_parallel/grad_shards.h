@@ -14,7 +14,8 @@
 // flight, which gives its scratch back (a third scratch is allocated only if
 // three buckets fill at once, which reverse-order buckets do not).
 //
-// One bucket's life, per micro-batch (BucketManager in ShardGrads mode):
+// One bucket's life, per micro-batch (a BucketManager whose reduce-scattered
+// buckets store only this rank's shard):
 //   open      first gradient: a scratch, zeroed; main_grad views point into it
 //   fill      the hooks add each .grad into main_grad, as under ZeRO-1
 //   launch    last gradient: reduce-scatter (average over dp) the scratch in
@@ -31,35 +32,53 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "parallel/data_parallel/bucket.h"
 
 namespace loom::parallel {
 
-class GradShards {
+class GradShards : public BucketManager {
  public:
-  // Allocates the scratches (bucket-sized: the largest reduce-scattered bucket).
-  GradShards(std::vector<Bucket>& buckets, ProcessGroup& dp_group);
+  // The layout of BucketManager; allocates the shards and the scratches
+  // (bucket-sized: the largest reduce-scattered bucket).
+  GradShards(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb);
 
+  // A view into the scratch p's bucket is filling, only between its first
+  // gradient and the end of its reduce-scatter (an error otherwise: this rank
+  // keeps only its shard, Bucket::shard_grad).
+  Tensor main_grad(const Tensor& p) const override;
+  // The first gradient of a bucket takes a scratch for it (open).
+  Tensor main_grad_to_fill(const Tensor& p) override;
+  // After a no_sync backward: launch the reduce-scattered buckets not launched
+  // yet, wait for them, and forget their readiness for the next micro-batch.
+  void finish_micro_batch() override;
+  bool reduces_every_micro_batch(const Tensor& p) const override;
+  const std::vector<Tensor>& scratches() const override { return scratch_; }
+
+ private:
+  bool stores_whole(const Bucket& b) const override { return b.all_reduce; }
+  // All of b's gradients are in: reduce-scatter its scratch in place, async.
+  void launch_reduce_scatter(int b) override;
+  void wait_for(int b) override;
+  void bucket_now_all_reduced() override;  // stored whole now (all still zero: before any backward)
+  void allocate_scratches();
   // Bucket b's first gradient of this backward: b.grad_data becomes a zeroed
   // scratch (waiting for the oldest reduce-scatter in flight if none is free).
   void open(int b);
-  // All of b's gradients are in: reduce-scatter its scratch in place, async.
-  void launch(int b);
   // Waits for b's reduce-scatter, adds this rank's part into b.shard_grad and
   // frees the scratch (a no-op when b holds none).
   void finish(int b);
-  void finish_all();
 
-  const std::vector<Tensor>& scratches() const { return scratch_; }
-
- private:
-  std::vector<Bucket>& buckets_;
-  ProcessGroup& group_;
   std::vector<Tensor> scratch_;  // [2] fp32 [largest bucket], one per bucket in flight
   std::vector<int> owner_;       // [scratch] the bucket in it, -1: free
+  std::vector<int> scratch_of_;  // [bucket] the scratch its grad_data lives in, -1: none
   std::deque<int> in_flight_;    // launched buckets still holding a scratch, oldest first
 };
+
+// A BucketManager for `reduce` (GradShards for ShardGrads).
+std::unique_ptr<BucketManager> make_bucket_manager(const std::vector<Tensor>& params, ProcessGroup& dp_group,
+                                                   double bucket_cap_mb, GradReduce reduce);
 
 }  // namespace loom::parallel

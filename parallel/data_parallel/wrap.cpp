@@ -1,6 +1,7 @@
 #include "parallel/data_parallel/wrap.h"
 
 #include "autograd/variable.h"
+#include "tensor/ops.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
 
 namespace loom::parallel {
@@ -47,6 +48,17 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     w.dp = std::move(bucketed);
   }
   return w;
+}
+
+Tensor DataParallelWrap::last_grad_element() const {
+  if (fsdp) return ops::narrow(fsdp->units().back().grad_shard, 0, 0, 1);
+  LOOM_CHECK(bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
+  const Tensor& p = bucket->params().back();
+  const BucketManager& bm = bucket->bucket_manager();
+  const Bucket& last = bm.buckets()[size_t(bm.bucket_of(p))];
+  // ZeRO-2 keeps no whole gradient, only this rank's shard of p's bucket (which the reduce-scatters add into).
+  if (!last.grad_data.defined()) return ops::narrow(last.shard_grad, 0, 0, 1);
+  return ops::narrow(ops::view(bucket->main_grad(p), {p.numel()}), 0, 0, 1);
 }
 
 }  // namespace loom::parallel

@@ -41,6 +41,11 @@ struct DataParallelWrap {
   FullyShardedDataParallel* fsdp = nullptr;  // == dp under ZeRO-3
   // At the top of a step: the wrapper's zero_grad, or the params' .grad dropped.
   void zero_grad(nn::Module& model);
+  // A test aid (train_gpt's --inject-overflow): the first fp32 element this
+  // rank stores of the last param's gradient - its main_grad, under ZeRO-2
+  // this rank's shard of its bucket, under ZeRO-3 the last unit's grad shard.
+  // Errors without a main_grad buffer.
+  Tensor last_grad_element() const;
 };
 
 // Collective over dp_group (the params broadcast from dp rank 0). whole_grad:

@@ -161,10 +161,8 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
   LOOM_CHECK(t.dim() <= kMaxDims, verb, ": ", t.describe(), " has more than ", kMaxDims, " dims");
   // Outside the graph (the sender keeps its own handle for backward), contiguous for MPI.
   Tensor payload = ops::contiguous(autograd::detach(t));
-  log_.print(verb, "->", c.stage, mb, payload);  // LOOM_VERBOSE
   PendingSend s;
-  s.span = log_.open(verb, mb, chunk);             // the trace span, closed when the send is done
-  s.bytes = int64_t(payload.nbytes());
+  s.watch = log_.sent(verb, c.stage, mb, chunk, payload);  // LOOM_VERBOSE's line; the trace span to its delivery
   if (c.cached) {
     LOOM_CHECK(payload.shape() == c.shape && payload.dtype() == c.dtype, verb, ": stage ", rank_, " sends ",
                payload.describe(), " in a schedule whose first transfer on this channel was ", shape_str(c.shape),
@@ -184,11 +182,11 @@ void PipelineP2P::send(Channel& c, const Tensor& t, const char* verb, int mb, in
 void PipelineP2P::wait(PendingSend& s) {
   if (s.header) s.header->wait();
   s.payload->wait();
-  log_.close(s.span, s.bytes);
+  s.watch.done();
 }
 
 Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
-  const TransferLog::Span span = log_.open(verb, mb, chunk);
+  TransferLog::Watch watch = log_.receiving(verb, mb, chunk);
   if (!c.cached) {
     Tensor header = zeros({kHeaderSize}, kInt64);
     c.group->irecv(header, kSender, kHeaderTag)->wait();
@@ -199,8 +197,7 @@ Tensor PipelineP2P::recv(Channel& c, const char* verb, int mb, int chunk) {
   }
   Tensor t = empty(c.shape, c.dtype, device_);
   c.group->irecv(t, kSender, kPayloadTag)->wait();  // on this thread: no hand-off to the channel's
-  log_.print(verb, "<-", c.stage, mb, t);
-  log_.close(span, int64_t(t.nbytes()));
+  log_.received(watch, verb, c.stage, mb, t);
   return t;
 }
 

@@ -121,8 +121,7 @@ class PipelineP2P {
   struct Channel;
   struct PendingSend {
     std::shared_ptr<Work> header, payload;  // header: null when the shape was cached
-    TransferLog::Span span;                 // "send_forward mb3", from the post to the delivery
-    int64_t bytes = 0;                      // the payload's
+    TransferLog::Watch watch;               // "send_forward mb3 (64 KiB)", from the post to the delivery
   };
   // Posts the header (unless cached), then the payload (ProcessGroup::isend).
   void send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk);

@@ -22,13 +22,8 @@ Tensor qkv_rows_by_rank(const Tensor& w, int tp_size, int64_t kv_rows) {
 }
 
 TensorParallelAttention::TensorParallelAttention(const nn::CausalSelfAttention& full, ProcessGroup& tp, bool sp) {
-  LOOM_CHECK(full.n_head % tp.size() == 0, "tensor parallel attention: ", full.n_head, " heads do not split over tp = ",
-             tp.size(), " ranks");
   LOOM_CHECK(full.attn_dropout->p == 0 && full.resid_dropout->p == 0,
              "tensor parallel attention: dropout is not supported with tp > 1 yet (got p = ", full.attn_dropout->p, ")");
-  LOOM_CHECK(full.n_kv_head % tp.size() == 0, "tensor parallel attention: ", full.n_kv_head,
-             " key/value heads do not split over tp = ", tp.size(),
-             " (each rank keeps the kv heads of its query heads; use --kv-heads a multiple of --tp)");
   local_heads = full.n_head / tp.size();
   local_kv_heads = full.n_kv_head / tp.size();
   head_dim = full.n_embd / full.n_head;

@@ -52,13 +52,15 @@ struct TensorParallelMLP : nn::Module {
   Tensor forward(const Tensor& x);
 };
 
-struct TensorParallelBlock : nn::Layer {
+struct TensorParallelBlock : nn::BlockLayer {
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<TensorParallelAttention> attn;
   std::shared_ptr<TensorParallelMLP> mlp;
 
   TensorParallelBlock(const nn::Block& full, ProcessGroup& tp, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
+  nn::AttentionCore& attention_core() override { return attn->core; }
+  nn::RopeChunks& rope_pos0() override { return attn->rope_pos0; }
 
   // The params every tp rank holds whole (layernorms, row-parallel biases):
   // counted once in the grad norm; under sequence parallelism their gradients

@@ -65,21 +65,18 @@ Tensor TensorParallelHead::loss(const Tensor& logits, const Tensor& targets) con
                                       wte->vocab_start, tp, -100, vocab_size);
 }
 
-void check_tensor_parallel_split(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sp) {
-  LOOM_CHECK(cfg.n_head % tp.size() == 0, "tensor parallel GPT: ", cfg.n_head, " heads do not split over tp = ",
-             tp.size());
-  LOOM_CHECK(cfg.kv_heads() % tp.size() == 0, "tensor parallel GPT: ", cfg.kv_heads(),
-             " key/value heads do not split over tp = ", tp.size(),
-             " (each rank keeps the kv heads of its query heads; use --kv-heads a multiple of --tp)");
-  LOOM_CHECK(cfg.ffn_hidden() % tp.size() == 0, "tensor parallel GPT: the MLP width ", cfg.ffn_hidden(),
-             " does not split over tp = ", tp.size());
-  LOOM_CHECK(!sp || cfg.block_size % tp.size() == 0, "sequence parallelism: block_size ", cfg.block_size,
-             " does not split over tp = ", tp.size());
+void check_tensor_parallel_split(const TensorParallelSizes& s, int tp, bool sp) {
+  LOOM_CHECK(s.heads % tp == 0, "--tp ", tp, " must divide --heads ", s.heads, " (attention is split by heads)");
+  LOOM_CHECK(s.kv_heads % tp == 0, "--tp ", tp, " must divide the key/value heads (--kv-heads ", s.kv_heads,
+             "): each rank keeps the kv heads its query heads read");
+  LOOM_CHECK(s.ffn_hidden % tp == 0, "--tp ", tp, " must divide the MLP width ", s.ffn_hidden,
+             " (--mlp-hidden, or its default from --embd)");
+  LOOM_CHECK(!sp || s.block % tp == 0, "--sequence-parallel: --tp ", tp, " must divide --block ", s.block,
+             " (each rank holds block / tp positions)");
 }
 
 std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,
                                                                          int64_t end, ProcessGroup& tp, bool sp) {
-  check_tensor_parallel_split(cfg, tp, sp);
   // The full layers first (each from its own generator, nn/gpt.h), then each cut to this rank's shards.
   return cut_gpt_layers_for_tp(nn::build_gpt_layers(cfg, begin, end), cfg, begin, tp, sp);
 }
@@ -87,6 +84,7 @@ std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const n
 std::vector<std::shared_ptr<nn::Layer>> cut_gpt_layers_for_tp(const std::vector<std::shared_ptr<nn::Layer>>& full,
                                                               const nn::GPTConfig& cfg, int64_t begin,
                                                               ProcessGroup& tp, bool sp) {
+  check_tensor_parallel_split(cfg, tp.size(), sp);
   std::vector<std::shared_ptr<nn::Layer>> out;
   std::shared_ptr<VocabParallelEmbedding> embedding_wte;
   for (size_t k = 0; k < full.size(); ++k) {

@@ -58,9 +58,20 @@ struct TensorParallelHead : nn::HeadLayer {
   Tensor loss(const Tensor& logits, const Tensor& targets) const override;
 };
 
-// Heads, the MLP width and (under sequence parallelism) block_size must divide
-// over tp: an error naming the numbers otherwise.
-void check_tensor_parallel_split(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sequence_parallel);
+// What tensor parallelism cuts, so what tp must divide: the query heads, the
+// key/value heads (each rank keeps those its query heads read), the MLP width
+// and, under sequence parallelism, the sequence. The vocabulary is padded
+// instead (vocab_padded_size). The one place these rules live: the model
+// builder, train_gpt's flag checks and loom_plan's call it; errors name
+// train_gpt's flags and both numbers.
+struct TensorParallelSizes {
+  int64_t heads, kv_heads, ffn_hidden, block;
+};
+void check_tensor_parallel_split(const TensorParallelSizes& sizes, int tp, bool sequence_parallel);
+inline void check_tensor_parallel_split(const nn::GPTConfig& cfg, int tp, bool sequence_parallel) {
+  check_tensor_parallel_split(TensorParallelSizes{cfg.n_head, cfg.kv_heads(), cfg.ffn_hidden(), cfg.block_size}, tp,
+                              sequence_parallel);
+}
 
 // Layers [begin, end) of the GPT of cfg, split over tp. dropout must be 0.
 std::vector<std::shared_ptr<nn::Layer>> build_tensor_parallel_gpt_layers(const nn::GPTConfig& cfg, int64_t begin,

@@ -6,7 +6,7 @@ namespace loom::parallel {
 
 TensorParallelSharding::TensorParallelSharding(const nn::GPTConfig& cfg, ProcessGroup& tp, bool sequence_parallel)
     : cfg_(cfg), tp_(tp), sequence_parallel_(sequence_parallel) {
-  check_tensor_parallel_split(cfg_, tp_, sequence_parallel_);
+  check_tensor_parallel_split(cfg_, tp_.size(), sequence_parallel_);
 }
 
 LayerBuilder TensorParallelSharding::layer_builder() {

@@ -13,14 +13,43 @@ TransferLog::TransferLog() {
   verbose_ = v && *v && std::string(v) != "0";
 }
 
-TransferLog::Span TransferLog::open(const char* verb, int mb, int chunk) const {
-  if (!trace::enabled()) return {};
-  return {chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk), trace::now_us()};
+TransferLog::Watch::Watch(std::string name, int64_t bytes) : bytes(bytes) {
+  if (!trace::enabled()) return;
+  name_ = std::move(name);
+  start_us_ = trace::now_us();
 }
 
-void TransferLog::close(const Span& span, int64_t bytes) const {
-  if (!trace::enabled() || span.name.empty()) return;
-  trace::record(str(span.name, " (", bytes / 1024, " KiB)"), span.start_us, trace::now_us(), trace::kComm);
+TransferLog::Watch& TransferLog::Watch::operator=(Watch&& o) noexcept {
+  done();
+  bytes = o.bytes, name_ = std::move(o.name_), start_us_ = o.start_us_;
+  o.start_us_ = -1;
+  return *this;
+}
+
+void TransferLog::Watch::done() {
+  if (start_us_ >= 0) trace::record(str(name_, " (", bytes / 1024, " KiB)"), start_us_, trace::now_us(), trace::kComm);
+  start_us_ = -1;
+}
+
+namespace {
+std::string transfer_name(const char* verb, int mb, int chunk) {
+  return chunk < 0 ? str(verb, " mb", mb) : str(verb, " mb", mb, ".", chunk);
+}
+}  // namespace
+
+TransferLog::Watch TransferLog::sent(const char* verb, int peer_stage, int mb, int chunk, const Tensor& payload) const {
+  print(verb, "->", peer_stage, mb, payload);
+  return Watch(transfer_name(verb, mb, chunk), int64_t(payload.nbytes()));
+}
+
+TransferLog::Watch TransferLog::receiving(const char* verb, int mb, int chunk) const {
+  return Watch(transfer_name(verb, mb, chunk), 0);
+}
+
+void TransferLog::received(Watch& w, const char* verb, int peer_stage, int mb, const Tensor& t) const {
+  print(verb, "<-", peer_stage, mb, t);
+  w.bytes = int64_t(t.nbytes());
+  w.done();
 }
 
 void TransferLog::print(const char* verb, const char* arrow, int peer_stage, int mb, const Tensor& t) const {

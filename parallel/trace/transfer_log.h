@@ -17,18 +17,32 @@ class TransferLog {
  public:
   TransferLog();  // reads LOOM_VERBOSE
 
-  // One transfer: opened when it is posted, closed when it is done. chunk < 0: no chunks.
-  struct Span {
-    std::string name;
-    double start_us = 0;
-  };
-  Span open(const char* verb, int mb, int chunk) const;
-  void close(const Span& span, int64_t bytes) const;
+  // One transfer's trace span, from when it is posted to when it is done:
+  // done(), or the Watch's end.
+  class Watch {
+   public:
+    Watch() = default;
+    Watch(std::string name, int64_t bytes);  // starts now
+    Watch(Watch&& o) noexcept { *this = std::move(o); }
+    Watch& operator=(Watch&& o) noexcept;
+    ~Watch() { done(); }
+    void done();
+    int64_t bytes = 0;
 
-  // LOOM_VERBOSE's line: "->" for a send, "<-" for a receive.
-  void print(const char* verb, const char* arrow, int peer_stage, int mb, const Tensor& t) const;
+   private:
+    std::string name_;
+    double start_us_ = -1;
+  };
+  // A send of payload to peer_stage, posted (chunk < 0: no chunks): its
+  // LOOM_VERBOSE line, and its span until the send is done.
+  Watch sent(const char* verb, int peer_stage, int mb, int chunk, const Tensor& payload) const;
+  // A receive, posted; received() prints its line once t is in and ends the span.
+  Watch receiving(const char* verb, int mb, int chunk) const;
+  void received(Watch& w, const char* verb, int peer_stage, int mb, const Tensor& t) const;
 
  private:
+  // LOOM_VERBOSE's line: "->" for a send, "<-" for a receive.
+  void print(const char* verb, const char* arrow, int peer_stage, int mb, const Tensor& t) const;
   bool verbose_ = false;
 };
 

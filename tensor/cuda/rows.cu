@@ -1,8 +1,8 @@
 // The per-row kernels of ops_nn.cpp on the GPU: softmax, log_softmax, the
-// causal softmax and their backwards, layer_norm and rms_norm and their
-// backwards, rope. Each
-// kernel calls the LOOM_HOST_DEVICE row function from tensor/kernels/ - the
-// code the CPU loops call - so the CPU tests cover this math too.
+// causal softmax and their backwards, layer_norm and rms_norm (one wrapper)
+// and their backwards, rope. Each kernel calls the LOOM_HOST_DEVICE row
+// function from tensor/kernels/ - the code the CPU loops call - so the CPU
+// tests cover this math too.
 //
 // One thread per row: the plainest mapping of "the same function, one row at
 // a time". It is correct for any row length and deterministic (a row's sums
@@ -119,51 +119,39 @@ Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, Row row) {
   return ops::to(out, g.dtype());
 }
 
-// ---- layer norm: x [rows, C]; w, b [C] or null; mean, rstd [rows] ----
-template <class T>
-__global__ void layernorm_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
-                                 T eps) {
-  LOOM_GRID_STRIDE_LOOP(r, rows) kernels::layernorm_row(x + r * C, w, b, y + r * C, long(C), eps, mean + r, rstd + r);
+// ---- layer norm and RMSNorm: x [rows, C]; w, b [C] or null; mean (layer norm's), rstd [rows] ----
+// RMSNorm is layer norm without the mean and the bias (kernels/rmsnorm.h):
+// each kernel serves both, its row function chosen at compile time.
+template <class T, bool kRms>
+__global__ void norm_kernel(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t rows, int64_t C,
+                            T eps) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) {
+    if constexpr (kRms) kernels::rmsnorm_row(x + r * C, w, y + r * C, long(C), eps, rstd + r);
+    else kernels::layernorm_row(x + r * C, w, b, y + r * C, long(C), eps, mean + r, rstd + r);
+  }
 }
 
 // dx, one thread per row (dw/db are left to the column kernel below).
-template <class T>
-__global__ void layernorm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
-                                          int64_t rows, int64_t C) {
-  LOOM_GRID_STRIDE_LOOP(r, rows)
-  kernels::layernorm_backward_row(dy + r * C, x + r * C, w, mean[r], rstd[r], dx + r * C, static_cast<T*>(nullptr),
-                                  static_cast<T*>(nullptr), long(C));
+template <class T, bool kRms>
+__global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+                                     int64_t rows, int64_t C) {
+  T* none = nullptr;
+  LOOM_GRID_STRIDE_LOOP(r, rows) {
+    if constexpr (kRms) kernels::rmsnorm_backward_row(dy + r * C, x + r * C, w, rstd[r], dx + r * C, none, long(C));
+    else kernels::layernorm_backward_row(dy + r * C, x + r * C, w, mean[r], rstd[r], dx + r * C, none, none, long(C));
+  }
 }
 
-// dw, db: one thread per column, adding the rows in row order - the CPU's
-// order, no atomics, so the same bits on every run.
-template <class T>
-__global__ void layernorm_param_grads_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db,
-                                             int64_t rows, int64_t C) {
+// dw (and layer norm's db): one thread per column, adding the rows in row
+// order - the CPU's order, no atomics, so the same bits on every run.
+template <class T, bool kRms>
+__global__ void norm_param_grads_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db,
+                                        int64_t rows, int64_t C) {
   LOOM_GRID_STRIDE_LOOP(c, C)
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::layernorm_param_grads_row(dy + r * C, x + r * C, mean[r], rstd[r], dw, db, long(c), long(c + 1));
-}
-
-// ---- RMSNorm: x [rows, C]; w [C] or null; rstd [rows] ----
-template <class T>
-__global__ void rmsnorm_kernel(const T* x, const T* w, T* y, T* rstd, int64_t rows, int64_t C, T eps) {
-  LOOM_GRID_STRIDE_LOOP(r, rows) kernels::rmsnorm_row(x + r * C, w, y + r * C, long(C), eps, rstd + r);
-}
-
-template <class T>
-__global__ void rmsnorm_backward_kernel(const T* dy, const T* x, const T* w, const T* rstd, T* dx, int64_t rows,
-                                        int64_t C) {
-  LOOM_GRID_STRIDE_LOOP(r, rows)
-  kernels::rmsnorm_backward_row(dy + r * C, x + r * C, w, rstd[r], dx + r * C, static_cast<T*>(nullptr), long(C));
-}
-
-// dw: one thread per column, rows in row order (the CPU's order, no atomics).
-template <class T>
-__global__ void rmsnorm_weight_grad_kernel(const T* dy, const T* x, const T* rstd, T* dw, int64_t rows, int64_t C) {
-  LOOM_GRID_STRIDE_LOOP(c, C)
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::rmsnorm_weight_grad_row(dy + r * C, x + r * C, rstd[r], dw, long(c), long(c + 1));
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (kRms) kernels::rmsnorm_weight_grad_row(dy + r * C, x + r * C, rstd[r], dw, long(c), long(c + 1));
+    else kernels::layernorm_param_grads_row(dy + r * C, x + r * C, mean[r], rstd[r], dw, db, long(c), long(c + 1));
+  }
 }
 
 // ---- RoPE: x [rows, hd], row r at position r % T; cos, sin [T, hd/2] ----
@@ -203,97 +191,89 @@ Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale
   return per_row2("causal_softmax_backward", grad, y, CausalSoftmaxBackwardRow{long(y.size(-2)), scale});
 }
 
-// weight/bias shapes and dtypes are checked by ops::layer_norm.
-ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  if (fast::use_fast(x)) return fast::layer_norm(x, weight, bias, eps);
-  Tensor xc = rows_of("layer_norm", x);
+namespace {
+
+template <class T>
+T* ptr_or_null(const Tensor& t) { return t.defined() ? ptr<T>(t) : nullptr; }
+
+// A norm's weight or bias in the compute dtype (undefined stays undefined).
+Tensor in_compute(const Tensor& t, DType cd) { return t.defined() ? ops::contiguous(ops::to(t, cd)) : Tensor(); }
+
+// Layer norm, or with rms RMSNorm (no mean, no bias: mean comes back undefined).
+ops::LayerNormResult norm(const char* op, bool rms, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          double eps) {
+  Tensor xc = rows_of(op, x);
   const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   const DType cd = xc.dtype();
-  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
-  Tensor b = bias.defined() ? ops::contiguous(ops::to(bias, cd)) : Tensor();
-  Tensor y = empty(xc.shape(), cd, x.device()), mean = empty({rows}, cd, x.device()), rstd = empty({rows}, cd, x.device());
+  Tensor w = in_compute(weight, cd), b = in_compute(bias, cd);
+  Tensor y = empty(xc.shape(), cd, x.device()), rstd = empty({rows}, cd, x.device());
+  Tensor mean = rms ? Tensor() : empty({rows}, cd, x.device());
   if (rows > 0) {
     DeviceGuard guard(x.device());
     LaunchConfig c = launch_config(rows);
     cudaStream_t st = stream(x.device());
-    LOOM_DISPATCH_COMPUTE(cd, "layer_norm", {
-      layernorm_kernel<<<c.blocks, c.threads, 0, st>>>(
-          ptr<scalar_t>(xc), w.defined() ? ptr<scalar_t>(w) : nullptr, b.defined() ? ptr<scalar_t>(b) : nullptr,
-          ptr<scalar_t>(y), ptr<scalar_t>(mean), ptr<scalar_t>(rstd), rows, C, scalar_t(eps));
+    LOOM_DISPATCH_COMPUTE(cd, op, {
+      auto kernel = rms ? norm_kernel<scalar_t, true> : norm_kernel<scalar_t, false>;
+      kernel<<<c.blocks, c.threads, 0, st>>>(ptr<scalar_t>(xc), ptr_or_null<scalar_t>(w), ptr_or_null<scalar_t>(b),
+                                             ptr<scalar_t>(y), ptr_or_null<scalar_t>(mean), ptr<scalar_t>(rstd), rows,
+                                             C, scalar_t(eps));
     });
     CUDA_CHECK_LAUNCH();
   }
   return {ops::to(y, x.dtype()), mean, rstd};
 }
 
+ops::LayerNormGrads norm_backward(const char* op, bool rms, const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                  const Tensor& mean, const Tensor& rstd) {
+  Tensor gc = rows_of(op, grad), xc = rows_of(op, x);
+  const DType cd = xc.dtype();
+  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  Tensor w = in_compute(weight, cd);
+  Tensor dx = empty(xc.shape(), cd, x.device()), dw = zeros({C}, cd, x.device());
+  Tensor db = rms ? Tensor() : zeros({C}, cd, x.device());
+  if (rows > 0) {
+    DeviceGuard guard(x.device());
+    cudaStream_t st = stream(x.device());
+    LaunchConfig by_row = launch_config(rows), by_column = launch_config(C);
+    LOOM_DISPATCH_COMPUTE(cd, op, {
+      const scalar_t *gp = ptr<scalar_t>(gc), *xp = ptr<scalar_t>(xc);
+      const scalar_t *mp = ptr_or_null<scalar_t>(mean), *rp = ptr<scalar_t>(rstd);
+      auto rows_kernel = rms ? norm_backward_kernel<scalar_t, true> : norm_backward_kernel<scalar_t, false>;
+      rows_kernel<<<by_row.blocks, by_row.threads, 0, st>>>(gp, xp, ptr_or_null<scalar_t>(w), mp, rp,
+                                                            ptr<scalar_t>(dx), rows, C);
+      CUDA_CHECK_LAUNCH();
+      auto columns_kernel = rms ? norm_param_grads_kernel<scalar_t, true> : norm_param_grads_kernel<scalar_t, false>;
+      columns_kernel<<<by_column.blocks, by_column.threads, 0, st>>>(gp, xp, mp, rp, ptr<scalar_t>(dw),
+                                                                     ptr_or_null<scalar_t>(db), rows, C);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+  const DType wd = weight.defined() ? weight.dtype() : x.dtype();
+  return {ops::to(dx, x.dtype()), ops::to(dw, wd), rms ? Tensor() : ops::to(db, wd)};
+}
+
+}  // namespace
+
+// weight/bias shapes and dtypes are checked by ops::layer_norm and ops::rms_norm.
+ops::LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  if (fast::use_fast(x)) return fast::layer_norm(x, weight, bias, eps);
+  return norm("layer_norm", /*rms=*/false, x, weight, bias, eps);
+}
+
 ops::LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                         const Tensor& rstd) {
   if (fast::use_fast(grad) && fast::use_fast(x)) return fast::layer_norm_backward(grad, x, weight, mean, rstd);
-  Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
-  const DType cd = xc.dtype();
-  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
-  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
-  Tensor dx = empty(xc.shape(), cd, x.device()), dw = zeros({C}, cd, x.device()), db = zeros({C}, cd, x.device());
-  if (rows > 0) {
-    DeviceGuard guard(x.device());
-    cudaStream_t st = stream(x.device());
-    LaunchConfig by_row = launch_config(rows), by_column = launch_config(C);
-    LOOM_DISPATCH_COMPUTE(cd, "layer_norm_backward", {
-      const scalar_t *gp = ptr<scalar_t>(gc), *xp = ptr<scalar_t>(xc);
-      const scalar_t *mp = ptr<scalar_t>(mean), *rp = ptr<scalar_t>(rstd);
-      layernorm_backward_kernel<<<by_row.blocks, by_row.threads, 0, st>>>(
-          gp, xp, w.defined() ? ptr<scalar_t>(w) : nullptr, mp, rp, ptr<scalar_t>(dx), rows, C);
-      CUDA_CHECK_LAUNCH();
-      layernorm_param_grads_kernel<<<by_column.blocks, by_column.threads, 0, st>>>(gp, xp, mp, rp, ptr<scalar_t>(dw),
-                                                                                  ptr<scalar_t>(db), rows, C);
-      CUDA_CHECK_LAUNCH();
-    });
-  }
-  const DType wd = weight.defined() ? weight.dtype() : x.dtype();
-  return {ops::to(dx, x.dtype()), ops::to(dw, wd), ops::to(db, wd)};
+  return norm_backward("layer_norm_backward", /*rms=*/false, grad, x, weight, mean, rstd);
 }
 
 ops::RMSNormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  Tensor xc = rows_of("rms_norm", x);
-  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
-  const DType cd = xc.dtype();
-  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
-  Tensor y = empty(xc.shape(), cd, x.device()), rstd = empty({rows}, cd, x.device());
-  if (rows > 0) {
-    DeviceGuard guard(x.device());
-    LaunchConfig c = launch_config(rows);
-    cudaStream_t st = stream(x.device());
-    LOOM_DISPATCH_COMPUTE(cd, "rms_norm", {
-      rmsnorm_kernel<<<c.blocks, c.threads, 0, st>>>(ptr<scalar_t>(xc), w.defined() ? ptr<scalar_t>(w) : nullptr,
-                                                     ptr<scalar_t>(y), ptr<scalar_t>(rstd), rows, C, scalar_t(eps));
-    });
-    CUDA_CHECK_LAUNCH();
-  }
-  return {ops::to(y, x.dtype()), rstd};
+  ops::LayerNormResult r = norm("rms_norm", /*rms=*/true, x, weight, Tensor(), eps);
+  return {r.y, r.rstd};
 }
 
 ops::RMSNormGrads rms_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
-  Tensor gc = rows_of("rms_norm_backward", grad), xc = rows_of("rms_norm_backward", x);
-  const DType cd = xc.dtype();
-  const int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
-  Tensor w = weight.defined() ? ops::contiguous(ops::to(weight, cd)) : Tensor();
-  Tensor dx = empty(xc.shape(), cd, x.device()), dw = zeros({C}, cd, x.device());
-  if (rows > 0) {
-    DeviceGuard guard(x.device());
-    cudaStream_t st = stream(x.device());
-    LaunchConfig by_row = launch_config(rows), by_column = launch_config(C);
-    LOOM_DISPATCH_COMPUTE(cd, "rms_norm_backward", {
-      const scalar_t *gp = ptr<scalar_t>(gc), *xp = ptr<scalar_t>(xc), *rp = ptr<scalar_t>(rstd);
-      rmsnorm_backward_kernel<<<by_row.blocks, by_row.threads, 0, st>>>(
-          gp, xp, w.defined() ? ptr<scalar_t>(w) : nullptr, rp, ptr<scalar_t>(dx), rows, C);
-      CUDA_CHECK_LAUNCH();
-      rmsnorm_weight_grad_kernel<<<by_column.blocks, by_column.threads, 0, st>>>(gp, xp, rp, ptr<scalar_t>(dw), rows,
-                                                                                C);
-      CUDA_CHECK_LAUNCH();
-    });
-  }
-  const DType wd = weight.defined() ? weight.dtype() : x.dtype();
-  return {ops::to(dx, x.dtype()), ops::to(dw, wd)};
+  ops::LayerNormGrads g = norm_backward("rms_norm_backward", /*rms=*/true, grad, x, weight, Tensor(), rstd);
+  return {g.dx, g.dweight};
 }
 
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {

@@ -151,8 +151,7 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
     LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
     ForwardBackwardResult r = schedule(stage, p2p, mbs, loss_fn, dp.get());
     shared.all_reduce_grads(bucket);
-    run.norms.push_back(optim::clip_grad_norm_model_parallel(stage.parameters(), kMaxNorm, pgm.model_parallel_group(),
-                                                      not_counted));
+    run.norms.push_back(optim::clip_grad_norm(stage.parameters(), kMaxNorm, &pgm.model_parallel_group(), not_counted));
     opt.step();
     if (dp) dp->zero_grad();
     else opt.zero_grad();
@@ -348,7 +347,7 @@ TEST(Pipeline, ModelParallelGradNormCountsATiedCopyOnce) {
   for (int k = 1; k <= n; ++k) sq += 4.0 * k * k;
   const double want = std::sqrt(sq);
   // max_norm half the norm: every gradient, the uncounted copy too, is scaled by max_norm / (norm + 1e-6).
-  const double norm = optim::clip_grad_norm_model_parallel(params, want / 2, world, not_counted);
+  const double norm = optim::clip_grad_norm(params, want / 2, &world, not_counted);
   EXPECT_NEAR(norm, want, 1e-12 * want);
   const double coef = (want / 2) / (want + 1e-6);
   EXPECT_NEAR(autograd::grad(own).to_vector<double>()[0], (r + 1) * coef, 1e-6);

@@ -138,6 +138,6 @@ TEST(ZigZag, PositionsOfEachRank) {
     zigzag_positions(12, 4, 0);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("T = 12 is not divisible by 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--block 12 is not divisible by 8"), std::string::npos) << e.what();
   }
 }

@@ -1,0 +1,56 @@
+// The parts of activation_memory.cpp's count, one function each: the sizes
+// every part reads (Sizes), and the backward's peak above what is kept at
+// each of the moments (A) to (F) of activation_memory.h (Moments), with the
+// .grad tensors alive at each. predict_activations takes the largest.
+#pragma once
+
+#include "optim/activation_memory.h"
+
+namespace loom::optim {
+
+// The sizes every moment below reads: the case's numbers as doubles, and the
+// bytes of the tensors the moments count.
+struct Sizes {
+  double b, s, h, a, t, V, e;
+  bool native;      // bf16 GEMMs without fp32 copies
+  double F;         // the MLP's width
+  double N;         // tokens per micro-batch
+  double Ns;        // of them in this rank's replicated regions
+  double unit;      // one [b, s, h] tensor
+  double local;     // one replicated [b, s, h] (sharded under SP)
+  double stats;     // a norm's rows' 1/rms, or mean and 1/std, fp32
+  double mlp_kept;  // per token: gate, silu, up, product; or fc, gelu
+  double gathers;   // ln_2's output as the MLP keeps it (units)
+  double block_kept = 0;   // every activation of one block
+  double scores_kept = 0;  // the softmax one block keeps
+  double logits = 0;       // the fp32 logits the loss keeps [N, V'/t]
+  double head = 0;         // what the head keeps (0 on a stage without it)
+  double wte_grad = 0;     // the head's wte gradient, waiting for the embedding's
+
+  explicit Sizes(const ActivationCase& c)
+      : b(double(c.micro_batch)), s(double(c.seq)), h(double(c.width)), a(double(c.heads)), t(double(c.tp)),
+        V(double(c.vocab)), e(double(c.element_bytes)), native(c.native_bf16_gemm && c.element_bytes == 2),
+        F(c.mlp_hidden > 0 ? double(c.mlp_hidden) : 4 * h), N(b * s), Ns(c.sequence_parallel ? N / t : N),
+        unit(N * h * e), local(Ns * h * e), stats(c.rmsnorm ? Ns * 4 : 2 * Ns * 4),
+        mlp_kept(c.swiglu ? 4 * F : 2 * F), gathers(c.sequence_parallel && c.swiglu ? 2 : 1) {}
+};
+
+// The backward's peak above what is kept, at each of the moments (A) to (F)
+// of the header: the largest counts.
+struct Moments {
+  double head = 0, ln_f = 0, block = 0, gate = 0, attention = 0, ln_2 = 0, rerun_collective = 0;
+};
+
+// Each moment's bytes above what is kept (Sizes::block_kept and the head's
+// tensors set by the count of what is kept, activation_memory.cpp).
+Moments backward_moments(const ActivationCase& c, const Sizes& z);
+// The .grad tensors alive at each moment, without a main_grad buffer.
+Moments grads_at(const ActivationCase& c, const Sizes& z);
+
+// One block's attention: the k and v width, whether repeat_kv copies, and q,
+// k, v's kept elements per token (before / t).
+double kv_width(const ActivationCase& c);
+bool repeat_kv_copies(const ActivationCase& c);
+double attention_qkv_elements(const ActivationCase& c);
+
+}  // namespace loom::optim
