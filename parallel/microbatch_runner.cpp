@@ -69,9 +69,10 @@ void MicroBatchRunner::with_dp_sync(bool sync, const std::function<void()>& fn) 
 
 Tensor MicroBatchRunner::backward(int mb, const Tensor& output_grad, bool sync, int chunk) {
   ScheduleRecorder::Op recorded(recorder_, 'B', mb, chunk);
-  const auto [input, output] = take_in_flight(mb, output_grad, chunk);
+  // (input, output), not a structured binding: clang 14 (CI's) cannot capture one in the lambda below.
+  const std::pair<Tensor, Tensor> in_flight = take_in_flight(mb, output_grad, chunk);
   Tensor input_grad;
-  with_dp_sync(sync, [&] { input_grad = model_.backward(input, output, output_grad, chunk); });
+  with_dp_sync(sync, [&] { input_grad = model_.backward(in_flight.first, in_flight.second, output_grad, chunk); });
   return input_grad;
 }
 

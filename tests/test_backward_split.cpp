@@ -138,8 +138,9 @@ TEST_P(BackwardSplitGPT, GradientsAreTheOrdinaryBackwardsBitForBit) {
     // input gradients; `fired` gets the params' names as their accumulator hooks fire.
     auto run = [&](parallel::ModelChunks& stage, bool split, std::vector<std::string>& fired) {
       std::vector<RemovableHandle> hooks;
-      for (auto& [name, p] : stage.named_parameters())
-        hooks.push_back(grad_accumulator(p)->register_hook([&fired, name](Tensor&) { fired.push_back(name); }));
+      for (auto& named : stage.named_parameters())  // not a structured binding: clang 14 cannot capture one
+        hooks.push_back(grad_accumulator(named.second)->register_hook(
+            [&fired, name = named.first](Tensor&) { fired.push_back(name); }));
       std::vector<Tensor> input_grads;
       std::vector<WeightGrads> later(2);
       for (int mb = 0; mb < 2; ++mb) {
