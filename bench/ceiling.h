@@ -4,6 +4,7 @@
 #pragma once
 
 #include <immintrin.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -110,6 +111,26 @@ inline std::vector<double> fma_rates(int threads, int runs) {
 }
 inline std::vector<double> dpbf16_rates(int threads, int runs) {
   return ceiling_rates(dpbf16_loop, kBf16Chains * 4.0 * 16, threads, runs);
+}
+
+// One core's FMA rate in GF/s of this thread's CPU time (not the wall's):
+// what the core does while it runs this thread, whatever else the machine
+// runs - the ceiling beside an op's CPU time (tensor/profile.h). Best of `runs`.
+inline double fma_rate_cpu_time(int runs = 3) {
+  auto cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  };
+  const int64_t iters = 15'000'000;
+  volatile float sink = fma_loop(iters / 10);  // brings the core to its vector clock
+  double best = 0;
+  for (int r = 0; r < runs; ++r) {
+    const double t0 = cpu();
+    sink = sink + fma_loop(iters);
+    best = std::max(best, double(iters) * kChains * 2.0 * kLanes / (cpu() - t0) / 1e9);
+  }
+  return best;
 }
 
 // GB/s of a copy of 256 MiB (read + write counted), `threads` threads each

@@ -31,6 +31,9 @@
 // machine's FMA ceiling and copy bandwidth (bench/ceiling.h, measured first),
 // then summed by kind (GEMM, attention, norms, softmax and cross-entropy,
 // elementwise, AdamW, copies, allocation, and the rest: autograd's own work).
+// At --threads 1 the rates are of each op's CPU time, beside one core's FMA
+// rate in CPU time: numbers that hold on a busy machine (a build running
+// beside the benchmark), where wall times would count the waits for a core.
 //
 // Usage: bench_gpt_step [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S]
 //                       [--dtype fp32|bf16] [--device cpu|cuda[:N]] [--tf32] [--profile]
@@ -82,34 +85,44 @@ const char* kind_of(const std::string& name) {
 // Runs `steps` more steps with the op profile on and prints it (see the top).
 template <class Step>
 void print_op_profile(Step& step, int steps, double median_ms, int threads) {
+  const bool cpu_time = threads == 1;  // the rates of CPU time (see the top)
   const std::vector<double> fma = bench::fma_rates(threads, 3);
-  const double ceiling = *std::max_element(fma.begin(), fma.end()), bandwidth = bench::copy_bandwidth_gbs(threads);
+  const double ceiling = cpu_time ? bench::fma_rate_cpu_time() : *std::max_element(fma.begin(), fma.end());
+  const double bandwidth = bench::copy_bandwidth_gbs(threads);
   profile::start();
   auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = profile::thread_cpu_seconds();
   for (int i = 0; i < steps; ++i) step();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  const double cpu_ms = (profile::thread_cpu_seconds() - cpu0) * 1e3 / steps;
+  const double step_ms = cpu_time ? cpu_ms : wall_ms;  // what the shares and the rest are of
   std::map<std::string, profile::Entry> ops = profile::stop();
   std::vector<std::pair<std::string, profile::Entry>> rows(ops.begin(), ops.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::printf("op profile: %d steps, %.2f ms a step profiled (%.2f timed above); %s FMA ceiling %.1f GF/s and copy "
-              "bandwidth %.1f GB/s on %d thread(s)\n", steps, wall_ms, median_ms, bench::kIsa, ceiling, bandwidth,
-              threads);
-  std::printf("%-34s %6s %9s %7s %8s %6s %7s %6s\n", "op (exclusive time)", "calls", "ms/step", "% step", "GF/s",
-              "% FMA", "GB/s", "% bw");
+  std::printf("op profile: %d steps; a step profiled %.2f ms wall, %.2f ms CPU (%.2f timed above); %s FMA ceiling "
+              "%.1f GF/s%s, copy bandwidth %.1f GB/s, on %d thread(s)\n", steps, wall_ms, cpu_ms, median_ms,
+              bench::kIsa, ceiling, cpu_time ? " of CPU time" : "", bandwidth, threads);
+  std::printf("shares and rates of %s time\n", cpu_time ? "the thread's CPU" : "wall");
+  std::printf("%-34s %6s %9s %9s %7s %8s %6s %7s %6s\n", "op (exclusive time)", "calls", "wall ms", "CPU ms", "% step",
+              "GF/s", "% FMA", "GB/s", "% bw");
   std::map<std::string, double> by_kind;
   double in_ops = 0;
+  if (cpu_time)
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.cpu_seconds > b.second.cpu_seconds; });
   for (const auto& [name, e] : rows) {
-    const double ms = e.seconds * 1e3 / steps;
+    const double s = cpu_time ? e.cpu_seconds : e.seconds, ms = s * 1e3 / steps;
     in_ops += ms;
     by_kind[kind_of(name)] += ms;
-    if (ms < 0.005 * wall_ms) continue;  // below half a percent: only in the kinds' sums
-    const double gfs = e.flops / e.seconds / 1e9, gbs = e.bytes / e.seconds / 1e9;
-    std::printf("%-34s %6lld %9.3f %6.1f%% %8.1f %5.0f%% %7.1f %5.0f%%\n", name.c_str(), (long long)(e.calls / steps),
-                ms, 100 * ms / wall_ms, gfs, 100 * gfs / ceiling, gbs, 100 * gbs / bandwidth);
+    if (ms < 0.005 * step_ms) continue;  // below half a percent: only in the kinds' sums
+    const double gfs = e.flops / s / 1e9, gbs = e.bytes / s / 1e9;
+    std::printf("%-34s %6lld %9.3f %9.3f %6.1f%% %8.1f %5.0f%% %7.1f %5.0f%%\n", name.c_str(),
+                (long long)(e.calls / steps), e.seconds * 1e3 / steps, e.cpu_seconds * 1e3 / steps,
+                100 * ms / step_ms, gfs, 100 * gfs / ceiling, gbs, 100 * gbs / bandwidth);
   }
-  by_kind["rest (autograd, glue)"] = wall_ms - in_ops;
+  by_kind["rest (autograd, glue)"] = step_ms - in_ops;
   std::printf("by kind:");
-  for (const auto& [kind, ms] : by_kind) std::printf("  %s %.2f ms (%.0f%%)", kind.c_str(), ms, 100 * ms / wall_ms);
+  for (const auto& [kind, ms] : by_kind) std::printf("  %s %.2f ms (%.0f%%)", kind.c_str(), ms, 100 * ms / step_ms);
   std::printf("\n");
 }
 

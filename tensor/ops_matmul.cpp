@@ -101,11 +101,6 @@ void batched_gemm(const Tensor& ae, const Tensor& be, Tensor& out, const Shape& 
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  const int64_t pm = a_in.size(-2), pk = a_in.size(-1), pn = b_in.size(-1);
-  const int64_t pb = std::max(a_in.numel() / std::max<int64_t>(1, pm * pk), b_in.numel() / std::max<int64_t>(1, pk * pn));
-  profile::Scope prof([&] { return "matmul " + std::to_string(pb) + " x " + profile::shape(pm, pk, pn); },
-                      2.0 * double(pb * pm * pk * pn),
-                      double(pb * (pm * pk + pk * pn + pm * pn)) * double(element_size(a_in.dtype())));
   LOOM_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul: ", a_in.shape(), " @ ", b_in.shape(),
              ": both operands need at least 2 dims");
   LOOM_CHECK(a_in.dtype() == b_in.dtype(), "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": dtypes differ (",
@@ -115,6 +110,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   int64_t M = a_in.size(-2), K = a_in.size(-1), K2 = b_in.size(-2), N = b_in.size(-1);
   LOOM_CHECK(K == K2, "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": inner dimensions ", K, " and ", K2,
              " differ");
+  const int64_t pb = std::max(a_in.numel() / std::max<int64_t>(1, M * K), b_in.numel() / std::max<int64_t>(1, K * N));
+  profile::Scope prof([&] { return "matmul " + std::to_string(pb) + " x " + profile::shape(M, K, N); },
+                      2.0 * double(pb * M * K * N),
+                      double(pb * (M * K + K * N + M * N)) * double(element_size(a_in.dtype())));
   const DType out_dtype = a_in.dtype();
   const DType compute = out_dtype == kFloat64 ? kFloat64 : kFloat32;
   LOOM_CHECK(is_floating(out_dtype), "matmul: dtype ", dtype_name(out_dtype), " is not supported");

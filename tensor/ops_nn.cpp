@@ -202,7 +202,9 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& idx) {
-  profile::Scope prof("embedding fwd", 0, 2.0 * double(idx.numel() * weight.size(-1)) * double(element_size(weight.dtype())));
+  const double weight_row_bytes = double(weight.numel() / std::max<int64_t>(1, weight.dim() ? weight.size(0) : 1)) *
+                                  double(element_size(weight.dtype()));
+  profile::Scope prof("embedding fwd", 0, 2.0 * double(idx.numel()) * weight_row_bytes);  // rows read, then written
   check_indices("embedding", idx);
   LOOM_CHECK(weight.dim() == 2, "embedding: weight must be [V, C], got ", weight.shape());
   if (weight.device().is_cuda() || idx.device().is_cuda()) return cuda::embedding(weight, idx);

@@ -8,7 +8,10 @@
 // GEMMs are told apart by shape. Off by default: a closed scope costs one
 // load of a flag. Only the thread that called start() records (the math
 // threads run inside an op's scope; a communication thread's ops are not a
-// step's compute).
+// step's compute). Beside the wall time, the recording thread's CPU time:
+// on a busy machine (a build beside the benchmark) the wall time includes the
+// moments the thread waited for a core, the CPU time does not, so at one
+// math thread the CPU time is what the op costs on an idle machine.
 //
 //   profile::start();
 //   ... steps ...
@@ -23,7 +26,8 @@
 namespace loom::profile {
 
 struct Entry {
-  double seconds = 0;  // exclusive wall time
+  double seconds = 0;      // exclusive wall time
+  double cpu_seconds = 0;  // exclusive CPU time of the recording thread
   int64_t calls = 0;
   double flops = 0;  // floating-point operations (a multiply-add is 2)
   double bytes = 0;  // bytes read and written, counted once each
@@ -57,9 +61,13 @@ class Scope {
   std::string name_;
   double flops_ = 0, bytes_ = 0;
   std::chrono::steady_clock::time_point begin_;
-  double children_ = 0;  // seconds spent in scopes opened inside this one
+  double begin_cpu_ = 0;
+  double children_ = 0, children_cpu_ = 0;  // seconds spent in scopes opened inside this one
   Scope* parent_ = nullptr;
 };
+
+// This thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_seconds();
 
 // "1024x384x1152": an M x K x N product's name suffix.
 std::string shape(int64_t m, int64_t k, int64_t n);

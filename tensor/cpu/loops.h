@@ -98,6 +98,22 @@ void strided_loop(Shape shape, std::array<Shape, K> strides, std::array<char*, K
   else rows(0, outer);
 }
 
+// The contiguous inner loops, each a function of its own. Inlined into the
+// op, the loop's copy on the calling thread (one math thread, or a small
+// tensor) sat in a large function - the op's dtype switch around several
+// loops - where GCC 12 left some of them scalar while vectorising the same
+// loop in OpenMP's outlined copy: GELU ran 2.8 ms for a [1024, 512] tensor at
+// one thread against 0.26 ms (bench_gpt_step --profile: 16% of the small
+// step). Alone in a small function, every copy vectorises.
+template <class O, class A, class F>
+[[gnu::noinline]] void unary_contiguous(O* o, const A* x, int64_t n, const F& f) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+}
+template <class O, class A, class B, class F>
+[[gnu::noinline]] void binary_contiguous(O* o, const A* x, const B* y, int64_t n, const F& f) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+}
+
 // out = f(a) elementwise, out and a of types O and A, f on compute values.
 template <class O, class A, class F>
 void unary_loop(const Tensor& out, const Tensor& a, F f) {
@@ -105,7 +121,7 @@ void unary_loop(const Tensor& out, const Tensor& a, F f) {
     O* o = reinterpret_cast<O*>(p[0]);
     const A* x = reinterpret_cast<const A*>(p[1]);
     if (s[0] == 1 && s[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+      unary_contiguous(o, x, n, f);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]]);
     }
@@ -129,7 +145,7 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
     const A* x = reinterpret_cast<const A*>(p[1]);
     const B* y = reinterpret_cast<const B*>(p[2]);
     if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+      binary_contiguous(o, x, y, n, f);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
     }
