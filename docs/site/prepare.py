@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 PATH_RE = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+)`")
-CHAPTER_LINK_RE = re.compile(r"\]\(((?:\d\d-[\w-]+|teaching|README)\.md)(#[^)]*)?\)")
+CHAPTER_LINK_RE = re.compile(r"\]\(((?:\d\d-[\w-]+|teaching|README|site/planner)\.md)(#[^)]*)?\)")
 # (chapter, a command of its ```sh check block that draws the picture, how to draw it here, caption)
 PICTURES = {
     "04-pipeline-parallel.md": [
