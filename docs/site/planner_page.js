@@ -14,8 +14,10 @@ const MODELS = {
 };
 // loom_plan's datasheet machines (plan/machine.cpp; cpu is measured, so not here).
 const MACHINES = {"H100 80GB": "h100", "A100 80GB": "a100"};
+// Memory by kind (plan/memory_model.h's RankMemory); "gathered" is ZeRO-3's
+// buffer of gathered units, the one buffer the planner counts.
 const KINDS = [["params", "#4c78a8"], ["grads", "#72b7b2"], ["optimizer", "#f58518"],
-               ["activations", "#54a24b"], ["gathered", "#b279a2"]];  // gathered: ZeRO-3's buffer
+               ["activations", "#54a24b"], ["gathered", "#b279a2"]];
 
 const form = document.getElementById("planner");
 const $ = id => document.getElementById(id);

@@ -1,4 +1,4 @@
-// loom_plan in the browser (docs/site/planner.html): the same program, not a
+// loom_plan in the browser (docs/site/planner.md): the same program, not a
 // copy. plan/loom_plan.cpp is compiled unchanged to WebAssembly with its main
 // renamed loom_plan_main (plan/CMakeLists.txt), so the page's choices go in as
 // the flags a shell would pass, and are parsed, checked and refused by the

@@ -46,9 +46,8 @@ std::string schedule_picture(const Grid& g, const Batch& b, const StepPlan& s) {
     }
   }
   const std::vector<parallel::StageEvents> placed = parallel::without_transfers(stages);
-  char title[160], bubble[240];
-  std::snprintf(title, sizeof title, "%s, pp %d%s, m %d: the plan's schedule (each box as long as the plan's "
-                "micro-batch on that stage)", g.virtual_stages > 1 ? "interleaved 1f1b" : g.schedule.c_str(), g.pp,
+  char title[80], bubble[240];
+  std::snprintf(title, sizeof title, "%s, pp %d%s, m %d, as planned", g.virtual_stages > 1 ? "interleaved 1f1b" : g.schedule.c_str(), g.pp,
                 g.virtual_stages > 1 ? (", v " + std::to_string(g.virtual_stages)).c_str() : "", m);
   std::snprintf(bubble, sizeof bubble, "bubble: %.3f of this drawing idle (the stages as planned, transfers in "
                 "their boxes); the planner's formula: %.3f", parallel::measured_bubble_fraction(placed),

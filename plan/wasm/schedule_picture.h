@@ -4,7 +4,7 @@
 // stage runs its forwards and backwards in its schedule's order, each as long
 // as the plan says (StagePlan::micro_batch_s, split as forward : backward),
 // and each starts when its stage is free and its input is ready
-// (without_transfers, schedule_diagram.h). For the page, docs/site/planner.html.
+// (without_transfers, schedule_diagram.h). For the page, docs/site/planner.md.
 #pragma once
 
 #include <string>
