@@ -108,7 +108,7 @@ if (typeof loomPlanner === "undefined") {  // a site built without Emscripten (d
   $("refused").textContent = "This site was built without the WebAssembly planner (apt-get install emscripten, rebuild).";
 } else {
   loadPlanner(loomPlanner).then(run => {
-    form.addEventListener("change", () => update(run));
+    for (const event of ["input", "change"]) form.addEventListener(event, () => update(run));  // as one types, and on leaving
     update(run);
     document.body.dataset.ready = "1";  // for the browser test (tests/planner_wasm/browser.js)
   });

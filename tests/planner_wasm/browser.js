@@ -40,7 +40,7 @@ const CASES = [
 // written to its fd 3 and read from its fd 4.
 function devtools(chromium, profile) {
   const proc = spawn(chromium, ["--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
-                                "--allow-file-access-from-files", `--user-data-dir=${profile}`, "about:blank"],
+                                `--user-data-dir=${profile}`, "about:blank"],  // no flag that eases file:// pages
                      {stdio: ["ignore", "ignore", "ignore", "pipe", "pipe"]});
   let next = 1, buffer = Buffer.alloc(0);
   const waiting = new Map(), listeners = [];
