@@ -92,7 +92,8 @@ function update(run) {
   if (r.exit !== 0) return;
   drawMemory(r.plan);
   drawStep(r.plan);
-  $("schedule").innerHTML = r.plan.schedule_svg || "<p>pp 1: no pipeline, nothing to schedule.</p>";
+  $("schedule").innerHTML = r.plan.schedule_svg ||
+    (r.plan.stages.length > 1 ? "<p>No drawing of this schedule yet.</p>" : "<p>pp 1: no pipeline, nothing to schedule.</p>");
   const svg = $("schedule").querySelector("svg");  // drawn 1000 wide: fit it to the column
   if (svg) svg.setAttribute("viewBox", `0 0 ${svg.getAttribute("width")} ${svg.getAttribute("height")}`),
            svg.setAttribute("width", "100%"), svg.removeAttribute("height");

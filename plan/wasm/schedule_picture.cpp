@@ -15,9 +15,12 @@ using parallel::ScheduledOp;
 // Stage r's order under AFAB and plain 1F1B: the loops of
 // train_step_pipeline_afab / _1f1b (parallel/pipeline_parallel/pipeline_schedule.cpp)
 // written as a list. Interleaved 1F1B and ZB-H1 have theirs as functions.
+// A schedule not drawn here yet: no order (and no picture, which
+// tests/planner_wasm/equals_cli.js reports).
 std::vector<ScheduledOp> order(const Grid& g, int stage, int m) {
   if (g.virtual_stages > 1) return parallel::interleaved_order(g.pp, stage, g.virtual_stages, m);
   if (g.schedule == "zb-h1") return parallel::zb_h1_order(g.pp, stage, m);
+  if (g.schedule != "1f1b" && g.schedule != "afab") return {};
   std::vector<ScheduledOp> ops;
   const int warmup = g.schedule == "afab" ? m : std::min(g.pp - stage - 1, m);
   int f = 0, b = 0;
@@ -39,7 +42,9 @@ std::string schedule_picture(const Grid& g, const Batch& b, const StepPlan& s) {
     // and ring time spread in proportion, as micro_batch_s counts them.
     const double us = 1e6 * sp.micro_batch_s / (sp.compute.forward_s + sp.compute.backward_s) / g.virtual_stages;
     const double fwd = us * sp.compute.forward_s, bwd = us * sp.compute.backward_s;
-    for (const ScheduledOp& op : order(g, st, m)) {
+    const std::vector<ScheduledOp> ops = order(g, st, m);
+    if (ops.empty()) return "";
+    for (const ScheduledOp& op : ops) {
       // ZB-H1 splits each backward into B (input gradient) and W (weights'), equal halves (step_time.cpp).
       const double len = op.kind == 'F' ? fwd : g.schedule == "zb-h1" ? bwd / 2 : bwd;
       stages[size_t(st)].push_back({op.kind, op.mb, 0, len, op.chunk});

@@ -13,7 +13,8 @@
 
 namespace loom::plan {
 
-// The SVG, or "" when there is nothing to draw (pp 1: no pipeline).
+// The SVG, or "" when there is nothing to draw (pp 1: no pipeline) or a
+// schedule it does not know the order of.
 std::string schedule_picture(const Grid& g, const Batch& b, const StepPlan& s);
 
 }  // namespace loom::plan
