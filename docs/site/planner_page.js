@@ -111,6 +111,7 @@ if (typeof loomPlanner === "undefined") {  // a site built without Emscripten (d
   loadPlanner(loomPlanner).then(run => {
     for (const event of ["input", "change"]) form.addEventListener(event, () => update(run));  // as one types, and on leaving
     update(run);
-    document.body.dataset.ready = "1";  // for the browser test (tests/planner_wasm/browser.js)
+    window.loomPlan = run;  // for the console, and the browser test (tests/planner_wasm/browser.js)
+    document.body.dataset.ready = "1";
   });
 }

@@ -1,7 +1,10 @@
 // The planner page in a real browser (CTest planner_wasm_browser).
 //
-//   node tests/planner_wasm/browser.js CHROMIUM SITE/planner.html LOOM_PLAN OUT_DIR
+//   node tests/planner_wasm/browser.js CHROMIUM SITE/planner.html LOOM_PLAN OUT_DIR [CONFIGS]
 //
+// With CONFIGS (configs.txt), first every flag set in it runs through the
+// page's WebAssembly (window.loomPlan) in the browser: exit code, stdout and
+// stderr byte for byte the CLI's, as equals_cli.js checks under Node.
 // Headless Chromium opens the built site from disk (file://, nothing served),
 // and for each case below sets the form as a reader would, then reads the page:
 // the command it shows is run through build/plan/loom_plan, and the page's
@@ -107,7 +110,7 @@ function compare(cli, page) {
 }
 
 async function main() {
-  const [chromium, html, loomPlan, out] = process.argv.slice(2);
+  const [chromium, html, loomPlan, out, configFile] = process.argv.slice(2);
   fs.mkdirSync(out, {recursive: true});
   const profile = fs.mkdtempSync(path.join(os.tmpdir(), "loom-chromium-"));
   const cdp = devtools(chromium, profile), errors = [];
@@ -130,6 +133,14 @@ async function main() {
     await new Promise(r => setTimeout(r, 100));
   }
   let failed = 0;
+  const configs = configFile ? fs.readFileSync(configFile, "utf8").split("\n").filter(l => l.trim() && !l.startsWith("#")) : [];
+  for (const line of configs) {
+    const args = line.trim().split(/\s+/), cli = spawnSync(loomPlan, args, {encoding: "utf8"});
+    const web = await evaluate(`(() => { const r = window.loomPlan(${JSON.stringify(args)}); return {exit: r.exit, stdout: r.stdout, stderr: r.stderr}; })()`);
+    if (web.exit !== cli.status || web.stdout !== cli.stdout || web.stderr !== cli.stderr)
+      failed++, console.log(`FAIL in the browser: loom_plan ${line}: exit ${cli.status} / ${web.exit}\n${cli.stderr}${web.stderr}`);
+  }
+  console.log(`${configs.length} flag sets through the page's WebAssembly: ${failed} differ from the CLI`);
   for (const [i, {refused, set: fields}] of CASES.entries()) {
     await evaluate(`(() => { const f = document.getElementById("planner").elements, set = ${JSON.stringify(fields)};
       for (const k in set) f[k].type === "checkbox" ? f[k].checked = set[k] : f[k].value = String(set[k]);
