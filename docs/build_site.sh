@@ -6,7 +6,9 @@
 # links to a page of that file's source; the pictures the chapters' commands
 # draw (chapter 4's --schedule-svg, chapter 17's sweep) are drawn again with
 # this build (build/examples/train_gpt, build/plan/loom_plan, when built) and
-# inlined. Pandoc (Debian's: apt-get install pandoc) turns Markdown into HTML
+# inlined; planner.html runs loom_plan itself, compiled to WebAssembly
+# (build/plan/wasm/planner_wasm.js, when Emscripten built it). Pandoc
+# (Debian's: apt-get install pandoc) turns Markdown into HTML
 # with docs/site/template.html; no script, font or style is fetched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,14 @@ b=${LOOM_BUILD:-build}
 if [ -x "$b/examples/train_gpt" ] && [ -x "$b/plan/loom_plan" ]; then build=("$b")
 else echo "build_site.sh: no $b/examples/train_gpt and $b/plan/loom_plan: the pages go without their pictures" >&2; fi
 /usr/bin/python3 docs/site/prepare.py . "$site" "${build[@]}"
-cp docs/site/style.css "$site/"
+cp docs/site/style.css docs/site/loom_plan.js docs/site/planner_page.js "$site/"
+# The planner page's loom_plan, compiled to WebAssembly by this build when it
+# found Emscripten (plan/CMakeLists.txt); without it the page says so.
+if [ -f "$b/plan/wasm/planner_wasm.js" ]; then cp "$b/plan/wasm/planner_wasm.js" "$site/"
+else
+  echo "build_site.sh: no $b/plan/wasm/planner_wasm.js (apt-get install emscripten, rebuild): the planner page says so" >&2
+  echo "// This site was built without the WebAssembly planner: planner_page.js says so on the page." > "$site/planner_wasm.js"
+fi
 
 mapfile -t pages < "$site/pages.txt"
 sidebar="<ol>"

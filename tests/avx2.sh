@@ -30,7 +30,7 @@ launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # One CUDA architecture: the normal build's (nvcc compiles those files, with its own host compiler).
 CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-  -DLOOM_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_WERROR=ON \
+  -DLOOM_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_WERROR=ON -DLOOM_WASM=OFF \
   "${launcher[@]}" > /dev/null
 cmake --build build-clang -j2
 echo "avx2: clang build clean at -march=x86-64-v3 (warnings are errors)"

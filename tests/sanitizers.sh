@@ -37,7 +37,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 # the CUDA sources are compiled by the normal build, and the CUDA runtime does
 # not start under ASan's shadow memory anyway.
 # The hf tests reuse the normal build's venv (tests/hf/setup_venv.sh: installed once).
-common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_BUILD_BENCH=OFF -DLOOM_CUDA=OFF -DLOOM_HF_VENV="$PWD/build/hf-venv" "${launcher[@]}")
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_BUILD_BENCH=OFF -DLOOM_CUDA=OFF -DLOOM_WASM=OFF -DLOOM_HF_VENV="$PWD/build/hf-venv" "${launcher[@]}")
 supp="$PWD/tests/lsan.supp"
 
 timed() {  # timed NAME CMD...: runs CMD, then prints "[sanitizers] NAME: N s"

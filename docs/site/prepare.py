@@ -4,7 +4,7 @@
   /usr/bin/python3 docs/site/prepare.py REPO SITE [TRAIN_GPT_BUILD]
 
 For each page, in reading order (docs/README.md as index.html, the chapters,
-teaching.md): chapter links (NN-name.md) become NN-name.html; every backticked
+teaching.md, and docs/site/planner.md, the planner live): chapter links (NN-name.md) become NN-name.html; every backticked
 repo path (`parallel/data_parallel/bucket.h`) becomes a link to a page of that file's source
 (SITE/src/PATH.html, written here, escaped, with line numbers), so the site
 needs nothing but itself; the pictures a chapter's command draws (a schedule
@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 PATH_RE = re.compile(r"`([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+)`")
-CHAPTER_LINK_RE = re.compile(r"\]\(((?:\d\d-[\w-]+|teaching|README)\.md)(#[^)]*)?\)")
+CHAPTER_LINK_RE = re.compile(r"\]\(((?:\d\d-[\w-]+|teaching|README|site/planner)\.md)(#[^)]*)?\)")
 # (chapter, a command of its ```sh check block that draws the picture, how to draw it here, caption)
 PICTURES = {
     "04-pipeline-parallel.md": [
@@ -44,11 +44,11 @@ PICTURES = {
 def pages(repo):
     docs = os.path.join(repo, "docs")
     chapters = sorted(f for f in os.listdir(docs) if re.match(r"\d\d-.*\.md$", f))
-    return ["README.md"] + chapters + ["teaching.md"]
+    return ["README.md"] + chapters + ["teaching.md", "site/planner.md"]  # planner.md: loom_plan live, in WebAssembly
 
 
 def html_name(md):
-    return "index.html" if md == "README.md" else md[:-3] + ".html"
+    return "index.html" if md == "README.md" else os.path.basename(md)[:-3] + ".html"
 
 
 def title(text):
@@ -148,9 +148,9 @@ def main():
     for md in pages(repo):
         with open(os.path.join(repo, "docs", md)) as f:
             text = f.read()
-        with open(os.path.join(site, "md", md), "w") as f:
+        with open(os.path.join(site, "md", os.path.basename(md)), "w") as f:
             f.write(prepare(repo, site, build, md, text))
-        listing.append(f"{md} {html_name(md)} {title(text)}")
+        listing.append(f"{os.path.basename(md)} {html_name(md)} {title(text)}")
     with open(os.path.join(site, "pages.txt"), "w") as f:
         f.write("\n".join(listing) + "\n")
 

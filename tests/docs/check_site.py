@@ -4,7 +4,8 @@
   /usr/bin/python3 tests/docs/check_site.py REPO SITE [--pictures N]
 
   pages     every page of the course has its HTML: docs/README.md as index.html,
-            each docs/NN-*.md and docs/teaching.md as NN-*.html, teaching.html
+            each docs/NN-*.md and docs/teaching.md as NN-*.html, teaching.html,
+            and docs/site/planner.md (the planner, live) as planner.html
   order     each chapter page links the one before and the one after it (the pager)
   links     every local href and src of every HTML file of the site (the source
             pages too) names a file of the site (#fragments dropped)
@@ -36,7 +37,7 @@ def main():
     repo, site = (os.path.abspath(a) for a in args)
     problems = []
     chapters = sorted(f for f in os.listdir(os.path.join(repo, "docs")) if re.match(r"\d\d-.*\.md$", f))
-    order = ["index.html"] + [c[:-3] + ".html" for c in chapters] + ["teaching.html"]
+    order = ["index.html"] + [c[:-3] + ".html" for c in chapters] + ["teaching.html", "planner.html"]
     for page in order:
         if not os.path.isfile(os.path.join(site, page)):
             problems.append(f"{page}: missing")
