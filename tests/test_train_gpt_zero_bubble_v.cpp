@@ -54,8 +54,12 @@ TEST(TrainGptZeroBubbleV, ZBVThreeAndFourStagesMatchOneProcess) {
 }
 
 // dp 2: the hooks fire in W; the buckets launch in the rank's last W. ZeRO-2
-// reduce-scatters each micro-batch's buckets in its W's.
+// reduce-scatters each micro-batch's buckets in its W's. Naive dp all-reduces
+// in each chunk's W of the last micro-batch: the run that shows a sync given to
+// the wrong op (bucketed dp launches what no hook launched when it finishes).
 TEST(TrainGptZeroBubbleV, ZBVWithDataParallelZeRO2AndTensorParallelMatchOneProcess) {
+  expect_same_run(train("zbv_dp2_naive", 4, str("--dp 2 --pp 2 --dp-mode naive --microbatches 2 --batch 4", kV, "zb-v")),
+                  one_process("2", false), "--dp 2 --pp 2 --dp-mode naive zb-v");
   expect_same_run(v_and_1f1b("dp2_pp2_zero2", 4, "--dp 2 --pp 2 --microbatches 2 --batch 4 --zero 2", "zb-v"),
                   one_process("2", true), "--dp 2 --pp 2 --zero 2 zb-v");
   expect_same_run(train("zbv_tp2_pp2", 4, str("--tp 2 --pp 2 --microbatches 4 --batch 4", kV, "zb-v")),
@@ -78,6 +82,9 @@ TEST(TrainGptZeroBubbleV, DualPipeVMatchesOneProcessAndIsBitIdenticalTo1F1BUntie
 }
 
 TEST(TrainGptZeroBubbleV, DualPipeVWithDataParallelTensorParallelAndZeRO) {
+  expect_same_run(
+      train("dpv_dp2_naive", 4, str("--dp 2 --pp 2 --dp-mode naive --microbatches 4 --batch 2", kV, "dualpipev")),
+      one_process("2", false), "--dp 2 --pp 2 --dp-mode naive dualpipev");
   expect_same_run(v_and_1f1b("dp2_pp2_zero1", 4, "--dp 2 --pp 2 --microbatches 4 --batch 2 --zero 1", "dualpipev"),
                   one_process("2", true), "--dp 2 --pp 2 --zero 1 dualpipev");
   v_and_1f1b("dp2_pp2_zero2_bf16", 4, "--dp 2 --pp 2 --microbatches 4 --batch 2 --zero 2 --dtype bf16", "dualpipev");
