@@ -66,8 +66,10 @@ CP_PARAM_TOL = 3e-5
 # fp32 params when the global batch is summed in 16 parts or more (dp x micro-batches x accumulation):
 # AdamW lifts the summation order's rounding on near-zero gradients (train_gpt_run.h) as with cp, e.g.
 # --dp 4 --pp 2 --virtual-stages 2 --microbatches 4, Llama with one kv head: losses 3.2e-8, grad norm
-# 1.6e-6, and one weight 1.25e-5 from one process's.
-SPLIT_PARAM_TOL, SPLIT_PARTS = 3e-5, 16
+# 1.6e-6, and one weight 1.25e-5 from one process's. From 8 parts: --dp 4 --pp 2 (m 2) --dp-mode naive
+# --recompute full, Llama with one kv head, untied: one c_proj weight 1.66e-5, under --schedule zb-v and
+# 1f1b alike (their saved weights are the same bytes: it is the split's rounding, not a schedule's).
+SPLIT_PARAM_TOL, SPLIT_PARTS = 3e-5, 8
 # fp32 params under tensor parallelism: a row-parallel layer's product is two
 # partial sums over the split input dimension, all-reduced, and AdamW lifts
 # that order's rounding on near-zero gradients as it does cp's (--tp 2 --pp 4
