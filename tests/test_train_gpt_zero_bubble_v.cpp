@@ -92,11 +92,15 @@ TEST(TrainGptZeroBubbleV, DualPipeVWithDataParallelTensorParallelAndZeRO) {
                   one_process("2", false), "--tp 2 --pp 2 dualpipev");
 }
 
-// --print-schedule: the V's order as it ran, the turn on stage 1.
+// --print-schedule: the V's order as it ran, the turn on stage 1, and the V's bubble beside ZB-H1's and 1F1B's.
 TEST(TrainGptZeroBubbleV, PrintScheduleShowsTheV) {
   Result r = train("zbv_print", 2, str("--pp 2 --microbatches 4 --batch 4 --print-schedule", kV, "zb-v"), false);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("stage 1 | .    F0.0 F0.1 F1.0 F1.1 B0.1 W0.1 F2.0 B0.0 W0.0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("theory with F = B = W on a chunk (p - 1)/(6 m + p - 1) = 1/25 = 0.040 (ZB-H1's: 0.077, "
+                          "1F1B's: 0.200)"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(TrainGptZeroBubbleV, RefusesWhatItDoesNotRun) {
