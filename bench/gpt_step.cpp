@@ -25,8 +25,15 @@
 //            (GPT-2 124M's shape with the char vocabulary: a GPU config; one
 //            CPU step is ~1.2 TFLOP, minutes on a laptop)
 //
+// --profile (issue 47): after the timed steps, as many steps again with every
+// op's exclusive time recorded (tensor/profile.h), printed per op - GEMMs by
+// shape - with its share of the step, its GF/s and GB/s against this
+// machine's FMA ceiling and copy bandwidth (bench/ceiling.h, measured first),
+// then summed by kind (GEMM, attention, norms, softmax and cross-entropy,
+// elementwise, AdamW, copies, allocation, and the rest: autograd's own work).
+//
 // Usage: bench_gpt_step [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S]
-//                       [--dtype fp32|bf16] [--device cpu|cuda[:N]] [--tf32]
+//                       [--dtype fp32|bf16] [--device cpu|cuda[:N]] [--tf32] [--profile]
 // Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
 //   gemm=<onednn|openblas> dtype=<fp32|bf16> bf16_gemm=<bf16|fp32> device=<cpu|cuda:N> peak_mib=<peak>
 //   (gemm: the fp32 GEMM library, LOOM_GEMM=openblas picks OpenBLAS; bf16_gemm:
@@ -37,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,21 +56,75 @@
 #include "nn/loss.h"
 #include "optim/adamw.h"
 #include "optim/mixed_precision_optimizer.h"
+#include "bench/ceiling.h"
 #include "tensor/cuda/cuda.h"
+#include "tensor/profile.h"
 #include "tensor/storage.h"
 
 using namespace loom;
 
+namespace {
+
+// The kind an op's profile name belongs to, for the summary.
+const char* kind_of(const std::string& name) {
+  auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  if (starts("linear") || starts("matmul")) return "GEMM";
+  if (name.find("attention") != std::string::npos) return "attention";
+  if (starts("layer_norm") || starts("rms_norm")) return "norms";
+  if (name.find("softmax") != std::string::npos || starts("cross_entropy")) return "softmax, cross-entropy";
+  if (starts("adamw")) return "AdamW";
+  if (starts("copy") || starts("convert")) return "copies";
+  if (starts("allocate") || starts("free")) return "allocation";
+  if (starts("embedding")) return "embedding";
+  return "elementwise, sums";
+}
+
+// Runs `steps` more steps with the op profile on and prints it (see the top).
+template <class Step>
+void print_op_profile(Step& step, int steps, double median_ms, int threads) {
+  const std::vector<double> fma = bench::fma_rates(threads, 3);
+  const double ceiling = *std::max_element(fma.begin(), fma.end()), bandwidth = bench::copy_bandwidth_gbs(threads);
+  profile::start();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  std::map<std::string, profile::Entry> ops = profile::stop();
+  std::vector<std::pair<std::string, profile::Entry>> rows(ops.begin(), ops.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::printf("op profile: %d steps, %.2f ms a step profiled (%.2f timed above); %s FMA ceiling %.1f GF/s and copy "
+              "bandwidth %.1f GB/s on %d thread(s)\n", steps, wall_ms, median_ms, bench::kIsa, ceiling, bandwidth,
+              threads);
+  std::printf("%-34s %6s %9s %7s %8s %6s %7s %6s\n", "op (exclusive time)", "calls", "ms/step", "% step", "GF/s",
+              "% FMA", "GB/s", "% bw");
+  std::map<std::string, double> by_kind;
+  double in_ops = 0;
+  for (const auto& [name, e] : rows) {
+    const double ms = e.seconds * 1e3 / steps;
+    in_ops += ms;
+    by_kind[kind_of(name)] += ms;
+    if (ms < 0.005 * wall_ms) continue;  // below half a percent: only in the kinds' sums
+    const double gfs = e.flops / e.seconds / 1e9, gbs = e.bytes / e.seconds / 1e9;
+    std::printf("%-34s %6lld %9.3f %6.1f%% %8.1f %5.0f%% %7.1f %5.0f%%\n", name.c_str(), (long long)(e.calls / steps),
+                ms, 100 * ms / wall_ms, gfs, 100 * gfs / ceiling, gbs, 100 * gbs / bandwidth);
+  }
+  by_kind["rest (autograd, glue)"] = wall_ms - in_ops;
+  std::printf("by kind:");
+  for (const auto& [kind, ms] : by_kind) std::printf("  %s %.2f ms (%.0f%%)", kind.c_str(), ms, 100 * ms / wall_ms);
+  std::printf("\n");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string config = "small", dtype_name = "fp32", device_name = "cpu";
   int threads = 1, warmup = 3, steps = 15;
-  bool tf32 = false;
+  bool tf32 = false, profile_ops = false;
   const char* usage =
       "usage: %s [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]"
-      " [--device cpu|cuda[:N]] [--tf32]\n";
+      " [--device cpu|cuda[:N]] [--tf32] [--profile]\n";
   for (int i = 1; i < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tf32")) {
-      tf32 = true;
+    if (!std::strcmp(argv[i], "--tf32") || !std::strcmp(argv[i], "--profile")) {
+      (argv[i][2] == 't' ? tf32 : profile_ops) = true;
       --i;  // a flag: no value to skip
       continue;
     }
@@ -160,5 +222,12 @@ int main(int argc, char** argv) {
       config.c_str(), threads, median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(),
       ops::gemm_library().c_str(), dtype_name.c_str(), ops::bf16_gemm().c_str(), device.str().c_str(),
       double(memory_stats(device).peak_bytes) / (1 << 20));
+  if (profile_ops) {
+    if (!device.is_cpu()) {
+      std::fprintf(stderr, "--profile times CPU ops (a GPU op's time is its launch)\n");
+      return 2;
+    }
+    print_op_profile(step, steps, median, threads);
+  }
   return 0;
 }

@@ -189,4 +189,13 @@ Batch TextDataset::slice(const Batch& b, int64_t begin, int64_t count) {
   return {ops::contiguous(ops::narrow(b.x, 0, begin, count)), ops::contiguous(ops::narrow(b.y, 0, begin, count))};
 }
 
+Batch TextDataset::mask_loss_after(const Batch& b, int64_t eod, int64_t ignore_index) {
+  Tensor x = ops::contiguous(b.x), y = ops::clone(b.y);  // [B, T] int64 both
+  const int64_t* px = x.data<int64_t>();
+  int64_t* py = y.data<int64_t>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (px[i] == eod) py[i] = ignore_index;
+  return {x, y};
+}
+
 }  // namespace loom::data

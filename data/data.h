@@ -72,6 +72,10 @@ class TextDataset {
   // Rows [begin, begin + count) of a batch: a data-parallel rank's or a
   // micro-batch's slice of the global batch.
   static Batch slice(const Batch& b, int64_t begin, int64_t count);
+  // Megatron's --eod-mask-loss: each target that follows an end-of-document
+  // token (x[b, t] == eod) becomes ignore_index, so the model is not taught to
+  // guess the first token of an unrelated next document from the last one.
+  static Batch mask_loss_after(const Batch& b, int64_t eod, int64_t ignore_index = -100);
 
   int64_t block_size() const { return block_; }
   int64_t train_tokens() const { return int64_t(train_.size()); }

@@ -117,7 +117,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   double val = 0;
   if (eval_now) {
     opt_.finish_param_sync();
-    val = evaluate(m_, c_.ds, {a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1)},
+    val = evaluate(m_, c_.ds, {a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1), c_.eod},
                    pgm_.cp_size() > 1 ? &pgm_.cp_group() : nullptr);
   }
   StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,

@@ -15,6 +15,7 @@ struct EvalBatches {
   int64_t batch;    // sequences per batch
   int64_t batches;  // how many
   uint64_t seed;    // of the batches' generator
+  int64_t eod;      // --eod-mask-loss's token (-1: off): its targets' losses left out, as in training
 };
 
 // Every rank of a replica returns the same mean loss. Collective over the

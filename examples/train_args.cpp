@@ -71,6 +71,9 @@ static void add_hf_options(CLI::App& app, Args& a) {
                  "of characters; the vocabulary is its size (--export-hf copies it). Default with --init-from DIR: "
                  "DIR/tokenizer.json, when there is one")
       ->check(CLI::ExistingFile);
+  app.add_option("--eod-mask-loss", a.eod_mask_loss, "TEXT, one token (the end-of-document token: '%' between "
+                 "fortunes, '<|endoftext|>' with a GPT-2 tokenizer): the target after it adds no loss, as Megatron's "
+                 "--eod-mask-loss; the loss is then the mean over the targets kept, summed across ranks");
   app.callback([&a] {  // after every flag is read, whatever their order
     const std::filesystem::path folder_tokenizer = std::filesystem::path(a.init_from) / "tokenizer.json";
     if (a.tokenizer.empty() && !a.init_from.empty() && std::filesystem::is_regular_file(folder_tokenizer))

@@ -68,6 +68,7 @@ struct Args {
   std::string init_from, export_hf;  // --init-from takes the model's shape from DIR/config.json
   double export_hf_shard_mb = 0.0;   // > 0: --export-hf writes shards of at most this many MiB
   std::string tokenizer;             // a tokenizer.json: byte-level BPE ids instead of characters
+  std::string eod_mask_loss;         // the end-of-document token's text: no loss on the target after it ("": off)
   bool tokenizer_from_init = false;  // tokenizer is --init-from's DIR/tokenizer.json (no --tokenizer given)
 };
 

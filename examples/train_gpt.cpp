@@ -87,10 +87,12 @@ int run(const train::Args& a, const std::string& flags) {
     // only the last backward syncs gradients. Under fp16 each loss is also
     // multiplied by the loss scale before backward.
     data::Batch global = corpus.ds.sample("train", plan.global_batch, data_gen);
+    if (corpus.eod >= 0) global = data::TextDataset::mask_loss_after(global, corpus.eod);  // --eod-mask-loss
     auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches, pgm.cp_size(), pgm.cp_rank());
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
     parallel::ForwardBackwardResult g =
-        parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt), dp.dp.get());
+        parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt, mbs, corpus.eod >= 0, pgm),
+                                   dp.dp.get());
     finalize(dp.dp.get());  // tied embedding and sequence-parallel grads summed
     const double loss = train::global_mean_loss(g.loss, *opt, pgm);
     diag.backward_done();  // --memory-report's activation peak, before the optimizer allocates its state

@@ -1,5 +1,6 @@
 #include "examples/train_setup.h"
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 
@@ -68,6 +69,19 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   LOOM_CHECK(tok.vocab_size() == cfg.vocab_size || a.sample == 0, "--init-from ", a.init_from, ": vocab_size ",
              cfg.vocab_size, " is more than the ", tok.vocab_size(), " characters of --data ", a.data,
              ", so the sample at the end could draw ids the character tokenizer cannot print; pass --sample 0");
+  int64_t eod = -1;
+  if (!a.eod_mask_loss.empty()) {
+    const std::u32string eod_text = data::decode_utf8(a.eod_mask_loss, "--eod-mask-loss");
+    const bool known = tok.bpe || std::all_of(eod_text.begin(), eod_text.end(), [&](char32_t c) {
+      return text.find(c) != std::u32string::npos;
+    });
+    LOOM_CHECK(known, "--eod-mask-loss '", a.eod_mask_loss, "': a character of it is not in --data ", a.data,
+               ", so the token never occurs");
+    const std::vector<int32_t> ids = tok.encode(eod_text);
+    LOOM_CHECK(ids.size() == 1, "--eod-mask-loss '", a.eod_mask_loss, "' is ", ids.size(), " ", tok.unit(),
+               ", not one token: give the end-of-document token's text");
+    eod = ids[0];
+  }
   // The data handshake: every rank must read the same text (so the same vocabulary and batches).
   const std::string utf8 = data::encode_utf8(text);
   parallel::check_ranks_agree(world,
@@ -92,7 +106,7 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   say(rank0, "data: %s, %lld train / %lld val tokens%s, vocab %lld%s%s\n", a.data.c_str(),
       (long long)ds->train_tokens(), (long long)ds->val_tokens(), ds->val_note().c_str(), (long long)tok.vocab_size(),
       tok.bpe ? str(" (BPE ", a.tokenizer, ")").c_str() : "", data::dropped_note(read).c_str());
-  return Corpus{std::move(tok), std::move(*ds), cfg};
+  return Corpus{std::move(tok), std::move(*ds), cfg, eod};
 }
 
 parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {

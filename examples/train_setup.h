@@ -48,6 +48,7 @@ struct Corpus {
   Tokenizer tok;
   data::TextDataset ds;
   nn::GPTConfig cfg;
+  int64_t eod = -1;  // --eod-mask-loss's token id (-1: off)
 };
 Corpus load_corpus(const Args& a, parallel::ProcessGroup& world);
 

@@ -5,6 +5,7 @@
 
 #include "parallel/comm/handshake.h"
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/per_token_loss.h"
 #include "parallel/teach/teach_break.h"
 
 namespace loom::train {
@@ -34,8 +35,16 @@ std::vector<parallel::MicroBatch> micro_batches(const data::Batch& global, int64
   return mbs;
 }
 
-parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOptimizer& opt) {
-  return [&m, &opt](const Tensor& logits, const Tensor& y) { return opt.scale_loss(m.chunks->loss(logits, y)); };
+parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOptimizer& opt,
+                             const std::vector<parallel::MicroBatch>& mbs, bool masked,
+                             parallel::ProcessGroupManager& pgm) {
+  parallel::LossFn loss = [&m](const Tensor& logits, const Tensor& y) { return m.chunks->loss(logits, y); };
+  if (masked) {
+    parallel::ProcessGroup& ranks = pgm.dp_cp_group();  // whose losses and gradients are averaged
+    loss = parallel::per_token_loss(loss, parallel::global_target_count(mbs, &ranks), ranks.size(),
+                                    int64_t(mbs.size()));
+  }
+  return [loss, &opt](const Tensor& logits, const Tensor& y) { return opt.scale_loss(loss(logits, y)); };
 }
 
 double global_mean_loss(double local_loss, const optim::MixedPrecisionOptimizer& opt,

@@ -27,9 +27,14 @@ int64_t micro_batches_per_step(const Args& a, parallel::ProcessGroupManager& pgm
 std::vector<parallel::MicroBatch> micro_batches(const data::Batch& global, int64_t first_row, int64_t batch, int64_t K,
                                                 int cp = 1, int cp_rank = 0);
 
-// The loss back-propagated for one micro-batch: the model's loss (vocab-parallel
-// under tp), times the loss scale under fp16.
-parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOptimizer& opt);
+// The loss back-propagated for one micro-batch of mbs: the model's loss
+// (vocab-parallel under tp), times the loss scale under fp16. With targets
+// masked (--eod-mask-loss) each micro-batch's mean is weighted by its target
+// count, so the step's loss is the mean over every kept target of the global
+// batch (parallel/per_token_loss.h), as one process computes it.
+parallel::LossFn scaled_loss(parallel::Model& m, const optim::MixedPrecisionOptimizer& opt,
+                             const std::vector<parallel::MicroBatch>& mbs, bool masked,
+                             parallel::ProcessGroupManager& pgm);
 
 // The loss to log: this rank's mean over its micro-batches with the loss
 // scale divided out (a power of two: exact), averaged over the dp ranks.

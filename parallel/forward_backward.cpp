@@ -38,7 +38,11 @@ ForwardBackwardResult forward_backward(Model& model, const std::vector<MicroBatc
 
 double forward_only(Model& model, const std::vector<MicroBatch>& micro_batches) {
   ModelChunks& chunks = *model.chunks;
-  auto loss_fn = [&chunks](const Tensor& logits, const Tensor& y) { return chunks.loss(logits, y); };
+  return forward_only(model, micro_batches, [&chunks](const Tensor& logits, const Tensor& y) { return chunks.loss(logits, y); });
+}
+
+double forward_only(Model& model, const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn) {
+  ModelChunks& chunks = *model.chunks;
   if (model.p2p) return eval_step_pipeline(chunks, *model.p2p, micro_batches, loss_fn);
   LOOM_CHECK(!micro_batches.empty(), "forward_only: no micro-batches");
   NoGradGuard no_grad;

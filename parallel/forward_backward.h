@@ -36,5 +36,7 @@ ForwardBackwardResult forward_backward_no_pipelining(ModelChunks& model, const s
 // NoGradGuard (through the pipeline when pp > 1: every stage returns the
 // same number). Putting the model in eval mode is the caller's job.
 double forward_only(Model& model, const std::vector<MicroBatch>& micro_batches);
+// The same with another loss per micro-batch (per_token_loss.h's weighting).
+double forward_only(Model& model, const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn);
 
 }  // namespace loom::parallel

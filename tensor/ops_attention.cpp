@@ -34,6 +34,7 @@
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/kernels/softmax.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -77,6 +78,9 @@ Tensor merged_heads(const Tensor& like) {
 }  // namespace
 
 CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
+  // flops: QKᵀ and PV over the full T x T (as PyTorch's flop counter counts attention)
+  profile::Scope prof("attention fwd", 4.0 * double(q_in.numel()) * double(q_in.dim() == 4 ? q_in.size(2) : 0),
+                      double(4 * q_in.numel()) * double(element_size(q_in.dtype())));
   check_qkv("causal_attention", q_in, k_in, v_in);
   const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
@@ -105,6 +109,8 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
 
 CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor& q_in, const Tensor& k_in,
                                                const Tensor& v_in, const Tensor& att, double scale) {
+  profile::Scope prof("attention bwd", 8.0 * double(q_in.numel()) * double(q_in.dim() == 4 ? q_in.size(2) : 0),
+                      double(8 * q_in.numel()) * double(element_size(q_in.dtype())));
   check_qkv("causal_attention_backward", q_in, k_in, v_in);
   LOOM_CHECK(dy_in.shape() == q_in.shape() && dy_in.dtype() == q_in.dtype() && dy_in.device().is_cpu(),
              "causal_attention_backward: grad ", dy_in.describe(), " does not match q ", q_in.describe());

@@ -10,6 +10,7 @@
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/gelu.h"
 #include "tensor/kernels/silu.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -27,6 +28,8 @@ void check_float(const char* op, const Tensor& a) {
 
 template <class F>
 Tensor binary(const char* op, cuda::Binary code, const Tensor& a, const Tensor& b, F f) {
+  profile::Scope prof(op, double(std::max(a.numel(), b.numel())),
+                      double(a.numel() + b.numel() + std::max(a.numel(), b.numel())) * double(element_size(a.dtype())));
   check_same_dtype(op, a, b);
   if (a.device().is_cuda()) {
     check_float(op, a);
@@ -44,6 +47,7 @@ Tensor binary(const char* op, cuda::Binary code, const Tensor& a, const Tensor& 
 
 template <class F>
 Tensor unary(const char* op, cuda::Unary code, double s, const Tensor& a, F f) {
+  profile::Scope prof(op, double(a.numel()), 2.0 * double(a.numel()) * double(element_size(a.dtype())));
   if (a.device().is_cuda()) {
     check_float(op, a);
     return cuda::unary(code, a, s);
@@ -152,6 +156,8 @@ Tensor causal_mask_fill(const Tensor& x, double value) {
 }
 
 void add_(const Tensor& dst, const Tensor& src, double alpha) {
+  profile::Scope prof("add_", 2.0 * double(dst.numel()),
+                      double(2 * dst.numel() + src.numel()) * double(element_size(dst.dtype())));
   dst.check_inplace("add_");
   check_same_dtype("add_", dst, src);
   LOOM_CHECK(broadcast_shapes("add_", dst.shape(), src.shape()) == dst.shape(), "add_: ", src.shape(),
@@ -170,6 +176,7 @@ void add_(const Tensor& dst, const Tensor& src, double alpha) {
 }
 
 void mul_(const Tensor& dst, double s) {
+  profile::Scope prof("mul_", double(dst.numel()), 2.0 * double(dst.numel()) * double(element_size(dst.dtype())));
   dst.check_inplace("mul_");
   if (dst.device().is_cuda()) {
     check_float("mul_", dst);

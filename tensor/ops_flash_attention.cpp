@@ -19,6 +19,7 @@
 #include "tensor/cpu/parallel.h"
 #include "tensor/flash_attention.h"
 #include "tensor/kernels/flash_attention.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 #ifdef LOOM_WITH_CUDA
 #include "tensor/cuda/fast/flash_attention.h"
@@ -199,6 +200,8 @@ std::string flash_attention_unsupported(const Tensor& q, const Tensor& k, const 
 }
 
 FlashAttentionResult flash_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
+  profile::Scope prof("flash attention fwd", 4.0 * double(q_in.numel()) * double(q_in.dim() == 4 ? q_in.size(2) : 0),
+                      double(4 * q_in.numel()) * double(element_size(q_in.dtype())));
   const std::string why = flash_attention_unsupported(q_in, k_in, v_in);
   LOOM_CHECK(why.empty(), "flash_attention: ", why);
   const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
@@ -216,6 +219,8 @@ FlashAttentionResult flash_attention(const Tensor& q_in, const Tensor& k_in, con
 
 FlashAttentionGrads flash_attention_backward(const Tensor& grad_o, const Tensor& q_in, const Tensor& k_in,
                                              const Tensor& v_in, const Tensor& o_in, const Tensor& lse, double scale) {
+  profile::Scope prof("flash attention bwd", 8.0 * double(q_in.numel()) * double(q_in.dim() == 4 ? q_in.size(2) : 0),
+                      double(8 * q_in.numel()) * double(element_size(q_in.dtype())));
   const std::string why = flash_attention_unsupported(q_in, k_in, v_in);
   LOOM_CHECK(why.empty(), "flash_attention_backward: ", why);
   LOOM_CHECK(grad_o.shape() == q_in.shape() && grad_o.dtype() == q_in.dtype() && o_in.shape() == q_in.shape() &&

@@ -19,6 +19,7 @@
 #include "tensor/cpu/gemm_bf16.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -92,6 +93,9 @@ Shape with_last(Shape s, int64_t last) {
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t pm = x.numel() / std::max<int64_t>(1, x.size(-1)), pk = x.size(-1), pn = w.size(0);
+  profile::Scope prof([&] { return "linear fwd " + profile::shape(pm, pk, pn); }, 2.0 * double(pm * pk * pn),
+                      double(pm * pk + pk * pn + pm * pn) * double(element_size(x.dtype())));
   check_linear("linear", x, w, b);
   if (x.device().is_cuda()) return cuda::linear(x, w, b);  // cuBLAS (cuda/gemm.cpp)
   check_device_supported("linear", x.device());
@@ -119,6 +123,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                             bool need_b) {
+  const int64_t pm = grad.numel() / std::max<int64_t>(1, grad.size(-1)), pn = grad.size(-1), pk = w.size(1);
+  const double products = double(need_x) + double(need_w);  // dx = g @ w and dw = gᵀ @ x: 2MKN flops each
+  profile::Scope prof([&] { return "linear bwd " + profile::shape(pm, pk, pn); },
+                      2.0 * products * double(pm * pk * pn) + double(need_b) * double(pm * pn),
+                      products * double(pm * pk + pk * pn + pm * pn) * double(element_size(x.dtype())));
   check_linear("linear_backward", x, w, Tensor());
   LOOM_CHECK(grad.shape() == with_last(x.shape(), w.size(0)), "linear_backward: grad ", grad.shape(),
              " does not match input ", x.shape(), " and weight ", w.shape());

@@ -10,6 +10,7 @@
 #include "tensor/cpu/rows.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/cross_entropy.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -19,6 +20,7 @@ using cpu::index_at;
 using cpu::rows_of;
 
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  profile::Scope prof("cross_entropy fwd", 4.0 * double(logits.numel()), double(logits.numel()) * double(element_size(logits.dtype())));
   LOOM_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ", logits.shape());
   check_indices("cross_entropy", targets);
   LOOM_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets ", targets.shape(),
@@ -49,6 +51,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               int64_t count, int64_t ignore_index) {
+  profile::Scope prof("cross_entropy bwd", 4.0 * double(logits.numel()), 2.0 * double(logits.numel()) * double(element_size(logits.dtype())));
   if (logits.device().is_cuda()) return cuda::cross_entropy_backward(grad, logits, targets, lse, count, ignore_index);
   Tensor x = rows_of("cross_entropy_backward", logits), t = contiguous(targets);
   int64_t N = x.size(0), V = x.size(1);

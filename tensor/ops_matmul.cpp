@@ -20,6 +20,7 @@
 #include "tensor/cpu/gemm_bf16.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/error.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 // LP64 BLAS: ints are 32-bit. The CBLAS enums are ints: NoTrans = 111, Trans = 112.
@@ -100,6 +101,11 @@ void batched_gemm(const Tensor& ae, const Tensor& be, Tensor& out, const Shape& 
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const int64_t pm = a_in.size(-2), pk = a_in.size(-1), pn = b_in.size(-1);
+  const int64_t pb = std::max(a_in.numel() / std::max<int64_t>(1, pm * pk), b_in.numel() / std::max<int64_t>(1, pk * pn));
+  profile::Scope prof([&] { return "matmul " + std::to_string(pb) + " x " + profile::shape(pm, pk, pn); },
+                      2.0 * double(pb * pm * pk * pn),
+                      double(pb * (pm * pk + pk * pn + pm * pn)) * double(element_size(a_in.dtype())));
   LOOM_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul: ", a_in.shape(), " @ ", b_in.shape(),
              ": both operands need at least 2 dims");
   LOOM_CHECK(a_in.dtype() == b_in.dtype(), "matmul: ", a_in.shape(), " @ ", b_in.shape(), ": dtypes differ (",

@@ -14,6 +14,7 @@
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/layernorm.h"
 #include "tensor/kernels/softmax.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -34,6 +35,7 @@ int64_t column_grain(int64_t rows) { return std::max<int64_t>(16, 16384 / std::m
 // (compute types only; x is not copied when it already is contiguous in its compute type).
 template <class RowFn>
 Tensor per_row_indexed(const char* op, const Tensor& x, RowFn row_fn) {
+  profile::Scope prof(op, 4.0 * double(x.numel()), 2.0 * double(x.numel()) * double(element_size(x.dtype())));
   Tensor xc = rows_of(op, x);
   Tensor out = empty(xc.shape(), xc.dtype());
   int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
@@ -55,6 +57,7 @@ Tensor per_row(const char* op, const Tensor& x, RowFn row_fn) {
 // Same for two inputs (grad, saved output) -> grad input.
 template <class RowFn>
 Tensor per_row2_indexed(const char* op, const Tensor& g, const Tensor& y, RowFn row_fn) {
+  profile::Scope prof(op, 4.0 * double(g.numel()), 3.0 * double(g.numel()) * double(element_size(g.dtype())));
   LOOM_CHECK(g.shape() == y.shape(), op, ": grad ", g.shape(), " and output ", y.shape(), " differ");
   Tensor gc = rows_of(op, g), yc = rows_of(op, y);
   LOOM_CHECK(gc.dtype() == yc.dtype(), op, ": grad ", g.describe(), " and output ", y.describe(), " differ in dtype");
@@ -128,6 +131,7 @@ Tensor causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale
 }
 
 LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  profile::Scope prof("layer_norm fwd", 8.0 * double(x.numel()), 2.0 * double(x.numel()) * double(element_size(x.dtype())));
   LOOM_CHECK(x.dim() >= 1, "layer_norm: expected at least 1 dim, got a scalar");
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   for (const Tensor* p : {&weight, &bias}) {
@@ -160,6 +164,7 @@ LayerNormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& 
 
 LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd) {
+  profile::Scope prof("layer_norm bwd", 12.0 * double(x.numel()), 3.0 * double(x.numel()) * double(element_size(x.dtype())));
   if (x.device().is_cuda()) return cuda::layer_norm_backward(grad, x, weight, mean, rstd);
   Tensor gc = rows_of("layer_norm_backward", grad), xc = rows_of("layer_norm_backward", x);
   DType cd = xc.dtype();
@@ -197,6 +202,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& idx) {
+  profile::Scope prof("embedding fwd", 0, 2.0 * double(idx.numel() * weight.size(-1)) * double(element_size(weight.dtype())));
   check_indices("embedding", idx);
   LOOM_CHECK(weight.dim() == 2, "embedding: weight must be [V, C], got ", weight.shape());
   if (weight.device().is_cuda() || idx.device().is_cuda()) return cuda::embedding(weight, idx);
@@ -218,6 +224,7 @@ Tensor embedding(const Tensor& weight, const Tensor& idx) {
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& idx, int64_t num_rows) {
+  profile::Scope prof("embedding bwd", double(grad.numel()), 3.0 * double(grad.numel()) * double(element_size(grad.dtype())));
   check_indices("embedding_backward", idx);
   int64_t C = grad.size(-1);
   LOOM_CHECK(grad.numel() == idx.numel() * C, "embedding_backward: grad ", grad.shape(), " does not match indices ",

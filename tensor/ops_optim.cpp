@@ -7,6 +7,7 @@
 
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/unscale.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 #include "tensor/parallel.h"
 
@@ -63,6 +64,8 @@ void check_adamw(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor
 }  // namespace
 
 void adamw_(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const kernels::AdamWScalars<float>& s) {
+  // p, m, v read and written, g read: 7 tensors' worth of bytes; ~15 flops an element
+  profile::Scope prof("adamw", 15.0 * double(p.numel()), 7.0 * double(p.numel()) * double(element_size(m.dtype())));
   check_adamw(p, m, v, g, kFloat32);
   if (p.device().is_cuda()) return cuda::adamw_update(p, m, v, g, s);  // the same element math
   check_device_supported("adamw_", p.device());
@@ -75,6 +78,8 @@ void adamw_(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, 
 }
 
 void adamw_(const Tensor& p, const Tensor& m, const Tensor& v, const Tensor& g, const kernels::AdamWScalars<double>& s) {
+  // p, m, v read and written, g read: 7 tensors' worth of bytes; ~15 flops an element
+  profile::Scope prof("adamw", 15.0 * double(p.numel()), 7.0 * double(p.numel()) * double(element_size(m.dtype())));
   check_adamw(p, m, v, g, kFloat64);
   LOOM_CHECK(p.dtype() == kFloat64, "adamw_: ", p.describe(), ": double moments are for float64 params");
   if (p.device().is_cuda()) return cuda::adamw_update(p, m, v, g, s);

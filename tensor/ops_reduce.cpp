@@ -7,6 +7,7 @@
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/profile.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -69,6 +70,7 @@ static std::vector<int64_t> all_dims(const Tensor& x) {
 }
 
 Tensor sum(const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  profile::Scope prof("sum", double(x.numel()), double(x.numel()) * double(element_size(x.dtype())));
   std::vector<bool> red = reduced_mask("sum", x, dims);
   return finish_reduction(sum_in_double(x, red), x, red, keepdim);
 }

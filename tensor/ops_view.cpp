@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tensor/profile.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cuda/cuda_ops.h"
@@ -26,6 +27,9 @@ static Tensor make_view(const Tensor& x, Shape shape, Shape strides, int64_t off
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
+  // "copy", or "convert" between dtypes (bf16 <-> fp32 widening and rounding)
+  profile::Scope prof(dst.dtype() == src.dtype() ? "copy" : "convert", 0,
+                      double(dst.numel()) * double(element_size(dst.dtype()) + element_size(src.dtype())));
   dst.check_inplace("copy_");
   broadcast_shapes("copy_", dst.shape(), src.shape());
   LOOM_CHECK(numel_of(broadcast_shapes("copy_", dst.shape(), src.shape())) == dst.numel(), "copy_: source ",

@@ -1,3 +1,4 @@
+#include "tensor/profile.h"
 #include "tensor/storage.h"
 
 #include <malloc.h>
@@ -73,6 +74,7 @@ void Storage::allocate() {
 }
 
 void Storage::allocate_bytes() {
+  profile::Scope prof("allocate", 0, double(nbytes_));
 #ifdef LOOM_WITH_CUDA
   if (device_.is_cuda()) {  // the caching allocator (cuda/allocator.h); throws a loom::Error when out of memory
     data_ = cuda::allocate(nbytes_, device_);
@@ -97,6 +99,7 @@ void Storage::allocate_bytes() {
 }
 
 void Storage::free_bytes() {
+  profile::Scope prof("free", 0, 0);
   if (!data_) return;  // released
 #ifdef LOOM_WITH_CUDA
   if (device_.is_cuda()) {

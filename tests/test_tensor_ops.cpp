@@ -7,14 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+#include "tensor/profile.h"
 #include "tensor/tensor.h"
 
 using namespace loom;
@@ -838,4 +842,36 @@ TEST(Errors, ShapeAndArgumentChecksOfTheNnOps) {
   PhiloxGenerator g;
   EXPECT_THAT([&] { ops::dropout(zeros({2}), 1.0, g); },
               ThrowsMessage<Error>(HasSubstr("dropout: p must be in [0, 1), got 1")));
+}
+
+// tensor/profile.h (bench_gpt_step --profile): each op's exclusive time, its
+// calls and flops; nested scopes subtracted from the one around them; other
+// threads and closed profiles record nothing.
+TEST(OpProfile, RecordsExclusiveTimeCallsAndFlopsOfTheRecordingThreadOnly) {
+  using namespace std::chrono_literals;
+  Generator gen(1);
+  Tensor x = ops::transpose(randn({4, 8}, gen), 0, 1);  // [8, 4], strided: linear copies it (a nested "copy")
+  Tensor w = randn({3, 4}, gen);
+  profile::start();
+  ops::linear(x, w, Tensor());
+  {
+    profile::Scope outer("outer");
+    std::this_thread::sleep_for(10ms);
+    profile::Scope inner("inner");
+    std::this_thread::sleep_for(30ms);
+  }
+  std::thread([] { profile::Scope elsewhere("another thread"); }).join();
+  std::map<std::string, profile::Entry> p = profile::stop();
+  ops::linear(x, w, Tensor());  // after stop(): not recorded anywhere
+
+  ASSERT_EQ(p.count("linear fwd 8x4x3"), 1u);
+  EXPECT_EQ(p["linear fwd 8x4x3"].calls, 1);
+  EXPECT_DOUBLE_EQ(p["linear fwd 8x4x3"].flops, 2.0 * 8 * 4 * 3);
+  EXPECT_GE(p["copy"].calls, 1) << "the strided input's copy inside linear";
+  EXPECT_GE(p["inner"].seconds, 0.030);
+  EXPECT_GE(p["outer"].seconds, 0.010);
+  EXPECT_LT(p["outer"].seconds, 0.035) << "outer's time must exclude inner's 30 ms (with it: >= 40 ms)";
+  EXPECT_EQ(p.count("another thread"), 0u);
+  profile::start();
+  EXPECT_TRUE(profile::stop().empty()) << "start() clears the last profile";
 }

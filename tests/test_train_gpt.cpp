@@ -202,6 +202,20 @@ TEST(TrainGpt, LossDecreasesOnAFixedCorpus) {
   EXPECT_LT(std::stod(l.back()), 0.6 * std::stod(l.front()));
 }
 
+// --eod-mask-loss names one token that occurs in the text; anything else is
+// refused before training, naming the text.
+TEST(TrainGpt, AnEodMaskThatIsNotOneTokenOfTheTextIsRefused) {
+  fs::path d = temp_dir("eod");
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"ab", "--eod-mask-loss 'ab' is 2 characters, not one token"},
+           {"#", "--eod-mask-loss '#': a character of it is not in --data"}}) {
+    Exec r = run("--steps 2" + kSmall + "--data " + corpus(d).string() + " --eod-mask-loss '" + text + "'");
+    EXPECT_EQ(r.status, 1) << text;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("step "), std::string::npos) << "trained before refusing: " << text;
+  }
+}
+
 TEST(TrainGpt, BadInputFailsWithAClearMessage) {
   fs::path d = temp_dir("bad");
   Exec missing = run("--steps 1 --data /nonexistent/x.txt");

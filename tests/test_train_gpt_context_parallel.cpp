@@ -48,6 +48,30 @@ TEST(TrainGptContextParallel, TwoRanksMatchOneProcessInTrainingAndEvaluation) {
       << cp2.output;
 }
 
+// --eod-mask-loss . (the corpus's lines end "dog."): the target after each '.'
+// is ignored, so ranks and micro-batches hold different numbers of targets,
+// and a mean of per-rank means is no longer one process's mean over every
+// target (measured with the weighting removed: losses 2-3e-4, gradient norms
+// 2-5e-3, params 3-7e-2 off one process). parallel/per_token_loss.h
+// weighs each micro-batch's mean by its count; training and validation then
+// equal one process (a plain mean over all of the batch's kept targets).
+TEST(TrainGptContextParallel, MaskedTargetsAreAveragedOverEveryTokenNotPerRank) {
+  const std::string eod = " --eod-mask-loss . ";
+  Result ref = train("eod_single", 1, "--batch 16 --eval-every 5" + eod);
+  ASSERT_EQ(ref.status, 0) << ref.output;
+  EXPECT_GT(std::abs(ref.losses[0] - single_process_batch16().losses[0]), 1e-3) << "the mask changes the loss";
+  Result cp2 = train("eod_cp2", 2, "--cp 2 --batch 16 --eval-every 5" + eod);
+  expect_same_run_cp(cp2, ref, "--cp 2 --eod-mask-loss");
+  const std::vector<double> got = val_losses(cp2), want = val_losses(ref);
+  ASSERT_EQ(got.size(), 2u) << cp2.output;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "validation loss " << i << " under --eod-mask-loss";
+  expect_same_run_cp(train("eod_dp2_cp2_accum", 4, "--dp 2 --cp 2 --batch 4 --grad-accum 2" + eod), ref,
+                     "--dp 2 --cp 2 --grad-accum 2 --eod-mask-loss");
+  expect_same_run_cp(train("eod_pp2_cp2", 4, "--pp 2 --cp 2 --microbatches 2 --batch 8" + eod), ref,
+                     "--pp 2 --cp 2 --eod-mask-loss");
+}
+
 TEST(TrainGptContextParallel, FourRanksMatchOneProcess) {
   expect_same_run_cp(train("cp4", 4, "--cp 4 --batch 16"), single_process_batch16(), "--cp 4");
 }

@@ -57,6 +57,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("zero3_prefetch", ["on", "off"]),
     ("zero3_reshard_after_forward", ["on", "off"]),
     ("dropout", [0.0, 0.1]),
+    ("eod_mask_loss", [False, True]),  # on: --eod-mask-loss . (uneven target counts across ranks)
 ]
 NAMES = [n for n, _ in FACTORS]
 VALUES = dict(FACTORS)
