@@ -92,6 +92,22 @@ TEST(TrainGptZeroBubbleV, DualPipeVWithDataParallelTensorParallelAndZeRO) {
                   one_process("2", false), "--tp 2 --pp 2 dualpipev");
 }
 
+// Validation runs every micro-batch down and back up the V (eval_step_pipeline
+// with the V's links and its turn), and the loss comes back from stage 0.
+TEST(TrainGptZeroBubbleV, ValidationThroughTheVIsBitIdenticalTo1F1Bs) {
+  const std::string args = "--pp 2 --microbatches 4 --batch 4 --eval-every 5 --untied";
+  Result v = train("zbv_eval", 2, args + kV + "zb-v", false), ref = train("1f1b_eval", 2, args + " --schedule 1f1b", false);
+  ASSERT_EQ(v.status, 0) << v.output;
+  ASSERT_EQ(ref.status, 0) << ref.output;
+  int evaluated = 0;
+  for (size_t i = 0; i < ref.log.size(); ++i)
+    if (ref.log[i].find("val_loss") != std::string::npos) {
+      EXPECT_EQ(field(v.log[i], "val_loss"), field(ref.log[i], "val_loss")) << "step " << i;
+      ++evaluated;
+    }
+  EXPECT_EQ(evaluated, 2);
+}
+
 // --print-schedule: the V's order as it ran, the turn on stage 1, and the V's bubble beside ZB-H1's and 1F1B's.
 TEST(TrainGptZeroBubbleV, PrintScheduleShowsTheV) {
   Result r = train("zbv_print", 2, str("--pp 2 --microbatches 4 --batch 4 --print-schedule", kV, "zb-v"), false);
