@@ -40,8 +40,10 @@
 #include "nn/loss.h"
 #include "bench/simulated_stage.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
+#include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
@@ -60,10 +62,12 @@ struct Measured {
 
 Measured measure(const char* name, ModelChunks& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
                  int steps) {
-  auto schedule = std::string(name) == "afab"    ? train_step_pipeline_afab
-                  : std::string(name) == "1f1b"  ? train_step_pipeline_1f1b
-                  : std::string(name) == "zb-h1" ? train_step_pipeline_zb_h1
-                                                 : train_step_pipeline_interleaved;
+  auto schedule = std::string(name) == "afab"      ? train_step_pipeline_afab
+                  : std::string(name) == "1f1b"    ? train_step_pipeline_1f1b
+                  : std::string(name) == "zb-h1"   ? train_step_pipeline_zb_h1
+                  : std::string(name) == "zb-v"    ? train_step_pipeline_zb_v
+                  : std::string(name) == "dualpipev" ? train_step_pipeline_dualpipev
+                                                   : train_step_pipeline_interleaved;
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   std::vector<Tensor> params = stage.parameters();
   Measured out;
@@ -124,8 +128,9 @@ int main(int argc, char** argv) {
     const int p = world.size();
     const auto simulated = std::chrono::microseconds(int64_t(simulate_ms * 1000));
     // This rank's stage: v chunks of a balanced partition into p v parts.
-    auto make_stage = [&](int v) -> std::unique_ptr<ModelChunks> {
-      std::vector<LayerRange> chunks = partition_balanced(gpt_layer_param_counts(cfg), p, v)[size_t(world.rank())];
+    auto make_stage = [&](int v, ChunkLayout layout = ChunkLayout::Interleaved) -> std::unique_ptr<ModelChunks> {
+      std::vector<LayerRange> chunks =
+          partition_balanced(gpt_layer_param_counts(cfg), p, v, layout)[size_t(world.rank())];
       if (simulate_ms > 0) return bench::simulated_stage(cfg, chunks, simulated);
       return std::make_unique<ModelChunks>(cfg, chunks);
     };
@@ -148,9 +153,18 @@ int main(int argc, char** argv) {
       stage = make_stage(v);
       inter = measure("interleaved 1f1b", *stage, p2p, mbs, steps);
     }
+    // The V (zbv_schedule.h): two chunks a rank, its own links (m >= 2p for DualPipeV).
+    Measured zbv, dpv;
+    {
+      stage = make_stage(2, ChunkLayout::V);
+      PipelineP2P v_links(world, ChunkLayout::V);
+      zbv = measure("zb-v", *stage, v_links, mbs, steps);
+      if (m >= 2 * p) dpv = measure("dualpipev", *stage, v_links, mbs, steps);
+    }
     if (!trace_path.empty()) trace::write(world, trace_path);
     std::vector<double> afab_mb = gather(world, afab.peak_mb), ofob_mb = gather(world, ofob.peak_mb);
     std::vector<double> inter_mb = gather(world, inter.peak_mb), zb_mb = gather(world, zb.peak_mb);
+    std::vector<double> zbv_mb = gather(world, zbv.peak_mb), dpv_mb = gather(world, dpv.peak_mb);
     std::vector<double> first = gather(world, double(range.start)), last = gather(world, double(range.end));
     if (world.rank() != 0) return 0;
 
@@ -161,17 +175,19 @@ int main(int argc, char** argv) {
       std::printf("simulated compute: every stage's F also sleeps %.2f ms, its B %.2f ms (a chunk 1/v of that)\n",
                   simulate_ms, 2 * simulate_ms);
     std::printf("\n");
-    std::printf("%s\n%s\n%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str(), zb.diagram.c_str(),
-                inter.diagram.c_str());
+    std::printf("%s\n%s\n%s\n%s\n%s\n%s\n", afab.diagram.c_str(), ofob.diagram.c_str(), zb.diagram.c_str(),
+                inter.diagram.c_str(), zbv.diagram.c_str(), dpv.diagram.c_str());
     const double target = double(p) / double(m);
     std::printf("peak activation memory per stage (MB; 1f1b/afab, target <= p/m = %.3f, + 10%% = %.3f)\n", target,
                 target * 1.1);
-    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok   interleaved v %d   zb-h1\n", v);
+    std::printf("  stage  layers     afab     1f1b   1f1b/afab  in flight (1f1b)   ok   interleaved v %d   zb-h1"
+                "     zb-v  dualpipev\n", v);
     for (int s = 0; s < p; ++s) {
       double ratio = ofob_mb[size_t(s)] / afab_mb[size_t(s)];
-      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s   %8.1f        %8.1f\n", s,
-                  int(first[size_t(s)]), int(last[size_t(s)]), afab_mb[size_t(s)], ofob_mb[size_t(s)], ratio,
-                  std::min(p - s, m), m, ratio <= target * 1.1 ? "yes" : "NO", inter_mb[size_t(s)], zb_mb[size_t(s)]);
+      std::printf("  %5d  [%d, %d)  %8.1f %8.1f   %9.3f  %d of %d            %s   %8.1f        %8.1f %8.1f %8.1f\n",
+                  s, int(first[size_t(s)]), int(last[size_t(s)]), afab_mb[size_t(s)], ofob_mb[size_t(s)], ratio,
+                  std::min(p - s, m), m, ratio <= target * 1.1 ? "yes" : "NO", inter_mb[size_t(s)], zb_mb[size_t(s)],
+                  zbv_mb[size_t(s)], dpv_mb[size_t(s)]);
     }
     const double theory = theoretical_bubble_fraction(p, m);
     std::printf("\nbubble fraction (mean over %d steps; theory (p - 1)/(m + p - 1) = %.3f, target within 0.05)\n",
@@ -189,8 +205,15 @@ int main(int argc, char** argv) {
       std::printf("  interleaved v %d  %.3f  (theory (p - 1)/(v m + p - 1) = %.3f: %+.3f)  %s\n", v, inter.bubble, vt,
                   inter.bubble - vt, std::abs(inter.bubble - vt) <= 0.05 ? "ok" : "OUT");
     }
-    std::printf("\nstep time (rank 0, mean): afab %.3f ms, 1f1b %.3f ms, zb-h1 %.3f ms", afab.step_ms, ofob.step_ms,
-                zb.step_ms);
+    // ZB-V's and DualPipeV's with F = B = W on a chunk (a chunk sleeps its share of F).
+    const double vt = zb_v_bubble_fraction(p, m);
+    std::printf("  zb-v  %.3f  (theory with F = B = W on a chunk (p - 1)/(6 m + p - 1) = %.3f: %+.3f)  %s\n",
+                zbv.bubble, vt, zbv.bubble - vt, std::abs(zbv.bubble - vt) <= 0.05 ? "ok" : "OUT");
+    if (m >= 2 * p)
+      std::printf("  dualpipev %.3f  (the same theory: %+.3f)  %s\n", dpv.bubble, dpv.bubble - vt,
+                  std::abs(dpv.bubble - vt) <= 0.05 ? "ok" : "OUT");
+    std::printf("\nstep time (rank 0, mean): afab %.3f ms, 1f1b %.3f ms, zb-h1 %.3f ms, zb-v %.3f ms, dualpipev %.3f ms",
+                afab.step_ms, ofob.step_ms, zb.step_ms, zbv.step_ms, dpv.step_ms);
     if (v > 1) std::printf(", interleaved v %d %.3f ms", v, inter.step_ms);
     std::printf("\n");
     return 0;

@@ -52,6 +52,7 @@ struct Sleeping : Base {
     for (const auto& [name, m] : inner_->named_children()) this->register_module(name, m);
   }
   Tensor forward(const Tensor& x) override { return simulated_compute(inner_->forward(x), w_, f_); }
+  const nn::Layer& inner() const { return *inner_; }
 
  protected:
   std::shared_ptr<nn::Layer> inner_;
@@ -65,6 +66,13 @@ struct SleepingEmbedding : Sleeping<nn::EmbeddingLayer> {
 struct SleepingHead : Sleeping<nn::HeadLayer> {
   using Sleeping::Sleeping;
   Tensor token_embedding() const override { return static_cast<nn::HeadLayer&>(*inner_).token_embedding(); }
+  // Both ends on one stage (a V): the inner head takes the inner embedding's wte, and so does this layer.
+  void tie_to(const nn::EmbeddingLayer& embedding) override {
+    const auto& inner_embedding = static_cast<const nn::EmbeddingLayer&>(static_cast<const SleepingEmbedding&>(embedding).inner());
+    static_cast<nn::HeadLayer&>(*inner_).tie_to(inner_embedding);
+    for (const auto& [name, m] : inner_->named_children())
+      if (name == "wte") this->replace_module(name, m);
+  }
   Tensor loss(const Tensor& logits, const Tensor& targets) const override {
     return static_cast<nn::HeadLayer&>(*inner_).loss(logits, targets);
   }

@@ -69,7 +69,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   if ((text_now || svg_now) && pgm_.pp_size() > 1) {
     std::string svg;
     std::string report = parallel::schedule_report(
-        pgm_.pp_group(), events, a_.virtual_stages > 1 ? "interleaved 1f1b" : a_.schedule, &svg);
+        pgm_.pp_group(), events, a_.virtual_stages > 1 && a_.schedule == "1f1b" ? "interleaved 1f1b" : a_.schedule, &svg);
     if (rank0_ && text_now) std::printf("%s\n", report.c_str());
     if (rank0_ && svg_now) write_file_atomically(a_.schedule_svg, svg, "--schedule-svg");
   }
@@ -190,7 +190,7 @@ double Diagnostics::predicted_activation_bytes() const {
       k.has_embedding = r.start == 0, k.has_head = r.end == cfg.num_layers();
       chunks.push_back(k);
     }
-    return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size(), pgm_.pp_rank()).total;
+    return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size(), pgm_.pp_rank(), a_.schedule).total;
   }
   return optim::predict_activations(c).total;
 }

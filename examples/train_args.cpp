@@ -148,8 +148,10 @@ void add_options(CLI::App& app, Args& a) {
          "(launch with mpirun -np dp*cp*pp*tp)");
   number(app, "--microbatches", a.microbatches, {0, kMaxSize, " (0: --pp)"},
          "micro-batches per step in a pipeline (0: pp)");
-  app.add_option("--schedule", a.schedule, "pipeline schedule (zb-h1: zero-bubble, backward split into B and W)")
-      ->check(CLI::IsMember({"afab", "1f1b", "zb-h1"}));
+  app.add_option("--schedule", a.schedule,
+                 "pipeline schedule (zb-h1: zero-bubble, backward split into B and W; zb-v and dualpipev: two "
+                 "chunks per rank in a V, with --virtual-stages 2)")
+      ->check(CLI::IsMember({"afab", "1f1b", "zb-h1", "zb-v", "dualpipev"}));
   app.add_option("--partition", a.partition, "how layers are cut into stages: equal counts or equal parameters")
       ->check(CLI::IsMember({"uniform", "balanced"}));
   number(app, "--virtual-stages", a.virtual_stages, {1, 4096},

@@ -7,6 +7,7 @@
 #include "examples/train_paths.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/pipeline_parallel/partition.h"
 #include "parallel/recompute.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/tensor_parallel/gpt.h"
@@ -137,16 +138,26 @@ void validate(const Args& a) {
              " pipeline micro-batches: dropout on a split batch is not supported yet (each part would draw the "
              "masks of the batch's first rows, not one process's; matching them needs a position-keyed "
              "generator); use --dropout 0, or one part");
-  if (a.virtual_stages > 1) {  // interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h)
+  const bool v_shape = parallel::schedule_chunk_layout(a.schedule) == parallel::ChunkLayout::V;
+  if (v_shape) {  // ZB-V and DualPipeV: two chunks per rank in a V (parallel/pipeline_parallel/zbv_schedule.h)
+    LOOM_CHECK(a.virtual_stages == 2, "--schedule ", a.schedule, " lays two chunks on every rank in a V; it needs "
+               "--virtual-stages 2 (got --virtual-stages ", a.virtual_stages, ")");
+    LOOM_CHECK(a.schedule != "dualpipev" || pipeline_micro_batches >= 2 * a.pp, "--schedule dualpipev needs at least "
+               "2 pp micro-batches (one per virtual stage), got ", pipeline_micro_batches, " for pp ", a.pp,
+               "; use --microbatches ", 2 * a.pp);
+    LOOM_CHECK(a.teach_break != "skip-tied-sync", "--teach-break skip-tied-sync with --schedule ", a.schedule,
+               ": the V puts both ends of the model on stage 0, so the tied embedding is one tensor and there is no "
+               "sync to skip");
+  } else if (a.virtual_stages > 1) {  // interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h)
     LOOM_CHECK(a.pp >= 2, "--virtual-stages ", a.virtual_stages,
                " interleaves the chunks of a pipeline; it needs --pp >= 2");
     LOOM_CHECK(a.schedule == "1f1b", "--virtual-stages ", a.virtual_stages, " runs interleaved 1F1B; --schedule ",
-               a.schedule, " has no interleaved form");
+               a.schedule, " has no interleaved form (zb-v and dualpipev lay 2 chunks in a V)");
     const int64_t m = pipeline_micro_batches;
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
-  if (a.schedule.starts_with("zb")) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
+  if (a.schedule.starts_with("zb") || v_shape) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
     LOOM_CHECK(a.pp >= 2, "--schedule ", a.schedule, " orders a pipeline's backwards; it needs --pp >= 2 (got --pp ",
                a.pp, ")");
     LOOM_CHECK(a.device == "cpu", "--schedule ", a.schedule, " with --device ", a.device,

@@ -110,7 +110,8 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
 }
 
 parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm) {
-  parallel::Model m = parallel::build_model(cfg, pgm, {a.partition, a.virtual_stages, a.sequence_parallel, a.recompute});
+  parallel::Model m = parallel::build_model(cfg, pgm, {a.partition, a.virtual_stages, a.sequence_parallel, a.recompute,
+                                                      parallel::schedule_chunk_layout(a.schedule)});
   move_to_device(m, a);
   const bool rank0 = pgm.global_rank() == 0;
   const std::string where = pgm.pp_size() > 1 && pgm.tp_size() > 1 ? " on pipeline stage 0, tp rank 0"
@@ -138,8 +139,10 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
   }
   if (pgm.pp_size() > 1)
     say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(),
-        a.virtual_stages > 1 ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
-                             : a.schedule.c_str(),
+        a.virtual_stages > 1 && a.schedule == "1f1b"
+            ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
+        : a.virtual_stages > 1 ? str(a.schedule, " (2 chunks per stage in a V)").c_str()
+                               : a.schedule.c_str(),
         a.partition.c_str());
   if (pgm.cp_size() > 1)
     say(rank0, "context parallel: %d ranks, %lld of each sequence's %lld tokens per rank (zig-zag chunks), "

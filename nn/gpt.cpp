@@ -118,6 +118,12 @@ GPTHead::GPTHead(const GPTConfig& cfg) {
   }
 }
 
+void GPTHead::tie_to(const EmbeddingLayer& embedding) {
+  LOOM_CHECK(wte, "GPTHead::tie_to: an untied head (lm_head) has no embedding to share");
+  wte = static_cast<const GPTEmbedding&>(embedding).wte;
+  replace_module("wte", wte);
+}
+
 Tensor GPTHead::forward(const Tensor& x) {
   Tensor h = ln_f->forward(x);                                   // [B, T, C]
   const Tensor& w = wte ? wte->weight : lm_head->weight;         // [V, C]

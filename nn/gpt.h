@@ -106,6 +106,9 @@ struct EmbeddingLayer : Layer {
 struct HeadLayer : Layer {
   // The head's wte.weight: the embedding's, or its copy; undefined for an untied head (Llama's lm_head).
   virtual Tensor token_embedding() const = 0;
+  // Drops the head's own copy of wte and uses the embedding's module instead:
+  // for a stage that holds both ends of the model in different chunks (a V).
+  virtual void tie_to(const EmbeddingLayer& embedding) = 0;
   // The mean cross-entropy of this layer's logits against targets [B, T].
   virtual Tensor loss(const Tensor& logits, const Tensor& targets) const = 0;
 };
@@ -140,6 +143,7 @@ struct GPTHead : HeadLayer {
   // x: [B, T, C] -> logits [B, T, V]
   Tensor forward(const Tensor& x) override;
   Tensor token_embedding() const override { return wte ? wte->weight : Tensor(); }  // undefined when untied
+  void tie_to(const EmbeddingLayer& embedding) override;  // embedding: a GPTEmbedding
   Tensor loss(const Tensor& logits, const Tensor& targets) const override;  // nn::cross_entropy_loss
 };
 

@@ -31,6 +31,16 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> m) {
+  LOOM_CHECK(m != nullptr, "replace_module: '", name, "' is null");
+  for (auto& [n, child] : children_)
+    if (n == name) {
+      child = std::move(m);
+      return;
+    }
+  throw Error(str("replace_module: no child '", name, "' to replace"));
+}
+
 // Depth-first: own parameters, then children, skipping tensors already seen
 // (a tied weight keeps the first name it was reached under).
 void Module::collect(const std::string& prefix, NamedTensors& out, std::vector<const TensorImpl*>& seen) const {

@@ -49,6 +49,10 @@ class Module : public std::enable_shared_from_this<Module> {
     return m;
   }
 
+  // Puts m where the child `name` was (its place in the order kept): how a
+  // head comes to share an embedding built apart from it (parallel/model_chunks.h).
+  void replace_module(const std::string& name, std::shared_ptr<Module> m);
+
   // Every parameter of the tree, each tensor once, in the documented order.
   NamedTensors named_parameters() const;
   std::vector<Tensor> parameters() const;

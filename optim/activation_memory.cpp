@@ -4,7 +4,9 @@
 #include <string>
 
 #include "optim/activation_moments.h"
+#include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
+#include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
@@ -81,6 +83,13 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
   return c;
 }
 
+std::vector<parallel::ScheduledOp> chunk_order(const std::string& schedule, int pp, int stage, int virtual_stages,
+                                               int64_t micro_batches) {
+  if (schedule == "zb-v") return parallel::zb_v_order(pp, stage, int(micro_batches));
+  if (schedule == "dualpipev") return parallel::dualpipev_order(pp, stage, int(micro_batches));
+  return parallel::interleaved_order(pp, stage, virtual_stages, int(micro_batches));
+}
+
 double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int pp, int stage, int virtual_stages) {
   const double m = double(micro_batches);
   if (pp <= 1) return 1;  // gradient accumulation: one micro-batch at a time
@@ -88,6 +97,16 @@ double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int 
   // ZB-H1 (zero_bubble_schedule.h): up to p on every stage, from F to W (W keeps X and dY).
   if (std::string(schedule) == "zb-h1") return std::min(m, double(pp));
   if (virtual_stages <= 1) return std::min(m, double(pp - stage));
+  // ZB-V and DualPipeV (zbv_schedule.h, dualpipev_schedule.h): the most
+  // chunk-micro-batches held at once, from F to W, over the 2 chunks.
+  if (parallel::schedule_chunk_layout(schedule) == parallel::ChunkLayout::V) {
+    int now = 0, most = 0;
+    for (const parallel::ScheduledOp& op : chunk_order(schedule, pp, stage, virtual_stages, micro_batches)) {
+      if (op.kind == 'F') most = std::max(most, ++now);
+      if (op.kind == 'W') --now;
+    }
+    return double(most) / virtual_stages;
+  }
   // Interleaved: the forwards of single chunks before the first backward (the
   // schedule's own order, interleaved_schedule.h: its warm-up and one more).
   const std::vector<parallel::ScheduledOp> order =
@@ -97,7 +116,7 @@ double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int 
 }
 
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
-                                                     int pp, int stage) {
+                                                     int pp, int stage, const std::string& schedule) {
   // Each chunk as a stage of its own: its bytes per micro-batch, and its
   // backward's temporaries the first time and later (with its own .grad
   // tensors alive). Not a pipeline stage: the gradient in flight is counted below.
@@ -119,17 +138,22 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   std::vector<bool> ran(chunks.size(), false);  // chunk k's backward has run: its .grad tensors are alive
   bool sending = false;
   double kept = 0;
-  for (const parallel::ScheduledOp& op : parallel::interleaved_order(pp, stage, int(chunks.size()),
-                                                                     int(c.micro_batches))) {
+  const std::vector<parallel::ScheduledOp> order = chunk_order(schedule, pp, stage, int(chunks.size()), c.micro_batches);
+  const bool split = std::any_of(order.begin(), order.end(), [](const auto& op) { return op.kind == 'W'; });
+  for (const parallel::ScheduledOp& op : order) {
     const size_t k = size_t(op.chunk);
     if (op.kind == 'F') {
       kept += first[k].per_micro_batch;
       continue;
     }
+    if (op.kind == 'W') {  // a split backward (ZB-V, DualPipeV) lets its micro-batch go at W
+      kept -= first[k].per_micro_batch;
+      continue;
+    }
     double extra = (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
     for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && j != k ? double(chunks[j].grad_bytes) : 0;
     if (kept + extra > p.total) p.total = kept + extra, p.backward_extra = extra, p.per_micro_batch = kept;
-    kept -= first[k].per_micro_batch;
+    if (!split) kept -= first[k].per_micro_batch;
     ran[k] = true;
     sending = sending || !chunks[k].has_embedding;
   }

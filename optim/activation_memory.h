@@ -167,9 +167,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "nn/gpt.h"
+#include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/recompute.h"
 #include "tensor/device.h"
 
@@ -233,6 +235,10 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
 // (for interleaved an average over its chunks: the planner's estimate).
 double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int pp, int stage, int virtual_stages);
 
+// A rank's order over its chunks: interleaved 1F1B's, or a V's ("zb-v", "dualpipev").
+std::vector<parallel::ScheduledOp> chunk_order(const std::string& schedule, int pp, int stage, int virtual_stages,
+                                               int64_t micro_batches);
+
 // One of an interleaved rank's model chunks.
 struct ChunkActivations {
   int64_t blocks = 0;         // transformer blocks in the chunk
@@ -251,8 +257,10 @@ struct ChunkActivations {
 // its blocks, head, embedding, in_flight and grad_bytes are the chunks'.
 // Like predict_activations, one input gradient sent by an earlier backward
 // counts as in flight. The result's per_micro_batch is what all the chunks
-// keep at the peak; per_block is not set.
+// keep at the peak; per_block is not set. schedule "zb-v" or "dualpipev"
+// walks the V's order instead (chunk_order), where a micro-batch's bytes go
+// at its W, not its B: an upper bound, since after B it keeps only W's X and dY.
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
-                                                     int pp, int stage);
+                                                     int pp, int stage, const std::string& schedule = "1f1b");
 
 }  // namespace loom::optim

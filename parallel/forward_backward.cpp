@@ -1,7 +1,9 @@
 #include "parallel/forward_backward.h"
 
+#include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
+#include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "tensor/grad_mode.h"
 
@@ -24,10 +26,13 @@ ForwardBackwardResult forward_backward(Model& model, const std::vector<MicroBatc
   if (!model.p2p) return forward_backward_no_pipelining(*model.chunks, micro_batches, loss_fn, dp);
   ModelChunks& stage = *model.chunks;
   PipelineP2P& p2p = *model.p2p;
+  if (schedule == "zb-v") return train_step_pipeline_zb_v(stage, p2p, micro_batches, loss_fn, dp);
+  if (schedule == "dualpipev") return train_step_pipeline_dualpipev(stage, p2p, micro_batches, loss_fn, dp);
   if (stage.num_chunks() > 1) return train_step_pipeline_interleaved(stage, p2p, micro_batches, loss_fn, dp);
   if (schedule == "afab") return train_step_pipeline_afab(stage, p2p, micro_batches, loss_fn, dp);
   if (schedule == "zb-h1") return train_step_pipeline_zb_h1(stage, p2p, micro_batches, loss_fn, dp);
-  LOOM_CHECK(schedule == "1f1b", "forward_backward: unknown schedule '", schedule, "' (afab, 1f1b or zb-h1)");
+  LOOM_CHECK(schedule == "1f1b", "forward_backward: unknown schedule '", schedule,
+             "' (afab, 1f1b, zb-h1, zb-v or dualpipev)");
   return train_step_pipeline_1f1b(stage, p2p, micro_batches, loss_fn, dp);
 }
 

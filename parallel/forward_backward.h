@@ -6,7 +6,8 @@
 //            only (no_sync() on the others)
 //   pp > 1   the pipeline schedule: "afab" or "1f1b"
 //            (pipeline_parallel/pipeline_schedule.h), "zb-h1"
-//            (zero_bubble_schedule.h), or interleaved 1F1B
+//            (zero_bubble_schedule.h), "zb-v" (zbv_schedule.h) or "dualpipev"
+//            (dualpipev_schedule.h) on two chunks in a V, or interleaved 1F1B
 //            when the rank holds several chunks (interleaved_schedule.h)
 // Either way the micro-batches run through one MicroBatchRunner
 // (microbatch_runner.h), which scales each loss by 1/m. After it:

@@ -13,7 +13,7 @@ void check_stage_matches_rank(const ModelChunks& model, const PipelineP2P* p2p) 
 
 double broadcast_mean_loss(PipelineP2P* p2p, double loss_sum, int m) {
   Tensor loss = full({}, loss_sum / double(m), kFloat64);
-  if (p2p) p2p->pp_group().broadcast(loss, p2p->pp_size() - 1);
+  if (p2p) p2p->pp_group().broadcast(loss, p2p->last_stage_rank());
   return loss.item<double>();
 }
 

@@ -93,12 +93,12 @@ class MicroBatchRunner {
   ScheduleRecorder recorder_;
 };
 
-// The loss exists on the last stage only; rank 0, which prints, is the first.
+// The loss exists on the last stage only (pp rank p - 1, or 0 in a V); rank 0, which prints, is the first.
 // Every stage returns the last stage's mean over the m micro-batches (no
 // pipeline, p2p null: this rank's own).
 double broadcast_mean_loss(PipelineP2P* p2p, double loss_sum, int m);
 
-// Throws unless the model's first/last chunks sit on pp rank 0 / p - 1
+// Throws unless the model's first/last chunks sit on pp rank 0 / p - 1 (0 in a V)
 // (without a pipeline: unless this rank holds every layer).
 void check_stage_matches_rank(const ModelChunks& model, const PipelineP2P* p2p);
 

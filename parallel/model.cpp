@@ -57,10 +57,10 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
   if (pgm.pp_size() > 1) {
     const StagePartition parts =
         o.partition == "balanced"
-            ? partition_balanced(gpt_layer_param_counts(cfg), pgm.pp_size(), o.virtual_stages)
-            : partition_uniform(cfg.num_layers(), pgm.pp_size(), o.virtual_stages);
+            ? partition_balanced(gpt_layer_param_counts(cfg), pgm.pp_size(), o.virtual_stages, o.layout)
+            : partition_uniform(cfg.num_layers(), pgm.pp_size(), o.virtual_stages, o.layout);
     ranges = parts[size_t(pgm.pp_rank())];
-    m.p2p = std::make_unique<PipelineP2P>(pgm.pp_group());
+    m.p2p = std::make_unique<PipelineP2P>(pgm.pp_group(), o.layout);
   }
   // Activation recomputation: blocks, or their attention cores, rerun in backward.
   layers = with_recompute(std::move(layers), cfg, parse_recompute(o.recompute));

@@ -5,7 +5,8 @@
 // place that knows both kinds of model parallelism; neither knows the other.
 //
 //   pp 1, tp 1   one chunk of every layer
-//   pp 2         stage s: its range of layers (--partition), or v ranges (--virtual-stages)
+//   pp 2         stage s: its range of layers (--partition), or v ranges (--virtual-stages),
+//                or the two ends of a V (--schedule zb-v, dualpipev)
 //   tp 2         each layer of the rank's ranges cut to its tp shard
 //   cp 2         the same layers; attention runs as a ring over the cp group
 //                (context_parallel/ring_attention.h) and the embedding adds the
@@ -24,9 +25,10 @@ namespace loom::parallel {
 
 struct ModelOptions {
   std::string partition = "uniform";  // "uniform" (by layer count) or "balanced" (by parameter count)
-  int virtual_stages = 1;             // chunks per pipeline rank (interleaved 1F1B)
+  int virtual_stages = 1;             // chunks per pipeline rank (interleaved 1F1B; 2 in a V)
   bool sequence_parallel = false;     // with tp > 1: Megatron-SP
   std::string recompute = "none";     // "none", "selective" or "full" (recompute.h)
+  ChunkLayout layout = ChunkLayout::Interleaved;  // V: ZB-V's and DualPipeV's (partition.h)
 };
 
 struct Model {

@@ -60,6 +60,10 @@ ModelChunks::ModelChunks(const nn::GPTConfig& cfg, std::vector<LayerRange> chunk
     LOOM_CHECK(int64_t(layers.size()) == r.size(), "ModelChunks: the builder made ", layers.size(),
                " layers for [", r.start, ", ", r.end, ")");
     layers_.insert(layers_.end(), layers.begin(), layers.end());
+    // Both ends in different chunks (a V): the head drops its copy of wte for
+    // the embedding's, so the tied weight is one tensor, as in one process.
+    if (c > 0 && r.end == cfg.num_layers() && is_first_stage() && cfg.tied_embeddings)
+      static_cast<nn::HeadLayer&>(*layers_.back()).tie_to(static_cast<const nn::EmbeddingLayer&>(*layers_.front()));
     for (int64_t i = r.start; i < r.end; ++i)
       register_layer(*this, nn::gpt_layer_prefix(cfg, i), layers_[first_layer_[c] + size_t(i - r.start)]);
   }

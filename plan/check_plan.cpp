@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/pipeline_parallel/partition.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "tensor/error.h"
 
@@ -40,7 +41,12 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
   LOOM_CHECK(!g.sequence_parallel || g.tp > 1, "--sequence-parallel needs --tp > 1");
   LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp ", g.pp, " x --virtual-stages ",
              g.virtual_stages, " exceeds the ", m.layers + 2, " layers (embedding + blocks + head)");
-  if (g.virtual_stages > 1) {  // interleaved 1F1B: train_gpt's rules
+  if (parallel::schedule_chunk_layout(g.schedule) == parallel::ChunkLayout::V) {  // ZB-V, DualPipeV: train_gpt's rules
+    LOOM_CHECK(g.virtual_stages == 2 && g.pp >= 2, "--schedule ", g.schedule, " lays two chunks on every rank in a V; "
+               "it needs --virtual-stages 2 and --pp >= 2 (got --virtual-stages ", g.virtual_stages, " --pp ", g.pp, ")");
+    LOOM_CHECK(g.schedule != "dualpipev" || b.micro_batches >= 2 * g.pp, "--schedule dualpipev needs at least 2 pp "
+               "micro-batches, got ", b.micro_batches, " for pp ", g.pp);
+  } else if (g.virtual_stages > 1) {  // interleaved 1F1B: train_gpt's rules
     LOOM_CHECK(g.pp >= 2, "--virtual-stages ", g.virtual_stages,
                " interleaves the chunks of a pipeline; it needs --pp >= 2");
     LOOM_CHECK(g.schedule == "1f1b", "--virtual-stages ", g.virtual_stages, " runs interleaved 1F1B; --schedule ",

@@ -40,7 +40,7 @@ struct Grid {
   bool recompute = false;       // full activation recomputation (Megatron --recompute-granularity full)
   bool recompute_selective = false;  // only the attention core (--recompute-granularity selective)
   std::string dtype = "fp32";   // fp32 | bf16 | fp16: params and activations
-  std::string schedule = "1f1b";  // 1f1b | afab | zb-h1: activations a stage holds; zb-h1: its bubble too
+  std::string schedule = "1f1b";  // 1f1b | afab | zb-h1 | zb-v | dualpipev: activations a stage holds; zb-*: the bubble too
   // How layers are cut into stages: "uniform" and "balanced" are train_gpt's
   // --partition over [embedding, blocks, head]; "blocks" is Megatron-LM's:
   // the blocks evenly, the embedding joining the first stage, the head the last.

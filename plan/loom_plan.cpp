@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   app.add_flag("--recompute-selective", g.recompute_selective,
                "selective recomputation: only the attention core (Megatron's --recompute-activations)");
   app.add_option("--dtype", g.dtype, "params and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app.add_option("--schedule", g.schedule, "pipeline schedule")->check(CLI::IsMember({"1f1b", "afab", "zb-h1"}));
+  app.add_option("--schedule", g.schedule, "pipeline schedule (zb-v, dualpipev: --virtual-stages 2, a V)")
+      ->check(CLI::IsMember({"1f1b", "afab", "zb-h1", "zb-v", "dualpipev"}));
   app.add_option("--partition", g.partition, "layers into stages: train_gpt's uniform / balanced, or Megatron's blocks")
       ->check(CLI::IsMember({"uniform", "balanced", "blocks"}));
   app.add_option("--machine", machine, "h100, a100, or cpu (this machine, measured)")

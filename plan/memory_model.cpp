@@ -14,13 +14,14 @@ int dtype_bytes(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
 
 std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Grid& g) {
   std::vector<std::vector<int64_t>> out(size_t(g.pp));
+  const parallel::ChunkLayout layout = parallel::schedule_chunk_layout(g.schedule);
   if (g.partition == "blocks") {  // Megatron-LM: blocks 1..L evenly, then the embedding and the head added
-    parallel::StagePartition parts = parallel::partition_uniform(m.layers, g.pp, g.virtual_stages);
+    parallel::StagePartition parts = parallel::partition_uniform(m.layers, g.pp, g.virtual_stages, layout);
     for (int s = 0; s < g.pp; ++s)
       for (const parallel::LayerRange& r : parts[size_t(s)])
         for (int64_t i = r.start; i < r.end; ++i) out[size_t(s)].push_back(i + 1);
     out.front().insert(out.front().begin(), 0);
-    out.back().push_back(m.layers + 1);
+    (layout == parallel::ChunkLayout::V ? out.front() : out.back()).push_back(m.layers + 1);  // a V ends on stage 0
     return out;
   }
   nn::GPTConfig cfg;
@@ -28,8 +29,8 @@ std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Gri
   if (m.llama) cfg.set_arch("llama"), cfg.n_kv_head = m.kv_heads, cfg.mlp_hidden = m.ffn_width();
   parallel::StagePartition parts =
       g.partition == "balanced"
-          ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), g.pp, g.virtual_stages)
-          : parallel::partition_uniform(m.layers + 2, g.pp, g.virtual_stages);
+          ? parallel::partition_balanced(parallel::gpt_layer_param_counts(cfg), g.pp, g.virtual_stages, layout)
+          : parallel::partition_uniform(m.layers + 2, g.pp, g.virtual_stages, layout);
   for (int s = 0; s < g.pp; ++s)
     for (const parallel::LayerRange& r : parts[size_t(s)])
       for (int64_t i = r.start; i < r.end; ++i) out[size_t(s)].push_back(i);

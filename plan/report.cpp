@@ -128,7 +128,13 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "  (in flight at pipeline rank 0: %.3g micro-batches; one layer's activations %s per micro-batch)\n",
       micro_batches_in_flight(g, b.micro_batches, 0), bytes(activation_bytes_per_layer(m, g, b.micro_batch)).c_str());
 
-  if (g.schedule == "zb-h1")
+  if (g.schedule == "zb-v" || g.schedule == "dualpipev")
+    say(out, "\npipeline: %s's bubble with F = B = W on a chunk (p - 1)/(6 m + p - 1) = %d/%lld = %.1f%% of the "
+        "pipeline's time (ZB-H1's: %.1f%%, 1F1B's: %.1f%%)\n", g.schedule == "zb-v" ? "ZB-V" : "DualPipeV", g.pp - 1,
+        (long long)(6 * b.micro_batches + g.pp - 1), 100 * bubble_fraction(g, b.micro_batches),
+        100.0 * (g.pp - 1) / double(3 * b.micro_batches + g.pp - 1),
+        100.0 * (g.pp - 1) / double(b.micro_batches + g.pp - 1));
+  else if (g.schedule == "zb-h1")
     say(out, "\npipeline: ZB-H1's bubble with F = B = W (p - 1)/(3 m + p - 1) = %d/%lld = %.1f%% of the pipeline's time "
         "(1F1B's: %.1f%%)\n", g.pp - 1, (long long)(3 * b.micro_batches + g.pp - 1),
         100 * bubble_fraction(g, b.micro_batches), 100.0 * (g.pp - 1) / double(b.micro_batches + g.pp - 1));

@@ -8,6 +8,9 @@ namespace loom::plan {
 
 double bubble_fraction(const Grid& g, int64_t micro_batches) {
   if (g.schedule == "zb-h1") return double(g.pp - 1) / (3 * double(micro_batches) + double(g.pp - 1));
+  // ZB-V, DualPipeV: p - 1 idle chunk slots of 6 m (zbv_schedule.h)
+  if (g.schedule == "zb-v" || g.schedule == "dualpipev")
+    return double(g.pp - 1) / (6 * double(micro_batches) + double(g.pp - 1));
   return double(g.pp - 1) / (double(g.virtual_stages) * double(micro_batches) + double(g.pp - 1));
 }
 
@@ -82,8 +85,10 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   const StagePlan& slow = s.stages[size_t(slowest)];
   // ZB-H1 (zero_bubble_schedule.h) idles (p - 1)(F + B - W) instead of (p - 1)(F + B + W): with the
   // backward split evenly (B = W: a linear's dX and dW are one GEMM each), (p - 1)(F + transfers).
+  // ZB-V and DualPipeV idle (p - 1) chunk slots, each F / 2 with the same even split: fill = (p - 1) / v
+  // above, and the same F + transfers.
   double t_fill = t_sum;
-  if (g.schedule == "zb-h1")
+  if (g.schedule.starts_with("zb") || g.schedule == "dualpipev")
     for (const StagePlan& sp : s.stages) t_fill -= sp.compute.backward_s;
   s.pipeline_s = mb * t_max + fill * t_fill / g.pp;
   s.bubble_s = fill * t_fill / g.pp;

@@ -104,6 +104,19 @@ TEST(ModelChunks, ParametersEqualTheFullModels) {
   }
 }
 
+// Stage 0 of a V holds the embedding and the head in two chunks: the head
+// uses the embedding's wte, one tensor under one name, as in nn::GPT.
+TEST(ModelChunks, BothEndsInAVShareOneTiedEmbedding) {
+  ModelChunks stage(kCfg, std::vector<LayerRange>{{0, 1}, {5, 6}});
+  EXPECT_EQ(names(stage), (std::vector<std::string>{"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"}));
+  const auto& head = static_cast<const nn::HeadLayer&>(*stage.layers().back());
+  EXPECT_EQ(head.token_embedding().impl(), stage.embedding_weight().impl());
+  nn::GPTConfig untied = kCfg;
+  untied.tied_embeddings = false;
+  ModelChunks own_head(untied, std::vector<LayerRange>{{0, 1}, {5, 6}});
+  EXPECT_EQ(names(own_head).back(), "lm_head.weight");
+}
+
 TEST(ModelChunks, BuildsOnlyItsOwnLayers) {
   // Parameter counts, by hand: V C + block C = 1536, a block 12 C² + 13 C = 12704, the head 2 C + V C = 1088.
   const int64_t emb = 32 * 32 + 16 * 32, block = 12 * 32 * 32 + 13 * 32, head = 2 * 32 + 32 * 32;

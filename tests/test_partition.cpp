@@ -38,6 +38,18 @@ TEST(PartitionUniform, ChunksAreDealtOutRoundRobin) {
   EXPECT_EQ(p[1], (Ranges{{2, 4}, {6, 8}}));
 }
 
+TEST(PartitionUniform, TheVGoesDownAndComesBackUp) {
+  // 8 layers, pp 2 in a V: stage 0 holds parts 0 and 3 (both ends), stage 1 parts 1 and 2 (the turn).
+  StagePartition p = partition_uniform(8, 2, 2, ChunkLayout::V);
+  EXPECT_EQ(p[0], (Ranges{{0, 2}, {6, 8}}));
+  EXPECT_EQ(p[1], (Ranges{{2, 4}, {4, 6}}));
+  StagePartition q = partition_uniform(6, 3, 2, ChunkLayout::V);
+  EXPECT_EQ(q[0], (Ranges{{0, 1}, {5, 6}}));
+  EXPECT_EQ(q[2], (Ranges{{2, 3}, {3, 4}}));
+  EXPECT_THAT([] { partition_uniform(9, 3, 3, ChunkLayout::V); },
+              ThrowsMessage<Error>(HasSubstr("the V layout holds 2 chunks per stage, got 3")));
+}
+
 TEST(PartitionUniform, OneStageTakesEverything) { EXPECT_EQ(partition_uniform(6, 1)[0], (Ranges{{0, 6}})); }
 
 TEST(PartitionUniform, FewerLayersThanStagesIsAnError) {

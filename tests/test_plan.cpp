@@ -160,6 +160,27 @@ TEST(PlanPipeline, ZBH1HoldsPOnEveryStageAndIdlesAThirdOf1F1B) {
   EXPECT_NEAR(ofob.pipeline_s - zb.pipeline_s, 3 * backward / 4, 1e-9 * ofob.pipeline_s);
 }
 
+// ZB-V and DualPipeV (zbv_schedule.h, dualpipev_schedule.h): 2p and 2p + 1
+// chunk-micro-batches held (p and p + 1/2 stages' worth), the bubble
+// (p - 1)/(6 m + p - 1), and the fill and drain (p - 1) chunk forwards: half of ZB-H1's.
+TEST(PlanPipeline, TheVHoldsTwoPChunksAndIdlesHalfOfZBH1) {
+  Grid g = grid(1, 4, 1);
+  g.schedule = "zb-v", g.virtual_stages = 2;
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 0), 4);
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 3), 4);
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 51);
+  ModelShape six = tiny();
+  six.layers = 6;  // 8 items for the V's 8 parts
+  const StepPlan zbv = plan_step(six, g, Batch{2, 8}, machine_by_name("a100"));
+  double forward = 0, transfers = 0;
+  for (const StagePlan& sp : zbv.stages)
+    forward += sp.compute.forward_s, transfers += sp.micro_batch_s - sp.compute.forward_s - sp.compute.backward_s;
+  EXPECT_NEAR(zbv.bubble_s, 1.5 * (forward + transfers) / 4, 1e-12 * zbv.bubble_s);
+  g.schedule = "dualpipev";
+  EXPECT_EQ(micro_batches_in_flight(g, 8, 2), 4.5);
+  EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 51);
+}
+
 TEST(PlanChecks, RefusesWhatTrainGptRefusesNamingTheFlagAndValue) {
   auto refused = [](ModelShape m, Grid g, Batch b) -> std::string {
     try {

@@ -88,7 +88,8 @@ std::vector<Entry> allocate_described(const std::vector<int64_t>& meta) {
 // ProcessGroupByDevice sends host tensors through MPI).
 nn::NamedTensors gather_stage_states(ModelChunks& stage, ProcessGroup& pp_group, const nn::NamedTensors* state) {
   const int rank = pp_group.rank(), size = pp_group.size();
-  LOOM_CHECK(stage.is_first_stage() == (rank == 0) && stage.is_last_stage() == (rank == size - 1),
+  // The head on the last rank, or on rank 0 at the top of a V (partition.h).
+  LOOM_CHECK(stage.is_first_stage() == (rank == 0) && (!stage.is_last_stage() || rank == 0 || rank == size - 1),
              "gather_stage_states: stage layers [", stage.range().start, ", ", stage.chunks().back().end,
              ") do not match pipeline rank ", rank, " of ", size);
   NoGradGuard no_grad;

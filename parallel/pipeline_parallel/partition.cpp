@@ -18,13 +18,16 @@ void check_sizes(const char* op, int64_t num_items, int pp_size, int num_chunks)
              " stages (every stage needs at least one layer)");
 }
 
-// Virtual stage k = c × pp_size + s is chunk c of stage s (Megatron's interleaved layout).
-StagePartition deal_out(const std::vector<int64_t>& boundaries, int pp_size, int num_chunks) {
+// Interleaved: virtual stage k = c × pp_size + s is chunk c of stage s (Megatron's
+// layout). V: chunk 0 of stage s is part s, chunk 1 part 2 pp_size - 1 - s.
+StagePartition deal_out(const std::vector<int64_t>& boundaries, int pp_size, int num_chunks, ChunkLayout layout) {
+  LOOM_CHECK(layout != ChunkLayout::V || num_chunks == 2, "partition: the V layout holds 2 chunks per stage, got ",
+             num_chunks);
   StagePartition stages(size_t(pp_size), std::vector<LayerRange>(static_cast<size_t>(num_chunks)));
   for (int c = 0; c < num_chunks; ++c)
     for (int s = 0; s < pp_size; ++s) {
-      size_t k = size_t(c) * size_t(pp_size) + size_t(s);
-      stages[size_t(s)][size_t(c)] = {boundaries[k], boundaries[k + 1]};
+      const int k = layout == ChunkLayout::V && c == 1 ? 2 * pp_size - 1 - s : c * pp_size + s;
+      stages[size_t(s)][size_t(c)] = {boundaries[size_t(k)], boundaries[size_t(k) + 1]};
     }
   return stages;
 }
@@ -43,7 +46,11 @@ int64_t parts_needed(const std::vector<int64_t>& w, int64_t limit) {
 
 }  // namespace
 
-StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks) {
+ChunkLayout schedule_chunk_layout(const std::string& schedule) {
+  return schedule == "zb-v" || schedule == "dualpipev" ? ChunkLayout::V : ChunkLayout::Interleaved;
+}
+
+StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks, ChunkLayout layout) {
   check_sizes("partition_uniform", num_items, pp_size, num_chunks);
   // n items over k parts: every part gets n / k, and the first n % k parts one
   // more (ColossalAI's and picotron's rule): 7 items over 2 stages -> [4, 3].
@@ -51,7 +58,7 @@ StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks)
   const int64_t base = num_items / parts, extra = num_items % parts;
   std::vector<int64_t> boundaries{0};
   for (int64_t k = 0; k < parts; ++k) boundaries.push_back(boundaries.back() + base + (k < extra ? 1 : 0));
-  return deal_out(boundaries, pp_size, num_chunks);
+  return deal_out(boundaries, pp_size, num_chunks, layout);
 }
 
 std::vector<int64_t> balanced_boundaries(const std::vector<int64_t>& weights, int num_parts) {
@@ -91,9 +98,10 @@ std::vector<int64_t> balanced_boundaries(const std::vector<int64_t>& weights, in
   return b;
 }
 
-StagePartition partition_balanced(const std::vector<int64_t>& weights, int pp_size, int num_chunks) {
+StagePartition partition_balanced(const std::vector<int64_t>& weights, int pp_size, int num_chunks,
+                                  ChunkLayout layout) {
   check_sizes("partition_balanced", int64_t(weights.size()), pp_size, num_chunks);
-  return deal_out(balanced_boundaries(weights, pp_size * num_chunks), pp_size, num_chunks);
+  return deal_out(balanced_boundaries(weights, pp_size * num_chunks), pp_size, num_chunks, layout);
 }
 
 }  // namespace loom::parallel

@@ -10,9 +10,18 @@
 //   stage 0: {[0,2), [4,6)}     stage 1: {[2,4), [6,8)}
 // so a micro-batch visits stage 0, 1, 0, 1. With v = 1 (the default) each stage
 // gets one range, the plain GPipe / 1F1B layout.
+//
+// The V (ZB-V and DualPipeV, v = 2; PyTorch's generate_stage_to_rank_mapping
+// style "v"): part k goes down the ranks and back up, stage s holding parts s
+// and 2p - 1 - s. With 8 layers, pp 2:
+//   stage 0: {[0,2), [6,8)}     stage 1: {[2,4), [4,6)}
+// so a micro-batch visits stage 0, 1, 1, 0: the first and the last layer sit
+// on stage 0, and the turn of the V (parts p - 1 and p) on stage p - 1, which
+// hands its chunk 0's output to its chunk 1 without a transfer.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace loom::parallel {
@@ -26,16 +35,24 @@ struct LayerRange {
 // ranges[s][c]: the layers of stage s's chunk c.
 using StagePartition = std::vector<std::vector<LayerRange>>;
 
+// Which parts a stage's chunks are (see above).
+enum class ChunkLayout { Interleaved, V };
+// The layout a --schedule runs on: V for "zb-v" and "dualpipev", else Interleaved.
+ChunkLayout schedule_chunk_layout(const std::string& schedule);
+
 // Equal parts by count: every virtual stage gets num_items / (pp_size × num_chunks)
 // layers, and the first num_items % (pp_size × num_chunks) of them one more
-// (7 layers, pp 2 -> [0,4) [4,7)). Error: fewer items than virtual stages.
-StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks = 1);
+// (7 layers, pp 2 -> [0,4) [4,7)). Errors: fewer items than virtual stages; a
+// V of other than 2 chunks.
+StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks = 1,
+                                 ChunkLayout layout = ChunkLayout::Interleaved);
 
 // Parts of nearly equal weight (weights[i] = parameter count of layer i): the
 // smallest possible maximum part weight, found by binary search (the approach
 // of DeepSpeed's partition_balanced), every part non-empty. Errors: fewer items
-// than virtual stages, or a negative weight.
-StagePartition partition_balanced(const std::vector<int64_t>& weights, int pp_size, int num_chunks = 1);
+// than virtual stages, or a negative weight; a V of other than 2 chunks.
+StagePartition partition_balanced(const std::vector<int64_t>& weights, int pp_size, int num_chunks = 1,
+                                  ChunkLayout layout = ChunkLayout::Interleaved);
 
 // The contiguous cut of `weights` into exactly num_parts non-empty parts that
 // minimises the largest part's weight: part boundaries [b_0 = 0, b_1, ..., b_k = n].

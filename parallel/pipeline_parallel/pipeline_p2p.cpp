@@ -27,8 +27,8 @@ struct PipelineP2P::Channel {
   DType dtype = kFloat32;
 };
 
-PipelineP2P::PipelineP2P(ProcessGroup& pp_group)
-    : pp_group_(pp_group), rank_(pp_group.rank()), size_(pp_group.size()) {
+PipelineP2P::PipelineP2P(ProcessGroup& pp_group, ChunkLayout layout)
+    : pp_group_(pp_group), rank_(pp_group.rank()), size_(pp_group.size()), layout_(layout) {
   if (size_ == 1) return;  // one stage: nothing to talk to
   // Link k: k -> k + 1 for activations, k -> k - 1 for gradients (around the
   // ring). Each split is collective over pp_group; the two ranks of the link
@@ -46,6 +46,12 @@ PipelineP2P::PipelineP2P(ProcessGroup& pp_group)
   for (int k = 0; k < size_; ++k) {
     make(k, (k + 1) % size_, str(pp_group.name(), "_act", k), act_out_, act_in_);
     make(k, (k - 1 + size_) % size_, str(pp_group.name(), "_grad", k), grad_out_, grad_in_);
+  }
+  if (layout_ != ChunkLayout::V) return;
+  // The V's chunk 1: activations k -> k - 1, gradients k - 1 -> k, no wrap-around.
+  for (int k = 1; k < size_; ++k) {
+    make(k, k - 1, str(pp_group.name(), "_act_up", k), act_up_out_, act_up_in_);
+    make(k - 1, k, str(pp_group.name(), "_grad_up", k), grad_up_out_, grad_up_in_);
   }
 }
 
@@ -102,21 +108,45 @@ PipelineP2P::Channel& PipelineP2P::ring(const std::unique_ptr<Channel>& c, const
   return *c;
 }
 
+PipelineP2P::Channel& PipelineP2P::way(int chunk, const std::unique_ptr<Channel>& down,
+                                        const std::unique_ptr<Channel>& up, const char* verb) const {
+  return ring(layout_ == ChunkLayout::V && chunk == 1 ? up : down, verb);
+}
+
+Tensor PipelineP2P::take(Handoff& h, const char* verb, int mb) {
+  LOOM_CHECK(!h.empty() && h.front().first == mb, verb, ": stage ", rank_, " turns the V with micro-batch ", mb,
+             " but holds ", h.empty() ? std::string("nothing") : str("micro-batch ", h.front().first),
+             " (a schedule out of order)");
+  Tensor t = h.front().second;
+  h.pop_front();
+  return t;
+}
+
 Tensor PipelineP2P::recv_activation(int mb, int chunk) {
-  return recv(ring(act_in_, "recv_activation"), "recv_activation", mb, chunk);
+  if (turns_here(chunk - 1)) return take(turn_activations_, "recv_activation", mb);  // chunk 1 <- chunk 0
+  return recv(way(chunk, act_in_, act_up_in_, "recv_activation"), "recv_activation", mb, chunk);
 }
 
 void PipelineP2P::send_activation(const Tensor& output, int mb, int chunk) {
-  send(ring(act_out_, "send_activation"), output, "send_activation", mb, chunk);
+  if (turns_here(chunk)) {  // chunk 0 -> chunk 1: a leaf of its own, as a received tensor would be
+    turn_activations_.emplace_back(mb, autograd::detach(output));
+    return;
+  }
+  send(way(chunk, act_out_, act_up_out_, "send_activation"), output, "send_activation", mb, chunk);
   finish_sends();
 }
 
 Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
-  return recv(ring(grad_in_, "recv_gradient"), "recv_gradient", mb, chunk);
+  if (turns_here(chunk)) return take(turn_gradients_, "recv_gradient", mb);  // chunk 0 <- chunk 1
+  return recv(way(chunk, grad_in_, grad_up_in_, "recv_gradient"), "recv_gradient", mb, chunk);
 }
 
 void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
-  send(ring(grad_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk);
+  if (turns_here(chunk - 1)) {  // chunk 1 -> chunk 0
+    turn_gradients_.emplace_back(mb, input_grad);
+    return;
+  }
+  send(way(chunk, grad_out_, grad_up_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk);
   finish_sends();
 }
 
@@ -124,6 +154,7 @@ void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
 
 void PipelineP2P::begin_schedule() {
   pending_.clear();  // only a schedule that threw leaves sends behind (MPI keeps their payloads alive)
+  turn_activations_.clear(), turn_gradients_.clear();
   forget_shapes();
   in_schedule_ = true;
 }
@@ -135,7 +166,8 @@ void PipelineP2P::end_schedule() {
 }
 
 void PipelineP2P::forget_shapes() {
-  for (Channel* c : {act_out_.get(), act_in_.get(), grad_out_.get(), grad_in_.get()})
+  for (Channel* c : {act_out_.get(), act_in_.get(), grad_out_.get(), grad_in_.get(), act_up_out_.get(),
+                     act_up_in_.get(), grad_up_out_.get(), grad_up_in_.get()})
     if (c) c->cached = false;
 }
 

@@ -13,6 +13,12 @@
 // last rank's chunk c feeds the first rank's chunk c + 1. Its verbs take the
 // ring, rank p - 1's next being rank 0, and always transfer:
 //   recv_activation / send_activation (<- prev, -> next)   recv_gradient / send_gradient (<- next, -> prev)
+// In the V of ZB-V and DualPipeV (ChunkLayout::V, partition.h) chunk 0 goes
+// down the ranks as above and chunk 1 comes back up: the same verbs move chunk
+// 1's activations to the previous rank and its gradients to the next, on links
+// of their own (no wrap-around link is used). On the last rank the V turns:
+// chunk 0's output is chunk 1's input, handed over in memory, and chunk 1's
+// input gradient is chunk 0's output gradient - no transfer.
 //
 // Channels. Every link of the ring, in each direction, is its own two-rank
 // process group in which one rank only sends and the other only receives
@@ -71,19 +77,23 @@
 // with tracing on every transfer is a span on the communication track (trace/transfer_log.h).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/pipeline_parallel/partition.h"
 #include "parallel/trace/transfer_log.h"
 
 namespace loom::parallel {
 
 class PipelineP2P {
  public:
-  // Collective over pp_group (stage order): makes the channel groups.
-  explicit PipelineP2P(ProcessGroup& pp_group);
+  // Collective over pp_group (stage order): makes the channel groups (with
+  // ChunkLayout::V also the links chunk 1 comes back up on).
+  explicit PipelineP2P(ProcessGroup& pp_group, ChunkLayout layout = ChunkLayout::Interleaved);
   ~PipelineP2P();
   PipelineP2P(const PipelineP2P&) = delete;
   PipelineP2P& operator=(const PipelineP2P&) = delete;
@@ -91,7 +101,8 @@ class PipelineP2P {
   int pp_rank() const { return rank_; }
   int pp_size() const { return size_; }
   bool is_first_stage() const { return rank_ == 0; }
-  bool is_last_stage() const { return rank_ == size_ - 1; }
+  bool is_last_stage() const { return rank_ == last_stage_rank(); }
+  int last_stage_rank() const { return layout_ == ChunkLayout::V ? 0 : size_ - 1; }  // where the loss is
   ProcessGroup& pp_group() { return pp_group_; }
   // Where received activations and gradients are made: the stage's device
   // (the CPU unless the stage moved to a GPU).
@@ -105,7 +116,7 @@ class PipelineP2P {
   Tensor send_fwd_recv_bwd(const Tensor& output, int send_mb, int recv_mb);
   Tensor send_bwd_recv_fwd(const Tensor& input_grad, int send_mb, int recv_mb);
 
-  // The ring (chunk: the model chunk the tensor belongs to, for the messages).
+  // The ring, or the V (chunk: the model chunk the tensor belongs to; in the V also its way).
   Tensor recv_activation(int mb, int chunk);                     // <- previous rank
   void send_activation(const Tensor& output, int mb, int chunk);  // -> next rank
   Tensor recv_gradient(int mb, int chunk);                       // <- next rank
@@ -125,6 +136,12 @@ class PipelineP2P {
   };
   // Posts the header (unless cached), then the payload (ProcessGroup::isend).
   void send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk);
+  // The turn of the V, on its last rank: one chunk's tensor kept for the other's (mb checks the order).
+  using Handoff = std::deque<std::pair<int, Tensor>>;
+  bool turns_here(int chunk_from) const { return layout_ == ChunkLayout::V && rank_ == size_ - 1 && chunk_from == 0; }
+  Tensor take(Handoff& h, const char* verb, int mb);
+  // The channel of a chunk's transfer: chunk 1 of a V goes the other way.
+  Channel& way(int chunk, const std::unique_ptr<Channel>& down, const std::unique_ptr<Channel>& up, const char* verb) const;
   // Receives the header (unless cached), then a tensor of the shape and dtype it announces.
   Tensor recv(Channel& c, const char* verb, int mb, int chunk);
   void wait(PendingSend& s);
@@ -135,7 +152,10 @@ class PipelineP2P {
   ProcessGroup& pp_group_;
   Device device_ = kCPU;
   int rank_, size_;
+  ChunkLayout layout_;
   std::unique_ptr<Channel> act_out_, act_in_, grad_out_, grad_in_;
+  std::unique_ptr<Channel> act_up_out_, act_up_in_, grad_up_out_, grad_up_in_;  // the V's way back (chunk 1)
+  Handoff turn_activations_, turn_gradients_;
   std::vector<PendingSend> pending_;
   bool in_schedule_ = false;
   TransferLog log_;  // LOOM_VERBOSE and the trace (trace/transfer_log.h)

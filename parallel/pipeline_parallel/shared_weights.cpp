@@ -90,6 +90,7 @@ SharedWeightGradHandler tied_embedding_handler(ModelChunks& stage, ProcessGroupM
   SharedWeightGradHandler handler;
   if (pgm.pp_size() == 1 || !pgm.in_embedding_group()) return handler;
   if (!stage.embedding_weight().defined()) return handler;  // untied (Llama): nothing shared
+  if (stage.is_first_stage() && stage.is_last_stage()) return handler;  // a V: both ends here, one tensor
   // The embedding group is [first stage, last stage]: group rank 0 is the first.
   handler.add(stage.embedding_weight(), pgm.embedding_group());
   handler.broadcast_params();

@@ -14,7 +14,8 @@
 // _allreduce_embedding_grads over the embedding group. As in ColossalAI, the
 // shared params are bucketed by (group, dtype) and each bucket's gradients are
 // coalesced into one flat buffer: one all-reduce per bucket, not per tensor.
-// With pp = 1 there is one wte and nothing to do (a group of size 1 is skipped).
+// With pp = 1 there is one wte and nothing to do (a group of size 1 is skipped),
+// and so in a V (ZB-V, DualPipeV: both ends on stage 0, one tensor).
 //
 // The mechanism - copies of one weight whose gradients are summed over a
 // group - serves one more case: under sequence parallelism the layernorms'

@@ -52,6 +52,12 @@ TensorParallelHead::TensorParallelHead(const nn::GPTHead& full, std::shared_ptr<
   tied = !full.lm_head;
 }
 
+void TensorParallelHead::tie_to(const nn::EmbeddingLayer& embedding) {
+  LOOM_CHECK(tied, "TensorParallelHead::tie_to: an untied head (lm_head) has no embedding to share");
+  wte = static_cast<const TensorParallelEmbedding&>(embedding).wte;
+  replace_module("wte", wte);
+}
+
 Tensor TensorParallelHead::forward(const Tensor& x) {
   Tensor h = ln_f->forward(x);
   // f: all of h against this rank's rows of wte (under SP, gather T first).

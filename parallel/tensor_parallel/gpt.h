@@ -53,6 +53,7 @@ struct TensorParallelHead : nn::HeadLayer {
   // x [B, T, C] ([B, T/tp, C]) -> this rank's logits [B, T, V_pad / tp]
   Tensor forward(const Tensor& x) override;
   Tensor token_embedding() const override { return tied ? wte->weight : Tensor(); }
+  void tie_to(const nn::EmbeddingLayer& embedding) override;  // embedding: a TensorParallelEmbedding
   // The mean cross-entropy over the true vocabulary, vocab-parallel over
   // logits [B, T, V_pad/tp]: nn's cross_entropy_loss of the full logits.
   Tensor loss(const Tensor& logits, const Tensor& targets) const override;

@@ -28,9 +28,16 @@ int num_chunks(const std::vector<StageEvents>& stages) {
 
 // What event e on stage s waits for: (stage, chunk), or stage -1 for nothing.
 // Forwards come from the stage before (around the ring to the chunk before),
-// backwards (B) from the stage after (around the ring to the chunk after).
-std::pair<int, int> dependency(const ScheduleEvent& e, int s, int p, int v) {
+// backwards (B) from the stage after (around the ring to the chunk after). In
+// a V chunk 1 runs back up the stages, and stage p - 1 turns it: its F on
+// chunk 1 waits for its own F on chunk 0, its B on chunk 0 for its B on chunk 1.
+std::pair<int, int> dependency(const ScheduleEvent& e, int s, int p, int v, ChunkLayout layout) {
   if (e.kind == 'W') return {-1, 0};  // a B's other half: after its B on this stage, in the stage's order
+  if (layout == ChunkLayout::V) {
+    const bool from_above = (e.kind == 'F') == (e.chunk == 0);  // F on chunk 0, B on chunk 1: from stage s - 1
+    if (from_above) return s > 0 ? std::pair{s - 1, e.chunk} : std::pair{-1, 0};
+    return s < p - 1 ? std::pair{s + 1, e.chunk} : std::pair{s, 1 - e.chunk};
+  }
   if (e.kind == 'F') {
     if (s > 0) return {s - 1, e.chunk};
     return e.chunk > 0 ? std::pair{p - 1, e.chunk - 1} : std::pair{-1, 0};
@@ -48,7 +55,8 @@ namespace {
 // after) has ended: nothing else waits. Durations 1 give the slots of the
 // diagram; the measured durations give the step without transfers.
 template <class Duration>
-std::vector<std::vector<double>> place_events(const std::vector<StageEvents>& stages, const Duration& duration) {
+std::vector<std::vector<double>> place_events(const std::vector<StageEvents>& stages, const Duration& duration,
+                                              ChunkLayout layout) {
   const int p = int(stages.size()), v = num_chunks(stages);
   // (kind, mb, chunk) -> when it ended
   std::vector<std::map<std::tuple<char, int, int>, double>> ended(static_cast<size_t>(p));
@@ -67,7 +75,7 @@ std::vector<std::vector<double>> place_events(const std::vector<StageEvents>& st
       const StageEvents& evs = stages[size_t(s)];
       while (next[size_t(s)] < evs.size()) {
         const ScheduleEvent& e = evs[next[size_t(s)]];
-        const auto [dep, dep_chunk] = dependency(e, s, p, v);
+        const auto [dep, dep_chunk] = dependency(e, s, p, v, layout);
         double ready = 0;
         if (dep >= 0) {
           auto it = ended[size_t(dep)].find({e.kind, e.mb, dep_chunk});
@@ -88,17 +96,18 @@ std::vector<std::vector<double>> place_events(const std::vector<StageEvents>& st
 
 }  // namespace
 
-std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages) {
-  const std::vector<std::vector<double>> starts = place_events(stages, [](const ScheduleEvent&) { return 1.0; });
+std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages, ChunkLayout layout) {
+  const std::vector<std::vector<double>> starts =
+      place_events(stages, [](const ScheduleEvent&) { return 1.0; }, layout);
   std::vector<std::vector<int>> slots(starts.size());
   for (size_t s = 0; s < starts.size(); ++s)
     for (double t : starts[s]) slots[s].push_back(int(t));
   return slots;
 }
 
-std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages) {
+std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages, ChunkLayout layout) {
   const std::vector<std::vector<double>> starts =
-      place_events(stages, [](const ScheduleEvent& e) { return e.end_us - e.start_us; });
+      place_events(stages, [](const ScheduleEvent& e) { return e.end_us - e.start_us; }, layout);
   std::vector<StageEvents> out = stages;
   for (size_t s = 0; s < out.size(); ++s)
     for (size_t k = 0; k < out[s].size(); ++k) {
@@ -108,8 +117,8 @@ std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stage
   return out;
 }
 
-std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title) {
-  std::vector<std::vector<int>> slots = schedule_slots(stages);
+std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title, ChunkLayout layout) {
+  std::vector<std::vector<int>> slots = schedule_slots(stages, layout);
   const bool chunks = num_chunks(stages) > 1;
   auto cell = [&](const ScheduleEvent& e) {
     return chunks ? str(e.kind, e.mb, ".", e.chunk) : str(e.kind, e.mb);
@@ -164,6 +173,10 @@ double zb_h1_bubble_fraction(int pp_size, int num_microbatches) {
   return double(pp_size - 1) / double(3 * num_microbatches + pp_size - 1);
 }
 
+double zb_v_bubble_fraction(int pp_size, int num_microbatches) {
+  return double(pp_size - 1) / double(6 * num_microbatches + pp_size - 1);
+}
+
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine) {
   // Counts first, then every stage's events padded to the longest (all_gather needs equal sizes):
   // 5 doubles per event (kind, mb, start, end, chunk).
@@ -203,9 +216,17 @@ std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, con
   // replayed with instant transfers, and the formula (equal stages, no transfers).
   char bubble[400];
   const double measured = measured_bubble_fraction(stages);
-  const double replayed = measured_bubble_fraction(without_transfers(stages));
+  const ChunkLayout layout = schedule_chunk_layout(schedule_name);
+  const double replayed = measured_bubble_fraction(without_transfers(stages, layout));
   const bool split = std::any_of(stages[0].begin(), stages[0].end(), [](const ScheduleEvent& e) { return e.kind == 'W'; });
-  if (split)  // zero bubble (zero_bubble_schedule.h): idle (p - 1)(F + B - W) of m (F + B + W) per stage
+  if (split && layout == ChunkLayout::V)  // ZB-V, DualPipeV: p - 1 idle chunk slots of 6 m per stage
+    std::snprintf(bubble, sizeof bubble,
+                  "bubble: measured %.3f with transfers, %.3f without (the same F/B/W spans replayed back to back), "
+                  "theory with F = B = W on a chunk (p - 1)/(6 m + p - 1) = %d/%d = %.3f (ZB-H1's: %.3f, 1F1B's: "
+                  "%.3f)\n",
+                  measured, replayed, p - 1, 6 * m + p - 1, zb_v_bubble_fraction(p, m), zb_h1_bubble_fraction(p, m),
+                  theoretical_bubble_fraction(p, m));
+  else if (split)  // zero bubble (zero_bubble_schedule.h): idle (p - 1)(F + B - W) of m (F + B + W) per stage
     std::snprintf(bubble, sizeof bubble,
                   "bubble: measured %.3f with transfers, %.3f without (the same F/B/W spans replayed back to back), "
                   "theory with F = B = W (p - 1)/(3 m + p - 1) = %d/%d = %.3f (1F1B's: (p - 1)/(m + p - 1) = %.3f)\n",
@@ -225,7 +246,7 @@ std::string schedule_report(ProcessGroup& pp_group, const StageEvents& mine, con
                   double(p - 1) / double(v * m));
   const std::string title = str(schedule_name, ", pp ", p, v > 1 ? str(", v ", v) : "", ", m ", m);
   if (svg) *svg = schedule_svg(stages, title, std::string(bubble, std::strlen(bubble) - 1));  // without the \n
-  return render_schedule(stages, title) + bubble;
+  return render_schedule(stages, title, layout) + bubble;
 }
 
 }  // namespace loom::parallel

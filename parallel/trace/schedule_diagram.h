@@ -32,13 +32,18 @@
 //
 // A zero-bubble schedule (zero_bubble_schedule.h) logs each backward as B<i>
 // (the input gradient) and W<i> (the weights'), each a slot of its own; W
-// waits for nothing but its stage's own B<i>, which ran before it.
+// waits for nothing but its stage's own B<i>, which ran before it. In a V
+// (ZB-V, DualPipeV: ChunkLayout::V) chunk 1 comes back up the stages: F<i>.1
+// waits for F<i>.1 on the stage after, and on the last stage for its own
+// F<i>.0 (the turn); B<i>.1 for B<i>.1 on the stage before; B<i>.0 on the
+// last stage for its own B<i>.1.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/pipeline_parallel/partition.h"
 
 namespace loom::parallel {
 
@@ -56,22 +61,30 @@ double schedule_clock_us();
 
 // slot[s][k]: the time slot of stage s's k-th event (see above). Throws if the
 // order is impossible (an event waits for one that never comes).
-std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages);
+// layout: where the chunks sit (a V turns on the last stage; partition.h).
+std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& stages,
+                                             ChunkLayout layout = ChunkLayout::Interleaved);
 
 // The diagram text (title line, one row per stage; cells F3.1 when there are chunks).
-std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title);
+std::string render_schedule(const std::vector<StageEvents>& stages, const std::string& title,
+                            ChunkLayout layout = ChunkLayout::Interleaved);
 
 // 1 - busy / span per stage, averaged over stages; span is the first start to
 // the last end over all stages.
 double measured_bubble_fraction(const std::vector<StageEvents>& stages);
 // The same events, replayed with instant transfers: each starts when its
 // stage is free and its dependency has ended (times from 0), lengths kept.
-std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages);
+std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages,
+                                           ChunkLayout layout = ChunkLayout::Interleaved);
 // (p - 1)/(v m + p - 1); v = 1: (p - 1)/(m + p - 1).
 double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks = 1);
 // ZB-H1 with F, B and W of equal length (zero_bubble_schedule.h): (p - 1)(F + B - W)
 // idle per stage against m (F + B + W) busy, (p - 1)/(3 m + p - 1).
 double zb_h1_bubble_fraction(int pp_size, int num_microbatches);
+// ZB-V and DualPipeV (zbv_schedule.h, dualpipev_schedule.h) with F, B and W of
+// equal length on a chunk: p - 1 idle chunk slots per stage against 6 m busy,
+// (p - 1)/(6 m + p - 1) - half of ZB-H1's idle time.
+double zb_v_bubble_fraction(int pp_size, int num_microbatches);
 
 // Collective over pp_group: every stage's events, on pp rank 0 (empty elsewhere).
 std::vector<StageEvents> gather_schedule(ProcessGroup& pp_group, const StageEvents& mine);
