@@ -82,6 +82,8 @@ GroupTraffic dp_per_step(int64_t params_on_rank, const Grid& g, const Machine& m
 GroupTraffic embedding_per_step(const ModelShape& m, const Grid& g, const Machine& mc) {
   GroupTraffic t{"embedding", "all-reduce the tied wte's fp32 grad (first + last stage)"};
   if (g.pp <= 1 || m.llama) return t;  // Llama's head is untied: nothing shared across stages
+  // A V (zb-v, dualpipev) holds the embedding and the head on stage 0: one tensor, nothing to all-reduce.
+  if (g.schedule == "zb-v" || g.schedule == "dualpipev") return t;
   const Link link = link_for_span(mc, int64_t(g.world()));
   const int64_t V = (m.vocab + g.tp - 1) / g.tp * g.tp;
   t.ops = 1, t.payload = 4.0 * double(V) * double(m.width) / g.tp, t.wire = t.payload;

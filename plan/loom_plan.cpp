@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"1f1b", "afab", "zb-h1", "zb-v", "dualpipev"}));
   app.add_option("--partition", g.partition, "layers into stages: train_gpt's uniform / balanced, or Megatron's blocks")
       ->check(CLI::IsMember({"uniform", "balanced", "blocks"}));
-  app.add_option("--machine", machine, "h100, a100, or cpu (this machine, measured)")
-      ->check(CLI::IsMember({"h100", "a100", "cpu"}));
+  app.add_option("--machine", machine, "h100, h200, a100, laptop (datasheet numbers), or cpu (this machine, measured)")
+      ->check(CLI::IsMember(machine_names()));
   app.add_option("--efficiency", efficiency, "fraction of peak a layer's math reaches (default: the machine's)");
   app.add_option("--calibrate-ms", calibrate_ms, "measured one-rank step time of this model here: sets --efficiency");
   app.add_option("--latency-us", latency_us, "per-message latency of every link");
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
                " and ", tokens);
     if (machine == "cpu" && !app.count("--machine"))
       std::fprintf(stderr, "loom_plan: no --machine: measuring this CPU (loom's GEMM at the MLP's shape, a memcpy; "
-                           "seconds to minutes) - or give --machine h100 or a100\n");
+                           "seconds to minutes) - or give --machine h100, h200, a100 or laptop\n");
     Machine mc = machine == "cpu" ? measure_this_cpu(m, b) : machine_by_name(machine);
     if (gflops > 0) mc.peak_tflops_16 = mc.peak_tflops_32 = gflops / 1e3;
     if (latency_us >= 0) mc.latency_us = mc.inter_latency_us = latency_us;

@@ -30,6 +30,35 @@ Machine h100() {
   return m;
 }
 
+// NVIDIA H200 SXM 141GB datasheet: the H100's tensor cores (989 TFLOP/s dense
+// BF16, 67 FP32) with 141 GB of HBM3e at 4.8 TB/s; NVLink 4 and one 400 Gb/s
+// NIC per GPU as the DGX H100 (a DGX H200 is the same board). efficiency 0.45
+// as the H100's: an assumption, not a measurement (the faster memory helps
+// the optimizer step, which the planner times by memory_bw_gbs, not the GEMMs).
+Machine h200() {
+  Machine m = h100();
+  m.name = "H200 SXM 141GB (NVLink 4 + 400 Gb/s InfiniBand per GPU)";
+  m.memory_gib = 141, m.memory_bw_gbs = 4800;
+  return m;
+}
+
+// A student's laptop, as datasheet numbers so a page can plan for one without
+// timing it (--machine cpu measures this machine instead): 8 cores with AVX2
+// and 16 GiB, one rank per core, MPI over shared memory as measure_this_cpu
+// models it. Per core: loom's fp32 GEMM at ~80 GF/s (issue 47 measured
+// 78-89% of a Zen 3 core's 94.8 GF/s FMA ceiling at large shapes), bf16
+// computed in fp32 (AVX2 has no bf16 products), a core's memcpy ~20 GB/s.
+Machine laptop() {
+  Machine m;
+  m.name = "laptop: 8 AVX2 cores, 16 GiB, MPI over shared memory (assumed, not measured)";
+  m.peak_tflops_32 = m.peak_tflops_16 = 0.08, m.efficiency = 0.5;
+  m.memory_gib = 16, m.memory_bw_gbs = 20;
+  m.devices_per_node = 8, m.one_node = true;
+  m.intra_gbs = m.inter_gbs = m.memory_bw_gbs / 2, m.link_efficiency = 1.0;
+  m.latency_us = m.inter_latency_us = 20, m.handoff_us = 440;  // as measure_this_cpu's
+  return m;
+}
+
 // NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense BF16/FP16, 19.5 FP32,
 // 80 GB HBM2e at 2.04 TB/s; NVLink 3: 600 GB/s bidirectional = 300 each way;
 // DGX A100 (Megatron-LM's Selene): eight 200 Gb/s HDR InfiniBand NICs, one
@@ -78,12 +107,14 @@ double memory_gib_of_this_machine() {
 
 }  // namespace
 
-std::vector<std::string> machine_names() { return {"h100", "a100", "cpu"}; }
+std::vector<std::string> machine_names() { return {"h100", "h200", "a100", "laptop", "cpu"}; }
 
 Machine machine_by_name(const std::string& name) {
   if (name == "h100") return h100();
+  if (name == "h200") return h200();
   if (name == "a100") return a100();
-  LOOM_CHECK(false, "loom_plan: unknown machine '", name, "' (h100, a100, cpu)");
+  if (name == "laptop") return laptop();
+  LOOM_CHECK(false, "loom_plan: unknown machine '", name, "' (h100, h200, a100, laptop, cpu)");
   return {};
 }
 

@@ -31,7 +31,7 @@ struct Machine {
   double peak_tflops(const std::string& dtype) const { return dtype == "fp32" ? peak_tflops_32 : peak_tflops_16; }
 };
 
-// "h100", "a100": datasheet numbers (see machine.cpp). "cpu": this machine,
+// "h100", "h200", "a100", "laptop": datasheet numbers (see machine.cpp). "cpu": this machine,
 // measured by measure_this_cpu.
 std::vector<std::string> machine_names();
 Machine machine_by_name(const std::string& name);

@@ -176,9 +176,33 @@ TEST(PlanPipeline, TheVHoldsTwoPChunksAndIdlesHalfOfZBH1) {
   for (const StagePlan& sp : zbv.stages)
     forward += sp.compute.forward_s, transfers += sp.micro_batch_s - sp.compute.forward_s - sp.compute.backward_s;
   EXPECT_NEAR(zbv.bubble_s, 1.5 * (forward + transfers) / 4, 1e-12 * zbv.bubble_s);
+  // The tied embedding and head both sit on stage 0: no embedding all-reduce (1F1B has one).
+  EXPECT_EQ(embedding_per_step(six, g, machine_by_name("a100")).ops, 0);
   g.schedule = "dualpipev";
   EXPECT_EQ(micro_batches_in_flight(g, 8, 2), 4.5);
   EXPECT_DOUBLE_EQ(bubble_fraction(g, 8), 3.0 / 51);
+  EXPECT_EQ(embedding_per_step(six, g, machine_by_name("a100")).ops, 0);
+  g.schedule = "1f1b", g.virtual_stages = 1;
+  EXPECT_EQ(embedding_per_step(six, g, machine_by_name("a100")).ops, 1);
+}
+
+TEST(PlanMachines, TheH200IsAnH100WithMoreMemoryAndTheLaptopSharesOneNode) {
+  const Machine h100 = machine_by_name("h100"), h200 = machine_by_name("h200"), laptop = machine_by_name("laptop");
+  EXPECT_EQ(h200.peak_tflops_16, h100.peak_tflops_16);
+  EXPECT_EQ(h200.memory_gib, 141);
+  EXPECT_EQ(h200.memory_bw_gbs, 4800);
+  EXPECT_TRUE(laptop.one_node);
+  EXPECT_EQ(laptop.peak_tflops_16, laptop.peak_tflops_32) << "AVX2 computes bf16 in fp32";
+  // A plan over an H100's memory fits an H200: Llama-2-70B at tp 8, pp 4, ZeRO-1 over dp 2, bf16, micro-batch 2
+  // (stage 0 126 GiB, stage 1 105 GiB).
+  const loom::test::Exec h1 = loom::test::run_command(std::string(LOOM_PLAN) +
+      " --model llama2-70b --tp 8 --pp 4 --dp 2 --zero 1 --microbatches 8 --dtype bf16 --batch 2 --machine h100 2>&1");
+  const loom::test::Exec h2 = loom::test::run_command(std::string(LOOM_PLAN) +
+      " --model llama2-70b --tp 8 --pp 4 --dp 2 --zero 1 --microbatches 8 --dtype bf16 --batch 2 --machine h200 2>&1");
+  ASSERT_EQ(h1.status, 0) << h1.output;
+  ASSERT_EQ(h2.status, 0) << h2.output;
+  EXPECT_NE(h1.output.find("> capacity!"), std::string::npos) << h1.output;
+  EXPECT_EQ(h2.output.find("> capacity!"), std::string::npos) << h2.output;
 }
 
 TEST(PlanChecks, RefusesWhatTrainGptRefusesNamingTheFlagAndValue) {
@@ -239,7 +263,7 @@ TEST(PlanProgram, APresetTakesAnExplicitShapeFlagAndSaysSo) {
 TEST(PlanProgram, HelpShowsEveryDefault) {
   const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --help 2>&1");
   EXPECT_EQ(run.status, 0) << run.output;
-  for (const char* want : {"--layers INT=4", "--batch INT=16", "--dp INT=1", "--machine TEXT:{h100,a100,cpu}=cpu"})
+  for (const char* want : {"--layers INT=4", "--batch INT=16", "--dp INT=1", "--machine TEXT:{h100,h200,a100,laptop,cpu}=cpu"})
     EXPECT_NE(run.output.find(want), std::string::npos) << want << "\n" << run.output;
 }
 

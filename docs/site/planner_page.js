@@ -13,7 +13,7 @@ const MODELS = {
   "GPT-3 175B": ["--model", "gpt3-175b"],
 };
 // loom_plan's datasheet machines (plan/machine.cpp; cpu is measured, so not here).
-const MACHINES = {"H100 80GB": "h100", "A100 80GB": "a100"};
+const MACHINES = {"H100 80GB": "h100", "H200 141GB": "h200", "A100 80GB": "a100", "a laptop (8 AVX2 cores)": "laptop"};
 // Memory by kind (plan/memory_model.h's RankMemory); "gathered" is ZeRO-3's
 // buffer of gathered units, the one buffer the planner counts.
 const KINDS = [["params", "#4c78a8"], ["grads", "#72b7b2"], ["optimizer", "#f58518"],

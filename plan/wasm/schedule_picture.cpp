@@ -2,7 +2,10 @@
 
 #include <cstdio>
 
+#include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
+#include "parallel/pipeline_parallel/partition.h"
+#include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "parallel/trace/schedule_svg.h"
 
@@ -14,10 +17,13 @@ using parallel::ScheduledOp;
 
 // Stage r's order under AFAB and plain 1F1B: the loops of
 // train_step_pipeline_afab / _1f1b (parallel/pipeline_parallel/pipeline_schedule.cpp)
-// written as a list. Interleaved 1F1B and ZB-H1 have theirs as functions.
+// written as a list. Interleaved 1F1B, ZB-H1 and the V's (ZB-V, DualPipeV)
+// have theirs as functions.
 // A schedule not drawn here yet: no order (and no picture, which
 // tests/planner_wasm/equals_cli.js reports).
 std::vector<ScheduledOp> order(const Grid& g, int stage, int m) {
+  if (g.schedule == "zb-v") return parallel::zb_v_order(g.pp, stage, m);
+  if (g.schedule == "dualpipev") return parallel::dualpipev_order(g.pp, stage, m);
   if (g.virtual_stages > 1) return parallel::interleaved_order(g.pp, stage, g.virtual_stages, m);
   if (g.schedule == "zb-h1") return parallel::zb_h1_order(g.pp, stage, m);
   if (g.schedule != "1f1b" && g.schedule != "afab") return {};
@@ -45,14 +51,19 @@ std::string schedule_picture(const Grid& g, const Batch& b, const StepPlan& s) {
     const std::vector<ScheduledOp> ops = order(g, st, m);
     if (ops.empty()) return "";
     for (const ScheduledOp& op : ops) {
-      // ZB-H1 splits each backward into B (input gradient) and W (weights'), equal halves (step_time.cpp).
-      const double len = op.kind == 'F' ? fwd : g.schedule == "zb-h1" ? bwd / 2 : bwd;
+      // The zero-bubble schedules split each backward into B (input gradient) and W (weights'), equal
+      // halves (step_time.cpp).
+      const bool split = g.schedule == "zb-h1" || g.schedule == "zb-v" || g.schedule == "dualpipev";
+      const double len = op.kind == 'F' ? fwd : split ? bwd / 2 : bwd;
       stages[size_t(st)].push_back({op.kind, op.mb, 0, len, op.chunk});
     }
   }
-  const std::vector<parallel::StageEvents> placed = parallel::without_transfers(stages);
+  const std::vector<parallel::StageEvents> placed =
+      parallel::without_transfers(stages, parallel::schedule_chunk_layout(g.schedule));  // a V turns on the last stage
   char title[80], bubble[240];
-  std::snprintf(title, sizeof title, "%s, pp %d%s, m %d, as planned", g.virtual_stages > 1 ? "interleaved 1f1b" : g.schedule.c_str(), g.pp,
+  const bool v_shape = g.schedule == "zb-v" || g.schedule == "dualpipev";
+  std::snprintf(title, sizeof title, "%s, pp %d%s, m %d, as planned",
+                g.virtual_stages > 1 && !v_shape ? "interleaved 1f1b" : g.schedule.c_str(), g.pp,
                 g.virtual_stages > 1 ? (", v " + std::to_string(g.virtual_stages)).c_str() : "", m);
   std::snprintf(bubble, sizeof bubble, "bubble: %.3f of this drawing idle (the stages as planned, transfers in "
                 "their boxes); the planner's formula: %.3f", parallel::measured_bubble_fraction(placed),

@@ -133,6 +133,10 @@ def refused_by(c):
 
 
 REFUSAL_AS_RULES = [(keys, (lambda p: lambda c: not p(c))(pred)) for keys, pred, _ in REFUSALS]
+# The rules that read each factor, for the search below: setting one factor of a
+# case that held every rule can only break the rules that read it.
+RULES_READING = {runnable: {n: [(k, p) for k, p in rules if n in k] for n in NAMES}
+                 for runnable, rules in ((False, CONSTRAINTS), (True, CONSTRAINTS + REFUSAL_AS_RULES))}
 
 
 def completable(partial, runnable, order=None):
@@ -148,7 +152,7 @@ def completable(partial, runnable, order=None):
             return dict(c)
         for v in VALUES[free[i]]:
             c[free[i]] = v
-            if holds(rules, c):
+            if holds(RULES_READING[runnable][free[i]], c):
                 found = dfs(i + 1)
                 if found:
                     return found
