@@ -105,3 +105,16 @@ TEST(TrainGptHsdp, LedgerShardsOverTheShardGroup) {
                 rank["rank"].get<int>(), total / n);
   }
 }
+
+// fp16 with an inf put into rank 0's gradient shard at step 3: found_inf is
+// reduced over one replica's ranks, so the inf is put into every replica of
+// rank 0's shard (where a real overflow's inf would have been carried by the
+// all-reduce over the replicas); every rank skips the step, as ZeRO-3 over all
+// of dp does. Put into rank 0 alone, ranks 2 and 3 stepped while 0 and 1 skipped.
+TEST(TrainGptHsdp, Fp16WithAnOverflowSkipsOnEveryRankAsZero3Does) {
+  const std::string cfg = "--dp 4 --batch 4 --dtype fp16 --inject-overflow 3 --zero 3";
+  Result hsdp = train("hsdp_fp16", 4, cfg + " --dp-shard 2");
+  expect_same_run(hsdp, train("zero3_dp4_fp16", 4, cfg), "--dp 4 --dp-shard 2 --zero 3 --dtype fp16");
+  ASSERT_EQ(hsdp.log.size(), 10u);
+  EXPECT_NE(hsdp.log[3].find("\"skipped\": true"), std::string::npos) << hsdp.log[3];
+}
