@@ -132,6 +132,9 @@ void add_options(CLI::App& app, Args& a) {
   number(app, "--temperature", a.temperature, {0.0, 1e6, "", true}, "sampling temperature");
   number(app, "--top-k", a.top_k, {0, kMaxSize, " (0: all)"}, "sample from the k most likely characters (0: all)");
   number(app, "--dp", a.dp, {1, 65536}, "data-parallel ranks (launch with mpirun -np dp*pp*tp)");
+  number(app, "--dp-shard", a.dp_shard, {1, 65536},
+         "--zero 3: shard over groups of this many dp ranks, replicated over the dp / dp-shard groups (HSDP; "
+         "default: --dp, no replicas)");
   app.add_option("--dp-mode", a.dp_mode, "naive: all-reduce each gradient; bucket: overlapped bucketed all-reduce")
       ->check(CLI::IsMember({"naive", "bucket"}));
   number(app, "--bucket-mb", a.bucket_mb, {0.0, 1e6, " (1e6 MiB: 977 GiB)", true},

@@ -33,6 +33,7 @@ struct Args {
   int dp = 1, pp = 1, tp = 1;
   bool sequence_parallel = false;
   int cp = 1;  // context parallelism: each sequence split over cp ranks, attention as a ring
+  int dp_shard = 0;  // --zero 3 with HSDP: shard over groups of dp_shard dp ranks, replicated dp / dp_shard times (0: dp)
   std::string dp_mode = "bucket";
   double bucket_mb = 25.0;
   int64_t grad_accum = 1, microbatches = 0;

@@ -186,6 +186,12 @@ void validate(const Args& a) {
                                     std::pair{"--zero3-reshard-after-forward", a.zero3_reshard_after_forward}})
     LOOM_CHECK(value == "on" || a.zero == 3, flag, " ", value, " changes ZeRO-3's schedule; it needs --zero 3 (got --zero ",
                a.zero, ")");
+  if (a.dp_shard) {  // HSDP (fully_sharded.h): ZeRO-3 within groups of dp ranks, replicated across them
+    LOOM_CHECK(a.zero == 3, "--dp-shard ", a.dp_shard, " shards ZeRO-3's params over groups of dp ranks (hybrid "
+               "sharding); it needs --zero 3 (got --zero ", a.zero, "; ZeRO-1/2 shard over all of --dp)");
+    LOOM_CHECK(a.dp % a.dp_shard == 0, "--dp-shard ", a.dp_shard, " must divide --dp ", a.dp, " (ZeRO-3 shards over "
+               "groups of dp-shard ranks, replicated dp / dp-shard times)");
+  }
   if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
     // With --pp each stage's units gather and reshard per micro-batch (the schedule's order is theirs); a
     // tied wte is two copies on the first and last stage whose gradients finalize_model_grads sums whole.

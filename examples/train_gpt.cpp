@@ -50,7 +50,7 @@ int run(const train::Args& a, const std::string& flags) {
   // The grid of ranks: world = dp x cp x pp x tp. Its groups are MPI's, or with
   // --device cuda over NCCL each group's NCCL twin carries the GPU tensors.
   const std::unique_ptr<parallel::ProcessGroup> gpu_world = train::gpu_world(a);
-  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, a.cp, gpu_world ? *gpu_world : parallel::world());
+  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, a.cp, gpu_world ? *gpu_world : parallel::world(), a.dp_shard);
   ops::set_num_threads(a.threads);
   if (!a.trace.empty()) {
     parallel::trace::start(pgm.world());

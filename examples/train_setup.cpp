@@ -164,8 +164,15 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   // --sequence-parallel's partial gradients, summed over tp before ZeRO's reduce-scatter.
   o.tp_partial_grads = finalize.tp_partial_grads();
   o.tp_group = &pgm.tp_group();
-  parallel::DataParallelWrap w = parallel::wrap_data_parallel(*m.chunks, pgm.dp_cp_group(), o, finalize.needs_whole_grad());
-  if (a.zero == 3 && pgm.global_rank() == 0)
+  // --dp-shard (HSDP): ZeRO-3 shards over groups of dp-shard dp ranks (x cp), replicated over the rest.
+  o.replicate_group = pgm.dp_replicate_group();
+  parallel::DataParallelWrap w =
+      parallel::wrap_data_parallel(*m.chunks, pgm.dp_shard_cp_group(), o, finalize.needs_whole_grad());
+  if (a.zero == 3 && pgm.hybrid_sharded() && pgm.global_rank() == 0)
+    std::printf("data parallel: %d ranks, hybrid sharded (HSDP): ZeRO-3 over groups of %d ranks, each shard replicated "
+                "%d times (its gradient shard all-reduced over the replicas)\n", pgm.dp_size(), pgm.dp_shard_size(),
+                pgm.dp_size() / pgm.dp_shard_size());
+  else if (a.zero == 3 && pgm.global_rank() == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
                 "backward, its gradient reduce-scattered\n", pgm.dp_size());
   else if (pgm.dp_size() > 1 && pgm.global_rank() == 0)

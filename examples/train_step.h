@@ -54,7 +54,7 @@ void check_ranks_agree_on_skip(int64_t step, const optim::StepResult& s, const o
 void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s);
 
 // A test aid (--inject-overflow), not part of training: an inf in one element
-// of rank 0's main_grad buffer before backward adds into it. See train_setup.cpp.
+// of rank 0's main_grad buffer (HSDP: and its replicas') before backward adds into it. See train_setup.cpp.
 void inject_overflow(const parallel::DataParallelWrap& dp, parallel::ProcessGroupManager& pgm);
 
 }  // namespace loom::train

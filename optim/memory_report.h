@@ -84,7 +84,8 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
 
 // ZeRO-3 (parallel/data_parallel/fully_sharded.h): every row is a shard. Per
 // unit u of N_u params, padded to P_u = ceil(N_u / dp) dp, with b bytes per
-// model element:
+// model element (dp: the group the units are sharded over, dp x cp; with
+// --dp-shard, hybrid sharding, dp-shard x cp - the replicas hold the same shards):
 //   params      sum_u P_u / dp x b       the model-dtype shards
 //   grads       sum_u P_u / dp x 4       the fp32 grad shards
 //   optimizer   N / dp x (4 + 8)         main param (none for fp32) + moments, of this rank's owned elements

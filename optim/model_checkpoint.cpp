@@ -26,16 +26,19 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   // the dp x cp replicas, whose state is the same (their gradients are averaged together).
   parallel::ProcessGroup* shards = opt.shard_group();
   parallel::ProcessGroup& holders = shards ? *shards : pgm.dp_cp_group();
+  // HSDP: the shard group's state is replicated dp / dp-shard times; the first replica writes it.
+  const bool first_replica = pgm.dp_replicate_rank() == 0;
   if (m.tp) {
     // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
     parallel::check_tp_replicas_identical(m.tp->replicated_params(*m.chunks), pgm.tp_group());
     nn::NamedTensors joined =
         full_optimizer_fragments(opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &holders, shards != nullptr});
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
-                    pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
+                    first_replica && pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
   } else {
     // Under ZeRO every rank its own shard; else one copy of the replicated state.
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), shards || holders.rank() == 0);
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
+                    first_replica && (shards || holders.rank() == 0));
   }
 }
 

@@ -5,7 +5,8 @@
 //   optimizer     replicas (dp x cp ranks) hold identical state, so dp and cp
 //                 rank 0 writes it - or, under ZeRO, every rank of the group the
 //                 optimizer shards over (opt.shard_group(): dp x cp) its own
-//                 shard; under tp each stage's state is joined into full
+//                 shard (HSDP: the shard group's, the first replica writing);
+//                 under tp each stage's state is joined into full
 //                 tensors over that group and tp, and written by its rank 0 of
 //                 both (tp rank 0's replicated params are saved, after checking
 //                 that every tp rank's are the same bits)

@@ -22,7 +22,7 @@ void FinalizeModelGrads::operator()(DataParallel* dp) {
 ProcessGroup* FinalizeModelGrads::grad_stats_group(bool zero) const {
   // --teach-break found-inf-wrong-group: only this stage's dp replicas, so stages decide alone.
   if (teach::broken(teach::Break::FoundInfWrongGroup)) return &pgm_.dp_group();
-  if (zero) return &pgm_.world();  // every dp shard too
+  if (zero) return &pgm_.instance_group();  // every dp shard too (HSDP: once, not once per replica)
   return pgm_.model_parallel_group().size() > 1 ? &pgm_.model_parallel_group() : nullptr;
 }
 

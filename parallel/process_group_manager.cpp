@@ -6,8 +6,8 @@ namespace loom::parallel {
 
 // ---- the grid arithmetic --------------------------------------------------------
 
-ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp)
-    : world_size(world), dp_size(dp), pp_size(pp), tp_size(tp), cp_size(cp) {
+ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp, int dp_shard)
+    : world_size(world), dp_size(dp), pp_size(pp), tp_size(tp), cp_size(cp), dp_shard_size(dp_shard ? dp_shard : dp) {
   LOOM_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && cp >= 1, "ProcessGroupManager: sizes must be >= 1, got dp ", dp,
              " × pp ", pp, " × tp ", tp, " × cp ", cp);
   std::string product = str("dp ", dp, " × pp ", pp, tp == 1 ? std::string() : str(" × tp ", tp),
@@ -15,12 +15,15 @@ ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp)
   const int64_t n = int64_t(dp) * pp * tp * cp;
   LOOM_CHECK(n == world, "ProcessGroupManager: world size ", world, " is not ", product, " (= ", n,
              "); launch with mpirun -np ", n, " or change the sizes");
+  LOOM_CHECK(dp_shard_size >= 1 && dp % dp_shard_size == 0, "ProcessGroupManager: --dp-shard ", dp_shard_size,
+             " does not divide --dp ", dp, " (ZeRO-3 shards over groups of dp-shard dp ranks, replicated dp / dp-shard times)");
 }
 
 ProcessGrid::Coords ProcessGrid::coords(int rank) const {
   LOOM_CHECK(rank >= 0 && rank < world_size, "ProcessGrid: rank ", rank, " is outside a world of ", world_size);
-  return {rank % tp_size, (rank / (tp_size * cp_size)) % dp_size, rank / (tp_size * cp_size * dp_size),
-          (rank / tp_size) % cp_size};
+  const int dp_rank = (rank / (tp_size * cp_size)) % dp_size;
+  return {rank % tp_size, dp_rank, rank / (tp_size * cp_size * dp_size), (rank / tp_size) % cp_size,
+          dp_rank % dp_shard_size, dp_rank / dp_shard_size};
 }
 
 std::vector<int> ProcessGrid::ranks_along(int rank, int axes) const {
@@ -29,7 +32,9 @@ std::vector<int> ProcessGrid::ranks_along(int rank, int axes) const {
   for (int r = 0; r < world_size; ++r) {
     const Coords c = coords(r);
     if (((axes & kTp) || c.tp_rank == me.tp_rank) && ((axes & kCp) || c.cp_rank == me.cp_rank) &&
-        ((axes & kDp) || c.dp_rank == me.dp_rank) && ((axes & kPp) || c.pp_rank == me.pp_rank))
+        ((axes & kDpShard) || c.dp_shard_rank == me.dp_shard_rank) &&
+        ((axes & kDpReplicate) || c.dp_replicate_rank == me.dp_replicate_rank) &&
+        ((axes & kPp) || c.pp_rank == me.pp_rank))
       ranks.push_back(r);
   }
   return ranks;
@@ -56,8 +61,8 @@ std::unique_ptr<ProcessGroup> group_of(ProcessGroup& world, const std::vector<in
 
 }  // namespace
 
-ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_size, ProcessGroup& world)
-    : world_(world), grid_(world.size(), dp, pp, tp_size, cp_size), coords_(grid_.coords(world.rank())) {
+ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_size, ProcessGroup& world, int dp_shard)
+    : world_(world), grid_(world.size(), dp, pp, tp_size, cp_size, dp_shard), coords_(grid_.coords(world.rank())) {
   // Every rank makes the same splits in this order (each is collective over the world).
   const int r = world.rank();
   tp_group_ = group_of(world_, grid_.tp_group_ranks(r), "tp");
@@ -68,6 +73,11 @@ ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_siz
   if (grid_.cp_size > 1) {  // with cp = 1 no extra communicators: dp_cp_group() is the dp group
     cp_group_ = group_of(world_, grid_.cp_group_ranks(r), "cp");
     dp_cp_group_ = group_of(world_, grid_.dp_cp_group_ranks(r), "dp_cp");
+  }
+  if (grid_.dp_shard_size < grid_.dp_size) {  // HSDP; without it ZeRO-3 shards over dp_cp_group()
+    dp_shard_cp_group_ = group_of(world_, grid_.dp_shard_cp_group_ranks(r), "dp_shard_cp");
+    dp_replicate_group_ = group_of(world_, grid_.dp_replicate_group_ranks(r), "dp_replicate");
+    instance_group_ = group_of(world_, grid_.instance_group_ranks(r), "instance");
   }
 }
 

@@ -15,6 +15,16 @@
 // pipeline stages exchange only activations and can span nodes. (picotron
 // orders its grid dp, pp, cp, tp: dp slowest.)
 //
+// Hybrid sharding (HSDP: FSDP2's, torchtitan's data_parallel_replicate_degree
+// x data_parallel_shard_degree): with dp_shard < dp the dp axis is cut in two,
+//     dp_rank = dp_shard_rank + dp_shard * dp_replicate_rank
+// ZeRO-3 shards over groups of dp_shard consecutive dp ranks (the shard
+// group) and the shards are replicated over the dp / dp_shard groups of the
+// same shard_rank (the replicate group), e.g. dp 4, dp_shard 2:
+//     shard groups {0,1} {2,3}   replicate groups {0,2} {1,3}
+// Shard groups are the neighbours (a node's fast links carry the gathers);
+// only the gradient shards' all-reduce crosses between them.
+//
 // Each group is a list of ranks, written once (ProcessGrid::*_group_ranks);
 // the manager splits the world by those lists.
 #pragma once
@@ -31,15 +41,19 @@ namespace loom::parallel {
 // coordinates, and the members of its groups (global ranks, in group-rank order).
 struct ProcessGrid {
   int world_size, dp_size, pp_size, tp_size, cp_size;
-  // Throws "world size 4 is not dp 3 × pp 1" (and the like) for an invalid grid.
-  ProcessGrid(int world_size, int dp, int pp, int tp = 1, int cp = 1);
+  int dp_shard_size;  // ZeRO-3's shard group within dp (= dp_size: no replicas)
+  // Throws "world size 4 is not dp 3 × pp 1" (and the like) for an invalid grid,
+  // and for a dp_shard that does not divide dp (0: dp).
+  ProcessGrid(int world_size, int dp, int pp, int tp = 1, int cp = 1, int dp_shard = 0);
 
   struct Coords {
     int tp_rank, dp_rank, pp_rank, cp_rank;
+    int dp_shard_rank, dp_replicate_rank;  // dp_rank = dp_shard_rank + dp_shard * dp_replicate_rank
   };
   Coords coords(int rank) const;
   // The ranks that share rank's coordinates off `axes`, in rank order (which is group-rank order).
-  enum Axes { kTp = 1, kCp = 2, kDp = 4, kPp = 8 };
+  // The dp axis is its two halves (kDp = both).
+  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kPp = 8, kDpReplicate = 16, kDp = kDpShard | kDpReplicate };
   std::vector<int> ranks_along(int rank, int axes) const;
 
   // The ranks that split each matmul (parallel/tensor_parallel/); the innermost axis.
@@ -52,6 +66,14 @@ struct ProcessGrid {
   // data-parallel group "with context parallel"): each cp rank saw other tokens
   // of the same sequences, so a weight's gradient sums over cp as over replicas.
   std::vector<int> dp_cp_group_ranks(int rank) const { return ranks_along(rank, kDp | kCp); }
+  // HSDP: the dp x cp ranks ZeRO-3 shards over (dp_cp_group_ranks without replicas),
+  // and the replicas of rank's shard, whose gradient shards are averaged together.
+  std::vector<int> dp_shard_cp_group_ranks(int rank) const { return ranks_along(rank, kDpShard | kCp); }
+  std::vector<int> dp_replicate_group_ranks(int rank) const { return ranks_along(rank, kDpReplicate); }
+  // HSDP: every rank of rank's replica (all axes but dp_replicate): each gradient
+  // shard once, so the grad norm and found_inf are reduced here (Megatron's
+  // intra_distributed_optimizer_instance_group).
+  std::vector<int> instance_group_ranks(int rank) const { return ranks_along(rank, kTp | kCp | kDpShard | kPp); }
   // The stages of one replica: activations flow here, in stage order.
   std::vector<int> pp_group_ranks(int rank) const { return ranks_along(rank, kPp); }
   // All ranks of one model replica and cp rank (pp × tp): found-inf and the
@@ -66,7 +88,9 @@ class ProcessGroupManager {
  public:
   // Collective over `world`: every rank must construct it with the same sizes.
   // An invalid grid throws on every rank before any communication.
-  ProcessGroupManager(int dp, int pp, int tp = 1, int cp = 1, ProcessGroup& world = parallel::world());
+  // dp_shard (HSDP, see the top): ZeRO-3's shard group size within dp (0: dp, no replicas).
+  ProcessGroupManager(int dp, int pp, int tp = 1, int cp = 1, ProcessGroup& world = parallel::world(),
+                      int dp_shard = 0);
 
   const ProcessGrid& grid() const { return grid_; }
   int global_rank() const { return world_.rank(); }
@@ -79,6 +103,9 @@ class ProcessGroupManager {
   int tp_size() const { return grid_.tp_size; }
   int cp_rank() const { return coords_.cp_rank; }
   int cp_size() const { return grid_.cp_size; }
+  int dp_shard_size() const { return grid_.dp_shard_size; }
+  int dp_replicate_rank() const { return coords_.dp_replicate_rank; }
+  bool hybrid_sharded() const { return grid_.dp_shard_size < grid_.dp_size; }
   bool is_first_stage() const { return coords_.pp_rank == 0; }
   bool is_last_stage() const { return coords_.pp_rank == grid_.pp_size - 1; }
 
@@ -88,6 +115,11 @@ class ProcessGroupManager {
   ProcessGroup& cp_group();  // error when cp = 1
   ProcessGroup& dp_cp_group() { return dp_cp_group_ ? *dp_cp_group_ : *dp_group_; }
   ProcessGroup& pp_group() { return *pp_group_; }
+  // HSDP: the group ZeRO-3 shards over, the replicas of this rank's shard (null
+  // without HSDP), and one replica's ranks (the world without HSDP).
+  ProcessGroup& dp_shard_cp_group() { return dp_shard_cp_group_ ? *dp_shard_cp_group_ : dp_cp_group(); }
+  ProcessGroup* dp_replicate_group() { return dp_replicate_group_.get(); }
+  ProcessGroup& instance_group() { return instance_group_ ? *instance_group_ : world_; }
   ProcessGroup& model_parallel_group() { return *mp_group_; }
   bool in_embedding_group() const { return embedding_group_ != nullptr; }
   ProcessGroup& embedding_group();  // error on a middle stage
@@ -97,6 +129,7 @@ class ProcessGroupManager {
   ProcessGrid grid_;
   ProcessGrid::Coords coords_;
   std::unique_ptr<ProcessGroup> tp_group_, dp_group_, pp_group_, mp_group_, embedding_group_, cp_group_, dp_cp_group_;
+  std::unique_ptr<ProcessGroup> dp_shard_cp_group_, dp_replicate_group_, instance_group_;  // HSDP only
 };
 
 }  // namespace loom::parallel

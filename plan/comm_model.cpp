@@ -68,7 +68,17 @@ GroupTraffic dp_per_step(int64_t params_on_rank, const Grid& g, const Machine& m
   const Link link = link_for_span(mc, int64_t(g.tp) * n);
   const double grads = 4.0 * double(params_on_rank), params = double(dtype_bytes(g.dtype)) * double(params_on_rank);
   const double ring = double(n - 1) / n;
-  if (g.zero) {  // ZeRO-3 gathers each unit again for its backward: one more all-gather of the params
+  if (g.zero == 3 && g.replicas() > 1) {  // HSDP: the gathers inside a shard group, the grad shards across
+    const int s = g.shard_ranks(), r = g.replicas();
+    const Link inner = link_for_span(mc, int64_t(g.tp) * s);
+    const double shard = grads / s, inner_ring = double(s - 1) / s;
+    t.ops = (s > 1 ? 3 : 0) + 1, t.payload = (s > 1 ? grads + 2 * params : 0) + shard;
+    t.wire = (s > 1 ? inner_ring * (grads + 2 * params) : 0) + 2 * double(r - 1) / r * shard;
+    t.seconds = (s > 1 ? all_gather_seconds(grads, s, inner) + 2 * all_gather_seconds(params, s, inner) : 0) +
+                all_reduce_seconds(shard, r, link);
+    t.what = "reduce-scatter fp32 grads + all-gather params twice in the shard group, all-reduce the grad shard "
+             "over replicas";
+  } else if (g.zero) {  // ZeRO-3 gathers each unit again for its backward: one more all-gather of the params
     const double gathers = g.zero == 3 ? 2 : 1;
     t.ops = 1 + gathers, t.payload = grads + gathers * params, t.wire = ring * t.payload;
     t.seconds = all_gather_seconds(grads, n, link) + gathers * all_gather_seconds(params, n, link);

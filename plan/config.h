@@ -36,6 +36,7 @@ struct Grid {
   int cp = 1;                   // context parallel: each sequence's tokens split over cp ranks, attention a ring
   int virtual_stages = 1;       // v: model chunks per pipeline rank (interleaved 1F1B); 1 = plain 1F1B
   int zero = 0;                 // ZeRO stage: 1 optimizer state sharded over dp, 2 the gradients too, 3 the params too
+  int dp_shard = 0;             // --zero 3 with HSDP: sharded over groups of dp_shard dp ranks, replicated dp / dp_shard times (0: dp)
   bool sequence_parallel = false;
   bool recompute = false;       // full activation recomputation (Megatron --recompute-granularity full)
   bool recompute_selective = false;  // only the attention core (--recompute-granularity selective)
@@ -45,7 +46,9 @@ struct Grid {
   // --partition over [embedding, blocks, head]; "blocks" is Megatron-LM's:
   // the blocks evenly, the embedding joining the first stage, the head the last.
   std::string partition = "uniform";
-  int world() const { return dp * pp * tp * cp; }  // rank order: tp fastest, then cp, dp, pp (train_gpt's grid)
+  int world() const { return dp * pp * tp * cp; }
+  int shard_ranks() const { return (dp_shard ? dp_shard : dp) * cp; }  // ZeRO-3's shard group (dp x cp without HSDP)
+  int replicas() const { return dp / (dp_shard ? dp_shard : dp); }    // HSDP: copies of each shard  // rank order: tp fastest, then cp, dp, pp (train_gpt's grid)
 };
 
 struct Batch {

@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   app.add_option("--virtual-stages", g.virtual_stages, "model chunks per pipeline rank (interleaved 1F1B)");
   app.add_option("--zero", g.zero, "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the "
                  "params too (FSDP) (--zero alone: 1)")->expected(0, 1)->default_str("1")->check(CLI::Range(0, 3));
+  app.add_option("--dp-shard", g.dp_shard, "--zero 3: shard over groups of this many dp ranks, replicated across "
+                 "them (HSDP; default: dp)");
   app.add_flag("--sequence-parallel", g.sequence_parallel, "Megatron's sequence parallelism (with --tp)");
   app.add_flag("--recompute", g.recompute, "full activation recomputation");
   app.add_flag("--recompute-selective", g.recompute_selective,
@@ -106,6 +108,9 @@ int main(int argc, char** argv) {
     LOOM_CHECK(g.zero != 3 || g.pp == 1 || m.llama, "--zero 3 with --pp ", g.pp, " and GPT-2's tied embedding: "
                "train_gpt refuses it (the copies are summed as whole gradients, which ZeRO-3 never keeps); use "
                "--arch llama (untied), or --zero 1 or 2 with --pp");
+    LOOM_CHECK(g.dp_shard == 0 || (g.zero == 3 && g.dp_shard >= 1 && g.dp % g.dp_shard == 0), "--dp-shard ",
+               g.dp_shard, " shards ZeRO-3 over groups of dp ranks: it needs --zero 3 and a divisor of --dp ", g.dp,
+               " (got --zero ", g.zero, ")");
     LOOM_CHECK(calibrate_ms >= 0 && tokens >= 0, "--calibrate-ms and --tokens must be >= 0, got ", calibrate_ms,
                " and ", tokens);
     if (machine == "cpu" && !app.count("--machine"))

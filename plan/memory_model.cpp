@@ -90,7 +90,9 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   RankMemory r;
   r.num_params = params_on_stage(m, g, stage);
   const DType dt = g.dtype == "fp32" ? kFloat32 : g.dtype == "bf16" ? kBFloat16 : kFloat16;
-  const optim::MemoryPrediction p = optim::predict_memory(r.num_params, dt, g.dp * g.cp, g.zero);
+  // ZeRO-3 shards over its shard group (HSDP: dp_shard x cp), ZeRO-1/2 over dp x cp.
+  const optim::MemoryPrediction p =
+      optim::predict_memory(r.num_params, dt, g.zero == 3 ? g.shard_ranks() : g.dp * g.cp, g.zero);
   r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
 
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];

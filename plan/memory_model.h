@@ -30,6 +30,8 @@
 // wte is read by the head, so it stays gathered) and the two largest
 // neighbouring units after it (the one computing and the one prefetched), in
 // the model dtype; pp is refused with it, as train_gpt refuses it.
+// Hybrid sharding (--dp-shard, HSDP) divides all three by the shard group
+// (dp_shard x cp) instead of dp x cp: the replicas hold the same shards.
 // The gradient buffer's bucket padding (at most dp x 64 elements per bucket,
 // parallel/data_parallel/bucket.h) is left out: < 0.1% for any real model.
 //

@@ -90,7 +90,10 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   if (m.llama)
     say(out, "architecture: llama: %lld kv heads, SwiGLU width %lld, untied head, no wpe, no biases\n",
         (long long)(m.kv_heads > 0 ? m.kv_heads : m.heads), (long long)m.ffn_width());
-  const std::string zero = g.zero ? ", ZeRO-" + std::to_string(g.zero) : "";
+  const std::string zero = !g.zero             ? ""
+                           : g.replicas() > 1 && g.zero == 3 ? ", ZeRO-3 hybrid sharded (shard groups of " +
+                                                                  std::to_string(g.dp_shard) + " dp ranks)"
+                                                            : ", ZeRO-" + std::to_string(g.zero);
   const std::string cp = g.cp > 1 ? " x cp " + std::to_string(g.cp) : "";
   say(out, "grid: dp %d x pp %d x tp %d%s = %d ranks, %d chunk(s) per stage, %s, %s, %s partition%s%s%s\n", g.dp, g.pp,
       g.tp, cp.c_str(), g.world(), g.virtual_stages, g.dtype.c_str(), g.schedule.c_str(), g.partition.c_str(), zero.c_str(),

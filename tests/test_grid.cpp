@@ -116,3 +116,37 @@ TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
         << e.what();
   }
 }
+
+// HSDP, dp 4 × cp 2 with dp_shard 2 (rank = tp + cp + 2 dp): dp ranks {0,1}
+// and {2,3} shard (with their cp ranks), the dp ranks 0 and 2, 1 and 3 are
+// replicas; one replica's ranks hold every shard once.
+//   dp_rank       0      1      2      3
+//   cp 0 / cp 1   0 / 1  2 / 3  4 / 5  6 / 7
+TEST(ProcessGrid, HybridShardingSplitsDpIntoShardAndReplicateGroups) {
+  ProcessGrid g(8, 4, 1, 1, 2, /*dp_shard=*/2);
+  EXPECT_EQ(g.coords(6).dp_shard_rank, 1);
+  EXPECT_EQ(g.coords(6).dp_replicate_rank, 1);
+  EXPECT_EQ(g.dp_shard_cp_group_ranks(0), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(g.dp_shard_cp_group_ranks(5), (Ranks{4, 5, 6, 7}));
+  EXPECT_EQ(g.dp_replicate_group_ranks(0), (Ranks{0, 4}));
+  EXPECT_EQ(g.dp_replicate_group_ranks(3), (Ranks{3, 7}));
+  EXPECT_EQ(g.instance_group_ranks(7), (Ranks{4, 5, 6, 7}));  // no tp or pp here: the shard group itself
+  EXPECT_EQ(g.dp_cp_group_ranks(0), (Ranks{0, 1, 2, 3, 4, 5, 6, 7}));  // the whole dp x cp is unchanged
+  // Without --dp-shard the shard group is dp x cp and there is one replica.
+  ProcessGrid plain(8, 4, 1, 1, 2);
+  EXPECT_EQ(plain.dp_shard_cp_group_ranks(0), plain.dp_cp_group_ranks(0));
+  EXPECT_EQ(plain.dp_replicate_group_ranks(5), (Ranks{5}));
+  // dp 4 x pp 2, dp_shard 2: the instance spans the stages of one replica.
+  ProcessGrid pp(8, 4, 2, 1, 1, 2);
+  EXPECT_EQ(pp.instance_group_ranks(0), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(pp.dp_replicate_group_ranks(5), (Ranks{5, 7}));
+}
+
+TEST(ProcessGrid, RejectsADpShardThatDoesNotDivideDp) {
+  try {
+    ProcessGrid g(4, 4, 1, 1, 1, 3);
+    FAIL() << "dp_shard 3 of dp 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--dp-shard 3 does not divide --dp 4"), std::string::npos) << e.what();
+  }
+}

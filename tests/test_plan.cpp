@@ -439,6 +439,33 @@ TEST(PlanAgainstRun, MemoryOfDataParallelZero3Bf16) {
   expect_plan_matches_run(g, "--dp 2 --zero 3 --dtype bf16");
 }
 
+// HSDP (--dp-shard 2 of dp 4): the shards are 1/2 of the model, as at dp 2;
+// the replicas hold the same ones.
+TEST(PlanAgainstRun, MemoryOfHybridShardedZero3Bf16) {
+  Grid g = grid(4, 1, 1);
+  g.zero = 3, g.dp_shard = 2, g.dtype = "bf16";
+  expect_plan_matches_run(g, "--dp 4 --dp-shard 2 --zero 3 --dtype bf16");
+}
+
+// HSDP's memory is the shard group's, and its dp traffic the shard group's
+// gathers plus one all-reduce of the gradient shard over the replicas.
+TEST(PlanMemory, HybridShardingShardsOverTheShardGroup) {
+  const ModelShape m = tiny();
+  Grid hsdp = grid(8, 1, 1), dp2 = grid(2, 1, 1);
+  hsdp.zero = dp2.zero = 3, hsdp.dp_shard = 2;
+  const RankMemory a = memory_on_stage(m, hsdp, Batch{4, 1}, 0), b = memory_on_stage(m, dp2, Batch{4, 1}, 0);
+  EXPECT_EQ(a.params, b.params);
+  EXPECT_EQ(a.grads, b.grads);
+  EXPECT_EQ(a.optimizer, b.optimizer);
+  EXPECT_EQ(a.gathered, b.gathered);
+  const Machine mc = machine_by_name("h100");
+  const int64_t n = params_on_stage(m, hsdp, 0);
+  const GroupTraffic t = dp_per_step(n, hsdp, mc), inner = dp_per_step(n, dp2, mc);
+  EXPECT_EQ(t.ops, inner.ops + 1);
+  EXPECT_DOUBLE_EQ(t.payload, inner.payload + 4.0 * double(n) / 2);             // + the fp32 grad shard
+  EXPECT_DOUBLE_EQ(t.wire, inner.wire + 2 * 3.0 / 4 * 4.0 * double(n) / 2);     // a ring all-reduce over 4 replicas
+}
+
 // The gathered working set: the embedding unit and the two largest
 // neighbouring units, in the model dtype (fully_sharded.h), against the sizes
 // of the units worked out here: tiny() at dp 2, bf16.

@@ -26,7 +26,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
   std::vector<Tensor> all;
   for (const auto& layer : layers)
     for (const Tensor& p : layer->parameters()) all.push_back(p);
-  broadcast_params(unique_params(all), dp_group_);  // every replica starts from dp rank 0's weights
+  // Every replica starts from dp rank 0's weights (HSDP: the replicas' first, then the shard group's).
+  if (options_.replicate_group) broadcast_params(unique_params(all), *options_.replicate_group);
+  broadcast_params(unique_params(all), dp_group_);
 
   // 1. Units: layer l owns the params it is the first to hold; it reads those
   //    and any earlier unit's it shares (the head: the embedding unit's wte).
@@ -174,6 +176,8 @@ void FullyShardedDataParallel::finish_reduce_scatter() {
     trace::Span span("wait for gradient reduce-scatter");
     in_flight_.work->wait();
   }
+  // HSDP: this shard's average over the shard group, averaged over its replicas = the dp average.
+  if (options_.replicate_group) options_.replicate_group->all_reduce(in_flight_.grad_out, ReduceOp::Avg);
   ops::add_(units_[in_flight_.unit].grad_shard, in_flight_.grad_out);  // micro-batches add up in the shard
   in_flight_ = {};
 }

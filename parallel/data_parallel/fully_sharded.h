@@ -41,6 +41,15 @@
 // and each collective says which unit it is for (docs/12-zero-2-and-3.md reads
 // the bytes and the prefetch overlap off the timeline).
 //
+// Hybrid sharding (HSDP, FSDP2's and torchtitan's data_parallel_shard_degree x
+// data_parallel_replicate_degree; options.replicate_group): dp_group is then
+// one shard group of the dp ranks, and each of its shards has replicas in the
+// other shard groups. Gathers and reduce-scatters stay inside the shard group;
+// the reduce-scattered gradient shard is then averaged over the replicate
+// group (an all-reduce of [full / shard] elements), so every replica steps the
+// same shard on the whole dp's average. Memory: the shards are 1/shard, not
+// 1/dp; traffic across shard groups: one all-reduce of the shards a step.
+//
 // Tied weights: a param read by two layers belongs to the first layer's unit;
 // the later layer gathers that unit too (the head reads wte, the embedding
 // unit's). Gradient accumulation: every micro-batch reduce-scatters and adds
@@ -72,6 +81,8 @@ struct FullyShardedOptions {
   // in order (empty: one chunk). Prefetch stays inside a chunk: the next layer
   // in the list may be another chunk's, which runs micro-batches later.
   std::vector<size_t> chunk_sizes;
+  // HSDP: the replicas of this rank's shards (null: dp_group is all of dp).
+  ProcessGroup* replicate_group = nullptr;
 };
 
 class FullyShardedDataParallel : public DataParallel {
@@ -83,6 +94,7 @@ class FullyShardedDataParallel : public DataParallel {
     Tensor full;                   // [numel padded to a multiple of dp] model dtype; released while sharded
     Tensor shard;                  // [full / dp] model dtype: this rank's part, always there
     Tensor grad_shard;             // [full / dp] fp32: dp average of this rank's part of the gradient
+                                   // (dp: the shard group's size; HSDP averages over replicas too)
     std::shared_ptr<Work> gather;  // the all-gather in flight into `full`, or null
     bool gathered = false;         // `full` holds the params (its gather waited for)
     size_t grads_ready = 0;        // params whose .grad arrived in this backward

@@ -18,12 +18,14 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     DataParallelWrap w;
     FullyShardedOptions fo = o.fsdp;
     if (o.tp_group) fo.tp_partial_grads = o.tp_partial_grads, fo.tp_group = o.tp_group;  // summed before its reduce-scatter
+    fo.replicate_group = o.replicate_group;
     for (const LayerRange& r : model.chunks()) fo.chunk_sizes.push_back(size_t(r.end - r.start));
     auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, fo);
     w.fsdp = fsdp.get();
     w.dp = std::move(fsdp);
     return w;
   }
+  LOOM_CHECK(!o.replicate_group, "wrap_data_parallel: hybrid sharding (a replicate group) is ZeRO-3's; got zero ", o.zero);
   const bool fp32 = o.dtype == kFloat32;
   const bool use_buffer = dp_group.size() > 1 || !fp32 || o.zero >= 1;
   LOOM_CHECK(!use_buffer || o.mode == "bucket" || (dp_group.size() > 1 && fp32 && o.zero == 0),

@@ -33,6 +33,8 @@ struct DataParallelOptions {
   // before its reduce-scatter; without ZeRO finalize_model_grads does, after the sync.
   std::vector<Tensor> tp_partial_grads;
   ProcessGroup* tp_group = nullptr;
+  // zero = 3 with HSDP: dp_group is one shard group; these are its shards' replicas (fully_sharded.h).
+  ProcessGroup* replicate_group = nullptr;
 };
 
 struct DataParallelWrap {

@@ -39,6 +39,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("pp", [1, 2, 4]),
     ("cp", [1, 2, 4]),
     ("zero", [0, 1, 2, 3]),
+    ("dp_shard", [0, 1, 2]),  # --dp-shard: 0 = not given (dp); HSDP when it is less than dp
     ("lifecycle", ["none", "resume", "export", "init"]),
     ("sequence_parallel", [False, True]),
     ("dp_mode", ["bucket", "naive"]),
@@ -83,6 +84,7 @@ CONSTRAINTS = [
     (("virtual_stages", "schedule"), lambda c: c["virtual_stages"] == 1 or c["schedule"] in ("1f1b", "zb-v", "dualpipev")),
     (("virtual_stages", "microbatches", "pp", "schedule"),
      lambda c: c["virtual_stages"] == 1 or c["schedule"] != "1f1b" or (c["microbatches"] or c["pp"]) % c["pp"] == 0),
+    (("dp", "dp_shard"), lambda c: c["dp_shard"] == 0 or c["dp"] % c["dp_shard"] == 0),
     (("zero", "overlap_param_gather"), lambda c: not c["overlap_param_gather"] or c["zero"] in (1, 2)),
     (("zero", "zero3_prefetch"), lambda c: c["zero3_prefetch"] == "on" or c["zero"] == 3),
     (("zero", "zero3_reshard_after_forward"), lambda c: c["zero3_reshard_after_forward"] == "on" or c["zero"] == 3),
@@ -101,6 +103,7 @@ REFUSALS = [
     (("zero", "pp", "arch", "untied"), lambda c: c["zero"] == 3 and c["pp"] > 1 and c["arch"] == "gpt2" and not c["untied"],
      "--zero 3 with --pp, tied"),
     (("zero", "dp_mode"), lambda c: c["zero"] == 3 and c["dp_mode"] == "naive", "--zero 3 with --dp-mode naive"),
+    (("dp_shard", "zero"), lambda c: c["dp_shard"] > 0 and c["zero"] != 3, "--dp-shard without --zero 3"),
     (("dp_mode", "zero", "dtype"), lambda c: c["dp_mode"] == "naive" and c["zero"] in (1, 2) or (
         c["dp_mode"] == "naive" and c["dtype"] != "fp32"), "--dp-mode naive has no main_grad buffer (--zero 1/2, bf16, fp16)"),
     (("grad_accum", "pp"), lambda c: c["grad_accum"] > 1 and c["pp"] > 1, "--grad-accum with --pp"),

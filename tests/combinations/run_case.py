@@ -279,6 +279,8 @@ def case_args(f, model):
     batch = max(1, 16 // (f["dp"] * per_step))
     global_batch = f["dp"] * batch * per_step
     par = ["--dp", f["dp"], "--tp", f["tp"], "--pp", f["pp"], "--cp", f["cp"], "--zero", f["zero"]]
+    if f.get("dp_shard"):
+        par += ["--dp-shard", f["dp_shard"]]
     if f["sequence_parallel"]:
         par += ["--sequence-parallel"]
     for flag, key, default in [("--dp-mode", "dp_mode", "bucket"), ("--bucket-mb", "bucket_mb", 25),
