@@ -64,6 +64,9 @@ struct GPTConfig {
   int64_t n_kv_head = 0;          // key/value heads; 0: n_head; 1: multi-query; between: grouped-query
   bool tied_embeddings = true;    // the head reuses wte (GPT-2) or has its own lm_head (Llama)
   bool bias = true;               // biases on the attention and MLP linears (Llama has none)
+  // ---- mixture of experts (nn/moe.h): moe.experts > 0 puts E SwiGLU experts of width
+  // ffn_hidden() in every block's MLP place (Mixtral); Llama's set only ----
+  MoEOptions moe = {};
 
   // "gpt2" or "llama": sets the fields above to that family's set (sizes unchanged).
   void set_arch(const std::string& arch);
