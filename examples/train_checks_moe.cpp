@@ -21,6 +21,9 @@ void check_moe_flags(const Args& a) {
              ": the experts are SwiGLU MLPs without biases (Mixtral's); use --arch llama");
   LOOM_CHECK(a.experts_per_token <= a.experts, "--experts-per-token ", a.experts_per_token, " is more than --experts ",
              a.experts, ": each token goes to k different experts");
+  LOOM_CHECK(a.export_hf.empty() || a.shared_experts == 0, "--export-hf with --shared-experts ", a.shared_experts,
+             ": transformers' MixtralForCausalLM has no shared experts, so no Hugging Face class loom writes reads "
+             "this model; drop --shared-experts or --export-hf");
   const std::pair<std::string, bool> not_yet[] = {{str("--dp ", a.dp), a.dp > 1},
                                                   {str("--tp ", a.tp), a.tp > 1},
                                                   {str("--pp ", a.pp), a.pp > 1},
