@@ -5,6 +5,7 @@
 
 #include "examples/train_device.h"
 #include "nn/hf_config.h"
+#include "nn/moe_token_dispatcher.h"
 #include "optim/build_optimizer.h"
 #include "optim/checkpoint.h"
 #include "parallel/comm/build_info.h"
@@ -115,11 +116,17 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
         cfg.rope ? str("RoPE base ", cfg.rope_base).c_str() : "learned positions", cfg.swiglu ? "SwiGLU" : "GELU",
         (long long)cfg.ffn_hidden(), (long long)cfg.n_head, (long long)cfg.kv_heads(),
         cfg.tied_embeddings ? "tied" : "untied", cfg.bias ? "" : ", no biases");
+  const int64_t tokens = a.batch * cfg.block_size;  // a micro-batch's tokens, which the capacity is counted over
   if (cfg.moe.experts > 0)
     say(rank0, "experts: %lld per block, %lld per token%s, %s%s%s%s\n", (long long)cfg.moe.experts,
         (long long)cfg.moe.experts_per_token,
         cfg.moe.shared_experts ? str(", ", cfg.moe.shared_experts, " shared").c_str() : "",
-        cfg.moe.capacity_factor > 0 ? str("capacity factor ", cfg.moe.capacity_factor).c_str() : "dropless",
+        cfg.moe.capacity_factor > 0
+            ? str("capacity factor ", cfg.moe.capacity_factor, " (ceil(", cfg.moe.capacity_factor, " x ", tokens, " x ",
+                  cfg.moe.experts_per_token, " / ", cfg.moe.experts, ") = ",
+                  nn::expert_capacity(cfg.moe.capacity_factor, tokens, cfg.moe.experts_per_token, cfg.moe.experts),
+                  " slots per expert per micro-batch)").c_str()
+            : "dropless",
         cfg.moe.aux_loss_coef > 0 ? str(", aux loss coef ", cfg.moe.aux_loss_coef).c_str() : "",
         cfg.moe.z_loss_coef > 0 ? str(", z-loss coef ", cfg.moe.z_loss_coef).c_str() : "",
         cfg.moe.bias_update_rate > 0 ? str(", bias update rate ", cfg.moe.bias_update_rate).c_str() : "");
