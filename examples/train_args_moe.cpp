@@ -54,6 +54,15 @@ void apply_moe_flags(nn::GPTConfig& cfg, const Args& a, const std::string& sourc
     LOOM_CHECK(a.experts == 0 || a.experts_per_token == cfg.moe.experts_per_token, "--experts-per-token ",
                a.experts_per_token, ", but ", source, " routes each token to ", cfg.moe.experts_per_token,
                " experts; drop --experts-per-token");
+    if (cfg.moe.experts > 0) {  // the model's experts, though no --experts was given: what they refuse, still refused
+      Args b = a;
+      b.arch = "llama", b.experts = cfg.moe.experts, b.experts_per_token = cfg.moe.experts_per_token;
+      try {
+        check_moe_flags(b);
+      } catch (const Error& e) {
+        throw Error(str(source, " has ", cfg.moe.experts, " experts per block: ", e.what()));
+      }
+    }
   }
   cfg.moe.capacity_factor = a.capacity_factor;
   cfg.moe.aux_loss_coef = a.router_aux_loss_coef;
