@@ -14,6 +14,7 @@
 #include "examples/train_device.h"
 #include "nn/attention.h"
 #include "nn/generate.h"
+#include "nn/moe.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
 #include "parallel/teach/symptoms.h"
@@ -125,6 +126,15 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0,
                  double(memory_stats(device_).live_bytes) / (1 << 20),
                  double(memory_stats(device_).peak_bytes) / (1 << 20)};
+  const nn::RoutingStats routed = nn::take_routing_stats(*m_.chunks);  // --experts: this step's routing
+  if (routed.forwards > 0) {
+    rep.moe = true;
+    rep.moe_balance = routed.aux_loss / double(routed.forwards);
+    rep.moe_dropped = double(routed.dropped) / double(routed.slots);
+    int64_t kept = 0, busiest = 0;
+    for (int64_t l : routed.load) kept += l, busiest = std::max(busiest, l);
+    rep.moe_max_load = kept > 0 ? double(busiest) * double(routed.load.size()) / double(kept) : 0.0;
+  }
   if (log_.is_open()) {
     log_ << json_line(rep) << std::flush;
     LOOM_CHECK(log_.good(), "--log: cannot write '", a_.log, "' at step ", step + 1, ": ", std::strerror(errno));

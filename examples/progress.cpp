@@ -27,6 +27,9 @@ std::string json_line(const StepReport& r) {
                     ", \"loss_scale\": " + number(r.loss_scale, "%.17g") +
                     ", \"skipped\": " + (r.skipped ? "true" : "false") +
                     ", \"live_mib\": " + number(r.live_mib, "%.3f") + ", \"peak_mib\": " + number(r.peak_mib, "%.3f");
+  if (r.moe)
+    out += ", \"moe_balance\": " + number(r.moe_balance, "%.9g") + ", \"moe_dropped\": " +
+           number(r.moe_dropped, "%.9g") + ", \"moe_max_load\": " + number(r.moe_max_load, "%.9g");
   if (r.evaluated) out += ", \"val_loss\": " + (std::isfinite(r.val_loss) ? std::to_string(r.val_loss) : "null");
   return out + "}\n";
 }
@@ -36,9 +39,13 @@ void print_progress(const StepReport& r, bool tty) {
   if (r.skipped)
     std::snprintf(skipped, sizeof skipped, " | overflow: step skipped, loss scale -> %.17g", r.next_loss_scale);
   // A terminal gets one line rewritten in place (\r); logs get whole lines.
-  std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s", tty ? "\r" : "",
+  char moe[96] = "";
+  if (r.moe)
+    std::snprintf(moe, sizeof moe, " | balance %.3f, max load %.2f, dropped %.1f%%", r.moe_balance, r.moe_max_load,
+                  100 * r.moe_dropped);
+  std::printf("%sstep %5lld/%lld | loss %.4f | lr %.2e | %7.0f tok/s | ETA %s%s%s", tty ? "\r" : "",
               (long long)r.step + 1, (long long)r.steps, r.loss, r.lr, r.tokens_per_s,
-              format_duration(r.eta_s).c_str(), skipped);
+              format_duration(r.eta_s).c_str(), moe, skipped);
   if (tty) {
     std::printf("   ");
     if (r.evaluated || r.skipped) std::printf("\n");

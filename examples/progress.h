@@ -20,6 +20,11 @@ struct StepReport {
   double val_loss;            // when evaluated
   double eta_s;               // seconds left
   double live_mib, peak_mib;  // this process's allocator: bytes live after the step, peak so far (MiB)
+  // --experts (nn/moe.h), over the step's layers and micro-batches: the mean load-balancing loss
+  // E sum_e f_e P_e (k when balanced), the fraction of token-expert slots dropped for capacity, and
+  // the busiest expert's load over the mean load (1 when balanced)
+  bool moe = false;
+  double moe_balance = 0, moe_dropped = 0, moe_max_load = 0;
 };
 
 std::string json_line(const StepReport& r);  // with its trailing newline

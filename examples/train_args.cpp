@@ -50,8 +50,9 @@ static void add_hf_options(CLI::App& app, Args& a) {
       const nn::GPTConfig c = nn::read_hf_config((std::filesystem::path(dir) / "config.json").string());
       a.layers = c.n_layer, a.heads = c.n_head, a.embd = c.n_embd, a.block = c.block_size, a.dropout = c.dropout;
       a.untied = !c.tied_embeddings;  // so that validate() knows whether the pipeline's stages share wte
-      if (nn::hf_family(c) == "llama")  // so that validate() checks --tp against its kv heads, --cp against RoPE
+      if (nn::hf_family(c) != "gpt2")  // so that validate() checks --tp against its kv heads, --cp against RoPE
         a.arch = "llama", a.kv_heads = c.n_kv_head, a.rope_base = c.rope_base, a.mlp_hidden = c.mlp_hidden;
+      a.experts = c.moe.experts, a.experts_per_token = c.moe.experts_per_token;  // a Mixtral's, for validate()
     } catch (const Error& e) {
       throw CLI::ValidationError("--init-from", e.what());
     }
@@ -61,7 +62,8 @@ static void add_hf_options(CLI::App& app, Args& a) {
                                      "model.safetensors or shards); its config.json sets the model")
                           ->each(read_config);
   for (const char* flag : {"--layers", "--heads", "--embd", "--block", "--dropout", "--resume", "--arch", "--kv-heads",
-                           "--rope-base", "--mlp-hidden", "--untied"})
+                           "--rope-base", "--mlp-hidden", "--untied", "--experts", "--experts-per-token",
+                           "--shared-experts"})
     init->excludes(app.get_option(flag));
   app.add_option("--export-hf", a.export_hf, "at the end, write the model as a Hugging Face folder (from_pretrained "
                  "reads it)");
@@ -109,6 +111,7 @@ void add_options(CLI::App& app, Args& a) {
   number(app, "--rope-base", a.rope_base, {1.0, 1e30, "", true}, "RoPE's base (--arch llama)");
   number(app, "--mlp-hidden", a.mlp_hidden, {0, kMaxSize}, "MLP width (0: 4 x --embd, or 8/3 x for llama's SwiGLU)");
   app.add_flag("--untied", a.untied, "an LM head of its own instead of the token embedding's transpose");
+  add_moe_options(app, a);
   number(app, "--threads", a.threads, {1, 4096},
          "math threads (OpenMP); woken only while the cores are free, idle ones soon sleep");
   app.add_option("--device", a.device, "cpu, or cuda[:N]: one GPU holds the model, batches and optimizer");
@@ -215,6 +218,7 @@ nn::GPTConfig model_config(const Args& a) {
   cfg.rope_base = a.rope_base;
   cfg.mlp_hidden = a.mlp_hidden;
   if (a.untied) cfg.tied_embeddings = false;
+  apply_moe_flags(cfg, a);
   return cfg;
 }
 

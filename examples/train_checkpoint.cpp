@@ -11,12 +11,18 @@
 
 namespace loom::train {
 
+// "GPT-2", "Llama" or "Mixtral": the transformers class family of cfg, as the log names it.
+static std::string family_title(const nn::GPTConfig& cfg) {
+  const std::string f = nn::hf_family(cfg);
+  return f == "gpt2" ? "GPT-2" : f == "llama" ? "Llama" : "Mixtral";
+}
+
 void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManager& pgm) {
   if (a.init_from.empty()) return;
   const nn::HfCheckpoint hf = nn::load_hf_checkpoint(a.init_from);  // every rank reads it: no communication
   parallel::load_full_state(m, hf.state);                          // its stage's layers, its tp shards
   say(pgm.global_rank() == 0, "init: %s (Hugging Face %s, vocab %lld)\n", a.init_from.c_str(),
-      nn::hf_family(hf.cfg) == "llama" ? "Llama" : "GPT-2", (long long)hf.cfg.vocab_size);
+      family_title(hf.cfg).c_str(), (long long)hf.cfg.vocab_size);
 }
 
 void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedPrecisionOptimizer& opt,
@@ -29,7 +35,7 @@ void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedP
   if (pgm.global_rank() != 0) return;
   nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);
   std::printf("exported %s (Hugging Face %s%s)\n", a.export_hf.c_str(),
-              nn::hf_family(c.cfg) == "llama" ? "Llama" : "GPT-2",
+              family_title(c.cfg).c_str(),
               a.export_hf_shard_mb > 0 ? str(", shards of at most ", a.export_hf_shard_mb, " MiB").c_str() : "");
 }
 

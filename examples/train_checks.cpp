@@ -124,6 +124,7 @@ void validate(const Args& a) {
              "this machine has ", ram / 1e9, " GB");
   // Tensor parallelism splits heads, the MLP and (with --sequence-parallel) the
   // sequence: each must divide (parallel/tensor_parallel/gpt.h).
+  check_moe_flags(a);  // --experts: the model (llama), and what it does not compose with yet
   parallel::check_tensor_parallel_split(model_config(a), a.tp, a.sequence_parallel);
   LOOM_CHECK(!a.sequence_parallel || a.tp > 1, "--sequence-parallel needs --tp > 1");
   LOOM_CHECK(a.tp == 1 || a.dropout == 0, "--dropout ", a.dropout, " with --tp ", a.tp,

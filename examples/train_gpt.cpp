@@ -32,6 +32,8 @@
 #include "examples/train_checkpoint.h"
 #include "examples/train_setup.h"
 #include "examples/train_step.h"
+#include "nn/moe.h"
+#include "nn/moe_aux_loss.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/forward_backward.h"
@@ -90,6 +92,7 @@ int run(const train::Args& a, const std::string& flags) {
     if (corpus.eod >= 0) global = data::TextDataset::mask_loss_after(global, corpus.eod);  // --eod-mask-loss
     auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches, pgm.cp_size(), pgm.cp_rank());
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
+    nn::set_aux_loss_backward_scale(opt->backward_scale(), plan.micro_batches);  // --experts: as the loss is scaled
     parallel::ForwardBackwardResult g =
         parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt, mbs, corpus.eod >= 0, pgm),
                                    dp.dp.get());
@@ -101,6 +104,7 @@ int run(const train::Args& a, const std::string& flags) {
       parallel::trace::Span span("optimizer step");
       stepped = opt->step();  // unscale, found_inf, clip, AdamW, main -> model params
     }
+    for (nn::MoE* moe : nn::moe_layers(*m.chunks)) nn::update_router_bias(*moe);  // --router-bias-update-rate
     // ---- TRAINING SECTION END: what follows reports, evaluates and saves; no number of the run changes
     diag.step_done(step, loss, lr, stepped, g.events);
     train::check_ranks_agree_on_skip(step, stepped, *opt, pgm);  // fp16: every rank skipped, or none did

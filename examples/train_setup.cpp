@@ -6,6 +6,7 @@
 
 #include "examples/train_device.h"
 #include "nn/hf_config.h"
+#include "nn/moe_token_dispatcher.h"
 #include "optim/build_optimizer.h"
 #include "optim/checkpoint.h"
 #include "parallel/comm/build_info.h"
@@ -42,6 +43,7 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   if (!a.resume.empty()) {
     const std::string flags_arch = cfg.arch();  // "custom" for --arch gpt2 --untied, as its checkpoint says
     cfg = optim::load_config(a.resume, &vocab);  // the checkpoint's architecture wins
+    apply_moe_flags(cfg, a, "the checkpoint --resume " + a.resume);  // its experts; the flags' routing options
     // ... so an --arch that is not the checkpoint's would be ignored, silently.
     LOOM_CHECK(!a.arch_given || cfg.arch() == flags_arch, "--arch ", a.arch,
                flags_arch == a.arch ? "" : " (with --untied or --kv-heads: a " + flags_arch + " model)",
@@ -55,6 +57,7 @@ Corpus load_corpus(const Args& a, parallel::ProcessGroup& world) {
   if (!a.init_from.empty()) {  // the folder's model (--seed still draws the dropout masks)
     cfg = nn::read_hf_config(a.init_from + "/config.json");
     cfg.seed = a.seed;
+    apply_moe_flags(cfg, a, "--init-from " + a.init_from);
   }
   say(rank0 && a.tokenizer_from_init, "tokenizer: %s (--init-from's own; --tokenizer FILE picks another)\n",
       a.tokenizer.c_str());
@@ -128,6 +131,20 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
         cfg.rope ? str("RoPE base ", cfg.rope_base).c_str() : "learned positions", cfg.swiglu ? "SwiGLU" : "GELU",
         (long long)cfg.ffn_hidden(), (long long)cfg.n_head, (long long)cfg.kv_heads(),
         cfg.tied_embeddings ? "tied" : "untied", cfg.bias ? "" : ", no biases");
+  const int64_t tokens = a.batch * cfg.block_size;  // a micro-batch's tokens, which the capacity is counted over
+  if (cfg.moe.experts > 0)
+    say(rank0, "experts: %lld per block, %lld per token%s, %s%s%s%s\n", (long long)cfg.moe.experts,
+        (long long)cfg.moe.experts_per_token,
+        cfg.moe.shared_experts ? str(", ", cfg.moe.shared_experts, " shared").c_str() : "",
+        cfg.moe.capacity_factor > 0
+            ? str("capacity factor ", cfg.moe.capacity_factor, " (ceil(", cfg.moe.capacity_factor, " x ", tokens, " x ",
+                  cfg.moe.experts_per_token, " / ", cfg.moe.experts, ") = ",
+                  nn::expert_capacity(cfg.moe.capacity_factor, tokens, cfg.moe.experts_per_token, cfg.moe.experts),
+                  " slots per expert per micro-batch)").c_str()
+            : "dropless",
+        cfg.moe.aux_loss_coef > 0 ? str(", aux loss coef ", cfg.moe.aux_loss_coef).c_str() : "",
+        cfg.moe.z_loss_coef > 0 ? str(", z-loss coef ", cfg.moe.z_loss_coef).c_str() : "",
+        cfg.moe.bias_update_rate > 0 ? str(", bias update rate ", cfg.moe.bias_update_rate).c_str() : "");
   if (a.device != "cpu") {  // each rank's GPU, and how ranks exchange tensors
     if (rank0) std::printf("device: %s, TF32 %s, %s row kernels, backend %s\n", a.device.c_str(), a.tf32 ? "on" : "off",
                            a.cuda_kernels.empty() ? cuda::kernel_choice_name(cuda::kernel_choice()) : a.cuda_kernels.c_str(),

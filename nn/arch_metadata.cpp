@@ -12,11 +12,17 @@ std::map<std::string, std::string> arch_metadata(const GPTConfig& c) {
       c.bias == gpt2.bias)
     return {};
   auto num = [](double v) { return str(std::setprecision(17), v); };
-  return {{"arch", c.arch()},          {"rmsnorm", std::to_string(c.rmsnorm)},
+  std::map<std::string, std::string> meta = {{"arch", c.arch()},          {"rmsnorm", std::to_string(c.rmsnorm)},
           {"norm_eps", num(c.norm_eps)}, {"rope", std::to_string(c.rope)},
           {"rope_base", num(c.rope_base)}, {"swiglu", std::to_string(c.swiglu)},
           {"mlp_hidden", std::to_string(c.mlp_hidden)}, {"n_kv_head", std::to_string(c.n_kv_head)},
           {"tied_embeddings", std::to_string(c.tied_embeddings)}, {"bias", std::to_string(c.bias)}};
+  if (c.moe.experts > 0) {  // the experts' shape (their routing options are the run's flags)
+    meta["experts"] = std::to_string(c.moe.experts);
+    meta["experts_per_token"] = std::to_string(c.moe.experts_per_token);
+    meta["shared_experts"] = std::to_string(c.moe.shared_experts);
+  }
+  return meta;
 }
 
 void read_arch_metadata(GPTConfig& c, const std::map<std::string, std::string>& meta) {
@@ -41,6 +47,9 @@ void read_arch_metadata(GPTConfig& c, const std::map<std::string, std::string>& 
   get("n_kv_head", c.n_kv_head);
   get("tied_embeddings", c.tied_embeddings);
   get("bias", c.bias);
+  get("experts", c.moe.experts);
+  get("experts_per_token", c.moe.experts_per_token);
+  get("shared_experts", c.moe.shared_experts);
 }
 
 }  // namespace loom::nn

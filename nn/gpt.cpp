@@ -19,6 +19,17 @@ void GPTConfig::validate() const {
   LOOM_CHECK(!rope || rope_base > 1.0, "GPTConfig: rope_base must be > 1, got ", rope_base);
   LOOM_CHECK(mlp_hidden >= 0, "GPTConfig: mlp_hidden must be >= 0 (0: the default width), got ", mlp_hidden);
   LOOM_CHECK(norm_eps > 0.0, "GPTConfig: norm_eps must be > 0, got ", norm_eps);
+  if (moe.experts == 0) return;
+  LOOM_CHECK(moe.experts > 0 && 1 <= moe.experts_per_token && moe.experts_per_token <= moe.experts,
+             "GPTConfig: ", moe.experts_per_token, " experts per token of ", moe.experts,
+             " experts (expected 1 <= k <= E)");
+  LOOM_CHECK(swiglu && !bias, "GPTConfig: experts are SwiGLU MLPs without biases (Mixtral's); a ", arch(),
+             " model has ", swiglu ? "biases" : "a GELU MLP", " (use the llama architecture)");
+  LOOM_CHECK(moe.shared_experts >= 0 && moe.capacity_factor >= 0 && moe.aux_loss_coef >= 0 && moe.z_loss_coef >= 0 &&
+                 moe.bias_update_rate >= 0,
+             "GPTConfig: the MoE options must be >= 0 (shared experts ", moe.shared_experts, ", capacity factor ",
+             moe.capacity_factor, ", aux loss coef ", moe.aux_loss_coef, ", z-loss coef ", moe.z_loss_coef,
+             ", bias update rate ", moe.bias_update_rate, ")");
 }
 
 void GPTConfig::set_arch(const std::string& name) {
@@ -52,6 +63,7 @@ BlockOptions GPTConfig::block_options() const {
   o.swiglu = swiglu;
   o.mlp_hidden = ffn_hidden();
   o.bias = bias;
+  o.moe = moe;
   return o;
 }
 
@@ -64,6 +76,8 @@ int64_t gpt_block_params(const GPTConfig& cfg) {
   const int64_t norms = 2 * (cfg.rmsnorm ? C : 2 * C);
   const int64_t attn = (C + 2 * kv) * C + C * C + (cfg.bias ? C + 2 * kv + C : 0);
   const int64_t mlp = (cfg.swiglu ? 3 : 2) * C * F + (cfg.bias ? (cfg.swiglu ? 2 : 1) * F + C : 0);
+  if (cfg.moe.experts > 0)  // the gate [E, C], E experts' w1, w2, w3, and the shared experts (one SwiGLU of S F)
+    return norms + attn + cfg.moe.experts * C + (cfg.moe.experts + cfg.moe.shared_experts) * 3 * C * F;
   return norms + attn + mlp;
 }
 

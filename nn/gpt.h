@@ -21,8 +21,10 @@
 // the same layers: RMSNorm for every norm, no wpe (rotary embeddings on q and k
 // instead), SwiGLU MLP (mlp.c_gate, mlp.c_fc, mlp.c_proj), grouped-query
 // attention (c_attn [(H + 2 Hkv) hd, C]), no biases, and an untied head with
-// its own lm_head.weight [V, C] (listed after ln_f.weight). gpt_block_params()
-// counts each variant.
+// its own lm_head.weight [V, C] (listed after ln_f.weight). With experts
+// (GPTConfig::moe, nn/moe.h: Mixtral) each block's mlp.* is moe.gate.weight [E, C],
+// moe.experts.M.{w1, w2, w3}.weight and, with shared experts,
+// moe.shared_experts.{c_gate, c_fc, c_proj}.weight. gpt_block_params() counts each variant.
 //
 // Initialisation (GPT-2): Linear and Embedding weights ~ N(0, 0.02), biases 0,
 // LayerNorm 1 and 0, residual projections (attn.c_proj.weight,
@@ -64,6 +66,9 @@ struct GPTConfig {
   int64_t n_kv_head = 0;          // key/value heads; 0: n_head; 1: multi-query; between: grouped-query
   bool tied_embeddings = true;    // the head reuses wte (GPT-2) or has its own lm_head (Llama)
   bool bias = true;               // biases on the attention and MLP linears (Llama has none)
+  // ---- mixture of experts (nn/moe.h): moe.experts > 0 puts E SwiGLU experts of width
+  // ffn_hidden() in every block's MLP place (Mixtral); Llama's set only ----
+  MoEOptions moe = {};
 
   // "gpt2" or "llama": sets the fields above to that family's set (sizes unchanged).
   void set_arch(const std::string& arch);

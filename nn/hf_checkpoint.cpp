@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/hf_config.h"
+#include "nn/hf_mixtral.h"
 #include "nn/json_file.h"
 #include "nn/safetensors.h"
 #include "tensor/ops.h"
@@ -83,6 +84,10 @@ std::vector<HfName> llama_names(const GPTConfig& cfg) {
     t.push_back({l + "attn.c_attn.weight", h + "self_attn.v_proj.weight", qkv, false, C + kv, kv});  // [kv, C]
     t.push_back({l + "attn.c_proj.weight", h + "self_attn.o_proj.weight", {C, C}});
     t.push_back({l + "ln_2.weight", h + "post_attention_layernorm.weight", {C}});
+    if (cfg.moe.experts > 0) {  // Mixtral: the experts in the MLP's place
+      append_mixtral_names(cfg, l, h, t);
+      continue;
+    }
     t.push_back({l + "mlp.c_gate.weight", h + "mlp.gate_proj.weight", {F, C}});
     t.push_back({l + "mlp.c_fc.weight", h + "mlp.up_proj.weight", {F, C}});
     t.push_back({l + "mlp.c_proj.weight", h + "mlp.down_proj.weight", {C, F}});
@@ -157,7 +162,7 @@ std::map<std::string, Found> read_tensors(const fs::path& dir) {
 }  // namespace
 
 std::vector<HfName> hf_names(const GPTConfig& cfg) {
-  return hf_family(cfg) == "llama" ? llama_names(cfg) : gpt2_names(cfg);
+  return hf_family(cfg) == "gpt2" ? gpt2_names(cfg) : llama_names(cfg);  // Mixtral: Llama's with experts
 }
 
 HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
@@ -196,7 +201,7 @@ HfCheckpoint load_hf_checkpoint(const std::string& dir_name) {
     ckpt.state.emplace_back(n.loom, rows.size() == 1 ? rows[0] : ops::cat(rows, 0));
     pieces.clear();
   }
-  const std::string family = hf_family(ckpt.cfg) == "llama" ? "Llama" : "GPT-2";
+  const std::string family = hf_family(ckpt.cfg) == "llama" ? "Llama" : hf_family(ckpt.cfg) == "mixtral" ? "Mixtral" : "GPT-2";
   const Tensor& wte = ckpt.state.front().second;
   for (const auto& [name, f] : found) {
     if (is_buffer(name)) continue;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/hf_mixtral.h"
 #include "nn/json_file.h"
 
 namespace loom::nn {
@@ -99,8 +100,8 @@ GPTConfig read_gpt2(const Json& c, const std::string& path) {
 // top-level rope_theta (and reads "rope_scaling" in place of "rope_parameters" when both are there).
 // Every θ present must be the same number, and every RoPE dict's type "default" (the plain RoPE
 // loom computes): a scaled one (linear, dynamic, yarn, llama3, longrope) is refused by name.
-// None: LlamaConfig's default, 10000.
-double read_rope_theta(const Json& c, const std::string& path) {
+// None: the config class's default (LlamaConfig's 10000, MixtralConfig's 1000000).
+double read_rope_theta(const Json& c, const std::string& path, double default_theta) {
   std::vector<std::pair<std::string, double>> thetas;  // "key": θ, for each place θ was given
   auto add_theta = [&](const Json& holder, const std::string& key, const std::string& name) {
     if (!holder.contains(key) || holder[key].is_null()) return;
@@ -127,21 +128,23 @@ double read_rope_theta(const Json& c, const std::string& path) {
                Json(thetas.front().second).dump(), " and \"", key, "\": ", Json(theta).dump(),
                " disagree (transformers 4.x reads the top-level rope_theta, 5.x the one in rope_parameters or "
                "rope_scaling): refusing to guess the model's RoPE base");
-  return thetas.empty() ? 10000.0 : thetas.front().second;
+  return thetas.empty() ? default_theta : thetas.front().second;
 }
 
-// LlamaForCausalLM's config (transformers' LlamaConfig and its defaults).
-GPTConfig read_llama(const Json& c, const std::string& path) {
+// LlamaForCausalLM's config (transformers' LlamaConfig and its defaults), or the
+// Llama part of MixtralForCausalLM's (MixtralConfig's defaults: hf_mixtral.h).
+GPTConfig read_llama(const Json& c, const std::string& path, const LlamaFamilyDefaults& d = kLlamaDefaults) {
   auto refuse_unless = [&](bool ok, const std::string& key, const std::string& loom_has) {
     LOOM_CHECK(ok, "read_hf_config: ", path, ": \"", key, "\": ", c.contains(key) ? c[key].dump() : "(absent)",
                " is not loom's Llama, which has ", loom_has);
   };
   if (c.contains("architectures") && !c["architectures"].is_null())
     for (const Json& arch : c["architectures"])
-      refuse_unless(arch == "LlamaForCausalLM", "architectures", "LlamaForCausalLM (a Llama language model)");
+      refuse_unless(arch == d.architecture, "architectures", str(d.architecture, " (a ", d.model_type,
+                                                                  " language model)"));
   const std::string silu = "silu";
   const bool no = false;
-  const double zero = 0.0, eps_default = 1e-6;
+  const double zero = 0.0, eps_default = d.rms_norm_eps;
   refuse_unless(get(c, "hidden_act", path, &silu) == "silu", "hidden_act", "silu (SwiGLU's gate)");
   refuse_unless(!get(c, "attention_bias", path, &no), "attention_bias", "false (no biases)");
   refuse_unless(!get(c, "mlp_bias", path, &no), "mlp_bias", "false (no biases)");
@@ -157,7 +160,7 @@ GPTConfig read_llama(const Json& c, const std::string& path) {
   cfg.n_kv_head = get(c, "num_key_value_heads", path, &cfg.n_head);
   cfg.mlp_hidden = get<int64_t>(c, "intermediate_size", path);
   cfg.norm_eps = get(c, "rms_norm_eps", path, &eps_default);
-  cfg.rope_base = read_rope_theta(c, path);
+  cfg.rope_base = read_rope_theta(c, path, d.rope_theta);
   cfg.tied_embeddings = get(c, "tie_word_embeddings", path, &no);  // LlamaConfig's default, in 4.x and 5.x
   check_dtype_keys(c, path);
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {  // 5.x's per-layer attention kind
@@ -167,6 +170,7 @@ GPTConfig read_llama(const Json& c, const std::string& path) {
                                                "whole block in every layer, no sliding window)"));
   }
   cfg.dropout = 0.0;
+  if (d.model_type == std::string("mixtral")) read_mixtral_experts(c, path, cfg);
   if (cfg.n_head > 0) {
     const int64_t hd = cfg.n_embd / cfg.n_head;
     refuse_unless(get(c, "head_dim", path, &hd) == hd && cfg.n_embd % cfg.n_head == 0, "head_dim",
@@ -184,7 +188,13 @@ GPTConfig read_llama(const Json& c, const std::string& path) {
 
 std::string hf_family(const GPTConfig& cfg) {
   if (cfg.arch() == "gpt2") return "gpt2";
-  if (cfg.rmsnorm && cfg.rope && cfg.swiglu && !cfg.bias) return "llama";
+  const bool llama_blocks = cfg.rmsnorm && cfg.rope && cfg.swiglu && !cfg.bias;
+  if (llama_blocks && cfg.moe.experts > 0) {
+    LOOM_CHECK(cfg.moe.shared_experts == 0, "Hugging Face format: MixtralForCausalLM has no shared experts, and this "
+               "model has ", cfg.moe.shared_experts, " (--shared-experts): no transformers class loom writes reads it");
+    return "mixtral";
+  }
+  if (llama_blocks) return "llama";
   throw Error(str("Hugging Face format: loom's ", cfg.arch(), " mix (rmsnorm ", cfg.rmsnorm, ", rope ", cfg.rope,
                   ", swiglu ", cfg.swiglu, ", bias ", cfg.bias, ", tied ", cfg.tied_embeddings,
                   ") is neither GPT-2's nor Llama's blocks, so no transformers class reads it"));
@@ -197,19 +207,21 @@ GPTConfig read_hf_config(const std::string& path) {
   try {
     if (model_type == "gpt2") return read_gpt2(c, path);
     if (model_type == "llama") return read_llama(c, path);
+    if (model_type == "mixtral") return read_llama(c, path, kMixtralDefaults);
   } catch (const nlohmann::json::exception& e) {  // a stranger's file: a key of another type than get<> checks
     throw Error(str("read_hf_config: ", path, ": not a config.json loom reads: ", e.what()));
   }
   throw Error(str("read_hf_config: ", path, ": model_type \"", model_type,
-                  "\" is not an architecture loom reads (it reads: gpt2, llama)"));
+                  "\" is not an architecture loom reads (it reads: gpt2, llama, mixtral)"));
 }
 
 std::string hf_config_json(const GPTConfig& cfg, DType dtype) {
   const char* torch_dtype = dtype == kBFloat16 ? "bfloat16" : dtype == kFloat16 ? "float16" : "float32";
   Json c;
-  if (hf_family(cfg) == "llama") {
-    c["architectures"] = {"LlamaForCausalLM"};
-    c["model_type"] = "llama";
+  const std::string family = hf_family(cfg);
+  if (family == "llama" || family == "mixtral") {
+    c["architectures"] = {family == "llama" ? "LlamaForCausalLM" : "MixtralForCausalLM"};
+    c["model_type"] = family;
     c["vocab_size"] = cfg.vocab_size;
     c["max_position_embeddings"] = cfg.block_size;
     c["hidden_size"] = cfg.n_embd;
@@ -232,6 +244,7 @@ std::string hf_config_json(const GPTConfig& cfg, DType dtype) {
     c["eos_token_id"] = nullptr;
     c["torch_dtype"] = torch_dtype;  // 4.x's name, and 5.x's:
     c["dtype"] = torch_dtype;
+    if (family == "mixtral") write_mixtral_experts(cfg, c);
     return c.dump(2) + "\n";
   }
   c["architectures"] = {"GPT2LMHeadModel"};

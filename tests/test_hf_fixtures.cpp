@@ -37,7 +37,8 @@ TEST(HfTransformers5Fixtures, WereWrittenByTransformers5InItsNewFormat) {
   std::string line;
   std::getline(versions, line);
   EXPECT_NE(line.find(", transformers 5."), std::string::npos) << line;
-  for (const char* model : {"llama-gqa", "llama-mqa", "llama-bf16"}) {  // what loom read wrong before issue 48
+  for (const char* model : {"llama-gqa", "llama-mqa", "llama-bf16", "mixtral-top2", "mixtral-top1"}) {
+    // (the Llama family's keys that moved: what loom read wrong before issue 48)
     const nlohmann::json c = config_of(kFixtures / model);
     EXPECT_FALSE(c.contains("rope_theta")) << model;
     EXPECT_TRUE(c.contains("rope_parameters")) << model;
@@ -80,8 +81,35 @@ TEST(HfTransformers5Fixtures, LoadWithTheLogitsTransformersGaveTo1e5) {
   }
 }
 
+// transformers 5 holds a Mixtral's experts fused ([E, 2I, C] and [E, C, I]) and writes them per expert, as
+// 4.x did (nn/hf_mixtral.h): loom reads its folders with the logits it gave.
+TEST(HfTransformers5Fixtures, MixtralLoadsWithTheLogitsTransformersGaveTo1e5) {
+  struct Want {
+    std::string model;
+    int64_t experts, per_token, hidden;
+    double rope_base;
+  };
+  for (const Want& w : {Want{"mixtral-top2", 4, 2, 20, 1e6}, Want{"mixtral-top1", 3, 1, 36, 1e4}}) {
+    SCOPED_TRACE(w.model);
+    const test::HfReference ref = test::hf_reference(kFixtures / (w.model + ".reference.safetensors"));
+    const nn::HfCheckpoint hf = nn::load_hf_checkpoint((kFixtures / w.model).string());
+    EXPECT_EQ(nn::hf_family(hf.cfg), "mixtral");
+    EXPECT_EQ(hf.cfg.moe.experts, w.experts);
+    EXPECT_EQ(hf.cfg.moe.experts_per_token, w.per_token);
+    EXPECT_EQ(hf.cfg.ffn_hidden(), w.hidden);
+    EXPECT_EQ(hf.cfg.rope_base, w.rope_base);
+    auto model = test::gpt_with(hf.cfg, hf.state);
+    const Tensor logits = model->forward(ref.ids);
+    ASSERT_EQ(logits.shape(), ref.logits.shape());
+    const double err = test::max_abs(ops::sub(logits, ref.logits)), scale = test::max_abs(ref.logits);
+    EXPECT_LE(err, 1e-5 * scale) << "max |loom - transformers| " << err << ", max |logit| " << scale;
+    std::printf("%s: max |loom - transformers 5| %.3g, max |logit| %.3g\n", w.model.c_str(), err, scale);
+    EXPECT_NEAR(nn::cross_entropy_loss(logits, ref.targets).item<double>(), ref.loss, 1e-5 * ref.loss);
+  }
+}
+
 TEST(HfTransformers5Fixtures, ShardedFoldersHoldTheSameModel) {
-  for (const std::string model : {"gpt2-odd", "llama-gqa"}) {
+  for (const std::string model : {"gpt2-odd", "llama-gqa", "mixtral-top2"}) {
     SCOPED_TRACE(model);
     const fs::path sharded = kFixtures / (model + "-sharded");
     EXPECT_GE(test::shards_of(sharded).size(), 2u);

@@ -59,6 +59,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("zero3_reshard_after_forward", ["on", "off"]),
     ("dropout", [0.0, 0.1]),
     ("eod_mask_loss", [False, True]),  # on: --eod-mask-loss . (uneven target counts across ranks)
+    ("experts", [0, 4]),  # --experts 4 --experts-per-token 2 (nn/moe.h), dropless
 ]
 NAMES = [n for n, _ in FACTORS]
 VALUES = dict(FACTORS)
@@ -122,6 +123,12 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
+    # a mixture of experts: Llama's blocks only, and one process for now (examples/train_checks_moe.cpp)
+    (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
+    (("experts", "dp", "tp", "pp", "cp", "zero", "recompute"),
+     lambda c: c["experts"] > 0 and (c["dp"] * c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] > 0 or
+                                     c["recompute"] != "none"),
+     "--experts with --dp/--tp/--pp/--cp/--zero/--recompute"),
 ]
 
 

@@ -307,6 +307,8 @@ def model_args(f):
         m += ["--untied"]
     if f["dropout"]:
         m += ["--dropout", str(f["dropout"])]
+    if f.get("experts", 0):
+        m += ["--experts", str(f["experts"]), "--experts-per-token", "2"]
     return m
 
 

@@ -1,0 +1,71 @@
+// A sparse mixture-of-experts layer in place of a block's MLP (Mixtral,
+// arXiv:2401.04088; transformers' MixtralSparseMoeBlock): each token is sent to
+// k of E SwiGLU experts, and their outputs, weighted by the router, are summed.
+// Parameters per layer: gate [E, C] + E x (w1, w3 [I, C], w2 [C, I]), of which
+// each token uses k experts' worth: E/k times the weights for the same FLOPs.
+//   x [B, T, C] -> tokens [N = B T, C]
+//   route        nn/moe_router.h           chosen [N, K], weights [N, K]
+//   routing map  nn/moe_token_dispatcher.h which rows go where (drops with a capacity)
+//   permute                                [N, C] -> [M, C], grouped by expert
+//   expert compute  nn/moe_experts.h       [M, C] -> [M, C]
+//   unpermute                              [M, C] -> [N, C], weighted sum of each token's k
+//   + shared experts (DeepSeek/Qwen): an always-on SwiGLU of width S I on every token
+//   + the aux losses (nn/moe_aux_loss.h), attached to the output
+// Balancing by bias (DeepSeek-V3): score_bias [E] is added to the scores for
+// the choice only; after each optimizer step update_router_bias moves it by
+// rate · sign(mean load - load_e), the loads counted over the step's tokens.
+#pragma once
+
+#include <vector>
+
+#include "nn/dropout.h"
+#include "nn/mlp.h"
+#include "nn/moe_experts.h"
+
+namespace loom::nn {
+
+struct MoEOptions {
+  int64_t experts = 0;             // E; 0: a dense MLP, no MoE
+  int64_t experts_per_token = 2;   // k
+  int64_t shared_experts = 0;      // S always-on experts (one SwiGLU of width S I)
+  double capacity_factor = 0.0;    // 0: dropless; > 0: Switch's capacity, the overflow dropped
+  double aux_loss_coef = 0.0;      // the load-balancing loss's weight (Mixtral: 0.02 in training)
+  double z_loss_coef = 0.0;        // the router z-loss's weight (ST-MoE: 1e-3)
+  double bias_update_rate = 0.0;   // > 0: DeepSeek-V3's aux-loss-free bias, moved by this much per step
+};
+
+// What the layers routed since the last take_routing_stats (training forwards only).
+struct RoutingStats {
+  int64_t slots = 0, dropped = 0;  // token-expert slots, and those dropped for capacity
+  double aux_loss = 0.0;           // Σ over forwards of the load-balancing loss (unweighted)
+  int64_t forwards = 0;
+  std::vector<int64_t> load;       // [E] slots each expert computed
+};
+
+struct MoE : Layer {
+  MoEOptions o;
+  std::shared_ptr<Linear> gate;                    // [E, C], no bias (the router)
+  std::shared_ptr<ModuleList<Expert>> experts;     // E x Expert
+  std::shared_ptr<MLP> shared_experts;             // SwiGLU [S I, C] ..., or null
+  std::shared_ptr<Dropout> dropout;
+  Tensor score_bias;                               // [E] fp32, not a parameter; undefined without the bias
+  RoutingStats stats;                              // for the log (take_routing_stats)
+  std::vector<int64_t> step_load;                  // [E] for the bias (update_router_bias)
+
+  // Draws gate, then each expert's w1, w2, w3, then the shared experts, from gen.
+  MoE(int64_t C, int64_t I, const MoEOptions& o, Generator& gen, double proj_std, double p_dropout = 0.0);
+  // x: [B, T, C] -> [B, T, C]
+  Tensor forward(const Tensor& x) override;
+};
+
+// The MoE layers under root, in module order.
+std::vector<MoE*> moe_layers(Module& root);
+
+// DeepSeek-V3's update, after an optimizer step: score_bias_e += rate · sign(mean load - load_e)
+// over the loads counted since the last call (step_load, then cleared).
+void update_router_bias(MoE& layer);
+
+// Sums and clears the stats of every MoE layer under root.
+RoutingStats take_routing_stats(Module& root);
+
+}  // namespace loom::nn

@@ -1,0 +1,124 @@
+// train_gpt --experts in one process (nn/moe.h): gradient accumulation equals
+// one micro-batch, the aux losses' gradient counts once per step whatever the
+// micro-batch count and fp16's loss scale, resume is bit-exact with every
+// routing option on, the log reports the dropped fraction, and what is not
+// equal to one process yet is refused before training, naming the flag.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+const std::string kMoE = " --arch llama --experts 4 --experts-per-token 2 ";
+
+}  // namespace
+
+// Dropless routing is per token, so 2 micro-batches of 4 sequences route as one of 8 does; the experts'
+// gradients are summed over micro-batches like every other weight's.
+TEST(TrainGptMoE, GradAccumEqualsOneMicroBatchWhenDropless) {
+  const Result one = train("moe_b8", 1, kMoE + "--shared-experts 1 --batch 8");
+  const Result two = train("moe_b4x2", 1, kMoE + "--shared-experts 1 --batch 4 --grad-accum 2");
+  expect_same_run(two, one, "--batch 4 --grad-accum 2 against --batch 8");
+}
+
+// Over a corpus of one character every sequence is the same, so every micro-batch is too and the
+// cross-entropy is 0: the gradient is the aux and z losses' alone. Its mean over 2 micro-batches is one
+// micro-batch's (the aux loss scaled by 1 / micro-batches, as the main loss is: nn/moe_aux_loss.h), and
+// under fp16 it is unscaled as the main loss's is (else 65536 times too small).
+TEST(TrainGptMoE, AuxLossGradientCountsOncePerStepWhateverTheMicroBatchesAndLossScale) {
+  const fs::path corpus = work_dir() / "one_char.txt";
+  std::ofstream(corpus) << std::string(3000, 'a');
+  const std::string aux = kMoE + "--router-aux-loss-coef 0.5 --router-z-loss-coef 0.1 --batch 4 --data " +
+                          corpus.string() + " ";
+  const Result k1 = train("moe_aux_k1", 1, aux, false), k2 = train("moe_aux_k2", 1, aux + "--grad-accum 2", false),
+               fp16 = train("moe_aux_fp16", 1, aux + "--dtype fp16 --loss-scale 256", false);
+  for (const Result* r : {&k1, &k2, &fp16}) ASSERT_EQ(r->status, 0) << r->output;
+  ASSERT_EQ(k1.grad_norms.size(), 10u);
+  ASSERT_EQ(fp16.grad_norms.size(), 10u);
+  EXPECT_EQ(k1.losses[0], 0.0);
+  EXPECT_GT(k1.grad_norms[0], 1.0);
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_NEAR(k2.grad_norms[i], k1.grad_norms[i], 1e-6 * k1.grad_norms[i]) << "step " << i;
+  // fp16: the first step's gradient, from the same weights (later steps part by fp16's rounding)
+  EXPECT_EQ(field(fp16.log[0], "loss_scale"), 256.0);
+  EXPECT_NEAR(fp16.grad_norms[0], k1.grad_norms[0], 1e-2 * k1.grad_norms[0]);
+}
+
+// Every routing option on (shared experts, a capacity that drops, the aux and z losses): 10 steps
+// straight, or 5, save, resume, 5: the same bits.
+TEST(TrainGptMoE, ResumeIsBitExact) {
+  const std::string flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.02 "
+                                   "--router-z-loss-coef 0.001 --batch 4 ";
+  const Result straight = train("moe_straight", 1, flags);
+  const Result first = train("moe_first", 1, flags + "--stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const Result resumed = train("moe_resumed", 1, flags + "--resume " + checkpoint("moe_first"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  ASSERT_EQ(straight.losses.size(), 10u);
+  ASSERT_EQ(resumed.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(first.log[i].substr(0, first.log[i].find("\"tokens_per_s\"")),
+              straight.log[i].substr(0, straight.log[i].find("\"tokens_per_s\"")));
+    EXPECT_EQ(resumed.losses[i], straight.losses[5 + i]) << "step " << 5 + i;
+    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 5 + i;
+  }
+  for (const auto& [name, t] : straight.weights.tensors)
+    EXPECT_EQ(resumed.weights.at(name).to_vector<float>(), t.to_vector<float>()) << name;
+}
+
+// capacity = ceil(F N k / E) rows per expert: at F 0.5 at most half the slots are kept.
+TEST(TrainGptMoE, LogReportsTheDroppedFractionAndTheBalance) {
+  const Result dropping = train("moe_capacity", 1, kMoE + "--capacity-factor 0.5 --batch 4", false);
+  const Result dropless = train("moe_dropless", 1, kMoE + "--batch 4", false);
+  ASSERT_EQ(dropping.status, 0) << dropping.output;
+  ASSERT_EQ(dropless.status, 0) << dropless.output;
+  for (const std::string& line : dropping.log) {
+    EXPECT_GE(field(line, "moe_dropped"), 0.5) << line;  // N = 4 x 16 tokens, k 2, E 4: 4 x 16 of 128 slots kept
+    EXPECT_LT(field(line, "moe_dropped"), 1.0) << line;
+  }
+  for (const std::string& line : dropless.log) {
+    EXPECT_EQ(field(line, "moe_dropped"), 0.0) << line;
+    EXPECT_GE(field(line, "moe_balance"), 2.0 - 1e-6) << line;  // E sum f P >= k = 2 (its minimum, a uniform router)
+    EXPECT_GE(field(line, "moe_max_load"), 1.0) << line;
+  }
+  EXPECT_NE(dropping.output.find("dropped "), std::string::npos) << dropping.output;
+}
+
+TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--experts 4", "--experts 4 with --arch gpt2: the experts are SwiGLU MLPs"},
+      {"--capacity-factor 1.0", "--capacity-factor tunes a mixture of experts; it needs --experts E"},
+      {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
+      {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
+      {kMoE + "--zero 1", "--experts 4 with --zero 1: a mixture of experts trains in one process"},
+      {kMoE + "--recompute full", "--experts 4 with --recompute full: "},
+      {kMoE + "--memory-report", "--experts 4 with --memory-report: "},
+      {kMoE + "--router-bias-update-rate 0.01 --resume " + checkpoint("none"),
+       "the routing biases are not in the checkpoint yet"}};
+  for (const auto& [flags, want] : cases) {
+    const Result r = train("moe_refused", 1, flags, false);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("step 1"), std::string::npos) << flags << ": trained before refusing\n" << r.output;
+  }
+  // A checkpoint with experts, resumed with no --experts flag: still refused under what the experts refuse.
+  ASSERT_EQ(train("moe_ckpt", 1, kMoE + "--batch 4 --stop-at 1").status, 0);
+  const Result resumed = train("moe_refused_resume", 2, "--dp 2 --resume " + checkpoint("moe_ckpt"), false);
+  EXPECT_NE(resumed.status, 0);
+  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --dp 2: a mixture of experts trains in one "
+                                "process"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("step 2"), std::string::npos) << "trained before refusing:\n" << resumed.output;
+  // Under mpirun: the parallel axes are refused by name too.
+  for (const std::string axis : {"--dp 2", "--tp 2", "--pp 2", "--cp 2"}) {
+    const Result r = train("moe_refused_mpi", 2, kMoE + axis, false);
+    EXPECT_NE(r.status, 0) << axis;
+    EXPECT_NE(r.output.find("--experts 4 with " + axis + ": a mixture of experts trains in one process"),
+              std::string::npos) << axis << "\n" << r.output;
+  }
+}
