@@ -69,13 +69,11 @@ CP_PARAM_TOL = 3e-5
 # 1.6e-6, and one weight 1.25e-5 from one process's. From 8 parts: --dp 4 --pp 2 (m 2) --dp-mode naive
 # --recompute full, Llama with one kv head, untied: one c_proj weight 1.66e-5, under --schedule zb-v and
 # 1f1b alike (their saved weights are the same bytes: it is the split's rounding, not a schedule's).
+# Under --eod-mask-loss each part's mean is also multiplied by its token weight
+# (parallel/per_token_loss.h), one more rounding per part (--dp 2 --pp 4
+# --virtual-stages 2, Llama with one kv head, full recompute: losses 4.0e-8,
+# grad norm 5.2e-6, one c_proj weight 2.2e-5; unmasked, its grad norm is 2.1e-6 off).
 SPLIT_PARAM_TOL, SPLIT_PARTS = 3e-5, 8
-# The same from 8 parts under --eod-mask-loss: each part's mean is also
-# multiplied by its token weight (parallel/per_token_loss.h), one more
-# rounding per part (--dp 2 --pp 4 --virtual-stages 2, Llama with one kv head,
-# full recompute: losses 4.0e-8, grad norm 5.2e-6, one c_proj weight 2.2e-5;
-# unmasked, the same run's grad norm is 2.1e-6 off).
-SPLIT_PARTS_MASKED = 8
 # fp32 params under tensor parallelism: a row-parallel layer's product is two
 # partial sums over the split input dimension, all-reduced, and AdamW lifts
 # that order's rounding on near-zero gradients as it does cp's (--tp 2 --pp 4
@@ -333,7 +331,7 @@ def judge(runner, case):
     if f["cp"] > 1 and f["dtype"] == "fp32":
         tol["params"] = CP_PARAM_TOL
     parts = f["dp"] * f["grad_accum"] * ((f["microbatches"] or f["pp"]) if f["pp"] > 1 else 1)
-    split = parts >= (SPLIT_PARTS_MASKED if f.get("eod_mask_loss") else SPLIT_PARTS)
+    split = parts >= SPLIT_PARTS
     if split and f["dtype"] == "fp32":
         tol["params"] = SPLIT_PARAM_TOL
     if f["tp"] > 1 and f["dtype"] == "fp32":
