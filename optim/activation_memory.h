@@ -220,6 +220,11 @@ struct ActivationPrediction {
   double tokens = 0;         // bytes of the step's ids and targets
   double backward_extra = 0; // bytes of the backward's temporaries on top, at its peak
   double total = 0;          // in_flight x per_micro_batch + tokens + backward_extra
+  // Split backward (zero bubble, optim/split_backward.h): what one micro-batch
+  // holds from its B to its W, B's temporaries above what is kept, W's.
+  double held_until_w = 0;
+  double split_extra = 0;
+  double w_extra = 0;        // W's temporaries above what is held
 };
 
 ActivationPrediction predict_activations(const ActivationCase& c);
@@ -235,7 +240,7 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
 // (for interleaved an average over its chunks: the planner's estimate).
 double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int pp, int stage, int virtual_stages);
 
-// A rank's order over its chunks: interleaved 1F1B's, or a V's ("zb-v", "dualpipev").
+// A rank's order over its chunks: interleaved 1F1B's, a V's ("zb-v", "dualpipev"), or ZB-H1's (one chunk).
 std::vector<parallel::ScheduledOp> chunk_order(const std::string& schedule, int pp, int stage, int virtual_stages,
                                                int64_t micro_batches);
 
@@ -257,9 +262,10 @@ struct ChunkActivations {
 // its blocks, head, embedding, in_flight and grad_bytes are the chunks'.
 // Like predict_activations, one input gradient sent by an earlier backward
 // counts as in flight. The result's per_micro_batch is what all the chunks
-// keep at the peak; per_block is not set. schedule "zb-v" or "dualpipev"
-// walks the V's order instead (chunk_order), where a micro-batch's bytes go
-// at its W, not its B: an upper bound, since after B it keeps only W's X and dY.
+// keep at the peak; per_block is not set. schedule "zb-h1" (one chunk), "zb-v"
+// or "dualpipev" walks that order instead (chunk_order): a B is a candidate
+// peak with B's own temporaries (split_extra), then trades the micro-batch's
+// kept bytes for what it holds until its W (held_until_w), which W frees.
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
                                                      int pp, int stage, const std::string& schedule = "1f1b");
 
