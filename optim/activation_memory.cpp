@@ -1,6 +1,7 @@
 #include "optim/activation_memory.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "optim/activation_moments.h"
@@ -148,26 +149,46 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   double kept = 0;
   const std::vector<parallel::ScheduledOp> order = chunk_order(schedule, pp, stage, int(chunks.size()), c.micro_batches);
   const bool split = std::any_of(order.begin(), order.end(), [](const auto& op) { return op.kind == 'W'; });
+  // The V's turn (its last rank): chunk 1's input is chunk 0's output, detached
+  // (pipeline_p2p.cpp), and chunk 1's input gradient is chunk 0's output
+  // gradient: [b s h] tensors both chunks' counts hold, alive once. Per
+  // micro-batch, each chunk's state: '-', 'F' (kept until B), 'H' (held until W).
+  const bool turn = split && chunks.size() == 2 && stage == pp - 1 &&
+                    parallel::schedule_chunk_layout(schedule) == parallel::ChunkLayout::V;
+  std::vector<std::array<char, 2>> state(size_t(c.micro_batches), {'-', '-'});
+  auto twice = [&](int in_b) {  // in_b: the micro-batch whose chunk 0 runs B now (its moments hold the gradient)
+    double n = 0;
+    for (size_t i = 0; turn && i < state.size(); ++i) {
+      const char c0 = state[i][0], c1 = state[i][1];
+      n += (c0 == 'F' && c1 != '-') + ((c0 == 'H' || int(i) == in_b) && c1 == 'H');
+    }
+    return n * sent;
+  };
+  auto candidate = [&](double extra, int in_b) {
+    const double now = kept - twice(in_b);
+    if (now + extra > p.total) p.total = now + extra, p.backward_extra = extra, p.per_micro_batch = now;
+  };
   for (const parallel::ScheduledOp& op : order) {
     const size_t k = size_t(op.chunk);
+    char& now = state[size_t(op.mb)][std::min<size_t>(k, 1)];
     if (op.kind == 'F') {
-      kept += first[k].per_micro_batch;
+      kept += first[k].per_micro_batch, now = 'F';
       continue;
     }
     if (op.kind == 'W') {  // a split backward: W's first dW is a candidate peak, then W frees what B left it
       double extra = first[k].w_extra;
       for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] ? double(chunks[j].grad_bytes) : 0;
-      if (kept + extra > p.total) p.total = kept + extra, p.backward_extra = extra, p.per_micro_batch = kept;
-      kept -= first[k].held_until_w;
+      candidate(extra, -1);
+      kept -= first[k].held_until_w, now = '-';
       ran[k] = true;
       continue;
     }
     // Split: B's own temporaries; the gradient it sends is the stage input's, held until W.
     double extra = split ? first[k].split_extra : (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
     for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && (split || j != k) ? double(chunks[j].grad_bytes) : 0;
-    if (kept + extra > p.total) p.total = kept + extra, p.backward_extra = extra, p.per_micro_batch = kept;
-    kept -= first[k].per_micro_batch;
-    if (split) kept += first[k].held_until_w;
+    candidate(extra, k == 0 ? op.mb : -1);
+    kept -= first[k].per_micro_batch, now = '-';
+    if (split) kept += first[k].held_until_w, now = 'H';
     else ran[k] = true;
     sending = sending || !chunks[k].has_embedding;
   }
