@@ -145,9 +145,11 @@
 // split backward's terms (optim/split_backward.h). ZB-H1: measured = formula
 // (+ the loss's scalars) on every stage of the default model at pp 4, m 4
 // and 8, b 2 and 4, fp32 and bf16, and tests/test_memory_ledger_zero_bubble.cpp's
-// runs. The V: within one sent gradient either way (an isend that outlives
-// the W that held its tensor, or not: timing), e.g. pp 2, m 4, b 4 ZB-V
-// stage 0 10.84 MiB measured, 10.71 formula; stage 1 19.56 both.
+// runs, --arch llama too. The V: within one sent gradient either way (an
+// isend that outlives the W that held its tensor, or not: timing), e.g. pp
+// 2, m 4, b 4 ZB-V stage 0 10.84 MiB measured, 10.71 formula; stage 1 19.56
+// both. Not modelled: --recompute full under a split backward (measured
+// 1.4-7.8% above: what the reruns' graphs keep until W).
 // Recomputation (--recompute, parallel/recompute.h): selective keeps each
 // block's tensors but its softmax, 4 + 12 / t units; full keeps only the
 // block's input, 1 unit ([b, s/t, h] under SP: 1 / t). Backward then

@@ -62,9 +62,10 @@ double split_backward_extra(const ActivationCase& c, const Sizes& z, const Momen
   // (attn.c_proj's X), ln_2's gradients and, on the stage with the head, the
   // block's output gradient (ln_f's dx: mlp.c_proj's dY; a received one the
   // unsplit count already holds).
+  // (B') SwiGLU's product backward: as unsplit, with the product (c_proj's X) held.
   const double mlp = z.gathers * z.unit + N * F / t * e + (c.swiglu ? 2 : 1) * N * F / t * e;
   const double at_attention = mlp + N * h / t * e + norm_vectors(c) * h * e + (c.has_head ? z.local : 0);
-  return std::max({extra, m.block - dw + head, at_gelu, c.swiglu ? m.gate + head : 0.0, m.ln_2 + head + mlp,
+  return std::max({extra, m.block - dw + head, at_gelu, c.swiglu ? m.gate + head + N * F / t * e : 0.0, m.ln_2 + head + mlp,
                    m.attention + head + at_attention, m.rerun_collective + head});
 }
 

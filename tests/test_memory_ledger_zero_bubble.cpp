@@ -80,5 +80,7 @@ INSTANTIATE_TEST_SUITE_P(
     ZBH1, ZeroBubbleLedger,
     ::testing::Values(ZbRun{"zbh1_pp2_m4_b2", 2, "--pp 2 --schedule zb-h1 --microbatches 4 --batch 2"},
                       ZbRun{"zbh1_pp2_m8_b4", 2, "--pp 2 --schedule zb-h1 --microbatches 8 --batch 4"},
-                      ZbRun{"zbh1_pp3_m4_b2", 3, "--pp 3 --schedule zb-h1 --microbatches 4 --batch 2"}),
+                      ZbRun{"zbh1_pp3_m4_b2", 3, "--pp 3 --schedule zb-h1 --microbatches 4 --batch 2"},
+                      // Llama's blocks: SwiGLU's product (c_proj's X) held through its backward's moment
+                      ZbRun{"zbh1_llama_pp2", 2, "--arch llama --pp 2 --schedule zb-h1 --microbatches 4 --batch 2"}),
     [](const auto& info) { return std::string(info.param.name); });
