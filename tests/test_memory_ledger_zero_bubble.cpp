@@ -2,8 +2,8 @@
 // backward's term, what a micro-batch holds from its B to its W
 // (optim/split_backward.h), walked through the stage's order
 // (predict_activations_interleaved with one chunk). Measured = formula to the
-// byte, but the loss's fp32 scalars (8-12 bytes), on every stage that holds
-// a block or the head. Without the term the last stage measured 1.04 MiB
+// byte, but the loss's fp32 scalars (8-12 bytes) and, some runs, a sent
+// gradient still in flight, on every stage that holds a block or the head. Without the term the last stage measured 1.04 MiB
 // against 0.85 (the default model, pp 4, m 4, b 2): each deferred W kept its
 // X and dY, which the count of 1F1B's micro-batches did not have.
 #include <gtest/gtest.h>
@@ -46,6 +46,7 @@ struct ZbRun {
   const char* name;
   int ranks;
   const char* args;
+  double sent;  // one input gradient, [b, s, h] fp32: an isend that may outlive the W that held it
 };
 
 void PrintTo(const ZbRun& r, std::ostream* os) { *os << r.name << ": " << r.args; }
@@ -69,7 +70,12 @@ TEST_P(ZeroBubbleLedger, MeasuredEqualsTheFormulaOnEveryStage) {
     const double formula = rank["activations"]["predicted"].get<double>();
     std::printf("[ measured ] %-12s rank %d: activations %.0f bytes, formula %.0f (%+.0f)\n", run.name,
                 rank["rank"].get<int>(), measured, formula, measured - formula);
-    EXPECT_NEAR(measured, formula + 8, 8) << run.name << " rank " << rank["rank"];  // + the loss's scalars
+    // + the loss's scalars, 8-12 bytes; on a stage that sends gradients, + the
+    // last one sent when its isend had not completed at the peak (timing:
+    // measured either way in repeated runs) and its 80-byte header.
+    const double late = rank["rank"].get<int>() > 0 ? run.sent + 80 : 0;
+    EXPECT_GE(measured, formula) << run.name << " rank " << rank["rank"];
+    EXPECT_LE(measured, formula + 16 + late) << run.name << " rank " << rank["rank"];
   }
 }
 
@@ -78,9 +84,9 @@ TEST_P(ZeroBubbleLedger, MeasuredEqualsTheFormulaOnEveryStage) {
 // head alone, whose peak is W's first dW at m 4 (its four W's wait).
 INSTANTIATE_TEST_SUITE_P(
     ZBH1, ZeroBubbleLedger,
-    ::testing::Values(ZbRun{"zbh1_pp2_m4_b2", 2, "--pp 2 --schedule zb-h1 --microbatches 4 --batch 2"},
-                      ZbRun{"zbh1_pp2_m8_b4", 2, "--pp 2 --schedule zb-h1 --microbatches 8 --batch 4"},
-                      ZbRun{"zbh1_pp3_m4_b2", 3, "--pp 3 --schedule zb-h1 --microbatches 4 --batch 2"},
+    ::testing::Values(ZbRun{"zbh1_pp2_m4_b2", 2, "--pp 2 --schedule zb-h1 --microbatches 4 --batch 2", 4096},
+                      ZbRun{"zbh1_pp2_m8_b4", 2, "--pp 2 --schedule zb-h1 --microbatches 8 --batch 4", 8192},
+                      ZbRun{"zbh1_pp3_m4_b2", 3, "--pp 3 --schedule zb-h1 --microbatches 4 --batch 2", 4096},
                       // Llama's blocks: SwiGLU's product (c_proj's X) held through its backward's moment
-                      ZbRun{"zbh1_llama_pp2", 2, "--arch llama --pp 2 --schedule zb-h1 --microbatches 4 --batch 2"}),
+                      ZbRun{"zbh1_llama_pp2", 2, "--arch llama --pp 2 --schedule zb-h1 --microbatches 4 --batch 2", 4096}),
     [](const auto& info) { return std::string(info.param.name); });
