@@ -187,8 +187,9 @@ double Diagnostics::predicted_activation_bytes() const {
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size(),
                                                pgm_.pp_rank(), a_.virtual_stages);
   if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
-  if (m_.chunks->num_chunks() > 1) {
-    // Interleaved: each chunk's blocks, ends and .grad bytes; layers() holds the chunks' layers in order.
+  if (m_.chunks->num_chunks() > 1 || a_.schedule == "zb-h1") {
+    // Interleaved or split (ZB-H1's one chunk): each chunk's blocks, ends and
+    // .grad bytes, walked through the rank's order; layers() holds the chunks' layers in order.
     std::vector<optim::ChunkActivations> chunks;
     size_t layer = 0;
     for (const parallel::LayerRange& r : m_.chunks->chunks()) {

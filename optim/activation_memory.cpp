@@ -1,12 +1,15 @@
 #include "optim/activation_memory.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "optim/activation_moments.h"
+#include "optim/split_backward.h"
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/zbv_schedule.h"
+#include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
@@ -70,6 +73,9 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
                                                       double(c.grad_bytes) + sent);
   }
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
+  p.held_until_w = held_until_w(c, z);
+  p.split_extra = split_backward_extra(c, z, m);
+  p.w_extra = weight_pass_extra(c, z);
   return p;
 }
 
@@ -87,6 +93,7 @@ std::vector<parallel::ScheduledOp> chunk_order(const std::string& schedule, int 
                                                int64_t micro_batches) {
   if (schedule == "zb-v") return parallel::zb_v_order(pp, stage, int(micro_batches));
   if (schedule == "dualpipev") return parallel::dualpipev_order(pp, stage, int(micro_batches));
+  if (schedule == "zb-h1") return parallel::zb_h1_order(pp, stage, int(micro_batches));
   return parallel::interleaved_order(pp, stage, virtual_stages, int(micro_batches));
 }
 
@@ -126,7 +133,9 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     one.blocks = k.blocks, one.has_head = k.has_head, one.has_embedding = k.has_embedding, one.grad_bytes = k.grad_bytes;
     one.in_flight = 1, one.micro_batches = 1, one.pp_stage = false;
     first.push_back(predict_activations(one));
-    one.micro_batches = 2;
+    one.pp_stage = true;  // held until W: the chunk's input and its gradient (all but the first virtual stage)
+    first.back().held_until_w = predict_activations(one).held_until_w;
+    one.micro_batches = 2, one.pp_stage = false;
     later.push_back(predict_activations(one));
   }
   // The input gradient an earlier backward sent (any chunk but the first
@@ -135,26 +144,52 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
                       double(c.element_bytes);
   ActivationPrediction p;
   p.tokens = first.front().tokens;
-  std::vector<bool> ran(chunks.size(), false);  // chunk k's backward has run: its .grad tensors are alive
+  std::vector<bool> ran(chunks.size(), false);  // chunk k's backward (split: its W) has run: its .grad tensors are alive
   bool sending = false;
   double kept = 0;
   const std::vector<parallel::ScheduledOp> order = chunk_order(schedule, pp, stage, int(chunks.size()), c.micro_batches);
   const bool split = std::any_of(order.begin(), order.end(), [](const auto& op) { return op.kind == 'W'; });
+  // The V's turn (its last rank): chunk 1's input is chunk 0's output, detached
+  // (pipeline_p2p.cpp), and chunk 1's input gradient is chunk 0's output
+  // gradient: [b s h] tensors both chunks' counts hold, alive once. Per
+  // micro-batch, each chunk's state: '-', 'F' (kept until B), 'H' (held until W).
+  const bool turn = split && chunks.size() == 2 && stage == pp - 1 &&
+                    parallel::schedule_chunk_layout(schedule) == parallel::ChunkLayout::V;
+  std::vector<std::array<char, 2>> state(size_t(c.micro_batches), {'-', '-'});
+  auto twice = [&](int in_b) {  // in_b: the micro-batch whose chunk 0 runs B now (its moments hold the gradient)
+    double n = 0;
+    for (size_t i = 0; turn && i < state.size(); ++i) {
+      const char c0 = state[i][0], c1 = state[i][1];
+      n += (c0 == 'F' && c1 != '-') + ((c0 == 'H' || int(i) == in_b) && c1 == 'H');
+    }
+    return n * sent;
+  };
+  auto candidate = [&](double extra, int in_b) {
+    const double now = kept - twice(in_b);
+    if (now + extra > p.total) p.total = now + extra, p.backward_extra = extra, p.per_micro_batch = now;
+  };
   for (const parallel::ScheduledOp& op : order) {
     const size_t k = size_t(op.chunk);
+    char& now = state[size_t(op.mb)][std::min<size_t>(k, 1)];
     if (op.kind == 'F') {
-      kept += first[k].per_micro_batch;
+      kept += first[k].per_micro_batch, now = 'F';
       continue;
     }
-    if (op.kind == 'W') {  // a split backward (ZB-V, DualPipeV) lets its micro-batch go at W
-      kept -= first[k].per_micro_batch;
+    if (op.kind == 'W') {  // a split backward: W's first dW is a candidate peak, then W frees what B left it
+      double extra = first[k].w_extra;
+      for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] ? double(chunks[j].grad_bytes) : 0;
+      candidate(extra, -1);
+      kept -= first[k].held_until_w, now = '-';
+      ran[k] = true;
       continue;
     }
-    double extra = (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
-    for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && j != k ? double(chunks[j].grad_bytes) : 0;
-    if (kept + extra > p.total) p.total = kept + extra, p.backward_extra = extra, p.per_micro_batch = kept;
-    if (!split) kept -= first[k].per_micro_batch;
-    ran[k] = true;
+    // Split: B's own temporaries; the gradient it sends is the stage input's, held until W.
+    double extra = split ? first[k].split_extra : (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
+    for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && (split || j != k) ? double(chunks[j].grad_bytes) : 0;
+    candidate(extra, k == 0 ? op.mb : -1);
+    kept -= first[k].per_micro_batch, now = '-';
+    if (split) kept += first[k].held_until_w, now = 'H';
+    else ran[k] = true;
     sending = sending || !chunks[k].has_embedding;
   }
   p.total += p.tokens;

@@ -141,6 +141,15 @@
 // --zero, one stage 1 rank +1.1% (two sent gradients and a header still
 // held: a send's payload is released when the channel's thread sees it
 // complete, which can be after the receiver has it).
+// Zero bubble (--schedule zb-h1, zb-v, dualpipev): the same walk with the
+// split backward's terms (optim/split_backward.h). ZB-H1: measured = formula
+// (+ the loss's scalars) on every stage of the default model at pp 4, m 4
+// and 8, b 2 and 4, fp32 and bf16, and tests/test_memory_ledger_zero_bubble.cpp's
+// runs, --arch llama too. The V: within one sent gradient either way (an
+// isend that outlives the W that held its tensor, or not: timing), e.g. pp
+// 2, m 4, b 4 ZB-V stage 0 10.84 MiB measured, 10.71 formula; stage 1 19.56
+// both. Not modelled: --recompute full under a split backward (measured
+// 1.4-7.8% above: what the reruns' graphs keep until W).
 // Recomputation (--recompute, parallel/recompute.h): selective keeps each
 // block's tensors but its softmax, 4 + 12 / t units; full keeps only the
 // block's input, 1 unit ([b, s/t, h] under SP: 1 / t). Backward then
@@ -220,6 +229,11 @@ struct ActivationPrediction {
   double tokens = 0;         // bytes of the step's ids and targets
   double backward_extra = 0; // bytes of the backward's temporaries on top, at its peak
   double total = 0;          // in_flight x per_micro_batch + tokens + backward_extra
+  // Split backward (zero bubble, optim/split_backward.h): what one micro-batch
+  // holds from its B to its W, B's temporaries above what is kept, W's.
+  double held_until_w = 0;
+  double split_extra = 0;
+  double w_extra = 0;        // W's temporaries above what is held
 };
 
 ActivationPrediction predict_activations(const ActivationCase& c);
@@ -235,7 +249,7 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
 // (for interleaved an average over its chunks: the planner's estimate).
 double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int pp, int stage, int virtual_stages);
 
-// A rank's order over its chunks: interleaved 1F1B's, or a V's ("zb-v", "dualpipev").
+// A rank's order over its chunks: interleaved 1F1B's, a V's ("zb-v", "dualpipev"), or ZB-H1's (one chunk).
 std::vector<parallel::ScheduledOp> chunk_order(const std::string& schedule, int pp, int stage, int virtual_stages,
                                                int64_t micro_batches);
 
@@ -257,9 +271,10 @@ struct ChunkActivations {
 // its blocks, head, embedding, in_flight and grad_bytes are the chunks'.
 // Like predict_activations, one input gradient sent by an earlier backward
 // counts as in flight. The result's per_micro_batch is what all the chunks
-// keep at the peak; per_block is not set. schedule "zb-v" or "dualpipev"
-// walks the V's order instead (chunk_order), where a micro-batch's bytes go
-// at its W, not its B: an upper bound, since after B it keeps only W's X and dY.
+// keep at the peak; per_block is not set. schedule "zb-h1" (one chunk), "zb-v"
+// or "dualpipev" walks that order instead (chunk_order): a B is a candidate
+// peak with B's own temporaries (split_extra), then trades the micro-batch's
+// kept bytes for what it holds until its W (held_until_w), which W frees.
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
                                                      int pp, int stage, const std::string& schedule = "1f1b");
 

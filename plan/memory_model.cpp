@@ -129,7 +129,18 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   const double rebuilt = g.recompute ? activation_bytes_per_layer(m, full, b.micro_batch)
                          : g.recompute_selective ? activation_bytes_per_layer(m, full, b.micro_batch) - one_layer
                                                  : 0;
-  r.activations = double(blocks) * one_layer * micro_batches_in_flight(g, b.micro_batches, stage) + rebuilt;
+  const double in_flight = micro_batches_in_flight(g, b.micro_batches, stage);
+  r.activations = double(blocks) * one_layer * in_flight + rebuilt;
+  if (g.schedule == "zb-h1" && g.pp > 1 && !g.recompute && !m.llama) {
+    // Split backward (optim/split_backward.h): at stage r's peak, its r-th B,
+    // the first r micro-batches wait for their W holding only their linears'
+    // X and dY, GPT-2: 4 + 12 / t units of [s, b, h] (the kept ones less the
+    // softmax and, in this count's 16-bit bytes, the dropout masks).
+    const double waiting = std::min(double(stage), in_flight - 1);
+    const double held = double(m.seq) / g.cp * double(b.micro_batch) * double(m.width) * (4 + 12.0 / g.tp) *
+                        dtype_bytes(g.dtype);
+    r.activations -= double(blocks) * waiting * (one_layer - held);
+  }
   if (items.back() == m.layers + 1)  // fp32 logits and their gradient, vocab split over tp
     r.activations += 2.0 * 4 * double(m.seq) / g.cp * double(b.micro_batch) * double(m.vocab) / g.tp;
   return r;

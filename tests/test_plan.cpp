@@ -160,6 +160,28 @@ TEST(PlanPipeline, ZBH1HoldsPOnEveryStageAndIdlesAThirdOf1F1B) {
   EXPECT_NEAR(ofob.pipeline_s - zb.pipeline_s, 3 * backward / 4, 1e-9 * ofob.pipeline_s);
 }
 
+// ZB-H1's memory: stage r's peak is its r-th B, the first r micro-batches
+// waiting for their W with only their linears' X and dY (optim/split_backward.h):
+// 4 + 12 / t units of [s, b, h] a layer where the count keeps 34 + 5 a s / h
+// (16-bit bytes). tiny(), bf16, b 2, m 4: a unit 64 x 2 x 128 x 2 bytes;
+// AFAB holds the same 4 micro-batches whole.
+TEST(PlanPipeline, ZBH1sWaitingMicroBatchesHoldOnlyWsXAndDY) {
+  Grid g = grid(1, 4, 1);
+  g.dtype = "bf16";
+  const Batch b{2, 4};
+  const double unit = 64 * 2 * 128 * 2, one_layer = unit / 2 * (34 + 5 * 4 * 64 / 128.0), held = 16 * unit;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(tiny(), g, 2), one_layer);
+  for (int stage : {0, 1, 2}) {
+    g.schedule = "afab";
+    const double all = memory_on_stage(tiny(), g, b, stage).activations;
+    ASSERT_GT(all, 0) << "stage " << stage;
+    g.schedule = "zb-h1";
+    EXPECT_DOUBLE_EQ(memory_on_stage(tiny(), g, b, stage).activations,
+                     all * ((4 - stage) * one_layer + stage * held) / (4 * one_layer))
+        << "stage " << stage;
+  }
+}
+
 // ZB-V and DualPipeV (zbv_schedule.h, dualpipev_schedule.h): 2p and 2p + 1
 // chunk-micro-batches held (p and p + 1/2 stages' worth), the bubble
 // (p - 1)/(6 m + p - 1), and the fill and drain (p - 1) chunk forwards: half of ZB-H1's.

@@ -1,0 +1,84 @@
+#include "optim/split_backward.h"
+
+#include <algorithm>
+
+namespace loom::optim {
+
+namespace {
+
+double norm_vectors(const ActivationCase& c) { return c.rmsnorm ? 1 : 2; }  // a norm's weight (and bias)
+
+// One block's linears' X and dY and its norms' gradients (the header's table).
+double block_held(const ActivationCase& c, const Sizes& z) {
+  const double N = z.N, h = z.h, t = z.t, F = z.F, e = z.e;
+  const double mlp_inputs = c.swiglu ? 2 : 1;  // c_gate and c_fc, or c_fc
+  // X: ln_1's output, ln_2's (as the MLP keeps it), the merged heads, gelu's output (SwiGLU: the product).
+  const double x = z.unit + z.gathers * z.unit + N * (h + F) / t * e;
+  // dY: c_attn's [N, (h + 2 kv)/t], attn.c_proj's and mlp.c_proj's [N, h], c_fc's (and c_gate's) [N, F/t].
+  const double dy = N * (h + 2 * kv_width(c)) / t * e + 2 * z.unit + mlp_inputs * N * F / t * e;
+  return x + dy + 2 * norm_vectors(c) * h * e;
+}
+
+// The head's: its linear's X (ln_f's output) and dY (the logits' gradient, [N, V'/t]), ln_f's gradients.
+double head_held(const ActivationCase& c, const Sizes& z) {
+  return c.has_head ? z.unit + z.N * z.V / z.t * z.e + norm_vectors(c) * z.h * z.e : 0;
+}
+
+}  // namespace
+
+double held_until_w(const ActivationCase& c, const Sizes& z) {
+  // The embedding's dY: the tokens' [N, h] and, with learned positions, the positions' [s, h].
+  const double embedding = c.has_embedding ? z.unit + (c.rope ? 0 : z.s * z.h * z.e) : 0;
+  // A later stage's input and its gradient, reached from the X's graph.
+  const double input = c.pp_stage && !c.has_embedding ? 2 * z.local : 0;
+  return double(c.blocks) * block_held(c, z) + head_held(c, z) + embedding + input;
+}
+
+double split_backward_extra(const ActivationCase& c, const Sizes& z, const Moments& m) {
+  const double N = z.N, h = z.h, t = z.t, F = z.F, e = z.e, Nv = N * z.V / t;
+  const double head = head_held(c, z);
+  double extra = 0;
+  if (c.has_head) {
+    // (A) the loss's gradient of the logits while they live, as unsplit; then
+    // the head linear's B: the logits freed, their gradient (W's dY, e bytes)
+    // and dx [N, h] (16-bit: from fp32 copies of the gradient and dx).
+    const double loss_grad = z.logits + (c.tp > 1 && e != 4 ? Nv * e : 0);
+    const double dx = e == 4 || z.native ? e * N * h : 4 * Nv + (4 + e) * N * h;
+    const double head_linear = -(z.logits + (c.tp > 1 ? 2 : 1) * N * 4) + Nv * e + dx;
+    // (D) ln_f's backward: as unsplit, with its output (the head's X) and the head's dY still held.
+    extra = std::max({loss_grad, head_linear, m.ln_f + z.unit + Nv * e});
+  }
+  if (c.blocks == 0) return extra;
+  // (B) mlp.c_proj's B makes dx only: the unsplit moment without dW [h, F/t]
+  // (fp32: and the bias's column sums; 16-bit: dW in fp32 and rounded).
+  const bool bias = c.bias && c.tp == 1;
+  const double dw = e == 4 || z.native ? e * h * F / t + (bias ? (8 + e) * h : 0) : (4 + e) * h * F / t;
+  // (G) then gelu's backward, which the unsplit (B) outweighed: c_proj's dx
+  // (16-bit: rounded, its fp32 copies freed) and gelu's gradient, [N, F/t] each.
+  const double dx = e == 4 || z.native ? e * N * F / t : 4 * N * h + (4 + e) * N * F / t;
+  const double at_gelu = c.swiglu ? 0 : m.block - dw - dx + 2 * N * F / t * e + head;
+  // By (E) and (C) the MLP's linears have run B: their X (ln_2's and gelu's
+  // outputs) and c_fc's dY are held, not freed; by (C) also the merged heads
+  // (attn.c_proj's X), ln_2's gradients and, on the stage with the head, the
+  // block's output gradient (ln_f's dx: mlp.c_proj's dY; a received one the
+  // unsplit count already holds).
+  // (B') SwiGLU's product backward: as unsplit, with the product (c_proj's X) held.
+  const double mlp = z.gathers * z.unit + N * F / t * e + (c.swiglu ? 2 : 1) * N * F / t * e;
+  const double at_attention = mlp + N * h / t * e + norm_vectors(c) * h * e + (c.has_head ? z.local : 0);
+  return std::max({extra, m.block - dw + head, at_gelu, c.swiglu ? m.gate + head + N * F / t * e : 0.0, m.ln_2 + head + mlp,
+                   m.attention + head + at_attention, m.rerun_collective + head});
+}
+
+double weight_pass_extra(const ActivationCase& c, const Sizes& z) {
+  // A linear's dW alone, x [M, K], w [n, K]: fp32 (and native bf16) dW [n, K]
+  // and a bias's column sums (double, then e); 16-bit on fp32 copies of the
+  // gradient [M, n] and x [M, K], dW in fp32 and rounded.
+  auto dw = [&](double M, double K, double n, bool bias) {
+    return z.e == 4 || z.native ? z.e * n * K + (bias ? (8 + z.e) * n : 0) : 4 * M * n + 4 * M * K + (4 + z.e) * n * K;
+  };
+  if (c.has_head) return dw(z.N, z.h, z.V / z.t, false);
+  if (c.blocks > 0) return dw(z.N, z.F / z.t, z.h, c.bias && c.tp == 1);
+  return z.V / z.t * z.h * z.e;  // the token embedding's dense gradient
+}
+
+}  // namespace loom::optim
