@@ -1,5 +1,5 @@
 // Moving tokens to their experts and back, in the steps Megatron-core's token
-// dispatcher names (megatron/core/transformer/moe/token_dispatcher.py), so that
+// dispatcher names (Megatron's megatron/core/transformer/moe/token_dispatcher.py), so that
 // expert parallelism can later put its all-to-alls (dispatch, combine) between them:
 //   routing map   which (token, slot) goes to which expert, in expert order;
 //                 with a capacity, the overflow of each expert is dropped

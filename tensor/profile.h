@@ -1,4 +1,4 @@
-// Where a CPU step's time goes, op by op (bench/op_profile.cpp; issue 47).
+// Where a CPU step's time goes, op by op (bench_gpt_step --profile, bench/gpt_step.cpp; issue 47).
 //
 // An op opens a profile::Scope on entry; while profiling is on, the scope adds
 // the op's *exclusive* wall time (its own, less the scopes opened inside it:
