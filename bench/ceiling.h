@@ -4,7 +4,6 @@
 #pragma once
 
 #include <immintrin.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +11,8 @@
 #include <cstring>
 #include <thread>
 #include <vector>
+
+#include "tensor/profile.h"
 
 namespace loom::bench {
 
@@ -117,11 +118,7 @@ inline std::vector<double> dpbf16_rates(int threads, int runs) {
 // what the core does while it runs this thread, whatever else the machine
 // runs - the ceiling beside an op's CPU time (tensor/profile.h). Best of `runs`.
 inline double fma_rate_cpu_time(int runs = 3) {
-  auto cpu = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-  };
+  auto cpu = profile::thread_cpu_seconds;
   const int64_t iters = 15'000'000;
   volatile float sink = fma_loop(iters / 10);  // brings the core to its vector clock
   double best = 0;

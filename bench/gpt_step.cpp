@@ -136,8 +136,9 @@ int main(int argc, char** argv) {
       "usage: %s [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]"
       " [--device cpu|cuda[:N]] [--tf32] [--profile]\n";
   for (int i = 1; i < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--tf32") || !std::strcmp(argv[i], "--profile")) {
-      (argv[i][2] == 't' ? tf32 : profile_ops) = true;
+    const bool is_tf32 = !std::strcmp(argv[i], "--tf32"), is_profile = !std::strcmp(argv[i], "--profile");
+    if (is_tf32 || is_profile) {
+      tf32 |= is_tf32, profile_ops |= is_profile;
       --i;  // a flag: no value to skip
       continue;
     }

@@ -28,30 +28,36 @@ MODELS = {
 }
 
 
-def main(corpus, out):
+def write_references(corpus, out, config_class, model_class, models, sharded, max_shard_size):
+    """Each of models {NAME: config options} built small, drawn N(0, 0.2), saved with its reference
+    (the layout above); sharded: the NAME also saved in shards of max_shard_size. make_mixtral.py shares it."""
     text = open(corpus, encoding="utf-8").read()
     vocab = len(set(text))
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (2, 16), generator=g)
     targets = torch.randint(0, vocab, (2, 16), generator=g)
-    for seed, (name, options) in enumerate(MODELS.items()):
+    for seed, (name, options) in enumerate(models.items()):
         torch.manual_seed(seed)
-        cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                          num_attention_heads=4, max_position_embeddings=16, bos_token_id=None, eos_token_id=None,
-                          **options)
-        model = LlamaForCausalLM(cfg).eval()
+        cfg = config_class(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                           num_attention_heads=4, max_position_embeddings=16, bos_token_id=None, eos_token_id=None,
+                           **options)
+        model = model_class(cfg).eval()
         with torch.no_grad():
             for p in model.parameters():
                 p.normal_(0.0, 0.2)
         model.save_pretrained(os.path.join(out, name))
-        if name == "llama-gqa2":
-            model.save_pretrained(os.path.join(out, name + "-sharded"), max_shard_size="20kB")
+        if name == sharded:
+            model.save_pretrained(os.path.join(out, name + "-sharded"), max_shard_size=max_shard_size)
         with torch.no_grad():
             logits = model(ids).logits
         loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
         save_file({"input_ids": ids, "targets": targets, "logits": logits.contiguous(), "loss": loss.reshape(1)},
                   os.path.join(out, name + ".reference.safetensors"))
         print(f"{name} reference: vocab {vocab}, loss {loss.item():.6f} -> {out}")
+
+
+def main(corpus, out):
+    write_references(corpus, out, LlamaConfig, LlamaForCausalLM, MODELS, "llama-gqa2", "20kB")
 
 
 if __name__ == "__main__":
