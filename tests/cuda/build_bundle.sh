@@ -4,13 +4,16 @@
 # tool to carry: build-gpu-bundle/loom-gpu-bundle.tar.xz (ignored by git,
 # `carry: ["build-gpu-bundle"]`). tests/cuda/gpu_runner.sh unpacks and runs it.
 #
-#   nice -n 10 bash tests/cuda/build_bundle.sh            # about 12 MB packed
+#   nice -n 10 bash tests/cuda/build_bundle.sh            # about 25 MB packed (Open MPI and OpenBLAS inside)
 #   FMAD=OFF nice -n 10 bash tests/cuda/build_bundle.sh   # kernels without FMA contraction (--fmad=false)
 #
 # Built for the H100 alone (sm_90), with portable host code (x86-64-v3, no
 # -march=native: the GPU machine's CPU is not this one) and without oneDNN
-# (its Ubuntu 24.04 has no libdnnl.so.2): what remains to load there is CUDA
-# 13 (cudart, cuBLAS), NCCL, OpenMPI 4.1 and OpenBLAS, all on its image.
+# (its image has no libdnnl.so.2). The GPU machine's image is not known to
+# hold Open MPI, mpirun or OpenBLAS, so the bundle carries them
+# (tests/cuda/bundle_runtime.sh: every library but glibc's, the driver's and
+# CUDA's, Open MPI's launcher, plugins and help texts, with $ORIGIN run
+# paths); tests/cuda/rehearse_bare.sh proves it in a bare Debian here.
 # The build folder (build-gpu/) is kept, so a fix rebuilds only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,15 +45,20 @@ for t in "${targets[@]}"; do
   [ -n "$f" ] || { echo "build_bundle.sh: $t was not built" >&2; exit 1; }
   strip -o "$stage/bin/$t" "$f"
 done
+bash tests/cuda/bundle_runtime.sh "$stage" | tee "$stage/RUNTIME.txt"
+# Plan B's luggage beside the bundle (tests/cuda/build_on_device.sh).
+bash tests/cuda/pack_build_deps.sh "$out/loom-build-deps.tar.xz" "$stage/lib"
 {
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!build*' || echo ' (+ uncommitted changes)')"
   echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -n 1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -n 1 || /usr/local/cuda/bin/nvcc --version | tail -n 1)"
   echo "flags: sm_90, -march=x86-64-v3, no oneDNN, LOOM_CUDA_FMAD=${FMAD:-ON}"
-  echo "needs: $(for f in "$stage"/bin/*; do ldd "$f"; done | awk '/=>/ {print $1}' | sort -u | tr '\n' ' ')"
+  echo "needs from the machine: $(bash tests/cuda/bundle_ldd_check.sh "$stage" --cuda | sed 's/ -> [^,]*//g'), glibc, libcuda"
+  cat "$stage/RUNTIME.txt"
 } > "$stage/BUNDLE.txt"
-tar -C "$stage" -cJf "$out/loom-gpu-bundle.tar.xz.tmp" bin BUNDLE.txt
+rm "$stage/RUNTIME.txt"
+tar -C "$stage" -cJf "$out/loom-gpu-bundle.tar.xz.tmp" bin lib share etc env.sh BUNDLE.txt
 mv "$out/loom-gpu-bundle.tar.xz.tmp" "$out/loom-gpu-bundle.tar.xz"
 cat "$stage/BUNDLE.txt"
 echo "bundle: $out/loom-gpu-bundle.tar.xz, $(du -k "$out/loom-gpu-bundle.tar.xz" | cut -f1) KiB packed," \
-  "$(du -sk "$stage/bin" | cut -f1) KiB unpacked, built in $((SECONDS - t0)) s"
+  "$(du -sk "$stage" | cut -f1) KiB unpacked, built in $((SECONDS - t0)) s"

@@ -36,25 +36,34 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none  # cross-memory attach is often refused in VMs
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} PYTHONUNBUFFERED=1 GTEST_COLOR=no  # (mpirun's pty made gtest colour)
 mpi_env=(env LOOM_COLLECTIVE_TIMEOUT=60 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)  # as tests/mpi/CMakeLists.txt
-mpirun_=(mpirun --allow-run-as-root --oversubscribe)
+mpirun_=(mpirun --allow-run-as-root --oversubscribe)  # the bundle's (env.sh puts it first on PATH)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 left() { echo $((deadline - (SECONDS - t_start))); }
 note() { echo "$*" | tee -a "$summary"; }
 
-# The bundle, unpacked: bin/ holds every program (flat).
-[ -f "$bundle/loom-gpu-bundle.tar.xz" ] || { echo "gpu_runner.sh: no $bundle/loom-gpu-bundle.tar.xz (nice -n 10 bash tests/cuda/build_bundle.sh here first)" >&2; exit 2; }
-rm -rf "${run_dir:?}" && mkdir -p "$run_dir/bench" && tar -C "$run_dir" -xJf "$bundle/loom-gpu-bundle.tar.xz" || exit 2
+# The bundle, unpacked: bin/ holds every program (flat). UNPACKED=1: RUN_DIR
+# is laid out already (plan B, tests/cuda/build_on_device.sh: built here
+# without MPI, so the steps that need mpirun are "not run (plan B: no MPI)").
+if [ "${UNPACKED:-0}" != 1 ]; then
+  [ -f "$bundle/loom-gpu-bundle.tar.xz" ] || { echo "gpu_runner.sh: no $bundle/loom-gpu-bundle.tar.xz (nice -n 10 bash tests/cuda/build_bundle.sh here first)" >&2; exit 2; }
+  rm -rf "${run_dir:?}" && mkdir -p "$run_dir/bench" && tar -C "$run_dir" -xJf "$bundle/loom-gpu-bundle.tar.xz" || exit 2
+fi
 bin=$(cd "$run_dir/bin" && pwd)
-ln -s ../bin/bench_gpt_step "$run_dir/bench/bench_gpt_step"  # the layout bench/gpt_step.sh expects of a build
-mpiexec_path=$(command -v mpiexec || true)
+ln -sf ../bin/bench_gpt_step "$run_dir/bench/bench_gpt_step"  # the layout bench/gpt_step.sh expects of a build
+# The bundle carries Open MPI (mpirun, its plugins and libraries: bundle_runtime.sh);
+# env.sh points Open MPI and PMIx at them and puts bin/ first on PATH.
+bundle_root=$(cd "$run_dir" && pwd)
+[ -f "$run_dir/env.sh" ] && . "$run_dir/env.sh"
+mpiexec_path=$(command -v mpirun || true)
 [ -n "$mpiexec_path" ] && export LOOM_MPIEXEC=$mpiexec_path
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 {
   echo "gpu_runner.sh $(date -u '+%Y-%m-%d %H:%M:%S UTC'), phases ${phases[*]}, deadline ${deadline} s"
   echo "host: $(hostname), $(nproc) cores, $(. /etc/os-release && echo "$PRETTY_NAME")"
   echo "GPUs: $gpus $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
+  echo "mpirun: ${mpiexec_path:-none}; python3: $(python3 -c 'import sys, torch; print(sys.executable, "torch", torch.__version__)' 2>/dev/null || echo "no torch")"
   sed 's/^/bundle /' "$run_dir/BUNDLE.txt"
 } >> "$summary"
 
@@ -124,6 +133,11 @@ phase_device() {
     >> "$out/device.log" 2>&1
   if [ -z "$still" ]; then note "  ldd: passed (every library found${added:+; LD_LIBRARY_PATH +=$added})"
   else note "  ldd: failed (missing: $still)"; fi
+  # Only glibc, the driver and CUDA's libraries may come from the machine (tests/cuda/bundle_runtime.sh).
+  local foreign; foreign=$(bash tests/cuda/bundle_ldd_check.sh "$bundle_root" 2>> "$out/device.log")
+  if [ "${UNPACKED:-0}" = 1 ]; then note "  machine's libraries: not checked (plan B: built on this machine, against its own)"
+  elif [ -z "$foreign" ]; then note "  machine's libraries: passed (only glibc, the driver's and CUDA's: $(bash tests/cuda/bundle_ldd_check.sh "$bundle_root" --cuda))"
+  else note "  machine's libraries: failed (loaded from outside the bundle: $foreign)"; fi
   step device test_cuda_device 60 "$bin/test_cuda_device"
 }
 
@@ -134,6 +148,7 @@ phase_ops() {
 }
 
 phase_comm() {
+  if [ ! -x "$bin/mpi_cuda_nccl" ]; then note "  comm: not run (plan B: no MPI)"; return; fi
   step comm "mpi_cuda_nccl np1" 90 "${mpi_env[@]}" "${mpirun_[@]}" -np 1 "$bin/mpi_cuda_nccl"
   step comm "mpi_cuda_collectives np1" 90 "${mpi_env[@]}" "${mpirun_[@]}" -np 1 "$bin/mpi_cuda_collectives"
   step comm "mpi_cuda_collectives np2" 90 "${mpi_env[@]}" "${mpirun_[@]}" -np 2 "$bin/mpi_cuda_collectives"
@@ -146,7 +161,9 @@ phase_e2e() {
   local shards=${SHARDS:-4} lim t0=$SECONDS pids=() b i
   lim=$(( $(left) - 10 < 300 ? $(left) - 10 : 300 ))
   if [ "$lim" -lt 20 ]; then note "  e2e: not run (deadline)"; return; fi
-  for b in test_cuda_train_gpt test_cuda_train_gpt_parallel; do
+  local binaries=(test_cuda_train_gpt test_cuda_train_gpt_parallel)
+  [ -x "$bin/test_cuda_train_gpt_parallel" ] || { binaries=(test_cuda_train_gpt); note "  test_cuda_train_gpt_parallel: not run (plan B: no MPI)"; }
+  for b in "${binaries[@]}"; do
     for ((i = 0; i < shards; ++i)); do
       GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "${mpi_env[@]}" "$bin/$b" \
         > "$tmp/$b.$i.log" 2>&1 &
@@ -154,7 +171,7 @@ phase_e2e() {
     done
   done
   for p in "${pids[@]}"; do wait "${p%%:*}"; echo "${p#*:} $?" >> "$tmp/e2e.rc"; done
-  for b in test_cuda_train_gpt test_cuda_train_gpt_parallel; do
+  for b in "${binaries[@]}"; do
     : > "$tmp/$b.all"
     local worst=0
     for ((i = 0; i < shards; ++i)); do
@@ -215,7 +232,9 @@ phase_bench() {
       step bench "bench_gpt_step $c" 120 "$bin/bench_gpt_step" --config "$c" --device cuda --warmup 3 --steps 10
     fi
   done
-  step bench "bench_allreduce nccl np1" 60 "${mpirun_[@]}" -np 1 "$bin/bench_allreduce" --device cuda --backend nccl
+  if [ -x "$bin/bench_allreduce" ]; then
+    step bench "bench_allreduce nccl np1" 60 "${mpirun_[@]}" -np 1 "$bin/bench_allreduce" --device cuda --backend nccl
+  else note "  bench_allreduce: not run (plan B: no MPI)"; fi
   step bench "bench_gpt_step gpt124m, fast row kernels" 120 env LOOM_CUDA_KERNELS=fast "$bin/bench_gpt_step" \
     --config gpt124m --device cuda --warmup 3 --steps 10  # the step with tensor/cuda/fast/ (beside the reference's above)
 }
@@ -223,6 +242,13 @@ phase_bench() {
 phase_memcheck() {
   if ! command -v compute-sanitizer > /dev/null; then note "  memcheck: skipped (no compute-sanitizer)"; return; fi
   local t
+  # gVisor's runtime: compute-sanitizer refuses the device ("Device not supported", then error 999).
+  timeout 60 compute-sanitizer --tool memcheck "$bin/test_cuda_device" > "$tmp/probe.log" 2>&1
+  if grep -Eq "Device not supported|error 999|CUDA_ERROR_UNKNOWN" "$tmp/probe.log"; then
+    cat "$tmp/probe.log" >> "$out/memcheck.log"
+    note "  memcheck: not run (gVisor: compute-sanitizer refused the device)"
+    return
+  fi
   for t in ops nn; do
     step memcheck "memcheck test_cuda_$t" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_$t"
   done
