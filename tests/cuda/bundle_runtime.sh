@@ -36,7 +36,7 @@ strip -o "$stage/bin/mpirun" "$(readlink -f "$(command -v mpirun)")"
 strip -o "$stage/bin/orted" "$(command -v orted)"
 
 # deps FILE...: the sonames and paths ldd resolves, one "soname path" a line.
-deps() { for f in "$@"; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u; }
+deps() { for f in "$@"; do [ -e "$f" ] && ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u; }
 
 dropped=()
 for p in "$ompi_plugins"/mca_*.so "$pmix_prefix"/lib/pmix/*.so; do

@@ -76,6 +76,7 @@ for lib in $(missing); do
   found=$(timeout 30 find "${lib_roots[@]}" -maxdepth 10 -name "$lib" 2>/dev/null | head -n 1)
   if [ -n "$found" ]; then
     found=$(dirname "$found")
+    case " $added " in *" $found "*) continue ;; esac  # cudart, cuBLAS and NCCL often share one folder
     added+=" $found"
     export LD_LIBRARY_PATH=$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU session's runner, rehearsed here in a bare root file system: a
 # minimal Debian (debootstrap --variant=minbase, plus xz-utils to unpack and
-# python3-minimal to compare losses, as the GPU image's python3 does) holding
+# python3 to compare losses, as the GPU image's python3 does) holding
 # no Open MPI, no OpenBLAS, no libgomp, no CUDA; only CUDA's libraries are
 # bind-mounted from this machine, as the GPU image has its own. If a program
 # of the bundle needed anything else from the machine, it would fail here,
@@ -24,7 +24,7 @@ cuda_lib=$(dirname "$(readlink -f /usr/local/cuda/lib/libcudart.so.13 2> /dev/nu
 [ -f build-gpu-bundle/loom-gpu-bundle.tar.xz ] || { echo "rehearse_bare.sh: no bundle (bash tests/cuda/build_bundle.sh first)" >&2; exit 2; }
 if [ ! -x "$root/bin/bash" ]; then
   command -v debootstrap > /dev/null || { echo "rehearse_bare.sh: needs debootstrap (apt-get install debootstrap)" >&2; exit 2; }
-  debootstrap --variant=minbase --include=xz-utils,python3-minimal bookworm "$root" http://deb.debian.org/debian
+  debootstrap --variant=minbase --include=xz-utils,python3 bookworm "$root" http://deb.debian.org/debian
 fi
 for lib in libmpi.so.40 libopenblas.so.0 libgomp.so.1 libcudart.so.13; do  # the bare system really is bare
   if [ -n "$(find "$root/usr/lib" "$root/lib" -name "$lib" 2> /dev/null | head -n 1)" ]; then
@@ -47,7 +47,7 @@ bind /sys /sys ro
 bind /dev /dev
 bind "$repo" /repo
 bind "$cuda_lib" /usr/local/cuda/lib64 ro
-mkdir -p "$root/tmp" "$out"
+rm -rf "$out" && mkdir -p "$root/tmp" "$out"  # the runner appends to its summary
 chmod 1777 "$root/tmp"
 
 chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 OUT="/repo/$out" \
