@@ -152,9 +152,14 @@
 // sent gradient, alive after W0.1 until F3.0's send finds it delivered (a
 // send lets go of its payload only then, pipeline_p2p.h). With --layers 6,
 // zb-v pp 3 stage 2 measured 16.81 MiB in one run, 16.68 (the formula) in the
-// next. Not found: the test model's (h 32, s 16) stage 0 under zb-v measures
-// 6004 bytes below the formula at pp 2, b 4, m 4, and 12-14 KB below at pp 3,
-// b 2, m 6 (of ~90 KB). Not modelled: --recompute full under a split backward (measured
+// next. The V's stage 0 holds the tied wte in both chunks: one .grad tensor
+// (examples/diagnostics.cpp gives it to the head's chunk, whose W runs
+// first); counted once per chunk, the test model's (h 32, s 16) formula was
+// 6004 bytes above the measured peak at pp 2. That model's stage 0 still
+// measures above the formula by up to one sent gradient at pp 2 (b 4: +6.1
+// to +8.2 KB, a gradient 8 KB) and up to 1.3 at pp 3 (b 2: +1.4 to +5.3 KB,
+// a gradient 4 KB); the rest is not explained, and
+// tests/test_memory_ledger_zero_bubble.cpp bounds it by two. Not modelled: --recompute full under a split backward (measured
 // 1.4-7.8% above: what the reruns' graphs keep until W).
 // Recomputation (--recompute, parallel/recompute.h): selective keeps each
 // block's tensors but its softmax, 4 + 12 / t units; full keeps only the
