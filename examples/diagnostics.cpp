@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "examples/evaluate.h"
@@ -191,16 +192,24 @@ double Diagnostics::predicted_activation_bytes() const {
     // Interleaved or split (ZB-H1's one chunk): each chunk's blocks, ends and
     // .grad bytes, walked through the rank's order; layers() holds the chunks' layers in order.
     std::vector<optim::ChunkActivations> chunks;
+    std::vector<std::vector<Tensor>> params;  // each chunk's
     size_t layer = 0;
     for (const parallel::LayerRange& r : m_.chunks->chunks()) {
       optim::ChunkActivations k;
+      params.emplace_back();
       for (int64_t i = r.start; i < r.end; ++i, ++layer) {
         k.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
-        if (!dp_.bucket) k.grad_bytes += 4 * m_.chunks->layers()[layer]->num_parameters();
+        for (const Tensor& t : m_.chunks->layers()[layer]->parameters()) params.back().push_back(t);
       }
       k.has_embedding = r.start == 0, k.has_head = r.end == cfg.num_layers();
       chunks.push_back(k);
     }
+    // One .grad per tensor: a V's stage 0 holds the tied wte in both chunks.
+    // It is the last chunk's (the head's W runs before the embedding's).
+    std::set<const TensorImpl*> counted;
+    for (size_t k = chunks.size(); k-- > 0 && !dp_.bucket;)
+      for (const Tensor& t : params[k])
+        if (counted.insert(t.impl()).second) chunks[k].grad_bytes += 4 * t.numel();
     return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size(), pgm_.pp_rank(), a_.schedule).total;
   }
   return optim::predict_activations(c).total;

@@ -59,6 +59,8 @@ TEST(ScheduleDiagram, BubbleFractions) {
   // bubbles 0.4 and 0.6, mean 0.5.
   std::vector<StageEvents> stages{{{'F', 0, 0, 2}, {'B', 0, 6, 10}}, {{'F', 0, 2, 3}, {'B', 0, 3, 6}}};
   EXPECT_DOUBLE_EQ(measured_bubble_fraction(stages), 0.5);
+  // The busiest stage, stage 0 (6 of 10): 0.4, the paper's bubble rate.
+  EXPECT_DOUBLE_EQ(busiest_stage_bubble_fraction(stages), 0.4);
 }
 
 // Transfers taken out: stage 1's F0 waited 5 us for the activation and stage

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
@@ -88,6 +89,34 @@ TEST(VScheduleOrder, BubbleIsPMinusOneChunkSlotsHalfOfZBH1s) {
     EXPECT_NEAR(slot_bubble(stages_of(kZbV, p, m), ChunkLayout::V), want, 1e-12) << "zb-v pp " << p << " m " << m;
     EXPECT_NEAR(slot_bubble(stages_of(kDualPipeV, p, m), ChunkLayout::V), want, 1e-12) << "dualpipev pp " << p;
     EXPECT_NEAR(slot_bubble(stages_of(zb_h1, p, m), ChunkLayout::Interleaved), double(p - 1) / double(3 * m + p - 1), 1e-12) << "zb-h1 pp " << p << " m " << m;
+  }
+}
+
+// Transfers that take time (schedule_diagram.h's with_transfer_latency): every
+// op one slot, every transfer between ranks half a slot. Each order then
+// exposes some of them: at least the first micro-batch's 2(p - 1) on its way
+// down and back up the V, which stage 0 can only fill with its forwards.
+// DualPipeV's pairs (F on one chunk, B and W of another) give more transfers
+// a slot of other work to hide behind than ZB-V's triples.
+TEST(VScheduleOrder, DualPipeVExposesFewerTransfersThanZBV) {
+  auto span = [](const std::vector<StageEvents>& stages, double latency) {
+    std::vector<StageEvents> unit = stages;
+    for (StageEvents& evs : unit)
+      for (ScheduleEvent& e : evs) e.start_us = 0, e.end_us = 1;
+    double end = 0;
+    for (const StageEvents& evs : with_transfer_latency(unit, latency, ChunkLayout::V))
+      for (const ScheduleEvent& e : evs) end = std::max(end, e.end_us);
+    return end;
+  };
+  for (auto [p, m] : {std::pair{2, 8}, {3, 6}, {3, 12}, {4, 8}, {4, 16}}) {
+    const double zbv = span(stages_of(kZbV, p, m), 0.5), dpv = span(stages_of(kDualPipeV, p, m), 0.5);
+    const double slots = 6 * m + p - 1;  // the step with instant transfers
+    EXPECT_DOUBLE_EQ(span(stages_of(kZbV, p, m), 0), slots) << "pp " << p << " m " << m;
+    EXPECT_GE(zbv - slots, 2 * (p - 1) * 0.5) << "zb-v pp " << p << " m " << m;
+    EXPECT_GE(dpv - slots, 2 * (p - 1) * 0.5) << "dualpipev pp " << p << " m " << m;
+    EXPECT_LT(dpv, zbv) << "pp " << p << " m " << m;
+    std::printf("[ measured ] pp %d m %d: transfers exposed, zb-v %.0f, dualpipev %.0f\n", p, m, (zbv - slots) / 0.5,
+                (dpv - slots) / 0.5);
   }
 }
 

@@ -52,11 +52,12 @@ namespace {
 
 // Each event's start when every event takes duration(e) and starts as soon as
 // its stage is free and its dependency (F on the stage before, B on the stage
-// after) has ended: nothing else waits. Durations 1 give the slots of the
-// diagram; the measured durations give the step without transfers.
+// after) has ended, plus `latency` when that was on another stage (a transfer;
+// the V's turn is in memory): nothing else waits. Durations 1 give the slots
+// of the diagram; the measured durations give the step without transfers.
 template <class Duration>
 std::vector<std::vector<double>> place_events(const std::vector<StageEvents>& stages, const Duration& duration,
-                                              ChunkLayout layout) {
+                                              ChunkLayout layout, double latency = 0) {
   const int p = int(stages.size()), v = num_chunks(stages);
   // (kind, mb, chunk) -> when it ended
   std::vector<std::map<std::tuple<char, int, int>, double>> ended(static_cast<size_t>(p));
@@ -80,7 +81,7 @@ std::vector<std::vector<double>> place_events(const std::vector<StageEvents>& st
         if (dep >= 0) {
           auto it = ended[size_t(dep)].find({e.kind, e.mb, dep_chunk});
           if (it == ended[size_t(dep)].end()) break;  // not yet placed: come back on the next sweep
-          ready = it->second;
+          ready = it->second + (dep != s ? latency : 0);
         }
         const double start = std::max(stage_free[size_t(s)], ready);
         starts[size_t(s)][next[size_t(s)]++] = start;
@@ -106,8 +107,13 @@ std::vector<std::vector<int>> schedule_slots(const std::vector<StageEvents>& sta
 }
 
 std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages, ChunkLayout layout) {
+  return with_transfer_latency(stages, 0, layout);
+}
+
+std::vector<StageEvents> with_transfer_latency(const std::vector<StageEvents>& stages, double latency_us,
+                                               ChunkLayout layout) {
   const std::vector<std::vector<double>> starts =
-      place_events(stages, [](const ScheduleEvent& e) { return e.end_us - e.start_us; }, layout);
+      place_events(stages, [](const ScheduleEvent& e) { return e.end_us - e.start_us; }, layout, latency_us);
   std::vector<StageEvents> out = stages;
   for (size_t s = 0; s < out.size(); ++s)
     for (size_t k = 0; k < out[s].size(); ++k) {
@@ -163,6 +169,19 @@ double measured_bubble_fraction(const std::vector<StageEvents>& stages) {
     sum += 1.0 - busy / (last - first);
   }
   return sum / double(stages.size());
+}
+
+double busiest_stage_bubble_fraction(const std::vector<StageEvents>& stages) {
+  double first = std::numeric_limits<double>::infinity(), last = -first, busiest = 0;
+  for (const StageEvents& evs : stages) {
+    double busy = 0;
+    for (const ScheduleEvent& e : evs) {
+      first = std::min(first, e.start_us), last = std::max(last, e.end_us);
+      busy += e.end_us - e.start_us;
+    }
+    busiest = std::max(busiest, busy);
+  }
+  return last > first ? 1.0 - busiest / (last - first) : 0;
 }
 
 double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks) {

@@ -72,10 +72,23 @@ std::string render_schedule(const std::vector<StageEvents>& stages, const std::s
 // 1 - busy / span per stage, averaged over stages; span is the first start to
 // the last end over all stages.
 double measured_bubble_fraction(const std::vector<StageEvents>& stages);
+// 1 - busy / span of the busiest stage: the paper's "bubble rate" (Qi et al.
+// 2024, section 5.3: the longest stage's time against its own work). The
+// formulas assume equal stages; when one stage's work is shorter (the V's
+// stage 0 holds only the embedding and the head), the mean above also counts
+// its spare time as bubble, this does not: the step waits on the busiest one.
+double busiest_stage_bubble_fraction(const std::vector<StageEvents>& stages);
 // The same events, replayed with instant transfers: each starts when its
 // stage is free and its dependency has ended (times from 0), lengths kept.
 std::vector<StageEvents> without_transfers(const std::vector<StageEvents>& stages,
                                            ChunkLayout layout = ChunkLayout::Interleaved);
+// The same, every transfer between ranks taking latency_us from the end of
+// the event that sends to the start of the one that receives (the V's turn,
+// in memory, none). Sends never hold their stage (pipeline_p2p.h), so a
+// transfer delays the step only where the order gives its receiver nothing
+// else to do meanwhile: what DualPipeV's pairs change (dualpipev_schedule.h).
+std::vector<StageEvents> with_transfer_latency(const std::vector<StageEvents>& stages, double latency_us,
+                                               ChunkLayout layout = ChunkLayout::Interleaved);
 // (p - 1)/(v m + p - 1); v = 1: (p - 1)/(m + p - 1).
 double theoretical_bubble_fraction(int pp_size, int num_microbatches, int num_chunks = 1);
 // ZB-H1 with F, B and W of equal length (zero_bubble_schedule.h): (p - 1)(F + B - W)
