@@ -15,6 +15,7 @@
 #include "nn/attention.h"
 #include "nn/generate.h"
 #include "nn/moe.h"
+#include "nn/moe_bias_state.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
 #include "parallel/teach/symptoms.h"
@@ -223,6 +224,7 @@ void Diagnostics::finish() {
   nn::GPT model(c_.cfg);
   model.to(parse_dtype(a_.dtype));
   model.load_state_dict(full);
+  nn::load_router_biases(model, nn::router_biases(*m_.chunks), "the trained model");  // not params: copied apart
   model.to(device_);
   // The prompt: a newline, so the sample starts a line - or, in a corpus
   // without one, its first character in code-point order (token 0).

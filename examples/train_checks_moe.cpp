@@ -24,6 +24,9 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.export_hf.empty() || a.shared_experts == 0, "--export-hf with --shared-experts ", a.shared_experts,
              ": transformers' MixtralForCausalLM has no shared experts, so no Hugging Face class loom writes reads "
              "this model; drop --shared-experts or --export-hf");
+  LOOM_CHECK(a.export_hf.empty() || a.router_bias_update_rate == 0, "--export-hf with --router-bias-update-rate ",
+             a.router_bias_update_rate, ": transformers' MixtralForCausalLM routes without a bias, so the exported "
+             "model would choose other experts than the trained one; drop --router-bias-update-rate or --export-hf");
   const std::pair<std::string, bool> not_yet[] = {{str("--dp ", a.dp), a.dp > 1},
                                                   {str("--tp ", a.tp), a.tp > 1},
                                                   {str("--pp ", a.pp), a.pp > 1},
@@ -37,10 +40,6 @@ void check_moe_flags(const Args& a) {
                ": a mixture of experts trains in one process on the CPU for now (not yet tested equal to one "
                "process under dp, tp, pp, cp, ZeRO or recomputation, nor on a GPU; --memory-report has no formula "
                "for the experts yet); drop ", flag);
-  LOOM_CHECK(a.router_bias_update_rate == 0 || a.resume.empty(), "--router-bias-update-rate ",
-             a.router_bias_update_rate, " with --resume ", a.resume,
-             ": the routing biases are not in the checkpoint yet, so a resumed run would restart them at 0; "
-             "drop --router-bias-update-rate or --resume");
 }
 
 }  // namespace loom::train
