@@ -15,8 +15,15 @@ void check_moe_flags(const Args& a) {
                                                           {"--router-bias-update-rate", a.router_bias_update_rate > 0}};
     for (const auto& [flag, given] : needs_experts)
       LOOM_CHECK(!given, flag, " tunes a mixture of experts; it needs --experts E (with --arch llama)");
+    LOOM_CHECK(a.teach_break != "moe-aux-unscaled", "--teach-break moe-aux-unscaled breaks the scaling of the "
+               "router's aux losses; it needs --experts E");
     return;
   }
+  LOOM_CHECK(a.teach_break != "moe-aux-unscaled" ||
+                 (a.grad_accum > 1 && (a.router_aux_loss_coef > 0 || a.router_z_loss_coef > 0)),
+             "--teach-break moe-aux-unscaled leaves the aux losses undivided by the micro-batch count; it shows with "
+             "--grad-accum 2 or more and --router-aux-loss-coef (or --router-z-loss-coef) > 0 (got --grad-accum ",
+             a.grad_accum, " --router-aux-loss-coef ", a.router_aux_loss_coef, ")");
   LOOM_CHECK(a.arch == "llama", "--experts ", a.experts, " with --arch ", a.arch,
              ": the experts are SwiGLU MLPs without biases (Mixtral's); use --arch llama");
   LOOM_CHECK(a.experts_per_token <= a.experts, "--experts-per-token ", a.experts_per_token, " is more than --experts ",
