@@ -40,13 +40,15 @@ void check_moe_flags(const Args& a) {
                                                   {str("--cp ", a.cp), a.cp > 1},
                                                   {str("--zero ", a.zero), a.zero > 0},
                                                   {"--recompute " + a.recompute, a.recompute != "none"},
-                                                  {"--memory-report", a.memory_report},
                                                   {"--device " + a.device, a.device != "cpu"}};
   for (const auto& [flag, given] : not_yet)
     LOOM_CHECK(!given, "--experts ", a.experts, " with ", flag,
                ": a mixture of experts trains in one process on the CPU for now (not yet tested equal to one "
-               "process under dp, tp, pp, cp, ZeRO or recomputation, nor on a GPU; --memory-report has no formula "
-               "for the experts yet); drop ", flag);
+               "process under dp, tp, pp, cp, ZeRO or recomputation, nor on a GPU); drop ", flag);
+  LOOM_CHECK(!a.memory_report || (a.shared_experts == 0 && a.capacity_factor == 0), "--memory-report with ",
+             a.shared_experts > 0 ? str("--shared-experts ", a.shared_experts) : str("--capacity-factor ",
+             a.capacity_factor), ": the activation formula counts dropless routed experts only "
+             "(optim/moe_activations.h); drop the flag or --memory-report");
 }
 
 }  // namespace loom::train

@@ -134,7 +134,8 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
       {kMoE + "--zero 1", "--experts 4 with --zero 1: a mixture of experts trains in one process"},
       {kMoE + "--recompute full", "--experts 4 with --recompute full: "},
-      {kMoE + "--memory-report", "--experts 4 with --memory-report: "},
+      {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
+                                                     "formula counts dropless routed experts only"},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
        "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"}};
   for (const auto& [flags, want] : cases) {
