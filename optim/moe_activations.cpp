@@ -25,10 +25,22 @@ double moe_kept_bytes(const ActivationCase& c) {
 
 double moe_backward_bytes(const ActivationCase& c) {
   const MoESizes z(c);
-  const double unpermute = 2 * z.e * z.N * z.k * z.C + 12 * z.N * z.k;
+  // (M) unpermute's backward: the weighting's (each slot's row's gradient, the product for the weights'
+  // gradient, its float64 sum and result), or index_select's (index_add: its source in fp32 - a copy for
+  // 16-bit - its fp32 sum over the rows + a zero row, rounded into a new tensor for 16-bit)
+  const double NkC = z.N * z.k * z.C, rows = (z.M + 1) * z.C;
+  const double unpermute = std::max(2 * z.e * NkC + (8 + z.e) * z.N * z.k,
+                                    4 * NkC + 4 * rows + (z.e == 4 ? 0 : z.e * rows));
   const double group = double(c.moe_largest_group);
   const double experts = z.e * (2 * group * z.I - 2 * z.M * z.C - 2 * z.M - z.C);
   return std::max(unpermute, experts);
+}
+
+double moe_forward_bytes(const ActivationCase& c) {
+  const MoESizes z(c);
+  // the experts' output [M, C] and the logits [N, E] the forward holds; the weighted slots [N, k, C],
+  // the sum's float64 accumulator [N, C] and its result [N, C]
+  return z.e * z.M * z.C + z.e * z.N * z.E + z.e * z.N * z.k * z.C + 8 * z.N * z.C + z.e * z.N * z.C;
 }
 
 }  // namespace loom::optim
