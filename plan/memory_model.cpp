@@ -66,14 +66,16 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
     nn::GPTConfig cfg{m.vocab, m.seq, m.layers, m.heads, m.width};
     cfg.set_arch("llama");
     cfg.n_kv_head = m.kv_heads, cfg.mlp_hidden = m.ffn;
-    if (m.experts > 0)  // a token's k experts' SwiGLU tensors and the shared ones, as one MLP of that width
-      cfg.mlp_hidden = (m.experts_per_token + m.shared_experts) * (m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width());
+    if (m.experts > 0) {  // a MoE block: optim/moe_activations.h's count (dropless), the expert width as the MLP's
+      cfg.mlp_hidden = m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width();
+      cfg.moe.experts = m.experts, cfg.moe.experts_per_token = m.experts_per_token;
+    }
     const parallel::Recompute recompute = g.recompute             ? parallel::Recompute::Full
                                           : g.recompute_selective ? parallel::Recompute::Selective
                                                                   : parallel::Recompute::None;
     const optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
                                                                  g.sequence_parallel, dtype_bytes(g.dtype), recompute);
-    return optim::predict_activations(c).per_block + moe_extra_activation_bytes(m, g, micro_batch);
+    return optim::predict_activations(c).per_block + shared_expert_activation_bytes(m, g, micro_batch);
   }
   const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),
                t = double(g.tp);

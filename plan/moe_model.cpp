@@ -59,11 +59,10 @@ double active_block_matmul_params(const ModelShape& m) {
   return (dense_blocks * double(m.block_matmul_params()) + (double(m.layers) - dense_blocks) * moe) / double(m.layers);
 }
 
-double moe_extra_activation_bytes(const ModelShape& m, const Grid& g, int64_t micro_batch) {
-  if (m.experts == 0) return 0;
-  const double tokens = double(micro_batch) * double(m.seq) / g.cp / (g.sequence_parallel ? g.tp : 1);
-  const double slots = tokens * double(m.experts_per_token);
-  return 2 * slots * double(m.width) * dtype_bytes(g.dtype) + 2 * tokens * double(m.experts) * 4;
+double shared_expert_activation_bytes(const ModelShape& m, const Grid& g, int64_t micro_batch) {
+  if (m.experts == 0 || m.shared_experts == 0) return 0;
+  const double tokens = double(micro_batch) * double(m.seq) / g.cp;
+  return 4 * tokens * double(m.shared_experts * expert_width(m)) / g.tp * dtype_bytes(g.dtype);
 }
 
 double all_to_all_seconds(double bytes, int n, const Link& l) {

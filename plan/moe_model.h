@@ -66,11 +66,10 @@ int64_t active_params(const ModelShape& m);
 // (the dense first ones and the MoE ones): the FLOPs' 2 x this per token.
 double active_block_matmul_params(const ModelShape& m);
 
-// Activation bytes one MoE block keeps per micro-batch beyond loom's Llama
-// block with an MLP of width (k + S) I (each token's k experts' and the shared
-// SwiGLU tensors): the permuted rows [N k, h] and the weighted slots [N k, h]
-// (model dtype), the router's logits and probabilities [N, E] fp32.
-double moe_extra_activation_bytes(const ModelShape& m, const Grid& g, int64_t micro_batch);
+// A MoE block's activations are optim/moe_activations.h's (what --memory-report
+// measures, dropless); the shared experts add what one SwiGLU of width S I keeps
+// on every token (gate, silu, up, product: 4 S I elements a token), counted here.
+double shared_expert_activation_bytes(const ModelShape& m, const Grid& g, int64_t micro_batch);
 
 // (ep - 1) alpha + (ep - 1)/ep x bytes / B: one all-to-all of `bytes` over n ranks.
 double all_to_all_seconds(double bytes, int n, const Link& l);
