@@ -16,6 +16,7 @@
 #include "nn/attention.h"
 #include "nn/generate.h"
 #include "nn/moe.h"
+#include "nn/moe_bias_state.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
 #include "parallel/teach/symptoms.h"
@@ -82,7 +83,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), forwards_in_a_row())
-                 : optim::predict_memory(m_.chunks->num_parameters(), parse_dtype(a_.dtype), sync_ranks(), a_.zero);
+                 : optim::predict_memory_moe(m_.chunks->num_parameters() - expert_params(), expert_params(),
+                                             parse_dtype(a_.dtype), sync_ranks(), expert_parallel_ranks(), a_.zero);
     if (a_.zero == 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
       std::vector<int64_t> numels;
       for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
@@ -146,6 +148,17 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     print_progress(rep, /*tty=*/false);
 }
 
+// This rank's routed experts' params (nn/moe.h: blocks.N.moe.experts.*), which their expert-dp group reduces.
+int64_t Diagnostics::expert_params() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : m_.chunks->named_parameters())
+    if (name.find(".moe.experts.") != std::string::npos) n += p.numel();
+  return n;
+}
+
+// The experts split over this many of the dp ranks: 1 until train_gpt has --ep (the ep helper's).
+int Diagnostics::expert_parallel_ranks() const { return 1; }
+
 // The ranks the gradients are reduced and ZeRO shards over: dp x cp (each cp rank holds a
 // part of every sequence, so its gradient is partial too: process_group_manager.h's dp_cp_group).
 int Diagnostics::sync_ranks() const { return pgm_.dp_cp_group().size(); }
@@ -175,6 +188,11 @@ double Diagnostics::predicted_activation_bytes() const {
       cfg, a_.batch, cfg.block_size / pgm_.cp_size(), pgm_.tp_size(), a_.sequence_parallel,
       int64_t(element_size(parse_dtype(a_.dtype))), parallel::parse_recompute(a_.recompute));
   c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
+  if (const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks); !moe.empty() && moe.back()->stats.forwards > 0) {
+    // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h).
+    const nn::RoutingStats& st = moe.back()->stats;
+    c.moe_largest_group = *std::max_element(st.load.begin(), st.load.end()) / st.forwards;
+  }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
   c.fused_attention = device_.is_cpu() && cfg.dropout == 0 && !nn::attention_reference_only() &&
@@ -232,6 +250,7 @@ void Diagnostics::finish() {
   nn::GPT model(c_.cfg);
   model.to(parse_dtype(a_.dtype));
   model.load_state_dict(full);
+  nn::load_router_biases(model, nn::router_biases(*m_.chunks), "the trained model");  // not params: copied apart
   model.to(device_);
   // The prompt: a newline, so the sample starts a line - or, in a corpus
   // without one, its first character in code-point order (token 0).

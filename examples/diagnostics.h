@@ -42,6 +42,8 @@ class Diagnostics {
  private:
   // --memory-report's formulas for this rank: the buckets' padding, the activations' peak.
   int64_t predicted_comm_bytes() const;
+  int64_t expert_params() const;
+  int expert_parallel_ranks() const;
   int sync_ranks() const;
   // The chunk holding this rank's last layer runs two or more forwards before their backwards (ZeRO-3's working set).
   bool forwards_in_a_row() const;

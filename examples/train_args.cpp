@@ -207,7 +207,7 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--teach-break", a.teach_break,
                  "reproduce a classic bug on purpose (parallel/teach/teach_break.h): dp-allreduce-param, "
                  "dp-divide-twice, skip-tied-sync, found-inf-wrong-group, recompute-fresh-dropout, zero3-free-before-backward, "
-                 "ring-no-max-correction");
+                 "ring-no-max-correction, tp-kv-rows-of-rank-0, zb-sync-at-b, moe-aux-unscaled");
   add_hf_options(app, a);
 }
 

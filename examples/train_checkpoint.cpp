@@ -47,6 +47,9 @@ int64_t resume(const Args& a, optim::MixedPrecisionOptimizer& opt, parallel::Mod
   LOOM_CHECK(a.stop_at == 0 || s.step <= a.stop_at, "--stop-at ", a.stop_at, " is below the step of the checkpoint "
              "--resume ", a.resume, " (", s.step, " steps done): a save would label step ", s.step, "'s state as step ",
              a.stop_at, "; pass --stop-at >= ", s.step);
+  if (!s.router_biases_missing.empty())
+    say(true, "resume: %s has no routing biases (%s ...; saved without --router-bias-update-rate): they start at 0\n",
+        a.resume.c_str(), s.router_biases_missing.front().c_str());
   data_gen.set_state(s.data_rng);
   return s.step;
 }

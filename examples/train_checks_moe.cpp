@@ -15,8 +15,15 @@ void check_moe_flags(const Args& a) {
                                                           {"--router-bias-update-rate", a.router_bias_update_rate > 0}};
     for (const auto& [flag, given] : needs_experts)
       LOOM_CHECK(!given, flag, " tunes a mixture of experts; it needs --experts E (with --arch llama)");
+    LOOM_CHECK(a.teach_break != "moe-aux-unscaled", "--teach-break moe-aux-unscaled breaks the scaling of the "
+               "router's aux losses; it needs --experts E");
     return;
   }
+  LOOM_CHECK(a.teach_break != "moe-aux-unscaled" ||
+                 (a.grad_accum > 1 && (a.router_aux_loss_coef > 0 || a.router_z_loss_coef > 0)),
+             "--teach-break moe-aux-unscaled leaves the aux losses undivided by the micro-batch count; it shows with "
+             "--grad-accum 2 or more and --router-aux-loss-coef (or --router-z-loss-coef) > 0 (got --grad-accum ",
+             a.grad_accum, " --router-aux-loss-coef ", a.router_aux_loss_coef, ")");
   LOOM_CHECK(a.arch == "llama", "--experts ", a.experts, " with --arch ", a.arch,
              ": the experts are SwiGLU MLPs without biases (Mixtral's); use --arch llama");
   LOOM_CHECK(a.experts_per_token <= a.experts, "--experts-per-token ", a.experts_per_token, " is more than --experts ",
@@ -24,23 +31,24 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.export_hf.empty() || a.shared_experts == 0, "--export-hf with --shared-experts ", a.shared_experts,
              ": transformers' MixtralForCausalLM has no shared experts, so no Hugging Face class loom writes reads "
              "this model; drop --shared-experts or --export-hf");
+  LOOM_CHECK(a.export_hf.empty() || a.router_bias_update_rate == 0, "--export-hf with --router-bias-update-rate ",
+             a.router_bias_update_rate, ": transformers' MixtralForCausalLM routes without a bias, so the exported "
+             "model would choose other experts than the trained one; drop --router-bias-update-rate or --export-hf");
   const std::pair<std::string, bool> not_yet[] = {{str("--dp ", a.dp), a.dp > 1},
                                                   {str("--tp ", a.tp), a.tp > 1},
                                                   {str("--pp ", a.pp), a.pp > 1},
                                                   {str("--cp ", a.cp), a.cp > 1},
                                                   {str("--zero ", a.zero), a.zero > 0},
                                                   {"--recompute " + a.recompute, a.recompute != "none"},
-                                                  {"--memory-report", a.memory_report},
                                                   {"--device " + a.device, a.device != "cpu"}};
   for (const auto& [flag, given] : not_yet)
     LOOM_CHECK(!given, "--experts ", a.experts, " with ", flag,
                ": a mixture of experts trains in one process on the CPU for now (not yet tested equal to one "
-               "process under dp, tp, pp, cp, ZeRO or recomputation, nor on a GPU; --memory-report has no formula "
-               "for the experts yet); drop ", flag);
-  LOOM_CHECK(a.router_bias_update_rate == 0 || a.resume.empty(), "--router-bias-update-rate ",
-             a.router_bias_update_rate, " with --resume ", a.resume,
-             ": the routing biases are not in the checkpoint yet, so a resumed run would restart them at 0; "
-             "drop --router-bias-update-rate or --resume");
+               "process under dp, tp, pp, cp, ZeRO or recomputation, nor on a GPU); drop ", flag);
+  LOOM_CHECK(!a.memory_report || (a.shared_experts == 0 && a.capacity_factor == 0), "--memory-report with ",
+             a.shared_experts > 0 ? str("--shared-experts ", a.shared_experts) : str("--capacity-factor ",
+             a.capacity_factor), ": the activation formula counts dropless routed experts only "
+             "(optim/moe_activations.h); drop the flag or --memory-report");
 }
 
 }  // namespace loom::train

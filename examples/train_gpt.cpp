@@ -93,6 +93,7 @@ int run(const train::Args& a, const std::string& flags) {
     auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches, pgm.cp_size(), pgm.cp_rank());
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
     nn::set_aux_loss_backward_scale(opt->backward_scale(), plan.micro_batches);  // --experts: as the loss is scaled
+    if (teach::broken(teach::Break::MoeAuxUnscaled)) nn::set_aux_loss_backward_scale(opt->backward_scale(), 1);
     parallel::ForwardBackwardResult g =
         parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt, mbs, corpus.eod >= 0, pgm),
                                    dp.dp.get());

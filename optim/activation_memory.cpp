@@ -5,6 +5,7 @@
 #include <string>
 
 #include "optim/activation_moments.h"
+#include "optim/moe_activations.h"
 #include "optim/split_backward.h"
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
@@ -61,6 +62,10 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   const Moments m = backward_moments(c, z), g = grads_at(c, z);
   p.backward_extra = std::max({m.head, m.ln_f + g.ln_f, m.block + g.block, c.swiglu ? m.gate + g.gate : 0.0,
                                m.ln_2 + g.ln_2, m.attention + g.attention, m.rerun_collective + g.rerun_collective});
+  // A mixture of experts: the last block's forward, at unpermute's sum, before the stage's output and
+  // the head's tensors exist (optim/moe_activations.h; one process: this rank has the head).
+  const double moe_forward = c.moe_experts > 0 && c.blocks > 0 ? moe_forward_bytes(c) - z.head - z.local : 0;
+  p.backward_extra = std::max(p.backward_extra, moe_forward);
   // Later micro-batches (gradient accumulation, or a pipeline stage whose
   // later ones run backward with its whole in-flight set): the first one's
   // .grad tensors are all alive (grad_bytes), and on a pipeline stage after
@@ -69,7 +74,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   if (double(c.micro_batches) > c.in_flight) {
     const double sent = c.pp_stage && !c.has_embedding ? z.local : 0;
     p.backward_extra = std::max(p.backward_extra, std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0,
-                                                            m.ln_2, m.attention, m.rerun_collective}) +
+                                                            m.ln_2, m.attention, m.rerun_collective, moe_forward}) +
                                                       double(c.grad_bytes) + sent);
   }
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
@@ -86,6 +91,7 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
   c.tp = tp, c.sequence_parallel = sequence_parallel, c.element_bytes = element_bytes, c.recompute = recompute;
   c.kv_heads = cfg.kv_heads(), c.mlp_hidden = cfg.ffn_hidden(), c.rmsnorm = cfg.rmsnorm, c.rope = cfg.rope;
   c.swiglu = cfg.swiglu, c.tied = cfg.tied_embeddings, c.bias = cfg.bias;  // the block's parts (--arch)
+  c.moe_experts = cfg.moe.experts, c.moe_experts_per_token = cfg.moe.experts_per_token;  // the caller sets the group
   return c;
 }
 

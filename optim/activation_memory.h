@@ -227,6 +227,11 @@ struct ActivationCase {
   bool bias = true;          // biases on the attention and MLP linears
   bool fused_attention = false;  // the CPU's fused causal attention (nn/attention.h's attend(): fp32 or fp64,
                                  // no dropout): its backward makes dq, dk, dv and no [b, a, s, s] temporaries
+  // A mixture of experts in the MLP's place (nn/moe.h; optim/moe_activations.h): dropless, no
+  // shared experts, one process. mlp_hidden is then an expert's width I.
+  int64_t moe_experts = 0;        // E (0: the dense MLP)
+  int64_t moe_experts_per_token = 0;  // k
+  int64_t moe_largest_group = 0;  // the most rows one expert computed in the last block (the routing's)
 };
 
 // Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32

@@ -180,6 +180,8 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
   if (c.blocks > 0) {
     m.block = at_block(c, z);
     if (c.swiglu) m.gate = at_gate(c, z);
+    if (c.moe_experts > 0)  // no c_proj: the MoE block's own backward (optim/moe_activations.h) in (B)'s place
+      m.block = m.gate = -freed_head(c, z) + z.local + moe_backward_bytes(c) + z.wte_grad;
     m.attention = at_attention(c, z);
     m.ln_2 = at_ln_2(c, z);
   }
@@ -224,6 +226,10 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
   g.ln_2 = grads_kept && c.blocks > 0  // (E): the MLP's weights (and biases) too
       ? g.block + 4 * (mlp_matrices * h * F / t + (c.bias ? mlp_columns * F / t + (c.tp > 1 ? 0 : h) : 0))
       : 0;
+  if (grads_kept && c.moe_experts > 0) {  // the router's and every expert's instead; none at the MoE's own peak
+    g.gate = g.block;
+    g.ln_2 = g.block + 4 * double(c.moe_experts) * (h + 3 * h * F);
+  }
   g.attention = grads_kept && c.blocks > 0  // (C): ln_2's and attn.c_proj's too
       ? g.ln_2 + 4 * (norm_weights + h * h / t + (c.bias ? h : 0))
       : 0;

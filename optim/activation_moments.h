@@ -5,6 +5,7 @@
 #pragma once
 
 #include "optim/activation_memory.h"
+#include "optim/moe_activations.h"
 
 namespace loom::optim {
 
@@ -19,7 +20,7 @@ struct Sizes {
   double unit;      // one [b, s, h] tensor
   double local;     // one replicated [b, s, h] (sharded under SP)
   double stats;     // a norm's rows' 1/rms, or mean and 1/std, fp32
-  double mlp_kept;  // per token: gate, silu, up, product; or fc, gelu
+  double mlp_kept;  // per token: gate, silu, up, product; or fc, gelu; a MoE block's bytes / (N e)
   double gathers;   // ln_2's output as the MLP keeps it (units)
   double block_kept = 0;   // every activation of one block
   double scores_kept = 0;  // the softmax one block keeps
@@ -32,7 +33,8 @@ struct Sizes {
         V(double(c.vocab)), e(double(c.element_bytes)), native(c.native_bf16_gemm && c.element_bytes == 2),
         F(c.mlp_hidden > 0 ? double(c.mlp_hidden) : 4 * h), N(b * s), Ns(c.sequence_parallel ? N / t : N),
         unit(N * h * e), local(Ns * h * e), stats(c.rmsnorm ? Ns * 4 : 2 * Ns * 4),
-        mlp_kept(c.swiglu ? 4 * F : 2 * F), gathers(c.sequence_parallel && c.swiglu ? 2 : 1) {}
+        mlp_kept(c.moe_experts > 0 ? moe_kept_bytes(c) / (N * e) : c.swiglu ? 4 * F : 2 * F),
+        gathers(c.sequence_parallel && c.swiglu ? 2 : 1) {}
 };
 
 // The backward's peak above what is kept, at each of the moments (A) to (F)

@@ -175,10 +175,15 @@ void check_step(const nn::SafetensorsFile& piece, const nn::SafetensorsFile& ind
 
 }  // namespace
 
-nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
+nn::SafetensorsFile load_model_piece(const std::string& path) {
   nn::SafetensorsFile index = committed_manifest(path);
   nn::SafetensorsFile f = nn::load_safetensors(model_piece_of(index));
   check_step(f, index);
+  return f;
+}
+
+nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8) {
+  nn::SafetensorsFile f = load_model_piece(path);
   nn::GPTConfig c;
   c.vocab_size = meta_int(f, "vocab_size");
   c.block_size = meta_int(f, "block_size");

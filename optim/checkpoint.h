@@ -4,7 +4,8 @@
 // Every file is safetensors, written to a temp file and renamed, so an
 // interrupted save never destroys the previous checkpoint.
 //   PATH                         the model (world rank 0): every parameter of the
-//                                whole GPT by name, in the model's dtype; config
+//                                whole GPT by name, in the model's dtype, and the
+//                                MoE routing biases (nn/moe_bias_state.h); config
 //                                and vocabulary in __metadata__ (loads in PyTorch)
 //   PATH.optim.<r>.safetensors   world rank r's optimizer shard: for each main
 //                                param it holds - all of a model param, or the
@@ -25,8 +26,10 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nn/gpt.h"
+#include "nn/safetensors.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/tensor_parallel/shard_map.h"
@@ -37,6 +40,8 @@ struct TrainState {
   int64_t step = 0;                  // steps completed
   std::array<uint64_t, 4> data_rng;  // Generator::state() of the batch sampler
   uint64_t dropout_offset = 0;       // the Dropout layers' Philox offset (nn/dropout.h); 0 in older checkpoints
+  std::vector<std::string> router_biases_missing;  // MoE routing biases the checkpoint lacked, left at 0
+                                                   // (optim/model_checkpoint.h; nn/moe_bias_state.h)
 };
 
 std::string optimizer_path(const std::string& model_path);  // the index: PATH.optim.safetensors
@@ -53,6 +58,9 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
 
 // Reads just the config and vocabulary (to build the model before loading).
 nn::GPTConfig load_config(const std::string& path, std::string* vocab_utf8);
+
+// The model file the committed manifest at path lists, verified (its step the manifest's).
+nn::SafetensorsFile load_model_piece(const std::string& path);
 
 // Fills opt's main params and AdamW state from the shards, copies the main
 // params into the model params (collective over dp under ZeRO-1) and returns

@@ -63,6 +63,14 @@ MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, int zer
           int64_t(double(num_params) * opt_per_param)};
 }
 
+MemoryPrediction predict_memory_moe(int64_t dense_params, int64_t expert_params, DType dtype, int dp, int ep,
+                                    int zero) {
+  LOOM_CHECK(ep >= 1 && dp % ep == 0, "predict_memory_moe: ep ", ep, " must divide dp ", dp);
+  const MemoryPrediction d = predict_memory(dense_params, dtype, dp, zero);
+  const MemoryPrediction x = predict_memory(expert_params, dtype, dp / ep, zero);
+  return {d.params + x.params, d.grads + x.grads, d.optimizer + x.optimizer};
+}
+
 std::vector<int64_t> predict_bucket_numels(const std::vector<int64_t>& numels, double cap_mb, int dp) {
   const int64_t cap = std::max<int64_t>(1, int64_t(cap_mb * 1024 * 1024 / 4)), pad_to = int64_t(dp) * 64;
   std::vector<int64_t> buckets;

@@ -72,6 +72,12 @@ struct MemoryPrediction {
 // zero: the ZeRO stage (>= 1: optimizer state / dp; 2: grads 4 N / dp, without
 // the scratches: predict_zero2_grad_bytes has them).
 MemoryPrediction predict_memory(int64_t num_params, DType dtype, int dp, int zero);
+// A mixture of experts (nn/moe.h): the routed experts' params are averaged and,
+// under ZeRO, sharded over their expert-dp group, the dp / ep ranks that hold the
+// same experts (Megatron's; plan/moe_model.h), the others over dp. ep: the
+// expert-parallel ranks (1 until train_gpt --ep, whose rank holds E / ep experts).
+MemoryPrediction predict_memory_moe(int64_t dense_params, int64_t expert_params, DType dtype, int dp, int ep,
+                                    int zero);
 
 // The buckets' padding in elements: params (element counts, module order)
 // bucketed as BucketManager does - in reverse, a new bucket when the next

@@ -3,8 +3,11 @@
 #include <filesystem>
 
 #include "nn/dropout.h"
+#include "nn/moe.h"
+#include "nn/moe_bias_state.h"
 #include "optim/checkpoint_tensor_parallel.h"
 #include "parallel/tensor_parallel/replicas.h"
+#include "tensor/ops.h"
 
 namespace loom::optim {
 
@@ -13,14 +16,20 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
                            const std::array<uint64_t, 4>& data_rng, parallel::ProcessGroupManager& pgm) {
   opt.finish_param_sync();
   // The whole model's params on rank 0 (a pipeline's stages gathered, tp shards joined), as host copies.
-  const nn::NamedTensors full = parallel::gather_full_state(m, pgm);
+  nn::NamedTensors full = parallel::gather_full_state(m, pgm);
+  // The routing biases, beside the weights: replicated, so rank 0's copies; it
+  // holds every layer's while the experts are refused under a pipeline.
+  LOOM_CHECK(pgm.pp_size() == 1 || cfg.moe.bias_update_rate == 0, "checkpoint: the routing biases of a pipeline's "
+             "later stages are not gathered yet (--pp ", pgm.pp_size(), " with --router-bias-update-rate)");
+  if (pgm.global_rank() == 0)
+    for (const auto& [name, b] : nn::router_biases(*m.chunks)) full.push_back({name, ops::clone(ops::to(b, kCPU))});
   if (pgm.global_rank() == 0) {
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);
   }
   pgm.world().barrier();  // the directory exists before any rank writes its shard
   const nn::NamedTensors params = m.chunks->named_parameters();
-  const TrainState state{steps_done, data_rng, nn::dropout_offset(*m.chunks)};
+  const TrainState state{steps_done, data_rng, nn::dropout_offset(*m.chunks), {}};
   // The ranks holding this stage's optimizer state between them: under ZeRO the
   // group the optimizer shards over (dp x cp: the cp ranks own ranges too), else
   // the dp x cp replicas, whose state is the same (their gradients are averaged together).
@@ -46,6 +55,10 @@ TrainState load_model_checkpoint(const std::string& path, parallel::Model& m, Mi
   // Every rank reads the manifest and the shards it needs.
   TrainState s = load_checkpoint(path, opt, m.chunks->named_parameters(), m.tp ? &m.tp->shard_maps() : nullptr);
   nn::set_dropout_offset(*m.chunks, s.dropout_offset);  // the next masks are those the saved run would have drawn
+  if (!nn::moe_layers(*m.chunks).empty()) {  // the routing biases, from the model file (where they are)
+    nn::SafetensorsFile piece = load_model_piece(path);
+    s.router_biases_missing = nn::load_router_biases(*m.chunks, piece.tensors, "checkpoint '" + path + "'");
+  }
   return s;
 }
 

@@ -39,6 +39,16 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
   parallel::check_tensor_parallel_split(parallel::TensorParallelSizes{m.heads, kv, m.ffn_width(), m.seq}, g.tp,
                                        g.sequence_parallel);
   LOOM_CHECK(!g.sequence_parallel || g.tp > 1, "--sequence-parallel needs --tp > 1");
+  check_range("--ep", g.ep, 1, 65536);
+  if (m.experts > 0) {  // a mixture of experts (plan/moe_model.h): train_gpt's rules, and the ep grid's
+    LOOM_CHECK(m.llama, "--experts ", m.experts, " with --arch gpt2: the experts are SwiGLU MLPs; use --arch llama");
+    check_range("--experts-per-token", m.experts_per_token, 1, m.experts, " (each token goes to k different experts)");
+    LOOM_CHECK(m.experts % g.ep == 0 && g.dp % g.ep == 0, "--ep ", g.ep, " splits the ", m.experts, " experts over ep "
+               "of the ", g.dp, " dp ranks: it must divide both --experts and --dp");
+    LOOM_CHECK(g.zero != 3, "--zero 3 with --experts: the planner does not shard experts by unit (ZeRO-3); use "
+               "--zero 1 or 2, which shard the experts' state over their expert-dp group");
+  }
+  LOOM_CHECK(g.ep == 1 || m.experts > 0, "--ep ", g.ep, " splits experts over ranks; it needs --experts E");
   LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp ", g.pp, " x --virtual-stages ",
              g.virtual_stages, " exceeds the ", m.layers + 2, " layers (embedding + blocks + head)");
   if (parallel::schedule_chunk_layout(g.schedule) == parallel::ChunkLayout::V) {  // ZB-V, DualPipeV: train_gpt's rules

@@ -3,12 +3,14 @@
 #include <algorithm>
 
 #include "plan/memory_model.h"
+#include "plan/moe_model.h"
 
 namespace loom::plan {
 
 double layer_forward_flops(const ModelShape& m) {
   const double s = double(m.seq), h = double(m.width);
-  return s * (2 * double(m.block_matmul_params()) + 4 * s * h);  // GPT-2: s (24 h² + 4 s h)
+  // GPT-2: s (24 h² + 4 s h); a mixture of experts: the weights a token passes (plan/moe_model.h)
+  return s * (2 * active_block_matmul_params(m) + 4 * s * h);
 }
 
 // What backward reruns: every layer's forward (full), or each layer's

@@ -20,6 +20,7 @@
 #include <cstdio>
 
 #include "plan/check_plan.h"
+#include "plan/moe_model.h"
 #include "plan/report.h"
 #include "tensor/error.h"
 
@@ -34,14 +35,24 @@ int main(int argc, char** argv) {
   std::string machine = "cpu", model;
   double efficiency = 0, calibrate_ms = 0, tokens = 0, latency_us = -1, link_gbs = 0, handoff_us = -1, gflops = 0, memory_gib = 0;
   app.add_option("--model", model, "a preset shape: gpt3-175b (96 x 12288, 96 heads, seq 2048, vocab 51200), gpt2-124m "
-                 "(12 x 768, 12 heads, seq 1024, vocab 50257) or llama2-70b (80 x 8192, 64 heads, 8 kv heads, "
-                 "SwiGLU 28672, seq 4096, vocab 32000); --layers etc. given too override it")
-      ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m", "llama2-70b"}));
+                 "(12 x 768, 12 heads, seq 1024, vocab 50257), llama2-70b (80 x 8192, 64 heads, 8 kv heads, "
+                 "SwiGLU 28672, seq 4096, vocab 32000), mixtral-8x7b (llama2's 32 x 4096 blocks with 8 kv heads, 8 "
+                 "experts of width 14336, top-2) or deepseek-v3 (61 x 7168, 128 heads as MLA's count, vocab 129280, "
+                 "256 experts of width 2048 top-8 + 1 shared, the first 3 blocks dense 18432); --layers etc. given "
+                 "too override it")
+      ->check(CLI::IsMember({"gpt3-175b", "gpt2-124m", "llama2-70b", "mixtral-8x7b", "deepseek-v3"}));
   std::string arch = "gpt2";
   app.add_option("--arch", arch, "gpt2, or llama (SwiGLU's 3 matrices, GQA's smaller k and v, untied head, no biases)")
       ->check(CLI::IsMember({"gpt2", "llama"}));
   app.add_option("--kv-heads", m.kv_heads, "key/value heads (0: --heads)");
   app.add_option("--ffn", m.ffn, "MLP width (0: 4h, or 8h/3 for llama)");
+  app.add_option("--experts", m.experts, "--arch llama: a mixture of this many SwiGLU experts in each block's MLP "
+                 "place (plan/moe_model.h; 0: dense)");
+  app.add_option("--experts-per-token", m.experts_per_token, "--experts: the k experts each token is sent to");
+  app.add_option("--shared-experts", m.shared_experts, "--experts: always-on experts every token also passes");
+  app.add_option("--expert-ffn", m.expert_ffn, "--experts: an expert's width I (0: --ffn)");
+  app.add_option("--dense-layers", m.dense_layers, "--experts: the first blocks keep the dense MLP (DeepSeek-V3: 3)");
+  app.add_option("--ep", g.ep, "expert-parallel ranks, out of --dp: the experts split over them");
   app.add_option("--layers", m.layers, "transformer blocks (L)");
   app.add_option("--embd", m.width, "width (h)");
   app.add_option("--heads", m.heads, "attention heads (a)");
@@ -83,7 +94,9 @@ int main(int argc, char** argv) {
     if (!model.empty()) {  // the preset, with every shape flag given as well taking its place
       ModelShape preset = model == "gpt3-175b"    ? ModelShape{96, 12288, 96, 51200, 2048}
                           : model == "llama2-70b" ? ModelShape{80, 8192, 64, 32000, 4096, true, 8, 28672}
-                                                  : ModelShape{12, 768, 12, 50257, 1024};
+                          : model == "mixtral-8x7b" ? mixtral_8x7b()
+                          : model == "deepseek-v3"  ? deepseek_v3()
+                                                    : ModelShape{12, 768, 12, 50257, 1024};
       const struct {
         const char* flag;
         int64_t ModelShape::*field;
@@ -99,6 +112,14 @@ int main(int argc, char** argv) {
       m = preset;
       if (app.count("--kv-heads")) m.kv_heads = given.kv_heads;
       if (app.count("--ffn")) m.ffn = given.ffn;
+      const struct {
+        const char* flag;
+        int64_t ModelShape::*field;
+      } moe[] = {{"--experts", &ModelShape::experts}, {"--experts-per-token", &ModelShape::experts_per_token},
+                 {"--shared-experts", &ModelShape::shared_experts}, {"--expert-ffn", &ModelShape::expert_ffn},
+                 {"--dense-layers", &ModelShape::dense_layers}};
+      for (const auto& f : moe)
+        if (app.count(f.flag)) m.*f.field = given.*f.field;
     }
     if (app.count("--arch")) m.llama = arch == "llama";
     if (b.micro_batches == 0) b.micro_batches = g.pp;  // train_gpt's --microbatches 0

@@ -7,6 +7,7 @@
 #include "parallel/pipeline_parallel/partition.h"
 #include "parallel/model_chunks.h"
 #include "parallel/tensor_parallel/gpt.h"
+#include "plan/moe_model.h"
 
 namespace loom::plan {
 
@@ -45,6 +46,7 @@ int64_t params_of_item(const ModelShape& m, const Grid& g, int64_t i, bool has_e
   if (m.llama) {  // no wpe, no biases, RMSNorm weights only, an untied lm_head
     if (i == 0) return V * h / t;                                           // wte split
     if (i == m.layers + 1) return h + V * h / t;                            // ln_f, lm_head split
+    if (m.experts > 0) return m.attention_matmul_params() / t + 2 * h + mlp_params(m, g, i - 1);  // plan/moe_model.h
     return m.block_matmul_params() / t + 2 * h;                             // one block
   }
   if (i == 0) return V * h / t + m.seq * h;                                 // wte split, wpe whole
@@ -64,12 +66,16 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
     nn::GPTConfig cfg{m.vocab, m.seq, m.layers, m.heads, m.width};
     cfg.set_arch("llama");
     cfg.n_kv_head = m.kv_heads, cfg.mlp_hidden = m.ffn;
+    if (m.experts > 0) {  // a MoE block: optim/moe_activations.h's count (dropless), the expert width as the MLP's
+      cfg.mlp_hidden = m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width();
+      cfg.moe.experts = m.experts, cfg.moe.experts_per_token = m.experts_per_token;
+    }
     const parallel::Recompute recompute = g.recompute             ? parallel::Recompute::Full
                                           : g.recompute_selective ? parallel::Recompute::Selective
                                                                   : parallel::Recompute::None;
     const optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
                                                                  g.sequence_parallel, dtype_bytes(g.dtype), recompute);
-    return optim::predict_activations(c).per_block;
+    return optim::predict_activations(c).per_block + shared_expert_activation_bytes(m, g, micro_batch);
   }
   const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),
                t = double(g.tp);
@@ -90,12 +96,18 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   RankMemory r;
   r.num_params = params_on_stage(m, g, stage);
   const DType dt = g.dtype == "fp32" ? kFloat32 : g.dtype == "bf16" ? kBFloat16 : kFloat16;
-  // ZeRO-3 shards over its shard group (HSDP: dp_shard x cp), ZeRO-1/2 over dp x cp.
-  const optim::MemoryPrediction p =
-      optim::predict_memory(r.num_params, dt, g.zero == 3 ? g.shard_ranks() : g.dp * g.cp, g.zero);
-  r.params = p.params, r.grads = p.grads, r.optimizer = p.optimizer;
-
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
+  // ZeRO-3 shards over its shard group (HSDP: dp_shard x cp), ZeRO-1/2 over dp x cp; the experts'
+  // state over their expert-dp group, dp x cp / ep (plan/moe_model.h).
+  int64_t experts = 0;
+  for (int64_t i : items)
+    if (i >= 1 && i <= m.layers) experts += expert_params(m, g, i - 1);
+  const optim::MemoryPrediction p =
+      optim::predict_memory(r.num_params - experts, dt, g.zero == 3 ? g.shard_ranks() : g.dp * g.cp, g.zero);
+  const optim::MemoryPrediction e = optim::predict_memory(experts, dt, g.dp * g.cp / g.ep, g.zero);
+  r.params = p.params + e.params, r.grads = p.grads + e.grads, r.optimizer = p.optimizer + e.optimizer;
+  r.expert_params = experts;
+
   if (g.zero == 3) {  // optim::zero3_gathered_elements over this stage's units (one a layer item)
     Grid one_stage = g;
     one_stage.pp = 1;

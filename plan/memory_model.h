@@ -80,6 +80,7 @@ std::vector<std::vector<int64_t>> items_on_stages(const ModelShape& m, const Gri
 
 struct RankMemory {
   int64_t num_params = 0;
+  int64_t expert_params = 0;                      // of num_params, the routed experts' (plan/moe_model.h)
   int64_t params = 0, grads = 0, optimizer = 0;  // bytes
   int64_t gathered = 0;                           // bytes: ZeRO-3's units gathered at once
   double activations = 0;                         // bytes, peak in flight

@@ -1,7 +1,10 @@
 #include "plan/report.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+
+#include "plan/moe_model.h"
 
 namespace loom::plan {
 
@@ -77,6 +80,11 @@ void ring_report(std::string& out, const ModelShape& m, const Grid& g, const Bat
 
 int64_t total_params(const ModelShape& m) {
   const int64_t h = m.width;
+  if (m.experts > 0) {  // a mixture of experts (plan/moe_model.h): every expert, tp 1, ep 1
+    int64_t n = 2 * m.vocab * h + h;
+    for (int64_t i = 0; i < m.layers; ++i) n += m.attention_matmul_params() + 2 * h + mlp_params(m, Grid{}, i);
+    return n;
+  }
   if (m.llama) return 2 * m.vocab * h + m.layers * (m.block_matmul_params() + 2 * h) + h;  // wte, lm_head untied
   return m.vocab * h + m.seq * h + m.layers * (12 * h * h + 13 * h) + 2 * h;
 }
@@ -90,6 +98,13 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   if (m.llama)
     say(out, "architecture: llama: %lld kv heads, SwiGLU width %lld, untied head, no wpe, no biases\n",
         (long long)(m.kv_heads > 0 ? m.kv_heads : m.heads), (long long)m.ffn_width());
+  if (m.experts > 0)
+    say(out, "experts: %lld per MoE block (%lld blocks; the first %lld dense), %lld per token, %lld shared, width %lld;"
+        " %.4g parameters active per token; ep %d: %lld experts per rank\n", (long long)m.experts,
+        (long long)(m.layers - std::min(m.dense_layers, m.layers)), (long long)std::min(m.dense_layers, m.layers),
+        (long long)m.experts_per_token, (long long)m.shared_experts,
+        (long long)(m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width()), double(active_params(m)), g.ep,
+        (long long)(m.experts / g.ep));
   const std::string zero = !g.zero             ? ""
                            : g.replicas() > 1 && g.zero == 3 ? ", ZeRO-3 hybrid sharded (shard groups of " +
                                                                   std::to_string(g.dp_shard) + " dp ranks)"
@@ -102,6 +117,9 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   say(out, "batch: micro-batch %lld x %lld micro-batches x dp %d = %lld sequences, %lld tokens per step\n",
       (long long)b.micro_batch, (long long)b.micro_batches, g.dp, (long long)(g.dp * b.micro_batch * b.micro_batches),
       (long long)b.tokens_per_step(m, g));
+  if (g.ep > 1)
+    say(out, "expert parallel: ep %d of the %d dp ranks; each expert on dp / ep = %d of them (its expert-dp group)\n",
+        g.ep, g.dp, g.dp / g.ep);
   if (g.cp > 1)
     say(out, "context parallel: each rank holds %lld of every sequence's %lld tokens (zig-zag chunks of %lld)\n",
         (long long)(m.seq / g.cp), (long long)m.seq, (long long)(m.seq / (2 * g.cp)));
@@ -153,7 +171,9 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   traffic_line(out, first.tp, double(b.micro_batches), mc);
   traffic_line(out, first.pp, double(b.micro_batches), mc);
   traffic_line(out, first.cp, double(b.micro_batches), mc);
+  traffic_line(out, first.ep, double(b.micro_batches), mc);
   traffic_line(out, s.dp, 1, mc);
+  traffic_line(out, s.expert_dp, 1, mc);
   traffic_line(out, s.embedding, 1, mc);
 
   if (g.cp > 1) ring_report(out, m, g, b, mc, first);
@@ -166,13 +186,15 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
       100 * s.embedding_s / t, 100 * s.optimizer_s / t,
       s.cores_s > 0 ? (", taking turns on the cores " + std::to_string(int(100 * s.cores_s / t)) + "%").c_str() : "");
   if (g.cp > 1) say(out, "  of the pipeline: the ring's exposed hops %.1f%%\n", 100 * s.cp_s / t);
+  if (g.ep > 1) say(out, "  of the pipeline: the experts' all-to-alls %.1f%%\n", 100 * s.ep_s / t);
   say(out, "  %.4g tokens/s; %.3g model TFLOP/s per rank: MFU %.1f%%, HFU %.1f%% (with recomputation's FLOPs)\n",
       s.tokens_per_s, s.model_flops / t / g.world() / 1e12, 100 * s.mfu, 100 * s.hfu);
   // Published MFUs (PaLM's appendix B aside) mostly count 6 N FLOPs a token, N the parameters: no attention
   // scores, the embedding lookup counted as a matmul. Compare with them on that count, not the one above.
-  say(out, "  MFU on 6N FLOPs a token (N = %.4g parameters, attention left out, as most published MFUs count): %.1f%%\n",
-      double(total_params(m)), 100 * 6 * double(total_params(m)) * s.tokens_per_s / g.world() /
-                                   (mc.peak_tflops(g.dtype) * 1e12));
+  // A mixture of experts: N the parameters a token passes (active_params), as DeepSeek-V3 counts.
+  const double n6 = double(m.experts > 0 ? active_params(m) : total_params(m));
+  say(out, "  MFU on 6N FLOPs a token (N = %.4g %sparameters, attention left out, as most published MFUs count): %.1f%%\n",
+      n6, m.experts > 0 ? "active " : "", 100 * 6 * n6 * s.tokens_per_s / g.world() / (mc.peak_tflops(g.dtype) * 1e12));
   say(out, "binds: %s\n", s.binds.c_str());
   if (train_tokens > 0) {
     const TrainTime tt = time_to_train(s, m, g, b, train_tokens);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "plan/moe_model.h"
+
 namespace loom::plan {
 
 double bubble_fraction(const Grid& g, int64_t micro_batches) {
@@ -38,7 +40,7 @@ std::string binding_constraint(const StepPlan& s, const Machine& mc) {
                   s.stages[size_t(s.worst_memory_stage)].memory.total() / 1073741824.0, mc.memory_gib);
     return buf;
   }
-  const double comm = s.tp_s + s.pp_s + s.cp_s + s.dp_exposed_s + s.embedding_s;
+  const double comm = s.tp_s + s.pp_s + s.cp_s + s.ep_s + s.dp_exposed_s + s.embedding_s;
   struct Share {
     const char* name;
     double seconds;
@@ -73,7 +75,9 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
     sp.pp = pp_per_micro_batch(m, g, b, mc, st);
     sp.cp = cp_per_micro_batch(m, g, b, mc, st);
     sp.cp_exposed_s = cp_exposed_per_micro_batch(m, g, b, mc, st);
-    sp.micro_batch_s = sp.compute.forward_s + sp.compute.backward_s + sp.tp.seconds + sp.pp.seconds + sp.cp_exposed_s;
+    sp.ep = ep_per_micro_batch(m, g, b, mc, st);
+    sp.micro_batch_s = sp.compute.forward_s + sp.compute.backward_s + sp.tp.seconds + sp.pp.seconds +
+                       sp.cp_exposed_s + sp.ep.seconds;
     if (sp.micro_batch_s > t_max) t_max = sp.micro_batch_s, slowest = st;
     t_sum += sp.micro_batch_s;
     s.stages.push_back(sp);
@@ -94,6 +98,7 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   s.bubble_s = fill * t_fill / g.pp;
   s.compute_s = mb * (slow.compute.forward_s + slow.compute.backward_s);
   s.tp_s = mb * slow.tp.seconds, s.pp_s = mb * slow.pp.seconds, s.cp_s = mb * slow.cp_exposed_s;
+  s.ep_s = mb * slow.ep.seconds;
   // More ranks than cores (this CPU): a rank waiting for a message yields its
   // core, so the ranks take turns; the step can then be no shorter than all
   // ranks' compute spread over the cores (plus the critical path's messages).
@@ -113,15 +118,28 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
 
   // 3. After the pipeline, on the rank with the most parameters.
   const StagePlan& big = s.stages[size_t(biggest)];
-  s.dp = dp_per_step(big.memory.num_params, g, mc);
+  // The experts' gradients go over their expert-dp group (dp / ep ranks; its span taken as if contiguous).
+  const int64_t dense = big.memory.num_params - big.memory.expert_params, experts = big.memory.expert_params;
+  Grid edp = g;
+  edp.dp = g.dp / g.ep;
+  s.dp = dp_per_step(dense, g, mc);
+  if (experts > 0) {
+    s.expert_dp = dp_per_step(experts, edp, mc);
+    s.expert_dp.group = "expert-dp";
+  }
   // ZeRO's all-gather of the updated params comes after the optimizer step: none of it overlaps.
-  const double zero_gather = g.zero ? all_gather_seconds(double(dtype_bytes(g.dtype)) * double(big.memory.num_params),
-                                                         g.dp * g.cp, link_for_span(mc, int64_t(g.tp) * g.cp * g.dp))
-                                    : 0;
-  s.dp_exposed_s = zero_gather + std::max(0.0, s.dp.seconds - zero_gather - big.compute.backward_s);
+  const double zero_gather =
+      g.zero ? all_gather_seconds(double(dtype_bytes(g.dtype)) * double(dense), g.dp * g.cp,
+                                  link_for_span(mc, int64_t(g.tp) * g.cp * g.dp)) +
+                   all_gather_seconds(double(dtype_bytes(g.dtype)) * double(experts), edp.dp * g.cp,
+                                      link_for_span(mc, int64_t(g.tp) * g.cp * edp.dp))
+             : 0;
+  s.dp_exposed_s =
+      zero_gather + std::max(0.0, s.dp.seconds + s.expert_dp.seconds - zero_gather - big.compute.backward_s);
   s.embedding = embedding_per_step(m, g, mc);
   s.embedding_s = s.embedding.seconds;
-  const double owned = double(big.memory.num_params) / (g.zero ? g.dp * g.cp : 1);
+  const double owned = g.zero ? double(dense) / (g.dp * g.cp) + double(experts) / (edp.dp * g.cp)
+                              : double(big.memory.num_params);
   s.optimizer_s = (32.0 * owned + 8.0 * double(big.memory.num_params)) / (mc.memory_bw_gbs * 1e9);
   s.step_s = s.pipeline_s + s.dp_exposed_s + s.embedding_s + s.optimizer_s;
 

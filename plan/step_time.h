@@ -19,6 +19,10 @@
 //           last micro-batch's backward; what is left shows. ZeRO's all-gather
 //           of the updated params comes after the optimizer: all of it shows.
 //   embedding group  all of it shows.
+//   ep      the all-to-alls (plan/moe_model.h) are on the critical path of
+//           every micro-batch: the experts wait for their tokens; the experts'
+//           gradients are reduced over their expert-dp group (dp / ep ranks)
+//           beside the dense ones', overlapping the same backward.
 //   cp      ring attention's hops overlap its blocks' math; what the overlap
 //           condition leaves (plan/cp_model.h) is on the critical path of
 //           every micro-batch.
@@ -57,17 +61,18 @@ double bubble_over_compute(const Grid& g, int64_t micro_batches);
 struct StagePlan {
   RankMemory memory;
   StageCompute compute;          // one micro-batch
-  GroupTraffic tp, pp, cp;       // one micro-batch
+  GroupTraffic tp, pp, cp, ep;   // one micro-batch (ep: plan/moe_model.h)
   double cp_exposed_s = 0;       // one micro-batch: the ring's hops not hidden behind its math
-  double micro_batch_s = 0;      // compute + tp + pp + cp exposed
+  double micro_batch_s = 0;      // compute + tp + pp + cp exposed + ep
 };
 
 struct StepPlan {
   std::vector<StagePlan> stages;  // one per pipeline rank
   GroupTraffic dp, embedding;     // per step, on the stage that holds the most params
+  GroupTraffic expert_dp;         // per step: the experts' gradients over their expert-dp group (dp / ep)
   double pipeline_s = 0, bubble_s = 0, dp_exposed_s = 0, embedding_s = 0, optimizer_s = 0, step_s = 0;
   double compute_s = 0;           // the slowest stage's pure compute over the step
-  double tp_s = 0, pp_s = 0, cp_s = 0;  // their time on the critical path over the step
+  double tp_s = 0, pp_s = 0, cp_s = 0, ep_s = 0;  // their time on the critical path over the step
   double cores_s = 0;             // this CPU: what taking turns on too few cores adds
   double model_flops = 0, hardware_flops = 0, mfu = 0, hfu = 0;
   double tokens_per_s = 0;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -186,4 +187,43 @@ TEST(TeachBreak, KvRowsOfRankZeroMakeAnotherModelFromStepOne) {
   EXPECT_LT(r.losses[2], r.losses[0]) << "and yet the loss falls";
   std::printf("[ measured ] tp-kv-rows-of-rank-0: step 1 loss %.4f vs one process's %.4f\n", r.losses[0],
               one.losses[0]);
+}
+
+// The router's aux losses not divided by the micro-batch count (nn/moe_aux_loss.h). On a corpus of one
+// character every sequence is the same and the cross-entropy is 0, so the gradient is the aux and z
+// losses' alone: at --grad-accum 2 it is twice one micro-batch's (without the bug equal:
+// TrainGptMoE.AuxLossGradientCountsOncePerStepWhateverTheMicroBatchesAndLossScale). On text, step 1's
+// gradient of 4 micro-batches of 4 sequences is within 1e-3 of one micro-batch of 16's without the bug
+// (measured 1.1e-4: each micro-batch's balance loss is its own E sum f P, a mean of products, not the
+// product of the means), 1.2e-2 off with it (chapter 19).
+TEST(TeachBreak, LeavingTheAuxLossUnscaledMultipliesItsGradientByTheMicroBatches) {
+  const fs::path corpus = work_dir() / "teach_one_char.txt";
+  std::ofstream(corpus) << std::string(3000, 'a');
+  const std::string aux = "--arch llama --experts 4 --experts-per-token 2 --router-aux-loss-coef 0.5 "
+                          "--router-z-loss-coef 0.1 --batch 4 --data " + corpus.string() + " ";
+  const Result k1 = train("teach_aux_k1", 1, aux, false);
+  const Result k2 = train("teach_aux_k2", 1, aux + "--grad-accum 2 --teach-break moe-aux-unscaled", false);
+  ASSERT_EQ(k1.status, 0) << k1.output;
+  ASSERT_EQ(k2.status, 0) << k2.output;
+  ASSERT_FALSE(k1.grad_norms.empty());
+  ASSERT_FALSE(k2.grad_norms.empty());
+  EXPECT_EQ(k1.losses[0], 0.0);
+  EXPECT_NEAR(k2.grad_norms[0] / k1.grad_norms[0], 2.0, 1e-5) << "step 1: the same weights, twice the gradient";
+
+  const std::string text = "--arch llama --experts 4 --experts-per-token 2 --router-aux-loss-coef 0.1 ";
+  const Result one = train("teach_aux_b16", 1, text + "--batch 16", false);
+  const Result fine = train("teach_aux_b4x4", 1, text + "--batch 4 --grad-accum 4", false);
+  const Result broken = train("teach_aux_b4x4_broken", 1, text + "--batch 4 --grad-accum 4 --teach-break "
+                                                                "moe-aux-unscaled", false);
+  for (const Result* r : {&one, &fine, &broken}) ASSERT_EQ(r->status, 0) << r->output;
+  EXPECT_NEAR(fine.grad_norms[0], one.grad_norms[0], 1e-3 * one.grad_norms[0]);
+  EXPECT_GT(std::abs(broken.grad_norms[0] - one.grad_norms[0]), 5e-3 * one.grad_norms[0]);
+  std::printf("[ measured ] moe-aux-unscaled: one char, grad-accum 2: grad norm %.6g vs %.6g; text, 4 x 4 "
+              "sequences: step 1 grad norm %.6g (%.6g without the bug) vs one micro-batch's %.6g\n",
+              k2.grad_norms[0], k1.grad_norms[0], broken.grad_norms[0], fine.grad_norms[0], one.grad_norms[0]);
+  // Without micro-batches to divide by, there is nothing to break: refused before training.
+  const Result refused = train("teach_aux_refused", 1, text + "--teach-break moe-aux-unscaled", false);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("--teach-break moe-aux-unscaled leaves the aux losses undivided by the micro-batch "
+                                "count; it shows with --grad-accum 2 or more"), std::string::npos) << refused.output;
 }

@@ -5,6 +5,7 @@
 // equal to one process yet is refused before training, naming the flag.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "train_gpt_run.h"
@@ -49,11 +50,12 @@ TEST(TrainGptMoE, AuxLossGradientCountsOncePerStepWhateverTheMicroBatchesAndLoss
   EXPECT_NEAR(fp16.grad_norms[0], k1.grad_norms[0], 1e-2 * k1.grad_norms[0]);
 }
 
-// Every routing option on (shared experts, a capacity that drops, the aux and z losses): 10 steps
-// straight, or 5, save, resume, 5: the same bits.
+// Every routing option on (shared experts, a capacity that drops, the aux and z losses, DeepSeek-V3's
+// bias): 10 steps straight, or 5, save, resume, 5: the same bits. The biases are in the model file
+// (nn/moe_bias_state.h), so the weights compared below include them.
 TEST(TrainGptMoE, ResumeIsBitExact) {
   const std::string flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.02 "
-                                   "--router-z-loss-coef 0.001 --batch 4 ";
+                                   "--router-z-loss-coef 0.001 --router-bias-update-rate 0.01 --batch 4 ";
   const Result straight = train("moe_straight", 1, flags);
   const Result first = train("moe_first", 1, flags + "--stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
@@ -70,6 +72,40 @@ TEST(TrainGptMoE, ResumeIsBitExact) {
   }
   for (const auto& [name, t] : straight.weights.tensors)
     EXPECT_EQ(resumed.weights.at(name).to_vector<float>(), t.to_vector<float>()) << name;
+  // The biases moved (5 steps of +-0.01 each) and were saved, one per layer.
+  for (const std::string name : {"blocks.0.moe.score_bias", "blocks.1.moe.score_bias"}) {
+    ASSERT_TRUE(first.weights.contains(name)) << name;
+    const std::vector<float> b = first.weights.at(name).to_vector<float>();
+    ASSERT_EQ(b.size(), 4u);
+    EXPECT_GT(*std::max_element(b.begin(), b.end()) - *std::min_element(b.begin(), b.end()), 0.015f) << name;
+  }
+}
+
+// A checkpoint without the biases (saved without --router-bias-update-rate) resumes with them at 0: its
+// first step routes as the run without the bias did (the bias moves only after a step), later ones do
+// not. The other way, a checkpoint with biases resumed without the flag, is refused before training.
+TEST(TrainGptMoE, ResumeWithoutSavedBiasesStartsThemAtZero) {
+  const std::string flags = kMoE + "--batch 4 ";
+  const Result plain = train("moe_nobias_straight", 1, flags);
+  ASSERT_EQ(train("moe_nobias_first", 1, flags + "--stop-at 5").status, 0);
+  const Result biased = train("moe_nobias_resumed", 1, flags + "--router-bias-update-rate 0.05 --resume " +
+                                                         checkpoint("moe_nobias_first"));
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  ASSERT_EQ(biased.status, 0) << biased.output;
+  EXPECT_NE(biased.output.find("has no routing biases (blocks.0.moe.score_bias ...; saved without "
+                               "--router-bias-update-rate): they start at 0"), std::string::npos) << biased.output;
+  ASSERT_EQ(biased.losses.size(), 5u);
+  EXPECT_EQ(biased.losses[0], plain.losses[5]);
+  bool parted = false;
+  for (size_t i = 1; i < 5; ++i) parted = parted || biased.losses[i] != plain.losses[5 + i];
+  EXPECT_TRUE(parted) << "the bias never changed a choice";
+
+  ASSERT_EQ(train("moe_bias_first", 1, flags + "--router-bias-update-rate 0.05 --stop-at 5").status, 0);
+  const Result dropped = train("moe_bias_dropped", 1, flags + "--resume " + checkpoint("moe_bias_first"), false);
+  EXPECT_NE(dropped.status, 0);
+  EXPECT_NE(dropped.output.find("holds the routing biases of a --router-bias-update-rate run (blocks.0.moe.score_bias"
+                                " ...): without the flag"), std::string::npos) << dropped.output;
+  EXPECT_EQ(dropped.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << dropped.output;
 }
 
 // capacity = ceil(F N k / E) rows per expert: at F 0.5 at most half the slots are kept.
@@ -98,9 +134,10 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
       {kMoE + "--zero 1", "--experts 4 with --zero 1: a mixture of experts trains in one process"},
       {kMoE + "--recompute full", "--experts 4 with --recompute full: "},
-      {kMoE + "--memory-report", "--experts 4 with --memory-report: "},
-      {kMoE + "--router-bias-update-rate 0.01 --resume " + checkpoint("none"),
-       "the routing biases are not in the checkpoint yet"}};
+      {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
+                                                     "formula counts dropless routed experts only"},
+      {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
+       "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moe_refused", 1, flags, false);
     EXPECT_NE(r.status, 0) << flags;

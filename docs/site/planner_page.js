@@ -11,6 +11,8 @@ const MODELS = {
                       "--vocab", "32000", "--block", "4096"],
   "Llama-2-70B": ["--model", "llama2-70b"],
   "GPT-3 175B": ["--model", "gpt3-175b"],
+  "Mixtral-8x7B (MoE)": ["--model", "mixtral-8x7b"],
+  "DeepSeek-V3 (MoE)": ["--model", "deepseek-v3"],
 };
 // loom_plan's datasheet machines (plan/machine.cpp; cpu is measured, so not here).
 const MACHINES = {"H100 80GB": "h100", "H200 141GB": "h200", "A100 80GB": "a100", "a laptop (8 AVX2 cores)": "laptop"};
@@ -29,7 +31,7 @@ function fillSelect(name, options) {
 // The form as loom_plan's command line.
 function flags() {
   const f = form.elements, args = [...MODELS[f.model.value], "--machine", MACHINES[f.machine.value]];
-  for (const name of ["dtype", "dp", "tp", "pp", "cp", "virtual-stages", "zero", "schedule", "microbatches", "batch"])
+  for (const name of ["dtype", "dp", "tp", "pp", "cp", "ep", "virtual-stages", "zero", "schedule", "microbatches", "batch"])
     args.push("--" + name, f[name].value);
   if (f["sequence-parallel"].checked) args.push("--sequence-parallel");
   if (f.recompute.value) args.push(f.recompute.value === "full" ? "--recompute" : "--recompute-selective");
@@ -72,11 +74,11 @@ function drawMemory(plan) {
 function drawStep(plan) {
   const s = plan.step;
   const parts = [["compute", s.compute_s, "#4c78a8"], ["tp", s.tp_s, "#f58518"], ["pp p2p", s.pp_s, "#e45756"],
-                 ["cp ring", s.cp_s, "#ff9da6"], ["dp", s.dp_exposed_s, "#eeca3b"], ["embedding", s.embedding_s, "#9d755d"],
+                 ["cp ring", s.cp_s, "#ff9da6"], ["ep all-to-all", s.ep_s, "#17becf"], ["dp", s.dp_exposed_s, "#eeca3b"], ["embedding", s.embedding_s, "#9d755d"],
                  ["bubble", s.bubble_s, "#bab0ac"], ["optimizer", s.optimizer_s, "#b279a2"], ["cores", s.cores_s, "#888"]];
   $("step").innerHTML = bars([{label: "one step", parts}], s.step_s, formatSeconds, formatSeconds(s.step_s)) +
                         "<p>" + legend(parts.filter(p => p[1] > 0).map(p => [p[0], p[2]])) + "</p>";
-  const comm = s.tp_s + s.pp_s + s.cp_s + s.dp_exposed_s + s.embedding_s;
+  const comm = s.tp_s + s.pp_s + s.cp_s + s.ep_s + s.dp_exposed_s + s.embedding_s;
   $("step-text").innerHTML = `step <b id="step-s">${formatSeconds(s.step_s)}</b>: compute <span id="compute-s">` +
     `${formatSeconds(s.compute_s)}</span>, exposed communication <span id="comm-s">${formatSeconds(comm)}</span>, ` +
     `bubble <span id="bubble-s">${formatSeconds(s.bubble_s)}</span>, optimizer <span id="optimizer-s">` +

@@ -11,7 +11,7 @@ Break g_break = Break::None;
 const char* kNames[] = {"none", "dp-allreduce-param", "dp-divide-twice", "skip-tied-sync", "found-inf-wrong-group",
                          "recompute-fresh-dropout",
                          "zero3-free-before-backward", "ring-no-max-correction", "tp-kv-rows-of-rank-0",
-                         "zb-sync-at-b"};
+                         "zb-sync-at-b", "moe-aux-unscaled"};
 
 }  // namespace
 

@@ -50,6 +50,12 @@
 //                         it: its finish step launches every bucket no hook
 //                         launched, so the numbers stay right and only the
 //                         overlap with the cool-down is lost
+//   moe-aux-unscaled      the router's aux losses (--experts) are not divided by the
+//                         micro-batch count as the main loss is (nn/moe_aux_loss.h):
+//                         with --grad-accum m each micro-batch's balancing gradient
+//                         counts m times, so the balance pulls m times harder than
+//                         with the same tokens in one micro-batch. Nothing fails; step
+//                         1's gradient is no longer one micro-batch's (chapter 19)
 #pragma once
 
 #include <string>
@@ -58,7 +64,7 @@ namespace loom::teach {
 
 enum class Break { None, DpAllReduceParam, DpDivideTwice, SkipTiedSync, FoundInfWrongGroup, RecomputeFreshDropout,
                    Zero3FreeBeforeBackward, RingNoMaxCorrection, TpKvRowsOfRankZero,
-                   ZbSyncAtB };
+                   ZbSyncAtB, MoeAuxUnscaled };
 
 // "none" | "dp-allreduce-param" | ...; an unknown name is an error listing the names.
 Break parse_break(const std::string& name);

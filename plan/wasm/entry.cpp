@@ -68,9 +68,10 @@ std::string to_json(const Grid& g, const Batch& b, const Machine& mc, const Step
   machine.field("name", mc.name).field("memory_gib", mc.memory_gib);
   std::string stages = "[";
   for (const StagePlan& sp : s.stages) stages += (stages.size() > 1 ? "," : "") + stage_json(sp);
-  Json step;  // seconds: step = compute + tp + pp + cp + bubble + cores + dp exposed + embedding + optimizer
+  Json step;  // seconds: step = compute + tp + pp + cp + ep + bubble + cores + dp exposed + embedding + optimizer
   step.field("step_s", s.step_s).field("pipeline_s", s.pipeline_s).field("compute_s", s.compute_s);
-  step.field("tp_s", s.tp_s).field("pp_s", s.pp_s).field("cp_s", s.cp_s).field("bubble_s", s.bubble_s);
+  step.field("tp_s", s.tp_s).field("pp_s", s.pp_s).field("cp_s", s.cp_s).field("ep_s", s.ep_s);
+  step.field("bubble_s", s.bubble_s);
   step.field("cores_s", s.cores_s).field("dp_exposed_s", s.dp_exposed_s).field("embedding_s", s.embedding_s);
   step.field("optimizer_s", s.optimizer_s).field("mfu", s.mfu).field("hfu", s.hfu);
   step.field("tokens_per_s", s.tokens_per_s);

@@ -42,7 +42,8 @@ function pageNumbersMatch(plan, stdout) {
          `dp ${pct(s.dp_exposed_s)}, embedding ${pct(s.embedding_s)}, optimizer ${pct(s.optimizer_s)}`, lines.find(l => l.includes("shares:")));
   expect("MFU", `MFU ${fixed(100 * s.mfu, 1)}%, HFU ${fixed(100 * s.hfu, 1)}%`, lines.find(l => l.includes("HFU")));
   expect("capacity", `, ${fixed(plan.machine.memory_gib, 0)} GiB,`, lines.find(l => l.includes("TFLOP/s")));
-  const parts = s.compute_s + s.tp_s + s.pp_s + s.cp_s + s.bubble_s + s.cores_s + s.dp_exposed_s + s.embedding_s + s.optimizer_s;
+  const parts = s.compute_s + s.tp_s + s.pp_s + s.cp_s + s.ep_s + s.bubble_s + s.cores_s + s.dp_exposed_s + s.embedding_s +
+                s.optimizer_s;
   if (Math.abs(parts - s.step_s) > 1e-12 * s.step_s) problems.push(`the step's parts add up to ${parts}, not ${s.step_s}`);
   if ((plan.stages.length > 1) !== plan.schedule_svg.startsWith("<svg")) problems.push("a pipeline without its picture (or a picture without one)");
   return problems;

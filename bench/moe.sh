@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Mixture of experts on the laptop config (docs/19-mixture-of-experts.md: 2 layers,
+# 4 heads, 64 embd, block 32, batch 16; 4 experts of width 88, top-2): tokens/s
+# of train_gpt's step and the share of it each step of the MoE layers takes -
+# router (gate, softmax, top-k, weights, and the routing map on the host),
+# permute + unpermute, expert compute - from bench_moe_phases (one layer,
+# forward + backward, times the layers), and, under expert parallelism, dispatch
+# + combine: the all-to-alls' time in train_gpt --ep N's --trace over the steps'.
+# ep 2 and 4 run when train_gpt accepts --ep (dp = ep ranks, the same global
+# batch); until then their rows say why train_gpt refused. One math thread each
+# (--threads 1), so the shares hold on a busy machine; ms/step is the median of
+# steps 2..N of the --log file.
+#   bash bench/moe.sh [build-dir] [steps]
+set -euo pipefail
+BUILD=${1:-build}
+STEPS=${2:-30}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+LAPTOP="--arch llama --experts 4 --experts-per-token 2 --mlp-hidden 88 --layers 2 --heads 4 --embd 64 --block 32
+        --steps $STEPS --eval-every 0 --sample 0 --threads 1"
+LAYERS=2
+
+# One MoE layer's steps, forward + backward (ms), at 16 x 32 tokens.
+"$BUILD/bench/bench_moe_phases" --tokens 512 --embd 64 --experts 4 --experts-per-token 2 --mlp-hidden 88 \
+  --threads 1 --reps 100 >"$TMP/phases.txt"
+phase_ms() { awk -v p="phase=$1" '$1 == p {split($2, f, "="); split($3, b, "="); print f[2] + b[2]}' "$TMP/phases.txt"; }
+router=$(echo "$(phase_ms router) + $(phase_ms map)" | bc -l)
+perm=$(echo "$(phase_ms permute) + $(phase_ms unpermute)" | bc -l)
+experts=$(phase_ms experts)
+
+median_ms() { tail -n +2 "$1" | sed 's/.*"ms": \([0-9.]*\).*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+tokens_per_s() { tail -n +2 "$1" | sed 's/.*"tokens_per_s": \([0-9.]*\).*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+share() { echo "100 * $LAYERS * $1 / $2" | bc -l; }
+
+printf "%3s | %10s %9s | %7s %19s %8s %18s\n" ep tokens/s ms/step router permute+unpermute experts dispatch+combine
+for ep in 1 2 4; do
+  log="$TMP/ep$ep.jsonl" trace="$TMP/ep$ep.trace.json" out="$TMP/ep$ep.txt"
+  if [ "$ep" = 1 ]; then
+    "$BUILD/examples/train_gpt" $LAPTOP --batch 16 --log "$log" >"$out" 2>&1 || true
+  else
+    mpirun --oversubscribe -np "$ep" "$BUILD/examples/train_gpt" $LAPTOP --dp "$ep" --ep "$ep" \
+      --batch $((16 / ep)) --log "$log" --trace "$trace" >"$out" 2>&1 || true
+  fi
+  if [ ! -s "$log" ]; then
+    printf "%3d | refused: %s\n" "$ep" "$(grep -m1 -iE 'error|--ep|refus|not expected' "$out" | cut -c1-150)"
+    continue
+  fi
+  ms=$(median_ms "$log")
+  a2a="-"
+  if [ "$ep" != 1 ] && [ -s "$trace" ]; then  # the all-to-alls' time per step over the step's, from the trace
+    a2a=$(python3 - "$trace" "$STEPS" "$ms" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))
+events = events.get("traceEvents", events) if isinstance(events, dict) else events
+us = sum(e.get("dur", 0) for e in events if e.get("ph") == "X" and e.get("pid", 0) == 0 and
+         any(w in e.get("name", "").lower() for w in ("dispatch", "combine", "all_to_all", "alltoall")))
+print(f"{100 * us / 1e3 / int(sys.argv[2]) / float(sys.argv[3]):.1f}%")
+PY
+)
+  fi
+  if [ "$ep" = 1 ]; then
+    printf "%3d | %10.0f %9.2f | %6.1f%% %18.1f%% %7.1f%% %18s\n" "$ep" "$(tokens_per_s "$log")" "$ms" \
+      "$(share "$router" "$ms")" "$(share "$perm" "$ms")" "$(share "$experts" "$ms")" "$a2a"
+  else  # the phases were timed at one process's tokens: only the all-to-alls' share is this run's
+    printf "%3d | %10.0f %9.2f | %7s %19s %8s %18s\n" "$ep" "$(tokens_per_s "$log")" "$ms" - - - "$a2a"
+  fi
+done
+echo "(router, permute + unpermute, experts: bench_moe_phases' one-process times x $LAYERS layers over ep 1's step;"
+echo " $(tail -1 "$TMP/phases.txt"))"

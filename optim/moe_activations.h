@@ -1,0 +1,59 @@
+// What a mixture-of-experts block (nn/moe.h) keeps for backward and what its
+// backward adds at its peak, in place of the dense MLP's terms of
+// optim/activation_memory.h; --memory-report's "activ. peak" for --experts.
+// N tokens, k experts each, M = N k rows (dropless), E experts of width I, C
+// the width, e the model's bytes; the router works in fp32 for 16-bit models.
+//
+//   kept by                     tensor                                     bytes
+//   softmax                     probs [N, E]                               4 N E (e for fp32)
+//   the renormalisation         the picked probs [N, k], their sum [N, 1]  4 (N k + N)
+//   unpermute's weighting       the weights [N, k]                         e N k
+//   gather, permute, unpermute  the chosen experts, each row's token and   8 (N k + M + N k)
+//                               each slot's row, int64 indices
+//   each expert's w1 and w3     the permuted rows [M, C]                   e M C
+//   each expert's SwiGLU        gate, silu, up, product [M, I]             4 e M I
+//   unpermute's gather          its input, the rows + a zero row [M + 1, C] e (M + 1) C
+//   unpermute's weighting       each slot's row [N, k, C]                  e N k C
+// (measured = this to the byte on one layer, fp32: N 256-512, C 32-64, E 1-8,
+// k 1-2, I 88-1024).
+//
+// The moments that can be the peak, above what is kept:
+//   (U) the last block's FORWARD, at unpermute's weighted sum, before the
+//       stage's output and the head's tensors exist: the experts' output
+//       [M, C] and the logits [N, E] the layer's forward still holds, the
+//       weighted slots [N, k, C], the sum's float64 accumulator [N, C] and
+//       its result: e M C + e N E + e N k C + 8 N C + e N C. The peak of the
+//       laptop config (docs/19-mixture-of-experts.md), found by recording the
+//       allocation that made each new peak.
+//   (M) unpermute's backward, the last block first: the weighting's (each
+//       slot's row's gradient, the product for the weights' gradient, its
+//       float64 sum and result: 2 e N k C + (8 + e) N k), or index_select's
+//       (index_add: its source in fp32, a copy for 16-bit; its fp32 sum over
+//       the M + 1 rows; for 16-bit the rounded result: 4 N k C + 4 (M + 1) C
+//       (+ e (M + 1) C)). The peak of bf16 and fp16 there.
+//   (X) the largest group's SwiGLU backward (its M_g rows): w2's dx and the
+//       product's two gradients [M_g, I] each, the product freed, less what
+//       unpermute's backward freed by then: e (2 M_g I - 2 M C - 2 M - C).
+//       Measured on one layer with E = 1; with several experts and the
+//       experts' .grad tensors (fp32, one process) the formula is 0.8% under
+//       the measurement at I = 512 (the gradients of the experts processed
+//       first are not counted): an approximation where I >> C.
+// Measured = formula to the byte (+ the loss's scalars) on --layers 1-2, --embd
+// 32 and 64, --batch 8 and 16, k 1 and 2, E 4 and 8, fp32, bf16, fp16, and
+// --grad-accum 2 (tests/test_memory_ledger_moe.cpp).
+#pragma once
+
+#include "optim/activation_memory.h"
+
+namespace loom::optim {
+
+// Bytes one MoE block keeps per micro-batch, what the table above lists.
+double moe_kept_bytes(const ActivationCase& c);
+
+// The MoE block's backward at its peak above what is kept: the larger of (M) and (X).
+double moe_backward_bytes(const ActivationCase& c);
+
+// (U)'s temporaries: the last block's forward at unpermute's weighted sum, above what it keeps.
+double moe_forward_bytes(const ActivationCase& c);
+
+}  // namespace loom::optim
