@@ -24,8 +24,6 @@ PipelineP2P::PipelineP2P(ProcessGroup& pp_group, ChunkLayout layout)
   }
 }
 
-// ---- the verbs -------------------------------------------------------------------
-
 Tensor PipelineP2P::recv_forward(int mb) {
   return is_first_stage() ? Tensor() : channels_.recv(*act_in_, "recv_forward", mb, -1);
 }
@@ -61,8 +59,6 @@ Tensor PipelineP2P::send_bwd_recv_fwd(const Tensor& input_grad, int send_mb, int
   return input;
 }
 
-// ---- the ring and the V ----------------------------------------------------------
-
 Channel& PipelineP2P::way(int chunk, Channel* down, Channel* up, const char* verb) const {
   Channel* c = layout_ == ChunkLayout::V && chunk == 1 ? up : down;
   LOOM_CHECK(c != nullptr, verb, ": a pipeline of one stage has no ring to send around");
@@ -84,11 +80,10 @@ Tensor PipelineP2P::recv_activation(int mb, int chunk) {
 }
 
 void PipelineP2P::send_activation(const Tensor& output, int mb, int chunk) {
-  if (turns_here(chunk)) {  // chunk 0 -> chunk 1: a leaf of its own, as a received tensor would be
+  if (turns_here(chunk))  // chunk 0 -> chunk 1: a leaf of its own, as a received tensor would be
     turn_activations_.emplace_back(mb, autograd::detach(output));
-    return;
-  }
-  channels_.send(way(chunk, act_out_, act_up_out_, "send_activation"), output, "send_activation", mb, chunk);
+  else
+    channels_.send(way(chunk, act_out_, act_up_out_, "send_activation"), output, "send_activation", mb, chunk);
 }
 
 Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
@@ -97,16 +92,10 @@ Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
 }
 
 void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
-  if (turns_here(chunk - 1)) {  // chunk 1 -> chunk 0
+  if (turns_here(chunk - 1))  // chunk 1 -> chunk 0
     turn_gradients_.emplace_back(mb, input_grad);
-    return;
-  }
-  channels_.send(way(chunk, grad_out_, grad_up_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk);
-}
-
-void PipelineP2P::begin_schedule() {
-  turn_activations_.clear(), turn_gradients_.clear();
-  channels_.begin_schedule();
+  else
+    channels_.send(way(chunk, grad_out_, grad_up_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk);
 }
 
 }  // namespace loom::parallel

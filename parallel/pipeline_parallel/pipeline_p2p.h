@@ -9,25 +9,18 @@
 //
 // At the ends of the pipeline the verbs that would cross it do nothing: the
 // first stage receives no activation (it reads token ids), the last sends none.
-// Activations and gradients travel on separate channels, one per link and
-// direction (pipeline_channels.h: why, and how a tensor and its shape travel),
-// so a stage's send and its neighbour's never wait for each other.
+// Each link and direction is a channel of its own (pipeline_channels.h: how a
+// tensor and its shape travel, and why in a schedule no send waits for its receive).
 //
 // The interleaved schedule (interleaved_schedule.h) also crosses the ends: the
 // last rank's chunk c feeds the first rank's chunk c + 1. Its verbs take the
 // ring, rank p - 1's next being rank 0, and always transfer:
 //   recv_activation / send_activation (<- prev, -> next)   recv_gradient / send_gradient (<- next, -> prev)
 // In the V of ZB-V and DualPipeV (ChunkLayout::V, partition.h) chunk 0 goes
-// down the ranks as above and chunk 1 comes back up: the same verbs move chunk
-// 1's activations to the previous rank and its gradients to the next, on links
-// of their own (no wrap-around link is used). On the last rank the V turns:
-// chunk 0's output is chunk 1's input, handed over in memory, and chunk 1's
-// input gradient is chunk 0's output gradient - no transfer.
-//
-// Inside a schedule (begin_schedule() .. end_schedule(), which every schedule
-// calls) a send returns as soon as it is posted and end_schedule() waits for
-// it; outside one a verb returns once its transfers are done, a combined verb
-// posting its receive before it waits for its send.
+// down the ranks as above and chunk 1 comes back up on links of its own, its
+// activations to the previous rank, its gradients to the next. On the last
+// rank the V turns in memory: chunk 0's output is chunk 1's input, and chunk
+// 1's input gradient is chunk 0's output gradient.
 #pragma once
 
 #include <deque>
@@ -43,8 +36,6 @@ class PipelineP2P {
   // Collective over pp_group (stage order): opens the channels (with
   // ChunkLayout::V also the links chunk 1 comes back up on).
   explicit PipelineP2P(ProcessGroup& pp_group, ChunkLayout layout = ChunkLayout::Interleaved);
-  PipelineP2P(const PipelineP2P&) = delete;
-  PipelineP2P& operator=(const PipelineP2P&) = delete;
 
   int pp_rank() const { return rank_; }
   int pp_size() const { return size_; }
@@ -69,8 +60,13 @@ class PipelineP2P {
   Tensor recv_gradient(int mb, int chunk);                       // <- next rank
   void send_gradient(const Tensor& input_grad, int mb, int chunk);  // -> previous rank
 
-  // One schedule's transfers (see above and pipeline_channels.h).
-  void begin_schedule();
+  // A schedule's transfers (every schedule calls both): sends return once posted,
+  // end_schedule() waits for them (pipeline_channels.h).
+  void begin_schedule() {
+    turn_activations_.clear();
+    turn_gradients_.clear();
+    channels_.begin_schedule();
+  }
   void end_schedule() { channels_.end_schedule(); }
 
  private:
