@@ -56,7 +56,7 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
   if (ZeroOverlap::applies(options_, dp_.bucket_manager())) overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
   // Whether buckets may be stepped early depends on how each is reduced:
   // marking one all-reduce from now on is an error where it happens.
-  dp_.bucket_manager().fix_reductions("a DistributedOptimizer");
+  dp_.sharded_buckets().fix_reductions("a DistributedOptimizer");
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -66,9 +66,9 @@ DistributedOptimizer::~DistributedOptimizer() {
 
 DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vector<ParamGroup>& groups,
                                                                parallel::DataParallelBucket& dp) {
-  parallel::BucketManager& bm = dp.bucket_manager();
-  LOOM_CHECK(bm.reduce() != parallel::GradReduce::AllReduce, "DistributedOptimizer: the DataParallelBucket must "
+  LOOM_CHECK(dp.options().reduce != parallel::GradReduce::AllReduce, "DistributedOptimizer: the DataParallelBucket must "
              "reduce-scatter (BucketOptions::reduce = GradReduce::ReduceScatter or ShardGrads); it all-reduces");
+  parallel::ShardedBuckets& bm = dp.sharded_buckets();
   DistributedOptimizer::Layout layout;
   std::unordered_map<const TensorImpl*, size_t> group_of;
   for (size_t g = 0; g < groups.size(); ++g)
@@ -96,7 +96,7 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
   // 2. The ranges this rank owns, bucket by bucket, and a main param for each.
   layout.bucket_mains.resize(bm.buckets().size());
   for (size_t b = 0; b < bm.buckets().size(); ++b) {
-    parallel::BucketManager::Shard shard = bm.shard(int(b));
+    parallel::ShardedBuckets::Shard shard = bm.shard(int(b));
     for (const Tensor& p : bm.buckets()[b].params) {
       ParamRange r = param_range_in_shard(bm.offset_of(p), p.numel(), {shard.offset, shard.offset + shard.numel});
       if (r.param.size() == 0) continue;
@@ -147,7 +147,7 @@ void DistributedOptimizer::step_bucket(int b) {
 void DistributedOptimizer::launch_all_gather(int b) {
   // Every rank's updated shard -> the whole bucket, in place in the param buffer.
   const parallel::Bucket& bucket = dp_.bucket_manager().buckets()[size_t(b)];
-  parallel::BucketManager::Shard s = dp_.bucket_manager().shard(b);
+  parallel::ShardedBuckets::Shard s = dp_.sharded_buckets().shard(b);
   gathers_[size_t(b)] = dp_.dp_group().all_gather_async(ops::narrow(param_buffer_, 0, bucket.offset, bucket.numel),
                                                         ops::narrow(param_buffer_, 0, s.offset, s.numel));
 }

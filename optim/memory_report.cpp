@@ -23,7 +23,7 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     m.num_params += p.numel();
     m.params += bytes_of(p);
   }
-  if (dp && dp->bucket_manager().reduce() == parallel::GradReduce::ShardGrads) {
+  if (dp && dp->options().reduce == parallel::GradReduce::ShardGrads) {
     // ZeRO-2: the shards (their padding included) and the bucket-sized scratches.
     m.grads = bytes_of(dp->bucket_manager().buffer());
     for (const Tensor& s : dp->bucket_manager().scratches()) m.grads += bytes_of(s);

@@ -9,7 +9,7 @@
 //   no loss scaling   found_inf must be known for the whole model before any
 //                     param changes, or an overflowing step could not be skipped
 //   every bucket      a bucket all-reduced for the tied embedding's handler
-//   reduce-scattered  (BucketManager::all_reduce_bucket_of) waits for that
+//   reduce-scattered  (ShardedBuckets::all_reduce_bucket_of) waits for that
 //                     handler, which runs after backward
 // Then DataParallelBucket's finish_grad_sync() (the after-backward callback;
 // in a pipeline, after the schedule), which waits for the buckets in order, steps bucket b's owned ranges and launches its param

@@ -1,32 +1,22 @@
 // ProcessGroupManager (picotron's `pgm`): lays the world's ranks out on a grid
 // world = tp × cp × dp × pp and builds one process group per axis, plus the
-// groups that span axes.
-//
-// Rank layout - Megatron's order (tp-cp-ep-dp-pp, no ep here): tp varies
-// fastest, then cp, then dp, then pp:
+// groups that span axes. Megatron's order (tp-cp-ep-dp-pp, no ep here): tp
+// varies fastest, then cp, then dp, then pp:
 //     rank = tp_rank + tp_size * (cp_rank + cp_size * (dp_rank + dp_size * pp_rank))
-// e.g. dp 2 × pp 2:         dp_rank 0   dp_rank 1
-//           pp_rank 0 (first)   rank 0      rank 1
-//           pp_rank 1 (last)    rank 2      rank 3
-// dp groups {0,1} {2,3} (one stage, all replicas), pp groups {0,2} {1,3} (one
-// replica, all stages). Why this order: the ranks that talk most (tp, then
-// cp's ring of K/V blocks every layer, then dp's gradient all-reduces) are
-// neighbours, i.e. on the same node when a hostfile fills nodes in order;
-// pipeline stages exchange only activations and can span nodes. (picotron
-// orders its grid dp, pp, cp, tp: dp slowest.)
+// e.g. dp 2 × pp 2: dp groups {0,1} {2,3} (one stage, all replicas), pp groups
+// {0,2} {1,3} (one replica, all stages). The ranks that talk most (tp, then
+// cp's ring of K/V blocks, then dp's gradient all-reduces) are neighbours, on
+// one node when a hostfile fills nodes in order; pipeline stages exchange only
+// activations and can span nodes. (picotron orders its grid dp, pp, cp, tp.)
 //
-// Hybrid sharding (HSDP: FSDP2's, torchtitan's data_parallel_replicate_degree
-// x data_parallel_shard_degree): with dp_shard < dp the dp axis is cut in two,
-//     dp_rank = dp_shard_rank + dp_shard * dp_replicate_rank
-// ZeRO-3 shards over groups of dp_shard consecutive dp ranks (the shard
-// group) and the shards are replicated over the dp / dp_shard groups of the
-// same shard_rank (the replicate group), e.g. dp 4, dp_shard 2:
-//     shard groups {0,1} {2,3}   replicate groups {0,2} {1,3}
-// Shard groups are the neighbours (a node's fast links carry the gathers);
-// only the gradient shards' all-reduce crosses between them.
+// Hybrid sharding (HSDP, FSDP2's): with dp_shard < dp the dp axis is cut in two,
+//     dp_rank = dp_shard_rank + dp_shard * dp_replicate_rank;
+// ZeRO-3 shards over dp_shard consecutive dp ranks (neighbours: a node's fast
+// links carry the gathers) and replicates the shards over the rest, e.g. dp 4,
+// dp_shard 2: shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}.
 //
-// Each group is a list of ranks, written once (ProcessGrid::*_group_ranks);
-// the manager splits the world by those lists.
+// A group is written once, as the axes its ranks differ along; its members are
+// the rank list ProcessGrid::ranks_along gives, and the world is split by those lists.
 #pragma once
 
 #include <memory>
@@ -37,8 +27,7 @@
 
 namespace loom::parallel {
 
-// The grid arithmetic alone, with no communication: validated sizes, a rank's
-// coordinates, and the members of its groups (global ranks, in group-rank order).
+// The grid arithmetic alone, with no communication.
 struct ProcessGrid {
   int world_size, dp_size, pp_size, tp_size, cp_size;
   int dp_shard_size;  // ZeRO-3's shard group within dp (= dp_size: no replicas)
@@ -51,36 +40,10 @@ struct ProcessGrid {
     int dp_shard_rank, dp_replicate_rank;  // dp_rank = dp_shard_rank + dp_shard * dp_replicate_rank
   };
   Coords coords(int rank) const;
-  // The ranks that share rank's coordinates off `axes`, in rank order (which is group-rank order).
-  // The dp axis is its two halves (kDp = both).
   enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kPp = 8, kDpReplicate = 16, kDp = kDpShard | kDpReplicate };
+  // The ranks that share rank's coordinates off `axes`, in rank order (= group-rank order).
   std::vector<int> ranks_along(int rank, int axes) const;
-
-  // The ranks that split each matmul (parallel/tensor_parallel/); the innermost axis.
-  std::vector<int> tp_group_ranks(int rank) const { return ranks_along(rank, kTp); }
-  // The ranks that split each sequence (parallel/context_parallel/: ring attention runs here).
-  std::vector<int> cp_group_ranks(int rank) const { return ranks_along(rank, kCp); }
-  // The replicas.
-  std::vector<int> dp_group_ranks(int rank) const { return ranks_along(rank, kDp); }
-  // Every replica and cp rank: parameter gradients are averaged here (Megatron's
-  // data-parallel group "with context parallel"): each cp rank saw other tokens
-  // of the same sequences, so a weight's gradient sums over cp as over replicas.
-  std::vector<int> dp_cp_group_ranks(int rank) const { return ranks_along(rank, kDp | kCp); }
-  // HSDP: the dp x cp ranks ZeRO-3 shards over (dp_cp_group_ranks without replicas),
-  // and the replicas of rank's shard, whose gradient shards are averaged together.
-  std::vector<int> dp_shard_cp_group_ranks(int rank) const { return ranks_along(rank, kDpShard | kCp); }
-  std::vector<int> dp_replicate_group_ranks(int rank) const { return ranks_along(rank, kDpReplicate); }
-  // HSDP: every rank of rank's replica (all axes but dp_replicate): each gradient
-  // shard once, so the grad norm and found_inf are reduced here (Megatron's
-  // intra_distributed_optimizer_instance_group).
-  std::vector<int> instance_group_ranks(int rank) const { return ranks_along(rank, kTp | kCp | kDpShard | kPp); }
-  // The stages of one replica: activations flow here, in stage order.
-  std::vector<int> pp_group_ranks(int rank) const { return ranks_along(rank, kPp); }
-  // All ranks of one model replica and cp rank (pp × tp): found-inf and the
-  // grad norm are reduced here (Megatron's "model parallel group").
-  std::vector<int> model_parallel_group_ranks(int rank) const { return ranks_along(rank, kPp | kTp); }
-  // The first and last stage of rank's pp group: the tied embedding's gradients
-  // are all-reduced here (Megatron); the rank alone when pp = 1; empty on a middle stage.
+  // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
   std::vector<int> embedding_group_ranks(int rank) const;
 };
 
@@ -88,7 +51,6 @@ class ProcessGroupManager {
  public:
   // Collective over `world`: every rank must construct it with the same sizes.
   // An invalid grid throws on every rank before any communication.
-  // dp_shard (HSDP, see the top): ZeRO-3's shard group size within dp (0: dp, no replicas).
   ProcessGroupManager(int dp, int pp, int tp = 1, int cp = 1, ProcessGroup& world = parallel::world(),
                       int dp_shard = 0);
 
@@ -109,18 +71,24 @@ class ProcessGroupManager {
   bool is_first_stage() const { return coords_.pp_rank == 0; }
   bool is_last_stage() const { return coords_.pp_rank == grid_.pp_size - 1; }
 
+  // The groups; the axes their ranks differ along are in the constructor.
   ProcessGroup& world() { return world_; }
-  ProcessGroup& tp_group() { return *tp_group_; }
-  ProcessGroup& dp_group() { return *dp_group_; }
-  ProcessGroup& cp_group();  // error when cp = 1
+  ProcessGroup& tp_group() { return *tp_group_; }  // split each matmul (tensor_parallel/)
+  ProcessGroup& dp_group() { return *dp_group_; }  // the replicas
+  ProcessGroup& cp_group();                        // split each sequence (ring attention); error when cp = 1
+  // Every replica and cp rank: gradients are averaged here (Megatron's dp group
+  // "with context parallel": each cp rank saw other tokens of the same sequences).
   ProcessGroup& dp_cp_group() { return dp_cp_group_ ? *dp_cp_group_ : *dp_group_; }
-  ProcessGroup& pp_group() { return *pp_group_; }
-  // HSDP: the group ZeRO-3 shards over, the replicas of this rank's shard (null
-  // without HSDP), and one replica's ranks (the world without HSDP).
+  ProcessGroup& pp_group() { return *pp_group_; }  // one replica's stages, in stage order
+  // HSDP: the dp x cp ranks ZeRO-3 shards over, the replicas of this rank's shard
+  // (null without HSDP), and one replica's ranks, where grad norm and found_inf
+  // are reduced (Megatron's intra_distributed_optimizer_instance_group; the world without HSDP).
   ProcessGroup& dp_shard_cp_group() { return dp_shard_cp_group_ ? *dp_shard_cp_group_ : dp_cp_group(); }
   ProcessGroup* dp_replicate_group() { return dp_replicate_group_.get(); }
   ProcessGroup& instance_group() { return instance_group_ ? *instance_group_ : world_; }
+  // One model replica (pp × tp): found-inf and the grad norm are reduced here.
   ProcessGroup& model_parallel_group() { return *mp_group_; }
+  // The first and last stage: the tied embedding's gradients are summed here (Megatron).
   bool in_embedding_group() const { return embedding_group_ != nullptr; }
   ProcessGroup& embedding_group();  // error on a middle stage
 

@@ -24,6 +24,7 @@ std::string error_of(int world, int dp, int pp, int tp = 1) {
 }
 
 using Ranks = std::vector<int>;
+using enum ProcessGrid::Axes;  // kTp, kCp, kDp, kPp, ...: the axes a group's ranks differ along
 
 // A rank's (tp, cp, dp, pp) coordinates.
 Ranks coords_of(const ProcessGrid& g, int rank) {
@@ -55,19 +56,19 @@ TEST(ProcessGrid, Dp2Pp2Layout) {
     EXPECT_EQ(g.coords(r).pp_rank, expected_pp[r]) << r;
     EXPECT_EQ(g.coords(r).tp_rank, 0);
   }
-  EXPECT_EQ(g.dp_group_ranks(0), (Ranks{0, 1}));
-  EXPECT_EQ(g.dp_group_ranks(3), (Ranks{2, 3}));
-  EXPECT_EQ(g.pp_group_ranks(0), (Ranks{0, 2}));
-  EXPECT_EQ(g.pp_group_ranks(3), (Ranks{1, 3}));
-  EXPECT_EQ(g.model_parallel_group_ranks(1), (Ranks{1, 3}));
+  EXPECT_EQ(g.ranks_along(0, kDp), (Ranks{0, 1}));
+  EXPECT_EQ(g.ranks_along(3, kDp), (Ranks{2, 3}));
+  EXPECT_EQ(g.ranks_along(0, kPp), (Ranks{0, 2}));
+  EXPECT_EQ(g.ranks_along(3, kPp), (Ranks{1, 3}));
+  EXPECT_EQ(g.ranks_along(1, kPp | kTp), (Ranks{1, 3}));
   EXPECT_EQ(g.embedding_group_ranks(2), (Ranks{0, 2}));
 }
 
 // dp 2 × pp 3: stage 1 (ranks 2, 3) is a middle stage, outside the embedding group.
 TEST(ProcessGrid, Dp2Pp3MiddleStageHasNoEmbeddingGroup) {
   ProcessGrid g(6, 2, 3);
-  EXPECT_EQ(g.pp_group_ranks(1), (Ranks{1, 3, 5}));
-  EXPECT_EQ(g.dp_group_ranks(4), (Ranks{4, 5}));
+  EXPECT_EQ(g.ranks_along(1, kPp), (Ranks{1, 3, 5}));
+  EXPECT_EQ(g.ranks_along(4, kDp), (Ranks{4, 5}));
   EXPECT_EQ(g.embedding_group_ranks(0), (Ranks{0, 4}));
   EXPECT_EQ(g.embedding_group_ranks(5), (Ranks{1, 5}));
   EXPECT_EQ(g.embedding_group_ranks(2), Ranks{});
@@ -79,16 +80,16 @@ TEST(ProcessGrid, TensorParallelAxisVariesFastest) {
   ProcessGrid g(8, 2, 2, 2);
   EXPECT_EQ(coords_of(g, 3), (Ranks{/*tp=*/1, /*cp=*/0, /*dp=*/1, /*pp=*/0}));
   EXPECT_EQ(coords_of(g, 4), (Ranks{0, 0, 0, 1}));
-  EXPECT_EQ(g.dp_group_ranks(5), (Ranks{5, 7}));
-  EXPECT_EQ(g.pp_group_ranks(5), (Ranks{1, 5}));
-  EXPECT_EQ(g.model_parallel_group_ranks(2), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(g.ranks_along(5, kDp), (Ranks{5, 7}));
+  EXPECT_EQ(g.ranks_along(5, kPp), (Ranks{1, 5}));
+  EXPECT_EQ(g.ranks_along(2, kPp | kTp), (Ranks{2, 3, 6, 7}));
 }
 
 TEST(ProcessGrid, PipelineOfOneStageIsItsOwnEmbeddingGroup) {
   ProcessGrid g(3, 3, 1);
   EXPECT_EQ(g.embedding_group_ranks(1), Ranks{1});
-  EXPECT_EQ(g.pp_group_ranks(2), Ranks{2});
-  EXPECT_EQ(g.dp_group_ranks(2), (Ranks{0, 1, 2}));
+  EXPECT_EQ(g.ranks_along(2, kPp), Ranks{2});
+  EXPECT_EQ(g.ranks_along(2, kDp), (Ranks{0, 1, 2}));
 }
 
 // Megatron's order tp-cp-dp-pp: tp 2 × cp 2 × dp 2 (pp 1) on 8 ranks.
@@ -102,12 +103,12 @@ TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
   EXPECT_EQ(g.coords(6).cp_rank, 1);
   EXPECT_EQ(g.coords(6).dp_rank, 1);
   EXPECT_EQ(g.coords(6).tp_rank, 0);
-  EXPECT_EQ(g.cp_group_ranks(5), (Ranks{5, 7}));
-  EXPECT_EQ(g.dp_group_ranks(5), (Ranks{1, 5}));
-  EXPECT_EQ(g.tp_group_ranks(6), (Ranks{6, 7}));
+  EXPECT_EQ(g.ranks_along(5, kCp), (Ranks{5, 7}));
+  EXPECT_EQ(g.ranks_along(5, kDp), (Ranks{1, 5}));
+  EXPECT_EQ(g.ranks_along(6, kTp), (Ranks{6, 7}));
   // Gradients are averaged over every replica and every cp rank of one (pp, tp) coordinate.
-  EXPECT_EQ(g.dp_cp_group_ranks(5), (Ranks{1, 3, 5, 7}));
-  EXPECT_EQ(g.model_parallel_group_ranks(2), (Ranks{2, 3}));
+  EXPECT_EQ(g.ranks_along(5, kDp | kCp), (Ranks{1, 3, 5, 7}));
+  EXPECT_EQ(g.ranks_along(2, kPp | kTp), (Ranks{2, 3}));
   try {
     ProcessGrid bad(4, 2, 1, 1, 3);
     FAIL() << "no error";
@@ -126,20 +127,20 @@ TEST(ProcessGrid, HybridShardingSplitsDpIntoShardAndReplicateGroups) {
   ProcessGrid g(8, 4, 1, 1, 2, /*dp_shard=*/2);
   EXPECT_EQ(g.coords(6).dp_shard_rank, 1);
   EXPECT_EQ(g.coords(6).dp_replicate_rank, 1);
-  EXPECT_EQ(g.dp_shard_cp_group_ranks(0), (Ranks{0, 1, 2, 3}));
-  EXPECT_EQ(g.dp_shard_cp_group_ranks(5), (Ranks{4, 5, 6, 7}));
-  EXPECT_EQ(g.dp_replicate_group_ranks(0), (Ranks{0, 4}));
-  EXPECT_EQ(g.dp_replicate_group_ranks(3), (Ranks{3, 7}));
-  EXPECT_EQ(g.instance_group_ranks(7), (Ranks{4, 5, 6, 7}));  // no tp or pp here: the shard group itself
-  EXPECT_EQ(g.dp_cp_group_ranks(0), (Ranks{0, 1, 2, 3, 4, 5, 6, 7}));  // the whole dp x cp is unchanged
+  EXPECT_EQ(g.ranks_along(0, kDpShard | kCp), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(g.ranks_along(5, kDpShard | kCp), (Ranks{4, 5, 6, 7}));
+  EXPECT_EQ(g.ranks_along(0, kDpReplicate), (Ranks{0, 4}));
+  EXPECT_EQ(g.ranks_along(3, kDpReplicate), (Ranks{3, 7}));
+  EXPECT_EQ(g.ranks_along(7, kTp | kCp | kDpShard | kPp), (Ranks{4, 5, 6, 7}));  // no tp or pp here: the shard group itself
+  EXPECT_EQ(g.ranks_along(0, kDp | kCp), (Ranks{0, 1, 2, 3, 4, 5, 6, 7}));  // the whole dp x cp is unchanged
   // Without --dp-shard the shard group is dp x cp and there is one replica.
   ProcessGrid plain(8, 4, 1, 1, 2);
-  EXPECT_EQ(plain.dp_shard_cp_group_ranks(0), plain.dp_cp_group_ranks(0));
-  EXPECT_EQ(plain.dp_replicate_group_ranks(5), (Ranks{5}));
+  EXPECT_EQ(plain.ranks_along(0, kDpShard | kCp), plain.ranks_along(0, kDp | kCp));
+  EXPECT_EQ(plain.ranks_along(5, kDpReplicate), (Ranks{5}));
   // dp 4 x pp 2, dp_shard 2: the instance spans the stages of one replica.
   ProcessGrid pp(8, 4, 2, 1, 1, 2);
-  EXPECT_EQ(pp.instance_group_ranks(0), (Ranks{0, 1, 4, 5}));
-  EXPECT_EQ(pp.dp_replicate_group_ranks(5), (Ranks{5, 7}));
+  EXPECT_EQ(pp.ranks_along(0, kTp | kCp | kDpShard | kPp), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(pp.ranks_along(5, kDpReplicate), (Ranks{5, 7}));
 }
 
 TEST(ProcessGrid, RejectsADpShardThatDoesNotDivideDp) {

@@ -1,7 +1,7 @@
 // MpiProcessGroup::isend and ::irecv: point-to-point transfers posted on the
-// caller's thread (the pipeline's; pipeline_p2p.h has the measurements). Apart
-// from process_group_mpi.cpp because it is one idea: a Work that owns an MPI
-// request and the buffer MPI reads or writes.
+// caller's thread (the pipeline's; pipeline_channels.h says why, bench/README.md
+// has the measurements). Apart from process_group_mpi.cpp because it is one
+// idea: a Work that owns an MPI request and the buffer MPI reads or writes.
 #include <chrono>
 #include <exception>
 #include <mutex>
@@ -38,7 +38,7 @@ std::mutex g_abandoned_mutex;
 std::vector<Tensor> g_abandoned;
 
 // How long a send is left to the caller's own tests before the channel's
-// thread tests it too (measured, pipeline_p2p.h: at 100 us the wake-ups still
+// thread tests it too (measured, bench/README.md: at 100 us the wake-ups still
 // cost 128 KB transfers ~20%; at 500 us and 2 ms whole steps were the same).
 constexpr std::chrono::microseconds kLatePoll(500);
 

@@ -70,7 +70,7 @@ class ProcessGroup {
   // message is on its way before the call returns, and the Work completes when
   // the receiver has it. Ordered with the group's other isends to the same
   // rank and tag, not with its queued operations. The default queues it like
-  // send_async; the MPI backend overrides it (why: pipeline_p2p.h).
+  // send_async; the MPI backend overrides it (why: pipeline_channels.h).
   virtual std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag = 0) { return send_async(t, dst, tag); }
   // Its receiving side (torch.distributed's irecv, MPI_Irecv): posted now, on
   // the calling thread; wait() waits there too, with no hand-off to the

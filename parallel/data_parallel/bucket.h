@@ -20,21 +20,12 @@
 // (Megatron pads buckets to a multiple of lcm(dp, 128) for the same reason.)
 // Padding stays zero and travels with the all-reduce.
 //
-// Two ways to reduce a bucket:
-//   AllReduce      every rank ends with the average of the whole bucket (DDP).
-//   ReduceScatter  dp rank r ends with the average of shard r only, elements
-//                  [r n/dp, (r+1) n/dp) of the bucket - all that ZeRO-1's
-//                  distributed optimizer needs, for half the traffic of an
-//                  all-reduce. The rest of the bucket keeps this rank's local
-//                  sums: it is not a gradient any more.
-// (ZeRO-2 keeps only the shards: GradShards, grad_shards.h, builds on this.)
-// In ReduceScatter mode single buckets can still be all-reduced
-// (all_reduce_bucket_of): a weight shared across pipeline stages needs its
-// whole gradient on both stages, whose shards of it differ.
+// Each bucket is all-reduced here: every rank ends with the average of the
+// whole bucket (DDP). ZeRO-1 and ZeRO-2 reduce-scatter it instead, each rank
+// keeping its shard: ShardedBuckets and GradShards (grad_shards.h).
 #pragma once
 
 #include <functional>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -54,20 +45,17 @@ struct Bucket {
   std::vector<bool> ready;     // ready[i]: params[i]'s gradient is in for this backward
   int num_ready = 0;
   std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
-  bool all_reduce = true;      // false: reduce-scatter into this rank's shard
+  bool all_reduce = true;      // false: reduce-scattered into this rank's shard (grad_shards.h)
 };
 
-// ShardGrads: ZeRO-2's GradShards (grad_shards.h; make_bucket_manager builds it).
+// How DataParallelBucket reduces its buckets: BucketManager, ShardedBuckets, GradShards.
 enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
 
 class BucketManager {
  public:
   // params: those that require grad, in module order.
-  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
-                GradReduce reduce = GradReduce::AllReduce)
-      : BucketManager(params, dp_group, bucket_cap_mb, reduce, /*allocate_now=*/true) {
-    LOOM_CHECK(reduce != GradReduce::ShardGrads, "BucketManager: ShardGrads is GradShards' mode (make_bucket_manager)");
-  }
+  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
+      : BucketManager(params, dp_group, bucket_cap_mb, /*all_reduce=*/true) {}
   virtual ~BucketManager() = default;
 
   // p's gradient buffer: fp32, p's shape, a view into buffer().
@@ -75,7 +63,7 @@ class BucketManager {
   // The main_grad a backward hook adds p's gradient into.
   virtual Tensor main_grad_to_fill(const Tensor& p) { return main_grad(p); }
   // p's gradient is in main_grad for this backward; if it completes its bucket,
-  // launch the bucket's async all-reduce or reduce-scatter (average over dp).
+  // launch the bucket's async reduction (the average over dp).
   void mark_param_ready(const Tensor& p);
   // After backward: launch any bucket not launched yet (its params got no
   // gradient this time; the same on every rank, as the graph is), then wait
@@ -89,27 +77,12 @@ class BucketManager {
   // Zeroes the buffer and forgets readiness, for the next step (Megatron's
   // zero_grad_buffer).
   void reset();
-
-  // ReduceScatter mode: reduce p's whole bucket with an all-reduce instead
-  // (before the first backward, and before fix_reductions()).
-  void all_reduce_bucket_of(const Tensor& p);
-  // From now on all_reduce_bucket_of() is an error naming `by`: a distributed
-  // optimizer has planned its steps around how each bucket is reduced.
-  void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
   // fn(b) runs as bucket b's reduction is launched, before it reads the
   // gradients: the last moment they are whole on every rank
   // (DataParallelBucket sums sequence parallelism's partial ones over tp there).
   void set_before_reduce(std::function<void(int bucket)> fn) { before_reduce_ = std::move(fn); }
 
-  // This rank's shard of bucket b: [offset, offset + numel) in the buffer, a
-  // contiguous 1/dp of the bucket (the part a distributed optimizer owns).
-  struct Shard {
-    int64_t offset, numel;
-  };
-  Shard shard(int b) const;
-  GradReduce reduce() const { return reduce_; }
   ProcessGroup& group() const { return group_; }
-
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // [sum of the stored buckets' numels] fp32 (ZeRO-2 stores shards)
   const Tensor& buffer() const { return buffer_; }
@@ -120,12 +93,11 @@ class BucketManager {
   int64_t offset_of(const Tensor& p) const;  // p's first element in the buffer
 
  protected:
-  // allocate_now false: the subclass calls allocate() in its constructor.
-  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, GradReduce reduce,
-                bool allocate_now);
+  // all_reduce false: every bucket starts reduce-scattered, and the subclass calls allocate().
+  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, bool all_reduce);
   struct Slot {
-    int bucket;    // index into buckets_
-    int index;     // position in the bucket's params
+    int bucket;      // index into buckets_
+    int index;       // position in the bucket's params
     int64_t offset;  // first element in the buffer
     Tensor main_grad;
   };
@@ -133,23 +105,18 @@ class BucketManager {
   // The buffer, each bucket's grad_data / shard_grad and the stored buckets' main_grads.
   void allocate();
   // What a subclass changes: which buckets are stored whole (else [numel / dp]),
-  // a reduce-scatter's launch and wait, and a bucket changed to an all-reduce.
+  // how bucket b's reduction is launched, and how it is waited for.
   virtual bool stores_whole(const Bucket&) const { return true; }
-  virtual void launch_reduce_scatter(int b);
+  virtual std::shared_ptr<Work> launch_reduction(int b);
   virtual void wait_for(int b) { buckets_[size_t(b)].work->wait(); }
-  virtual void bucket_now_all_reduced() {}
-
-  void launch(Bucket& b);
+  void launch(Bucket& b);  // before_reduce, then launch_reduction
 
   ProcessGroup& group_;
   std::vector<Bucket> buckets_;
 
  private:
-
-  GradReduce reduce_;
   Tensor buffer_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
-  std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
   std::function<void(int)> before_reduce_;
   Device device_;
 };

@@ -2,7 +2,6 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
-#include "parallel/data_parallel/grad_shards.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
@@ -15,7 +14,15 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
   broadcast_params(all, dp_group_);  // every replica starts from dp rank 0's weights
   for (const Tensor& p : all)
     if (autograd::requires_grad(p)) params_.push_back(p);
-  buckets_ = make_bucket_manager(params_, dp_group_, options_.bucket_cap_mb, options_.reduce);
+  if (options_.reduce == GradReduce::AllReduce) {
+    buckets_ = std::make_unique<BucketManager>(params_, dp_group_, options_.bucket_cap_mb);
+  } else {
+    auto sharded = options_.reduce == GradReduce::ShardGrads
+                       ? std::make_unique<GradShards>(params_, dp_group_, options_.bucket_cap_mb)
+                       : std::make_unique<ShardedBuckets>(params_, dp_group_, options_.bucket_cap_mb);
+    sharded_ = sharded.get();
+    buckets_ = std::move(sharded);
+  }
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }
@@ -98,6 +105,12 @@ void DataParallelBucket::reset() {
 void DataParallelBucket::grad_changed(const Tensor& param) {
   if (options_.grads_to_params && param.dtype() != kFloat32)
     autograd::set_grad(param, ops::to(buckets_->main_grad(param), param.dtype()));
+}
+
+ShardedBuckets& DataParallelBucket::sharded_buckets() {
+  LOOM_CHECK(sharded_, "DataParallelBucket: its buckets are all-reduced (BucketOptions::reduce = "
+             "GradReduce::AllReduce); only ReduceScatter and ShardGrads keep shards");
+  return *sharded_;
 }
 
 bool DataParallelBucket::holds_whole_grad(const Tensor& param) const {

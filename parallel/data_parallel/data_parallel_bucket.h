@@ -36,8 +36,8 @@
 #include <memory>
 
 #include "autograd/accumulate_grad.h"
-#include "parallel/data_parallel/bucket.h"
 #include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/data_parallel/grad_shards.h"
 
 namespace loom::parallel {
 
@@ -100,6 +100,7 @@ class DataParallelBucket : public DataParallel {
 
   BucketManager& bucket_manager() { return *buckets_; }
   const BucketManager& bucket_manager() const { return *buckets_; }
+  ShardedBuckets& sharded_buckets();  // under ZeRO-1 and ZeRO-2; an error when the buckets are all-reduced
   const BucketOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   const std::vector<Tensor>& params() const { return params_; }  // those that require grad
@@ -116,6 +117,7 @@ class DataParallelBucket : public DataParallel {
   ProcessGroup* tp_group_ = nullptr;
   std::vector<Tensor> params_;
   std::unique_ptr<BucketManager> buckets_;
+  ShardedBuckets* sharded_ = nullptr;  // buckets_, when it reduce-scatters
   bool require_backward_grad_sync_ = true;
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued
   bool synced_ = false;           // grads were synced and reset() has not run since

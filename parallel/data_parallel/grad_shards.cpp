@@ -7,8 +7,40 @@
 
 namespace loom::parallel {
 
+// ---- ZeRO-1: the buckets reduce-scattered -------------------------------------------
+
+ShardedBuckets::ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
+                               bool allocate_now)
+    : BucketManager(params, dp_group, bucket_cap_mb, /*all_reduce=*/false) {
+  if (allocate_now) allocate();
+}
+
+ShardedBuckets::Shard ShardedBuckets::shard(int b) const {
+  const Bucket& bucket = buckets_.at(size_t(b));
+  const int64_t n = bucket.numel / group_.size();  // exact: buckets are padded to dp x 64
+  return {bucket.offset + int64_t(group_.rank()) * n, n};
+}
+
+void ShardedBuckets::all_reduce_bucket_of(const Tensor& p) {
+  LOOM_CHECK(fixed_by_.empty(), "BucketManager::all_reduce_bucket_of(", p.describe(), "): the buckets' reductions "
+             "were fixed by ", fixed_by_, "; mark shared weights before building it");
+  Bucket& b = buckets_[size_t(bucket_of(p))];
+  if (b.all_reduce) return;
+  b.all_reduce = true;
+  bucket_now_all_reduced();
+}
+
+std::shared_ptr<Work> ShardedBuckets::launch_reduction(int b) {
+  if (buckets_[size_t(b)].all_reduce) return BucketManager::launch_reduction(b);
+  Shard s = shard(b);
+  return group_.reduce_scatter_async(ops::narrow(buffer(), 0, s.offset, s.numel), buckets_[size_t(b)].grad_data,
+                                     ReduceOp::Avg);
+}
+
+// ---- ZeRO-2: only the shards kept -----------------------------------------------------
+
 GradShards::GradShards(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
-    : BucketManager(params, dp_group, bucket_cap_mb, GradReduce::ShardGrads, /*allocate_now=*/false) {
+    : ShardedBuckets(params, dp_group, bucket_cap_mb, /*allocate_now=*/false) {
   allocate();
   allocate_scratches();
 }
@@ -66,13 +98,14 @@ void GradShards::open(int b) {
   ops::zero_(bucket.grad_data);
 }
 
-void GradShards::launch_reduce_scatter(int b) {
+std::shared_ptr<Work> GradShards::launch_reduction(int b) {
   Bucket& bucket = buckets_[size_t(b)];
+  if (bucket.all_reduce) return BucketManager::launch_reduction(b);
   open(b);  // a bucket none of whose params got a gradient: zeros, as on every other rank
   const int64_t n = bucket.numel / group_.size();
-  bucket.work = group_.reduce_scatter_async(ops::narrow(bucket.grad_data, 0, group_.rank() * n, n), bucket.grad_data,
-                                            ReduceOp::Avg);
   in_flight_.push_back(b);
+  return group_.reduce_scatter_async(ops::narrow(bucket.grad_data, 0, group_.rank() * n, n), bucket.grad_data,
+                                     ReduceOp::Avg);
 }
 
 void GradShards::wait_for(int b) {
@@ -106,12 +139,6 @@ void GradShards::finish_micro_batch() {
     b.ready.assign(b.params.size(), false);
     b.num_ready = 0;
   }
-}
-
-std::unique_ptr<BucketManager> make_bucket_manager(const std::vector<Tensor>& params, ProcessGroup& dp_group,
-                                                   double bucket_cap_mb, GradReduce reduce) {
-  if (reduce == GradReduce::ShardGrads) return std::make_unique<GradShards>(params, dp_group, bucket_cap_mb);
-  return std::make_unique<BucketManager>(params, dp_group, bucket_cap_mb, reduce);
 }
 
 }  // namespace loom::parallel

@@ -1,7 +1,17 @@
-// GradShards: ZeRO-2's gradient memory (Rajbhandari et al. 2020, stage 2 "P_os+g";
-// DeepSpeed's partitioned gradients with a reduce bucket). ZeRO-1 keeps the
-// whole fp32 gradient buffer and reduce-scatters it; after the step each rank
-// reads only its 1/dp of it. ZeRO-2 keeps only that 1/dp: a bucket's gradient
+// ShardedBuckets and GradShards: the buckets of bucket.h, reduce-scattered so
+// that each dp rank keeps only its shard (Rajbhandari et al. 2020, ZeRO).
+//
+// ShardedBuckets (ZeRO-1; Megatron's DDP with the distributed optimizer):
+// dp rank r ends with the average of shard r only, elements [r n/dp, (r+1) n/dp)
+// of each bucket - all that the distributed optimizer needs, for half the
+// traffic of an all-reduce. The rest of the bucket keeps this rank's local
+// sums: it is not a gradient any more. Single buckets can still be
+// all-reduced (all_reduce_bucket_of): a weight shared across pipeline stages
+// needs its whole gradient on both stages, whose shards of it differ.
+//
+// GradShards (ZeRO-2, stage 2 "P_os+g"; DeepSpeed's partitioned gradients with
+// a reduce bucket): ZeRO-1 keeps the whole fp32 gradient buffer and reads only
+// its 1/dp after the step; ZeRO-2 keeps only that 1/dp: a bucket's gradient
 // exists whole only while backward fills it and its reduce-scatter runs.
 //
 // Per rank, fp32, N params in buckets of at most B elements (padded):
@@ -14,8 +24,7 @@
 // flight, which gives its scratch back (a third scratch is allocated only if
 // three buckets fill at once, which reverse-order buckets do not).
 //
-// One bucket's life, per micro-batch (a BucketManager whose reduce-scattered
-// buckets store only this rank's shard):
+// One bucket's life under ZeRO-2, per micro-batch:
 //   open      first gradient: a scratch, zeroed; main_grad views point into it
 //   fill      the hooks add each .grad into main_grad, as under ZeRO-1
 //   launch    last gradient: reduce-scatter (average over dp) the scratch in
@@ -33,13 +42,44 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "parallel/data_parallel/bucket.h"
 
 namespace loom::parallel {
 
-class GradShards : public BucketManager {
+class ShardedBuckets : public BucketManager {
+ public:
+  ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
+      : ShardedBuckets(params, dp_group, bucket_cap_mb, /*allocate_now=*/true) {}
+
+  // This rank's shard of bucket b: [offset, offset + numel) in the buffer, a
+  // contiguous 1/dp of the bucket (the part a distributed optimizer owns).
+  struct Shard {
+    int64_t offset, numel;
+  };
+  Shard shard(int b) const;
+  // Reduce p's whole bucket with an all-reduce instead (before the first
+  // backward, and before fix_reductions()).
+  void all_reduce_bucket_of(const Tensor& p);
+  // From now on all_reduce_bucket_of() is an error naming `by`: a distributed
+  // optimizer has planned its steps around how each bucket is reduced.
+  void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
+
+ protected:
+  // allocate_now false: the subclass calls allocate() in its constructor.
+  ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, bool allocate_now);
+  // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
+  // reduced into this rank's [n] shard of itself, in place.
+  std::shared_ptr<Work> launch_reduction(int b) override;
+  virtual void bucket_now_all_reduced() {}
+
+ private:
+  std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
+};
+
+class GradShards : public ShardedBuckets {
  public:
   // The layout of BucketManager; allocates the shards and the scratches
   // (bucket-sized: the largest reduce-scattered bucket).
@@ -60,7 +100,7 @@ class GradShards : public BucketManager {
  private:
   bool stores_whole(const Bucket& b) const override { return b.all_reduce; }
   // All of b's gradients are in: reduce-scatter its scratch in place, async.
-  void launch_reduce_scatter(int b) override;
+  std::shared_ptr<Work> launch_reduction(int b) override;
   void wait_for(int b) override;
   void bucket_now_all_reduced() override;  // stored whole now (all still zero: before any backward)
   void allocate_scratches();
@@ -76,9 +116,5 @@ class GradShards : public BucketManager {
   std::vector<int> scratch_of_;  // [bucket] the scratch its grad_data lives in, -1: none
   std::deque<int> in_flight_;    // launched buckets still holding a scratch, oldest first
 };
-
-// A BucketManager for `reduce` (GradShards for ShardGrads).
-std::unique_ptr<BucketManager> make_bucket_manager(const std::vector<Tensor>& params, ProcessGroup& dp_group,
-                                                   double bucket_cap_mb, GradReduce reduce);
 
 }  // namespace loom::parallel

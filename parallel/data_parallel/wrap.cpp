@@ -41,7 +41,7 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     auto bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), dp_group, bo);
     // Under ZeRO these buckets are still all-reduced: finalize_model_grads needs their whole gradient.
     if (o.zero >= 1)
-      for (const Tensor& p : whole_grad) bucketed->bucket_manager().all_reduce_bucket_of(p);
+      for (const Tensor& p : whole_grad) bucketed->sharded_buckets().all_reduce_bucket_of(p);
     // Sequence parallelism's partial gradients are summed over tp before the
     // reduce-scatter, while they are whole (after it only shards are left).
     if (o.zero >= 1 && o.tp_group && !o.tp_partial_grads.empty())

@@ -44,7 +44,7 @@ ForwardBackwardResult train_step_pipeline_interleaved(ModelChunks& stage, Pipeli
                                                       const std::vector<MicroBatch>& micro_batches,
                                                       const LossFn& loss_fn, DataParallel* dp) {
   // Around the ring every stage sends before it receives: the schedule's sends
-  // do not wait for their receivers (pipeline_p2p.h).
+  // do not wait for their receivers (pipeline_channels.h).
   MicroBatchRunner run(stage, &p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
   const std::vector<ScheduledOp> order = interleaved_order(p2p.pp_size(), p2p.pp_rank(), stage.num_chunks(), m);

@@ -35,7 +35,7 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallel* dp) {
     // Under ZeRO-1 the two stages' shards of the weight differ: its bucket
     // must be all-reduced, so that main_grad holds the whole averaged gradient.
     LOOM_CHECK(!dp || dp->holds_whole_grad(p), "SharedWeightGradHandler: shared weight ", p.describe(),
-               " sits in a reduce-scattered bucket; call dp.bucket_manager().all_reduce_bucket_of(weight) "
+               " sits in a reduce-scattered bucket; call dp.sharded_buckets().all_reduce_bucket_of(weight) "
                "before training");
     Tensor g = dp ? dp->grad_of(p) : autograd::grad(p);
     if (!g.defined()) {

@@ -27,7 +27,7 @@ ForwardBackwardResult train_step_pipeline_zb_h1(ModelChunks& stage, PipelineP2P&
                                                 DataParallel* dp) {
   MicroBatchRunner run(stage, &p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
-  // Sends do not wait for their receivers (pipeline_p2p.h), so each stage
+  // Sends do not wait for their receivers (pipeline_channels.h), so each stage
   // simply receives right before the F or B that needs it.
   for (const auto& [kind, mb, chunk] : zb_h1_order(p2p.pp_size(), p2p.pp_rank(), m)) {
     if (kind == 'F') p2p.send_forward(run.forward(mb, p2p.recv_forward(mb)), mb);

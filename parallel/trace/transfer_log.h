@@ -1,4 +1,4 @@
-// What watches a pipeline's transfers, so that pipeline_p2p.cpp holds one
+// What watches a pipeline's transfers, so that pipeline_channels.cpp holds one
 // line of it per send and receive: with LOOM_VERBOSE=1 a line per transfer
 //   [rank 1] recv_forward <- stage 0 mb 3 [2, 16, 32] float32
 // and, with tracing on (trace.h), a span on the communication track from the

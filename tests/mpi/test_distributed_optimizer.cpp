@@ -343,7 +343,7 @@ TEST(DistributedOptimizer, MarkingAnAllReduceBucketAfterConstructionIsAnError) {
   DistributedOptimizer opt(m.groups(), dp, options_of({}));
   ASSERT_TRUE(opt.steps_early());
   try {
-    dp.bucket_manager().all_reduce_bucket_of(m.params[3]);
+    dp.sharded_buckets().all_reduce_bucket_of(m.params[3]);
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("fixed by a DistributedOptimizer"), std::string::npos) << e.what();

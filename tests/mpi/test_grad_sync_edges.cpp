@@ -124,7 +124,7 @@ TEST(BucketLaunch, ReduceScatterModeLaunchesAtTheSameMoments) {
   if (world().size() == 1) GTEST_SKIP() << "a size-1 group still reduces, but this checks a 2-rank launch";
   RecordingGroup group(world());
   FourParams m;
-  BucketManager bm(m.params, group, kCapMb, GradReduce::ReduceScatter);
+  ShardedBuckets bm(m.params, group, kCapMb);
   produce_grad(bm, m.d());
   EXPECT_EQ(group.calls, Calls{});
   produce_grad(bm, m.c());

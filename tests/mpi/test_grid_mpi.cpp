@@ -15,6 +15,7 @@ using namespace loom::parallel;
 namespace {
 
 using Ranks = std::vector<int>;
+using enum ProcessGrid::Axes;  // kTp, kCp, kDp, kPp, ...: the axes a group's ranks differ along
 
 // The global ranks of a group's members, in group-rank order, as the group itself reports them.
 Ranks members(ProcessGroup& group) {
@@ -29,10 +30,10 @@ Ranks members(ProcessGroup& group) {
 void expect_groups_match_grid(ProcessGroupManager& pgm) {
   const ProcessGrid& g = pgm.grid();
   int r = pgm.global_rank();
-  EXPECT_EQ(members(pgm.tp_group()), g.tp_group_ranks(r));
-  EXPECT_EQ(members(pgm.dp_group()), g.dp_group_ranks(r));
-  EXPECT_EQ(members(pgm.pp_group()), g.pp_group_ranks(r));
-  EXPECT_EQ(members(pgm.model_parallel_group()), g.model_parallel_group_ranks(r));
+  EXPECT_EQ(members(pgm.tp_group()), g.ranks_along(r, kTp));
+  EXPECT_EQ(members(pgm.dp_group()), g.ranks_along(r, kDp));
+  EXPECT_EQ(members(pgm.pp_group()), g.ranks_along(r, kPp));
+  EXPECT_EQ(members(pgm.model_parallel_group()), g.ranks_along(r, kPp | kTp));
   if (pgm.in_embedding_group()) {
     EXPECT_EQ(members(pgm.embedding_group()), g.embedding_group_ranks(r));
   } else {
@@ -42,10 +43,10 @@ void expect_groups_match_grid(ProcessGroupManager& pgm) {
   EXPECT_EQ(pgm.dp_group().rank(), pgm.dp_rank());
   EXPECT_EQ(pgm.pp_group().rank(), pgm.pp_rank());
   if (pgm.cp_size() > 1) {
-    EXPECT_EQ(members(pgm.cp_group()), g.cp_group_ranks(r));
+    EXPECT_EQ(members(pgm.cp_group()), g.ranks_along(r, kCp));
     EXPECT_EQ(pgm.cp_group().rank(), pgm.cp_rank());
   }
-  EXPECT_EQ(members(pgm.dp_cp_group()), g.dp_cp_group_ranks(r));
+  EXPECT_EQ(members(pgm.dp_cp_group()), g.ranks_along(r, kDp | kCp));
 }
 
 }  // namespace
@@ -148,5 +149,20 @@ TEST(ProcessGroupManager, Dp2Cp2OnFourRanks) {
   EXPECT_EQ(members(pgm.cp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
   EXPECT_EQ(members(pgm.dp_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
   EXPECT_EQ(members(pgm.dp_cp_group()), (Ranks{0, 1, 2, 3}));
+  expect_groups_match_grid(pgm);
+}
+
+// HSDP, dp 2 × pp 2 with dp_shard 1 on 4 ranks: each rank shards over itself,
+// the two dp ranks of a stage are replicas, and one replica's ranks (the
+// instance) are its two stages.
+TEST(ProcessGroupManager, HybridShardingGroupsOnFourRanks) {
+  if (parallel::world().size() != 4) GTEST_SKIP() << "a 4-rank grid";
+  ProcessGroupManager pgm(/*dp=*/2, /*pp=*/2, /*tp=*/1, /*cp=*/1, parallel::world(), /*dp_shard=*/1);
+  int r = pgm.global_rank();
+  ASSERT_TRUE(pgm.hybrid_sharded());
+  EXPECT_EQ(members(pgm.dp_shard_cp_group()), (Ranks{r}));
+  ASSERT_NE(pgm.dp_replicate_group(), nullptr);
+  EXPECT_EQ(members(*pgm.dp_replicate_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  EXPECT_EQ(members(pgm.instance_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
   expect_groups_match_grid(pgm);
 }

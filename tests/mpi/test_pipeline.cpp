@@ -598,7 +598,7 @@ TEST(Pipeline, AScheduleAnnouncesEachChannelsShapeOnce) {
 }
 
 TEST(Pipeline, InAScheduleSendForwardReturnsBeforeTheNextStageReceives) {
-  // What AFAB and 1F1B gain (pipeline_p2p.h): stage 0's send_forward returns
+  // What AFAB and 1F1B gain (pipeline_channels.h): stage 0's send_forward returns
   // while stage 1 is still busy elsewhere, and stage 0 goes on computing. 8 MB
   // is far above MPI's eager limit, so a send that waited for its transfer
   // would wait for the receive. Stage 0 tells stage 1 over another group that
