@@ -7,6 +7,7 @@
 #include "nn/hf_checkpoint.h"
 #include "nn/hf_config.h"
 #include "optim/model_checkpoint.h"
+#include "parallel/comm/watchdog.h"
 #include "parallel/load_full_state.h"
 
 namespace loom::train {
@@ -33,6 +34,7 @@ void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedP
   opt.finish_param_sync();
   const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
   if (pgm.global_rank() != 0) return;
+  parallel::watchdog::LocalWork writing(str("writing --export-hf ", a.export_hf));  // the disk may be slow (watchdog.h)
   nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);
   std::printf("exported %s (Hugging Face %s%s)\n", a.export_hf.c_str(),
               family_title(c.cfg).c_str(),

@@ -194,12 +194,11 @@ void validate(const Args& a) {
                "groups of dp-shard ranks, replicated dp / dp-shard times)");
   }
   if (a.zero == 3) {  // ZeRO-3 (parallel/data_parallel/fully_sharded.h): what it does not do yet, and why
-    // With --pp each stage's units gather and reshard per micro-batch (the schedule's order is theirs); a
-    // tied wte is two copies on the first and last stage whose gradients finalize_model_grads sums whole.
-    const bool tied = a.arch == "gpt2" && !a.untied;  // Llama's head is its own
-    LOOM_CHECK(a.pp == 1 || !tied, "--zero 3 with --pp ", a.pp, " and a tied embedding: the wte copies on the "
-               "first and last stage are summed over the embedding group as whole gradients, which ZeRO-3 never "
-               "keeps; use --untied (each stage's units then shard alone) or --zero 1");
+    // (With --pp and a tied wte, its copies on the first and last stage are units of their own, whose grad
+    // shards finalize_model_grads sums over the embedding group: fully_sharded.h's own_units.)
+    LOOM_CHECK(a.teach_break != "skip-tied-sync", "--teach-break skip-tied-sync with --zero 3: its symptom "
+               "measures the distance between the whole wte copies, which ZeRO-3 keeps only as shards; use --zero 0, "
+               "1 or 2");
     LOOM_CHECK(a.dp_mode == "bucket", "--zero 3 reduce-scatters each unit's gradient; --dp-mode ", a.dp_mode,
                " does not apply");
   }

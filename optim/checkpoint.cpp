@@ -13,6 +13,7 @@
 #include "optim/checkpoint_manifest_check.h"
 #include "optim/checkpoint_tensor_parallel.h"
 #include "parallel/comm/handshake.h"
+#include "parallel/comm/watchdog.h"
 #include "tensor/numbers.h"
 #include "tensor/ops.h"
 
@@ -83,6 +84,8 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
   //    checkpoint stays whole on disk until the new manifest replaces it.
   std::string mine;
   if (write_shard) {
+    // A busy disk may hold its fsync longer than a collective's timeout: the others wait on (watchdog.h).
+    parallel::watchdog::LocalWork writing(str("writing checkpoint ", path, " (optimizer shard)"));
     const std::string file = optim::piece_path(path, step, "optim." + std::to_string(world.rank()));
     nn::save_safetensors(file, fragments ? *fragments : optimizer_fragments(opt, params),
                          {{"format", "loom-optimizer-shard"}, {"step", step_str}});
@@ -92,6 +95,8 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
   //    never lists a piece that is not complete on disk).
   std::vector<std::string> gathered = parallel::all_gather_strings(world, mine);
   if (world.rank() != 0) return;
+  // The other ranks go on to their next collective (--export-hf's gather) and wait there for this rank.
+  parallel::watchdog::LocalWork writing(str("writing checkpoint ", path));
 
   // 3. The model piece: every parameter of the whole GPT, config and vocabulary in its metadata.
   std::map<std::string, std::string> meta = {

@@ -139,13 +139,18 @@ int64_t zero3_gathered_elements(const Zero3Units& u) {
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
                                               bool forwards_in_a_row) {
   const int64_t dp = fsdp.dp_group_size(), b = int64_t(element_size(dtype));
+  auto padded = [dp](int64_t n) { return (n + dp - 1) / dp * dp; };  // P_u
   int64_t num_params = 0, shard = 0;
+  for (const auto& unit : fsdp.units()) num_params += unit.numel, shard += padded(unit.numel) / dp;
+  // The working set by layer: a layer's own unit, with the own unit (the
+  // pipeline's tied wte) that it alone reads, gathered and freed together.
   Zero3Units u;
-  for (size_t l = 0; l < fsdp.units().size(); ++l) {
-    num_params += fsdp.units()[l].numel;
-    u.numel.push_back((fsdp.units()[l].numel + dp - 1) / dp * dp);  // P_u, padded
+  for (size_t l = 0; l < fsdp.num_layers(); ++l) {
+    int64_t n = padded(fsdp.units()[l].numel);
+    for (size_t k : fsdp.layer_units(l))
+      if (k >= fsdp.num_layers()) n += padded(fsdp.units()[k].numel);
+    u.numel.push_back(n);
     u.chunk.push_back(int(fsdp.chunk_of(l)));
-    shard += u.numel.back() / dp;
   }
   u.first_held = fsdp.read_by_a_later_layer(0), u.last_held = forwards_in_a_row;
   u.prefetch = fsdp.options().prefetch, u.reshard_after_forward = fsdp.options().reshard_after_forward;

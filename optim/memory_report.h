@@ -99,7 +99,8 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
 //               the step + the two largest adjacent units of the others (one
 //               computing, the next prefetched): (held + max_l (P_l + P_l+1)) x b;
 //               without prefetch (held + max_l P_l) x b, and without reshard
-//               after forward every unit: sum_u P_u x b. Held: the embedding
+//               after forward every unit: sum_u P_u x b. A pipeline's tied wte,
+//               a unit of its own, counts with the layer that reads it. Held: the embedding
 //               unit when the head reads its tied wte (its gradient is whole
 //               only at the end of backward); under a pipeline the stage's last
 //               unit when forwards run in a row (never resharded after forward,

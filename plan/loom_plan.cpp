@@ -126,9 +126,6 @@ int main(int argc, char** argv) {
     check_plan(m, g, b);
     check_efficiency(efficiency);
     LOOM_CHECK(!(g.recompute && g.recompute_selective), "--recompute (full) and --recompute-selective: choose one");
-    LOOM_CHECK(g.zero != 3 || g.pp == 1 || m.llama, "--zero 3 with --pp ", g.pp, " and GPT-2's tied embedding: "
-               "train_gpt refuses it (the copies are summed as whole gradients, which ZeRO-3 never keeps); use "
-               "--arch llama (untied), or --zero 1 or 2 with --pp");
     LOOM_CHECK(g.dp_shard == 0 || (g.zero == 3 && g.dp_shard >= 1 && g.dp % g.dp_shard == 0), "--dp-shard ",
                g.dp_shard, " shards ZeRO-3 over groups of dp ranks: it needs --zero 3 and a divisor of --dp ", g.dp,
                " (got --zero ", g.zero, ")");

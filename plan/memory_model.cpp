@@ -113,14 +113,16 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
     one_stage.pp = 1;
     optim::Zero3Units u;
     int chunk = 0;
+    // The head's tied wte counts with it on a stage without the embedding (its own unit, gathered with the head).
+    const bool has_embedding = items.front() == 0;
     for (size_t k = 0; k < items.size(); ++k) {
-      u.numel.push_back(params_of_item(m, one_stage, items[k], /*has_embedding=*/true));
+      u.numel.push_back(params_of_item(m, one_stage, items[k], has_embedding));
       chunk += k > 0 && items[k] != items[k - 1] + 1;  // interleaved: the next chunk's items
       u.chunk.push_back(chunk);
     }
-    // GPT-2's head reads the embedding's tied wte (a pipeline with ZeRO-3 is untied: loom_plan.cpp);
+    // GPT-2's head reads the embedding's tied wte where one stage holds both (one process, the V);
     // forwards in a row on all but the model's last stage (1F1B's warm-up), on every one under AFAB.
-    u.first_held = !m.llama && g.pp == 1;
+    u.first_held = !m.llama && has_embedding && items.back() == m.layers + 1;
     u.last_held = g.pp > 1 && b.micro_batches >= 2 && (g.schedule == "afab" || items.back() != m.layers + 1);
     r.gathered = optim::zero3_gathered_elements(u) * int64_t(dtype_bytes(g.dtype));
   }

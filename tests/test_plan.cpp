@@ -291,7 +291,7 @@ TEST(PlanProgram, HelpShowsEveryDefault) {
 
 TEST(PlanProgram, NonsenseFailsBeforeAnyWorkWithTheFlagNamed) {
   for (const char* args : {"--dp 0", "--block 0", "--efficiency 2", "--embd 130 --heads 4", "--batch -1",
-                           "--pp 2 --virtual-stages 2 --microbatches 3", "--zero 3 --pp 2"}) {
+                           "--pp 2 --virtual-stages 2 --microbatches 3", "--dp 2 --dp-shard 2 --zero 1"}) {
     const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --machine h100 " + args + " 2>&1");
     EXPECT_EQ(run.status, 1) << args << "\n" << run.output;
     EXPECT_NE(run.output.find("loom_plan: --"), std::string::npos) << args << "\n" << run.output;
@@ -505,11 +505,13 @@ TEST(PlanMemory, Zero3AddsTheEmbeddingUnitAndTwoNeighbouringUnits) {
   EXPECT_EQ(r.params * 2, memory_on_stage(m, zero1, Batch{4, 1}, 0).params);  // the param shards: / dp
 }
 
-// ZeRO-3 under a pipeline (Llama: untied, so allowed): stage 0 runs 1F1B's
-// warm-up forwards in a row, so its last unit stays gathered beside the
-// others' pair; the last stage holds a pair. The planner against a run's
-// --memory-json, every rank, to the byte (dp 2 pads nothing here).
-TEST(PlanAgainstRun, Zero3GatheredUnitsUnderAPipelineAreThePlans) {
+// ZeRO-3 under a pipeline: stage 0 runs 1F1B's warm-up forwards in a row, so
+// its last unit stays gathered beside the others' pair; the last stage holds
+// a pair. Llama (untied), and GPT-2 whose tied wte is a unit of its own on
+// each stage, gathered with the layer that reads it (the head's copy on the
+// last stage). The planner against a run's --memory-json, every rank, to the
+// byte (dp 2 pads nothing here).
+static void expect_zero3_pipeline_plan(bool llama) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_plan_z3pp_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   {
@@ -520,7 +522,7 @@ TEST(PlanAgainstRun, Zero3GatheredUnitsUnderAPipelineAreThePlans) {
   const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
                           " --allow-run-as-root --oversubscribe -np 4 " + LOOM_TRAIN_GPT +
                           " --steps 2 --block 16 --layers 4 --heads 2 --embd 64 --batch 4 --eval-every 0 --sample 0"
-                          " --arch llama --dp 2 --pp 2 --microbatches 2 --zero 3 --memory-json " + json +
+                          " --arch " + std::string(llama ? "llama" : "gpt2") + " --dp 2 --pp 2 --microbatches 2 --zero 3 --memory-json " + json +
                           " --data " + (dir / "corpus.txt").string() + " 2>&1";
   const loom::test::Exec run = loom::test::run_command(cmd);
   ASSERT_EQ(run.status, 0) << run.output;
@@ -541,14 +543,19 @@ TEST(PlanAgainstRun, Zero3GatheredUnitsUnderAPipelineAreThePlans) {
     return v;
   }();
   ASSERT_FALSE(vocab_match.empty()) << run.output;
-  ModelShape m{4, 64, 2, std::stoll(vocab_match[1]), 16, true, 2, 0};
+  ModelShape m{4, 64, 2, std::stoll(vocab_match[1]), 16, llama, llama ? 2 : 0, 0};
   Grid g = grid(2, 2, 1);
   g.zero = 3;
   for (int r = 0; r < 4; ++r) {
     const RankMemory planned = memory_on_stage(m, g, Batch{4, 2}, r / 2);
-    EXPECT_EQ(measured[size_t(r)], planned.gathered) << "rank " << r;
+    EXPECT_EQ(measured[size_t(r)], planned.gathered) << (llama ? "llama" : "gpt2") << ", rank " << r;
   }
   EXPECT_GT(measured[0], measured[2]) << "stage 0 holds its last unit beside a pair";
+}
+
+TEST(PlanAgainstRun, Zero3GatheredUnitsUnderAPipelineAreThePlans) {
+  expect_zero3_pipeline_plan(/*llama=*/true);
+  expect_zero3_pipeline_plan(/*llama=*/false);
 }
 
 TEST(PlanMemory, Zero3DoublesTheParamAllGathers) {

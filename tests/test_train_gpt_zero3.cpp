@@ -136,17 +136,8 @@ TEST(TrainGptZero3, Zero1CheckpointResumesAtZero3) {
 
 // ZeRO-3 under a pipeline (issue 52; torchtitan composes FSDP2 with its
 // stages): each stage's units gather and reshard per micro-batch in the
-// schedule's order, and prefetch stays inside a model chunk. Untied: a tied
-// wte's two copies are summed whole by finalize_model_grads, which ZeRO-3
-// never keeps, so that is refused naming --untied.
-TEST(TrainGptZero3, PipelineWithATiedEmbeddingIsRefusedWithTheReason) {
-  Result r = train("zero3_pp2", 2, "--pp 2 --batch 16 --zero 3");
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("--zero 3 with --pp 2 and a tied embedding"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("use --untied"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("step     1"), std::string::npos) << "refused before training\n" << r.output;
-}
-
+// schedule's order, and prefetch stays inside a model chunk. Untied here; the
+// tied wte's two copies: test_train_gpt_zero3_tied.cpp.
 const Result& single_process_untied() {
   static Result r = train("zero3_pp_one", 1, "--batch 16 --untied");
   return r;

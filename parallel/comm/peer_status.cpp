@@ -55,7 +55,7 @@ class MpiPeers final : public watchdog::Peers {
     finish_sends();
   }
 
-  std::string ask(const std::string& my_state, double seconds) override {
+  std::string ask(const std::string& my_state, double seconds, bool* busy_peer) override {
     // answers_[r]: rank r's state, written by its watchdog thread. A member:
     // a late answer may still land after this returns, while the job aborts.
     answers_.assign(size_, std::vector<char>(kMaxAnswer));
@@ -87,6 +87,8 @@ class MpiPeers final : public watchdog::Peers {
       if (r == rank_) continue;
       if (length[r] < 0) silent += str(silent.empty() ? "" : ", ", "rank ", r, " (", hosts_[r], ")");
       else answered += str(" Rank ", r, " (", hosts_[r], "): ", std::string(answers[r].data(), size_t(length[r])), ".");
+      if (busy_peer && length[r] > 0 && std::string(answers[r].data(), size_t(length[r])).starts_with(watchdog::kBusy))
+        *busy_peer = true;
     }
     if (!silent.empty())
       return str("No answer within ", seconds, " s from ", silent,
@@ -95,7 +97,9 @@ class MpiPeers final : public watchdog::Peers {
                  answered.empty() ? "" : " The ranks that answered:", answered);
     return str("Every rank answered, so none is dead or cut off; where they are (this rank, ", hosts_[rank_], ": ",
                my_state, "):", answered,
-               " A rank that is not in this collective skipped it or issued its collectives in a different order.");
+               busy_peer && *busy_peer ? " A rank busy outside collectives is slow (its disk, say), not out of order."
+                                       : " A rank that is not in this collective skipped it or issued its collectives "
+                                         "in a different order.");
   }
 
  private:

@@ -60,9 +60,33 @@ class Peers {
   // one has). Must not block.
   virtual void serve(const std::function<std::string()>& state) = 0;
   // Asks every other rank for its state and waits up to `seconds` (serving
-  // meanwhile); returns the diagnosis for the abort message.
-  virtual std::string ask(const std::string& my_state, double seconds) = 0;
+  // meanwhile); returns the diagnosis for the abort message. *busy_peer: some
+  // rank answered that it is inside LocalWork (below).
+  virtual std::string ask(const std::string& my_state, double seconds, bool* busy_peer = nullptr) = 0;
 };
+
+// Work a rank does outside every collective that may outlast the timeout: a
+// checkpoint's writes, whose fsync waits for the disk - 14 and 24 s measured
+// on a host whose other jobs were writing, while the ranks done with their own
+// part of the save waited in the next collective (issue 52's hang at --save
+// --export-hf: rank 0 writing the manifest, ranks 2, 4, 6 in the export's pp
+// send to it). While one lives, this rank's answer to the others starts with
+// kBusy ("busy outside collectives: writing checkpoint ck.safetensors for 21 s"),
+// and a rank whose collective is past the timeout waits on - one note, then
+// another timeout, at most kBusyExtensions times - instead of aborting: that
+// peer is not in another collective order, it is slow. Nestable; any thread.
+class LocalWork {
+ public:
+  explicit LocalWork(std::string what);
+  ~LocalWork();
+  LocalWork(const LocalWork&) = delete;
+  LocalWork& operator=(const LocalWork&) = delete;
+
+ private:
+  uint64_t id_;
+};
+inline constexpr const char* kBusy = "busy outside collectives: ";
+inline constexpr int kBusyExtensions = 10;
 
 // LOOM_COLLECTIVE_TIMEOUT in seconds, or 300 when unset. Error (tensor/numbers.h's shape) outside [1, 604800].
 double timeout_from_env();

@@ -89,6 +89,10 @@ class DataParallel {
   // Whether grad_of(param) holds the whole averaged gradient after the sync
   // (false for a ZeRO reduce-scattered bucket, where only this rank's shard does).
   virtual bool holds_whole_grad(const Tensor&) const { return true; }
+  // Where holds_whole_grad(param) is false: this rank's shard of param's
+  // averaged gradient when param is cut alone (ZeRO-3's own unit: the same
+  // elements on every copy of it), else undefined.
+  virtual Tensor grad_shard_of(const Tensor&) const { return Tensor(); }
   // Whether the wrapper itself sums sequence parallelism's partial gradients
   // over tp (ZeRO-3, before its reduce-scatter), so finalize_model_grads must not.
   virtual bool sums_tp_partial_grads() const { return false; }

@@ -16,7 +16,8 @@ namespace loom::parallel {
 
 FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers,
                                                    ProcessGroup& dp_group, FullyShardedOptions options)
-    : dp_group_(dp_group), options_(options), units_(layers.size()), layer_units_(layers.size()),
+    : dp_group_(dp_group), options_(options), units_(layers.size() + options.own_units.size()),
+      layer_units_(layers.size()),
       compute_spans_(layers.size()) {
   NoGradGuard no_grad;
   for (size_t c = 0; c < options_.chunk_sizes.size(); ++c) chunk_of_.insert(chunk_of_.end(), options_.chunk_sizes[c], c);
@@ -32,12 +33,14 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
 
   // 1. Units: layer l owns the params it is the first to hold; it reads those
   //    and any earlier unit's it shares (the head: the embedding unit's wte).
+  //    An own unit's param is owned by its unit, after the layers'.
   std::unordered_map<const TensorImpl*, size_t> owner;
+  for (size_t k = 0; k < options_.own_units.size(); ++k) owner.emplace(options_.own_units[k].impl(), layers.size() + k);
   for (size_t l = 0; l < layers.size(); ++l) {
-    Unit& unit = units_[l];
     for (const Tensor& p : layers[l]->parameters()) {
       auto [it, fresh] = owner.emplace(p.impl(), l);
-      if (fresh) {
+      Unit& unit = units_[it->second];
+      if (fresh || (it->second >= layers.size() && unit.params.empty())) {
         LOOM_CHECK(autograd::requires_grad(p), "FullyShardedDataParallel: ", p.describe(), " does not require grad");
         LOOM_CHECK(unit.params.empty() || p.dtype() == unit.params[0].dtype(), "FullyShardedDataParallel: layer ", l,
                    " has params of mixed dtypes (", unit.params[0].describe(), ", ", p.describe(), ")");
@@ -49,6 +52,9 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
       if (std::find(reads.begin(), reads.end(), it->second) == reads.end()) reads.push_back(it->second);
     }
   }
+  for (size_t k = 0; k < options_.own_units.size(); ++k)
+    LOOM_CHECK(!units_[layers.size() + k].params.empty(), "FullyShardedDataParallel: own unit ", k, " (",
+               options_.own_units[k].describe(), ") is a param of none of the ", layers.size(), " layers");
 
   // 2. Flatten each unit into `full` (params become views of it), keep this
   //    rank's shard, free `full`.
@@ -137,7 +143,7 @@ void FullyShardedDataParallel::on_grad_accumulated(size_t u) {
 }
 
 void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
-  compute_spans_[u].close(str("layer ", u, " backward"));  // unit u is layer u's: its backward is done
+  if (u < compute_spans_.size()) compute_spans_[u].close(str("layer ", u, " backward"));  // unit u is layer u's
   finish_reduce_scatter();  // one unit's full gradient in flight at a time
   NoGradGuard no_grad;
   Unit& unit = units_[u];
@@ -237,6 +243,12 @@ void FullyShardedDataParallel::unshard_all() {
 void FullyShardedDataParallel::reshard_all() {
   for (size_t u = 0; u < units_.size(); ++u)
     if (!units_[u].params.empty()) reshard(u);
+}
+
+Tensor FullyShardedDataParallel::grad_shard_of(const Tensor& param) const {
+  for (size_t k = 0; k < options_.own_units.size(); ++k)
+    if (options_.own_units[k].impl() == param.impl()) return units_[layer_units_.size() + k].grad_shard;
+  return Tensor();
 }
 
 bool FullyShardedDataParallel::read_by_a_later_layer(size_t u) const {

@@ -83,6 +83,12 @@ struct FullyShardedOptions {
   std::vector<size_t> chunk_sizes;
   // HSDP: the replicas of this rank's shards (null: dp_group is all of dp).
   ProcessGroup* replicate_group = nullptr;
+  // Params that get a unit of their own, after the layers' units: a pipeline's
+  // tied wte, whose copies on the first and the last stage must be cut at the
+  // same offsets so that their grad shards can be summed over the embedding
+  // group (grad_shard_of; finalize_model_grads.h). In its layer's unit wte
+  // would sit beside wpe on one stage and after ln_f on the other.
+  std::vector<Tensor> own_units;
 };
 
 class FullyShardedDataParallel : public DataParallel {
@@ -116,6 +122,8 @@ class FullyShardedDataParallel : public DataParallel {
   Tensor grad_of(const Tensor&) const override { return Tensor(); }  // no whole gradient exists
   bool holds_whole_grad(const Tensor&) const override { return false; }
   bool sums_tp_partial_grads() const override { return options_.tp_group != nullptr; }
+  // options().own_units' params: their unit's grad shard (after finish_grad_sync).
+  Tensor grad_shard_of(const Tensor& param) const override;
 
   // Every unit gathered, for code that reads the params outside forward (a
   // checkpoint, the sample); reshard_all() frees them again (the optimizer's
@@ -123,7 +131,11 @@ class FullyShardedDataParallel : public DataParallel {
   void unshard_all();
   void reshard_all();
 
+  // Layer l's unit is units()[l]; options().own_units' follow, in their order.
   const std::vector<Unit>& units() const { return units_; }
+  // The units layer l gathers for its forward: its own, a tied weight's, an own unit's.
+  const std::vector<size_t>& layer_units(size_t l) const { return layer_units_.at(l); }
+  size_t num_layers() const { return layer_units_.size(); }
   // Whether a later layer reads unit u's params (the head, the embedding's tied
   // wte): u then stays gathered from its forward to that layer's backward.
   bool read_by_a_later_layer(size_t u) const;
@@ -151,7 +163,7 @@ class FullyShardedDataParallel : public DataParallel {
 
   ProcessGroup& dp_group_;
   FullyShardedOptions options_;
-  std::vector<Unit> units_;                       // [layer]: unit l is layer l's (empty if it owns nothing new)
+  std::vector<Unit> units_;                       // [layer]: unit l is layer l's (empty if it owns nothing new), then own_units'
   std::vector<std::vector<size_t>> layer_units_;  // [layer] -> units it reads: its own, and a tied weight's
   struct ReduceScatter {
     std::shared_ptr<Work> work;

@@ -19,6 +19,7 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     FullyShardedOptions fo = o.fsdp;
     if (o.tp_group) fo.tp_partial_grads = o.tp_partial_grads, fo.tp_group = o.tp_group;  // summed before its reduce-scatter
     fo.replicate_group = o.replicate_group;
+    fo.own_units = whole_grad;  // the pipeline's tied wte: cut alone, its grad shards summed over the embedding group
     for (const LayerRange& r : model.chunks()) fo.chunk_sizes.push_back(size_t(r.end - r.start));
     auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, fo);
     w.fsdp = fsdp.get();

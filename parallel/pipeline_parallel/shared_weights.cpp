@@ -34,10 +34,13 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallel* dp) {
   for (auto& [p, group] : shared_) {
     // Under ZeRO-1 the two stages' shards of the weight differ: its bucket
     // must be all-reduced, so that main_grad holds the whole averaged gradient.
-    LOOM_CHECK(!dp || dp->holds_whole_grad(p), "SharedWeightGradHandler: shared weight ", p.describe(),
+    // ZeRO-3 cuts each copy alone (a unit of its own): shard r holds the same
+    // elements on both stages, and the shards are summed instead.
+    const bool whole = !dp || dp->holds_whole_grad(p);
+    Tensor g = !dp ? autograd::grad(p) : whole ? dp->grad_of(p) : dp->grad_shard_of(p);
+    LOOM_CHECK(whole || g.defined(), "SharedWeightGradHandler: shared weight ", p.describe(),
                " sits in a reduce-scattered bucket; call dp.sharded_buckets().all_reduce_bucket_of(weight) "
-               "before training");
-    Tensor g = dp ? dp->grad_of(p) : autograd::grad(p);
+               "before training (ZeRO-3: give it a unit of its own, FullyShardedOptions::own_units)");
     if (!g.defined()) {
       g = zeros(p.shape(), p.dtype(), p.device());
       autograd::set_grad(p, g);

@@ -101,8 +101,6 @@ CONSTRAINTS = [
 REFUSALS = [
     (("dropout", "tp"), lambda c: c["dropout"] > 0 and c["tp"] > 1, "--dropout with --tp"),
     (("dropout", "cp"), lambda c: c["dropout"] > 0 and c["cp"] > 1, "--dropout with --cp"),
-    (("zero", "pp", "arch", "untied"), lambda c: c["zero"] == 3 and c["pp"] > 1 and c["arch"] == "gpt2" and not c["untied"],
-     "--zero 3 with --pp, tied"),
     (("zero", "dp_mode"), lambda c: c["zero"] == 3 and c["dp_mode"] == "naive", "--zero 3 with --dp-mode naive"),
     (("dp_shard", "zero"), lambda c: c["dp_shard"] > 0 and c["zero"] != 3, "--dp-shard without --zero 3"),
     (("dp_mode", "zero", "dtype"), lambda c: c["dp_mode"] == "naive" and c["zero"] in (1, 2) or (
