@@ -6,7 +6,9 @@
 # times alternating, so that whatever else the machine is doing slows both
 # alike. Each run warms up, times `steps` steps and reports its median; the
 # table shows the median over rounds of those medians, tokens/s and the ratio
-# loom / PyTorch in tokens/s (> 1: loom is faster).
+# loom / PyTorch in tokens/s (> 1: loom is faster). On the CPU a second table
+# gives each side's median step in its main thread's CPU time (cpu_ms), which
+# at 1 thread is the step's cost even on a machine busy with other work.
 #
 # Configs (issue 3, "Speed"; issue 13 for gpt124m):
 #   small:   4 layers,  4 heads, 128 embd, block   64, batch 16, vocab 65 -- 1 thread
