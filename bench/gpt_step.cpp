@@ -41,7 +41,9 @@
 //   gemm=<onednn|openblas> dtype=<fp32|bf16> bf16_gemm=<bf16|fp32> device=<cpu|cuda:N> peak_mib=<peak>
 //   (gemm: the fp32 GEMM library, LOOM_GEMM=openblas picks OpenBLAS; bf16_gemm:
 //   how bf16 products run on the CPU, natively or through fp32; peak_mib: the
-//   device's peak live tensor bytes over the timed steps, memory_stats)
+//   device's peak live tensor bytes over the timed steps, memory_stats;
+//   cpu_ms: the median step in the main thread's CPU time, which a busy
+//   machine's waits for a core do not inflate - at --threads 1 the step's cost)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -222,20 +224,25 @@ int main(int argc, char** argv) {
 
   for (int i = 0; i < warmup; ++i) step();
   reset_peak_memory_stats(device);
-  std::vector<double> ms;
+  std::vector<double> ms, cpu_ms;  // wall and this thread's CPU time per step
   for (int i = 0; i < steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = profile::thread_cpu_seconds();
     step();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    cpu_ms.push_back((profile::thread_cpu_seconds() - cpu0) * 1e3);
   }
-  std::sort(ms.begin(), ms.end());
-  double median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  auto median_of = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  const double median = median_of(ms), median_cpu = median_of(cpu_ms);
   std::printf(
       "loom %s threads=%d ms_per_step=%.2f tokens_per_s=%.0f min_ms=%.2f gemm=%s dtype=%s bf16_gemm=%s device=%s "
-      "peak_mib=%.1f\n",
+      "peak_mib=%.1f cpu_ms=%.2f\n",
       config.c_str(), threads, median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(),
       ops::gemm_library().c_str(), dtype_name.c_str(), ops::bf16_gemm().c_str(), device.str().c_str(),
-      double(memory_stats(device).peak_bytes) / (1 << 20));
+      double(memory_stats(device).peak_bytes) / (1 << 20), median_cpu);
   if (profile_ops) {
     if (!device.is_cpu()) {
       std::fprintf(stderr, "--profile times CPU ops (a GPU op's time is its launch)\n");

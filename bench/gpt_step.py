@@ -19,6 +19,7 @@ Usage (Debian's python3-torch; on the GPU machine its python3, PyTorch 2.11):
     /usr/bin/python3 bench/gpt_step.py --config small --threads 1 [--warmup 3] [--steps 15] [--device cuda] [--tf32]
 Prints one line:  pytorch <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
   device=<cpu|cuda:N> peak_mib=<torch.cuda.max_memory_allocated, GPU only>
+  cpu_ms=<median step in the main thread's CPU time: at --threads 1, the step's cost on a busy machine>
 """
 import argparse
 import os
@@ -75,15 +76,16 @@ def main():
         step()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times = []
+    times, cpu_times = [], []  # wall and this thread's CPU time per step
     for _ in range(a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         step()
         times.append((time.perf_counter() - t0) * 1000.0)
+        cpu_times.append((time.thread_time() - c0) * 1000.0)
     ms = statistics.median(times)
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
     print(f"pytorch {a.config} threads={a.threads} ms_per_step={ms:.2f} tokens_per_s={B * T / (ms / 1000.0):.0f} "
-          f"min_ms={min(times):.2f} device={device} peak_mib={peak:.1f}")
+          f"min_ms={min(times):.2f} device={device} peak_mib={peak:.1f} cpu_ms={statistics.median(cpu_times):.2f}")
 
 
 if __name__ == "__main__":

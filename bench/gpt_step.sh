@@ -6,7 +6,9 @@
 # times alternating, so that whatever else the machine is doing slows both
 # alike. Each run warms up, times `steps` steps and reports its median; the
 # table shows the median over rounds of those medians, tokens/s and the ratio
-# loom / PyTorch in tokens/s (> 1: loom is faster).
+# loom / PyTorch in tokens/s (> 1: loom is faster). On the CPU a second table
+# gives each side's median step in its main thread's CPU time (cpu_ms), which
+# at 1 thread is the step's cost even on a machine busy with other work.
 #
 # Configs (issue 3, "Speed"; issue 13 for gpt124m):
 #   small:   4 layers,  4 heads, 128 embd, block   64, batch 16, vocab 65 -- 1 thread
@@ -126,11 +128,11 @@ torch_version() { "$1" -c 'import torch; b = torch.backends; print(torch.__versi
 echo "torch: $(torch_version "$py") ($py)"
 [ -z "$py2" ] || echo "torch2: $(torch_version "$py2") ($py2)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
-rows=()
+rows=() cpu_rows=()
 for c in "${configs[@]}"; do
   t=${threads[$c]}
   n=${steps:-${default_steps[$c]}}
-  loom_ms=() torch_ms=() torch2_ms=(0)
+  loom_ms=() torch_ms=() torch2_ms=(0) loom_cpu=() torch_cpu=() torch2_cpu=(0)
   for ((r = 1; r <= rounds; ++r)); do
     l=$(OMP_WAIT_POLICY=passive "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
     p=$(OMP_WAIT_POLICY=passive "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
@@ -142,10 +144,15 @@ for c in "${configs[@]}"; do
     loom_ms+=("$(echo "$l" | field ms_per_step)")
     torch_ms+=("$(echo "$p" | field ms_per_step)")
     [ -z "$py2" ] || { [ $r = 1 ] && torch2_ms=(); torch2_ms+=("$(echo "$p2" | field ms_per_step)"); }
+    loom_cpu+=("$(echo "$l" | field cpu_ms)")
+    torch_cpu+=("$(echo "$p" | field cpu_ms)")
+    [ -z "$py2" ] || { [ $r = 1 ] && torch2_cpu=(); torch2_cpu+=("$(echo "$p2" | field cpu_ms)"); }
   done
   lm=$(printf '%s\n' "${loom_ms[@]}" | median)
   pm=$(printf '%s\n' "${torch_ms[@]}" | median)
   p2m=$(printf '%s\n' "${torch2_ms[@]}" | median)
+  cpu_rows+=("$c $t $(printf '%s\n' "${loom_cpu[@]}" | median) $(printf '%s\n' "${torch_cpu[@]}" | median)"\
+" $(printf '%s\n' "${torch2_cpu[@]}" | median)")
   # Peak memory of the last round (GPU runs; 0 for PyTorch on the CPU).
   rows+=("$c $t $lm $pm $(echo "$l" | field peak_mib) $(echo "$p" | field peak_mib) $p2m")
 done
@@ -180,6 +187,19 @@ for row in "${rows[@]}"; do
     printf "\n" }'
 done
 if [ "$device" = cpu ]; then
+  # The main thread's CPU time per step (cpu_ms): what a busy machine's waits
+  # for a core do not inflate. At 1 thread it is the step's cost and its ratio
+  # holds under load; at 2 threads it leaves out the second thread's work.
+  echo
+  printf '%-7s %-7s %12s %12s %8s' config threads "loom CPU ms" "torch CPU ms" ratio
+  [ -z "$py2" ] && echo || printf ' %13s %8s\n' "torch2 CPU ms" ratio2
+  for row in "${cpu_rows[@]}"; do
+    read -r c t lc pc p2c <<<"$row"
+    awk -v c="$c" -v t="$t" -v lc="$lc" -v pc="$pc" -v p2c="$p2c" 'BEGIN {
+      printf "%-7s %-7s %12.1f %12.1f %7.2fx", c, t, lc, pc, pc / lc
+      if (p2c > 0) printf " %13.1f %7.2fx", p2c, p2c / lc
+      printf "\n" }'
+  done
   echo "targets (issue 19): loom GF/s >= 75% of bench_gemm's ceiling x threads; >= 1.8x PyTorch 1.13's tokens/s"
   echo "FMA ceiling to set the GF/s beside: build/bench/bench_gemm (per thread; x threads for the step)"
 else
