@@ -60,6 +60,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("dropout", [0.0, 0.1]),
     ("eod_mask_loss", [False, True]),  # on: --eod-mask-loss . (uneven target counts across ranks)
     ("experts", [0, 4]),  # --experts 4 --experts-per-token 2 (nn/moe.h), dropless
+    ("ep", [1, 2, 4]),  # --ep: the experts' compute over ep consecutive dp ranks (parallel/expert_parallel/)
 ]
 NAMES = [n for n, _ in FACTORS]
 VALUES = dict(FACTORS)
@@ -95,6 +96,8 @@ CONSTRAINTS = [
     # ... nor with fewer kv heads than heads (GPT2LMHeadModel has one per query head)
     (("lifecycle", "arch", "kv_heads"),
      lambda c: not (c["lifecycle"] == "init" and c["arch"] == "gpt2" and c["kv_heads"] not in (0, HEADS))),
+    # --ep splits the experts (4 of them) over ep consecutive dp ranks
+    (("ep", "experts", "dp"), lambda c: c["ep"] == 1 or (c["experts"] > 0 and c["dp"] % c["ep"] == 0)),
 ]
 
 # (factors it reads, predicate: train_gpt refuses, reason). The prediction only.
@@ -123,12 +126,12 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
-    # a mixture of experts: Llama's blocks only, and one process for now (examples/train_checks_moe.cpp)
+    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep) for now
+    # (examples/train_checks_moe.cpp)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
-    (("experts", "dp", "tp", "pp", "cp", "zero", "recompute"),
-     lambda c: c["experts"] > 0 and (c["dp"] * c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] > 0 or
-                                     c["recompute"] != "none"),
-     "--experts with --dp/--tp/--pp/--cp/--zero/--recompute"),
+    (("experts", "tp", "pp", "cp", "zero", "recompute"),
+     lambda c: c["experts"] > 0 and (c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
+     "--experts with --tp/--pp/--cp/--zero 3/--recompute"),
 ]
 
 
