@@ -104,6 +104,15 @@ TEST(TrainGptExpertParallel, EpTwoEqualsOneProcessWithEveryRoutingOption) {
                   "--dp 2 --ep 2");
 }
 
+// Naive DP and one bucket per tensor all-reduce in the order backward reaches the weights: every rank
+// must reach the experts' in the same order, whichever experts it computes.
+TEST(TrainGptExpertParallel, EpUnderNaiveAndPerTensorBucketsEqualsOneProcess) {
+  const Result ref = one_process("ep4_ref_plain", 4, kMoE);
+  expect_same_run(train("ep4_naive", 4, kMoE + "--dp 4 --ep 4 --dp-mode naive"), ref, "--dp 4 --ep 4 --dp-mode naive");
+  expect_same_run(train("ep4_buckets", 4, kMoE + "--dp 4 --ep 4 --bucket-mb 0.001"), ref,
+                  "--dp 4 --ep 4 --bucket-mb 0.001");
+}
+
 TEST(TrainGptExpertParallel, EpFourEqualsOneProcess) {
   const Result ref = one_process("ep4_ref", 4, kMoE + kRouting);
   expect_same_run(train("ep4", 4, kMoE + kRouting + "--dp 4 --ep 4"), ref, "--dp 4 --ep 4");

@@ -42,9 +42,10 @@ void check_all_to_all_shapes(const Tensor& output, const Tensor& input, const st
                              const std::vector<int64_t>& input_splits, int size) {
   LOOM_CHECK(input.dtype() == output.dtype(), "all_to_all_v: input ", input.describe(), " and output ",
              output.describe(), " differ in dtype");
-  LOOM_CHECK(input.dim() >= 1 && output.dim() >= 1 && input.numel() / std::max<int64_t>(input.size(0), 1) ==
-                 output.numel() / std::max<int64_t>(output.size(0), 1),
-             "all_to_all_v: input ", input.describe(), " and output ", output.describe(), " differ in row size");
+  // The row shape (every dim but the first) must match; either may have no rows.
+  LOOM_CHECK(input.dim() >= 1 && input.dim() == output.dim() &&
+                 std::equal(input.shape().begin() + 1, input.shape().end(), output.shape().begin() + 1),
+             "all_to_all_v: input ", input.describe(), " and output ", output.describe(), " differ in row shape");
   for (const auto* splits : {&input_splits, &output_splits}) {
     const bool in = splits == &input_splits;
     LOOM_CHECK(int(splits->size()) == size, "all_to_all_v: ", splits->size(), in ? " input" : " output",

@@ -76,14 +76,15 @@ Tensor dispatch_compute_combine(const Tensor& permuted, const std::vector<int64_
     trace::CommLabel label("moe dispatch");
     arrived = all_to_all(permuted, ep, splits.output, splits.input);
   }
-  // 3. Sort by local expert, compute on this rank's L experts, unsort.
+  // 3. Sort by local expert, compute, unsort. Every expert runs, the others' on no rows: each weight
+  //    then has a gradient every step (0 for the others') and every rank's backward reaches the experts'
+  //    weights in the same order - what naive DP and per-tensor buckets all-reduce by.
   const std::vector<int64_t> order = sort_by_local_expert(splits.received, n, L);
   const Tensor grouped = index_select(arrived, 0, index(order, d));  // [R, C], by local expert, then source
-  std::vector<int64_t> rows_per_expert(size_t(L), 0);
+  std::vector<int64_t> rows_per_expert(size_t(E), 0);                 // [E], 0 but for this rank's L
   for (int64_t s = 0; s < n; ++s)
-    for (int64_t j = 0; j < L; ++j) rows_per_expert[size_t(j)] += splits.received[size_t(s * L + j)];
-  const std::vector<std::shared_ptr<nn::Expert>> local(experts.begin() + first, experts.begin() + first + L);
-  const Tensor computed = nn::expert_compute(grouped, rows_per_expert, local);
+    for (int64_t j = 0; j < L; ++j) rows_per_expert[size_t(first + j)] += splits.received[size_t(s * L + j)];
+  const Tensor computed = nn::expert_compute(grouped, rows_per_expert, experts);
   const Tensor back = index_select(computed, 0, index(inverse(order), d));  // [R, C], by source again
   // 4. Combine: each row home, to the place unpermute expects it.
   Tensor out;  // [M, C]
@@ -91,11 +92,6 @@ Tensor dispatch_compute_combine(const Tensor& permuted, const std::vector<int64_
     trace::CommLabel label("moe combine");
     out = all_to_all(back, ep, splits.input, splits.output);
   }
-  // The experts this rank does not compute run on no rows: a zero gradient, so that every weight has one
-  // every step and the data-parallel all-reduce averages each expert's over every rank.
-  const Tensor no_rows = narrow(permuted, 0, 0, 0);
-  for (int64_t e = 0; e < E; ++e)
-    if (e < first || e >= first + L) out = out + sum(experts[size_t(e)]->forward(no_rows));  // + 0
   return out;
 }
 

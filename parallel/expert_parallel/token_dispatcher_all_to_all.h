@@ -20,7 +20,9 @@
 // The backward of dispatch is an all-to-all home, of combine one out
 // (all_to_all.h). Weights: every rank still holds all E experts (the first
 // rung: the compute is split, the memory not yet); the ones it does not
-// compute run on no rows, so their gradient is 0 here and the data-parallel
+// compute run on no rows (in the same place of the graph on every rank, so
+// that backward reaches every weight in the same order on every rank: naive
+// DP and per-tensor buckets all-reduce in that order), so their gradient is 0 here and the data-parallel
 // all-reduce (Avg over dp) leaves each expert (1/dp) Σ over every rank's tokens,
 // the gradient Megatron gets by summing over the expert-dp group with a 1/dp
 // scaling factor. docs/19-mixture-of-experts.md.

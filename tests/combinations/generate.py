@@ -63,6 +63,9 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("ep", [1, 2, 4]),  # --ep: the experts' compute over ep consecutive dp ranks (parallel/expert_parallel/)
 ]
 NAMES = [n for n, _ in FACTORS]
+# The completion search sets the experts first: --ep needs them, and what refuses them (tp, pp, cp,
+# ZeRO-3, recompute, gpt2) is then pruned at once instead of after every factor before them.
+SEARCH_ORDER = ["experts", "ep"] + [n for n in NAMES if n not in ("experts", "ep")]
 VALUES = dict(FACTORS)
 STRENGTH3 = ["dp", "tp", "pp", "cp", "zero", "lifecycle"]
 
@@ -97,7 +100,9 @@ CONSTRAINTS = [
     (("lifecycle", "arch", "kv_heads"),
      lambda c: not (c["lifecycle"] == "init" and c["arch"] == "gpt2" and c["kv_heads"] not in (0, HEADS))),
     # --ep splits the experts (4 of them) over ep consecutive dp ranks
-    (("ep", "experts", "dp"), lambda c: c["ep"] == 1 or (c["experts"] > 0 and c["dp"] % c["ep"] == 0)),
+    # (two rules, so that the search prunes on dp as soon as it is set)
+    (("ep", "dp"), lambda c: c["dp"] % c["ep"] == 0),
+    (("ep", "experts"), lambda c: c["ep"] == 1 or c["experts"] > 0),
 ]
 
 # (factors it reads, predicate: train_gpt refuses, reason). The prediction only.
@@ -155,7 +160,7 @@ RULES_READING = {runnable: {n: [(k, p) for k, p in rules if n in k] for n in NAM
 def completable(partial, runnable, order=None):
     """A depth-first search: can `partial` be completed into a valid case (one that runs, if runnable)?"""
     rules = CONSTRAINTS + (REFUSAL_AS_RULES if runnable else [])
-    free = [n for n in (order or NAMES) if n not in partial]
+    free = [n for n in (order or SEARCH_ORDER) if n not in partial]
     c = dict(partial)
     if not holds(rules, c):
         return None

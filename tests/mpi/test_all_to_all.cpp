@@ -57,6 +57,21 @@ TEST(AllToAllV, EachRankGetsEveryRanksBlockForIt) {
   }
 }
 
+// Every rank sends its 2 rows to rank 0: the others receive none (an empty output, rows of 3).
+TEST(AllToAllV, ARankMayReceiveNoRows) {
+  ProcessGroup& world = parallel::world();
+  const int r = world.rank(), S = world.size();
+  const Tensor in = from_vector(std::vector<float>{float(r), 1, 2, float(r), 3, 4}, {2, 3});
+  std::vector<int64_t> to_rank0(size_t(S), 0), received(size_t(S), 0);
+  to_rank0[0] = 2;
+  if (r == 0) received.assign(size_t(S), 2);
+  Tensor out = empty({r == 0 ? 2 * int64_t(S) : 0, 3});
+  world.all_to_all_v(out, in, received, to_rank0);
+  ASSERT_EQ(out.size(0), r == 0 ? 2 * S : 0);
+  const std::vector<float> got = out.to_vector<float>();
+  for (int s = 0; r == 0 && s < S; ++s) EXPECT_EQ(got[size_t(6 * s)], float(s)) << "from rank " << s;
+}
+
 // The gradient of each received row comes back to the rank and the row it was sent from: with
 // loss = Σ_rows (receiver + 1) · |y|² / 2, d loss / d x for the rows sent to rank p is (p + 1) · x.
 TEST(AllToAllV, BackwardIsTheReverseAllToAll) {
