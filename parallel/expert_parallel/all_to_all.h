@@ -1,5 +1,5 @@
-// The all-to-all as an autograd function (Megatron's
-// core/tensor_parallel/mappings.py all_to_all, _AllToAll): rows go to ranks
+// The all-to-all as an autograd function (_AllToAll in
+// Megatron-LM's core/tensor_parallel/mappings.py): rows go to ranks
 // in forward, and their gradients come back the same way in backward - the
 // reverse all-to-all, the splits swapped:
 //   forward   x [Σ input_splits, C]  -> [Σ output_splits, C]   block r of x to rank r

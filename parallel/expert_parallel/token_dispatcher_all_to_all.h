@@ -1,5 +1,5 @@
-// Expert parallelism's token dispatcher (Megatron-core's MoEAlltoAllTokenDispatcher,
-// megatron/core/transformer/moe/token_dispatcher.py): the E experts are split
+// Expert parallelism's token dispatcher (MoEAlltoAllTokenDispatcher in
+// Megatron-LM's megatron/core/transformer/moe/token_dispatcher.py): the E experts are split
 // over the N ranks of the ep group, E/N consecutive experts each, and the
 // permuted rows travel to the rank of their expert and back. Between
 // nn/moe_token_dispatcher.h's permute and unpermute (nn::MoE::expert_step):
