@@ -17,6 +17,7 @@
 #include "nn/generate.h"
 #include "nn/moe.h"
 #include "nn/moe_bias_state.h"
+#include "parallel/expert_parallel/routing_sync.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
 #include "parallel/teach/symptoms.h"
@@ -129,7 +130,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0,
                  double(memory_stats(device_).live_bytes) / (1 << 20),
                  double(memory_stats(device_).peak_bytes) / (1 << 20)};
-  const nn::RoutingStats routed = nn::take_routing_stats(*m_.chunks);  // --experts: this step's routing
+  // --experts: this step's routing, summed over the replicas' micro-batches
+  const nn::RoutingStats routed = parallel::take_routing_stats(*m_.chunks, pgm_.dp_group());
   if (routed.forwards > 0) {
     rep.moe = true;
     rep.moe_balance = routed.aux_loss / double(routed.forwards);

@@ -74,6 +74,7 @@ struct Args {
   // mixture of experts (nn/moe.h; examples/train_args_moe.cpp): experts > 0 replaces each block's MLP
   int64_t experts = 0, experts_per_token = 2, shared_experts = 0;
   double capacity_factor = 0.0, router_aux_loss_coef = 0.0, router_z_loss_coef = 0.0, router_bias_update_rate = 0.0;
+  int ep = 1;  // expert parallelism: the experts' compute split over ep consecutive dp ranks
 };
 
 

@@ -41,6 +41,9 @@ void add_moe_options(CLI::App& app, Args& a) {
   number(app, "--router-bias-update-rate", a.router_bias_update_rate, {0.0, 1e6},
          "--experts: DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the routing scores, moved by this "
          "much toward the mean load after each step (0: off)");
+  number(app, "--ep", a.ep, {1, 4096},
+         "--experts: expert parallelism, the experts split over this many consecutive --dp ranks; tokens reach "
+         "them by all-to-all (dispatch) and come back by another (combine)");
 }
 
 void apply_moe_flags(nn::GPTConfig& cfg, const Args& a, const std::string& source) {

@@ -32,10 +32,10 @@
 #include "examples/train_checkpoint.h"
 #include "examples/train_setup.h"
 #include "examples/train_step.h"
-#include "nn/moe.h"
 #include "nn/moe_aux_loss.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/distributed.h"
+#include "parallel/expert_parallel/routing_sync.h"
 #include "parallel/forward_backward.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
@@ -62,6 +62,7 @@ int run(const train::Args& a, const std::string& flags) {
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
   parallel::Model m = train::build_model(corpus.cfg, a, pgm);  // this rank's layer chunks: its stage, its tp shards
   train::init_from_hf(a, m, pgm);  // --init-from: a Hugging Face folder's weights
+  const auto ep = train::expert_parallel(m, a, pgm);  // --ep: the experts' compute over ep ranks, by all-to-all
   const DType dtype = train::parse_dtype(a.dtype);
   if (dtype != kFloat32) m.chunks->to(dtype);  // bf16/fp16 params and activations; fp32 main params below
   parallel::FinalizeModelGrads finalize(m, pgm);  // after backward: tied embedding, SP grads
@@ -105,7 +106,7 @@ int run(const train::Args& a, const std::string& flags) {
       parallel::trace::Span span("optimizer step");
       stepped = opt->step();  // unscale, found_inf, clip, AdamW, main -> model params
     }
-    for (nn::MoE* moe : nn::moe_layers(*m.chunks)) nn::update_router_bias(*moe);  // --router-bias-update-rate
+    parallel::update_router_biases(*m.chunks, pgm.dp_group());  // --router-bias-update-rate: the load over every replica
     // ---- TRAINING SECTION END: what follows reports, evaluates and saves; no number of the run changes
     diag.step_done(step, loss, lr, stepped, g.events);
     train::check_ranks_agree_on_skip(step, stepped, *opt, pgm);  // fp16: every rank skipped, or none did

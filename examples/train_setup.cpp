@@ -7,6 +7,7 @@
 #include "examples/train_device.h"
 #include "nn/hf_config.h"
 #include "nn/moe_token_dispatcher.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "optim/build_optimizer.h"
 #include "optim/checkpoint.h"
 #include "parallel/comm/build_info.h"
@@ -169,6 +170,17 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
         pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
         a.sequence_parallel ? ", sequence parallel" : "");
   return m;
+}
+
+std::unique_ptr<parallel::ProcessGroup> expert_parallel(parallel::Model& m, const Args& a,
+                                                        parallel::ProcessGroupManager& pgm) {
+  if (a.ep == 1) return nullptr;
+  std::unique_ptr<parallel::ProcessGroup> ep = parallel::make_ep_group(pgm.dp_group(), a.ep);
+  parallel::use_expert_parallel(*m.chunks, *ep);
+  say(pgm.global_rank() == 0, "expert parallel: ep %d (groups of %d consecutive dp ranks), %lld of %lld experts "
+      "computed per rank; tokens dispatched and combined by all-to-all\n", a.ep, a.ep,
+      (long long)(m.chunks->config().moe.experts / a.ep), (long long)m.chunks->config().moe.experts);
+  return ep;
 }
 
 parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel::FinalizeModelGrads& finalize,

@@ -28,6 +28,8 @@ struct PhiloxGenerator;  // tensor/generator.h
 
 namespace loom::nn {
 
+struct MoE;  // nn/moe.h
+
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module : public std::enable_shared_from_this<Module> {
@@ -60,6 +62,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // This module's own parameters and direct children, in registration order.
   const NamedTensors& named_own_parameters() const { return params_; }
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
+  // This module as a mixture-of-experts layer, or null: how moe_layers (nn/moe.h) finds them without a cast.
+  virtual MoE* as_moe() { return nullptr; }
 
   // fn(module, input) runs before each call of this module's forward (PyTorch's
   // register_forward_pre_hook), while the returned handle lives. Where a module

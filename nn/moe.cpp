@@ -31,7 +31,8 @@ Tensor MoE::forward(const Tensor& x) {
   const int64_t capacity = o.capacity_factor > 0 ? expert_capacity(o.capacity_factor, N, K, o.experts) : -1;
   const RoutingMap map = make_routing_map(r.chosen, o.experts, capacity);
   const Tensor permuted = permute(tokens, map);                                              // [M, C]
-  const Tensor computed = expert_compute(permuted, map.tokens_per_expert, {experts->begin(), experts->end()});
+  const Tensor computed = expert_step ? expert_step(permuted, map.tokens_per_expert)  // [M, C]
+                                      : expert_compute(permuted, map.tokens_per_expert, {experts->begin(), experts->end()});
   Tensor out = unpermute(computed, r.weights, map);                                          // [N, C]
   if (shared_experts) out = out + shared_experts->forward(tokens);
   const bool counting = is_training() && GradMode::is_enabled();  // not evaluation, not a recompute's rerun
@@ -53,7 +54,7 @@ Tensor MoE::forward(const Tensor& x) {
 
 std::vector<MoE*> moe_layers(Module& root) {
   std::vector<MoE*> found;
-  if (auto* moe = dynamic_cast<MoE*>(&root)) found.push_back(moe);
+  if (MoE* moe = root.as_moe()) found.push_back(moe);
   for (const auto& [name, child] : root.named_children())
     for (MoE* m : moe_layers(*child)) found.push_back(m);
   return found;

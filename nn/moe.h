@@ -16,6 +16,7 @@
 // rate · sign(mean load - load_e), the loads counted over the step's tokens.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "nn/dropout.h"
@@ -51,11 +52,15 @@ struct MoE : Layer {
   Tensor score_bias;                               // [E] fp32, not a parameter; undefined without the bias
   RoutingStats stats;                              // for the log (take_routing_stats)
   std::vector<int64_t> step_load;                  // [E] for the bias (update_router_bias)
+  // The expert compute step, permuted [M, C] -> [M, C]; empty: every expert here (expert_compute).
+  // Expert parallelism sets dispatch -> compute -> combine (parallel/expert_parallel/token_dispatcher_all_to_all.h).
+  std::function<Tensor(const Tensor& permuted, const std::vector<int64_t>& tokens_per_expert)> expert_step;
 
   // Draws gate, then each expert's w1, w2, w3, then the shared experts, from gen.
   MoE(int64_t C, int64_t I, const MoEOptions& o, Generator& gen, double proj_std, double p_dropout = 0.0);
   // x: [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) override;
+  MoE* as_moe() override { return this; }
 };
 
 // The MoE layers under root, in module order.

@@ -132,7 +132,7 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--capacity-factor 1.0", "--capacity-factor tunes a mixture of experts; it needs --experts E"},
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
-      {kMoE + "--zero 1", "--experts 4 with --zero 1: a mixture of experts trains in one process"},
+      {kMoE + "--zero 3", "--experts 4 with --zero 3: a mixture of experts trains on the CPU under data parallel"},
       {kMoE + "--recompute full", "--experts 4 with --recompute full: "},
       {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
                                                      "formula counts dropless routed experts only"},
@@ -146,16 +146,16 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
   }
   // A checkpoint with experts, resumed with no --experts flag: still refused under what the experts refuse.
   ASSERT_EQ(train("moe_ckpt", 1, kMoE + "--batch 4 --stop-at 1").status, 0);
-  const Result resumed = train("moe_refused_resume", 2, "--dp 2 --resume " + checkpoint("moe_ckpt"), false);
+  const Result resumed = train("moe_refused_resume", 2, "--tp 2 --resume " + checkpoint("moe_ckpt"), false);
   EXPECT_NE(resumed.status, 0);
-  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --dp 2: a mixture of experts trains in one "
-                                "process"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --tp 2: a mixture of experts trains on the "
+                                "CPU under data parallel"), std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << resumed.output;
   // Under mpirun: the parallel axes are refused by name too.
-  for (const std::string axis : {"--dp 2", "--tp 2", "--pp 2", "--cp 2"}) {
+  for (const std::string axis : {"--tp 2", "--pp 2", "--cp 2"}) {
     const Result r = train("moe_refused_mpi", 2, kMoE + axis, false);
     EXPECT_NE(r.status, 0) << axis;
-    EXPECT_NE(r.output.find("--experts 4 with " + axis + ": a mixture of experts trains in one process"),
+    EXPECT_NE(r.output.find("--experts 4 with " + axis + ": a mixture of experts trains on the CPU under data parallel"),
               std::string::npos) << axis << "\n" << r.output;
   }
 }

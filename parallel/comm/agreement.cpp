@@ -16,6 +16,7 @@ const char* collective_name(Collective kind) {
     case Collective::AllGather: return "all_gather";
     case Collective::Broadcast: return "broadcast";
     case Collective::Barrier: return "barrier";
+    case Collective::AllToAll: return "all_to_all_v";
   }
   return "?";
 }

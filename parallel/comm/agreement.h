@@ -16,7 +16,7 @@
 
 namespace loom::parallel {
 
-enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier };
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, AllToAll };
 
 struct CallAgreement {
   int pairs[8];  // MPI_2INT pairs, the send buffer of the MAXLOC all-reduce

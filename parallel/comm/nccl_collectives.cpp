@@ -162,6 +162,33 @@ std::shared_ptr<Work> NcclProcessGroup::recv_async(const Tensor& t, int src, int
   });
 }
 
+// Rank r's block goes by ncclSend, rank r's block for us comes by ncclRecv, all
+// of them in one NCCL group so that they progress together (and the send to
+// this rank itself meets its receive).
+std::shared_ptr<Work> NcclProcessGroup::all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                                           const std::vector<int64_t>& output_splits,
+                                                           const std::vector<int64_t>& input_splits) {
+  check_tensor("all_to_all_v", output, "output");
+  check_tensor("all_to_all_v", input, "input");
+  check_all_to_all_shapes(output, input, output_splits, input_splits, size_);
+  const Tensor& rows = input.size(0) > 0 ? input : output;
+  const size_t row_bytes = rows.size(0) > 0 ? rows.nbytes() / size_t(rows.size(0)) : 0;
+  const size_t row_numel = rows.size(0) > 0 ? size_t(rows.numel() / rows.size(0)) : 0;
+  return enqueue(str("all_to_all_v(", dtype_name(input.dtype()), ")"), input.nbytes(), {output, input},
+                 [&](ncclComm_t comm, cudaStream_t s) {
+    const auto* in = static_cast<const char*>(input.raw_data());
+    auto* out = static_cast<char*>(output.raw_data());
+    NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < size_; ++r) {
+      const auto sent = size_t(input_splits[size_t(r)]), received = size_t(output_splits[size_t(r)]);
+      if (sent > 0) NCCL_CHECK(ncclSend(in, sent * row_numel, nccl_type(input.dtype()), r, comm, s));
+      if (received > 0) NCCL_CHECK(ncclRecv(out, received * row_numel, nccl_type(input.dtype()), r, comm, s));
+      in += sent * row_bytes, out += received * row_bytes;
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 std::shared_ptr<Work> NcclProcessGroup::barrier_async() {
   return enqueue("barrier", 0, {barrier_buffer_}, [&](ncclComm_t comm, cudaStream_t s) {
     NCCL_CHECK(ncclAllReduce(barrier_buffer_.raw_data(), barrier_buffer_.raw_data(), 1, ncclFloat32, ncclSum, comm, s));

@@ -48,6 +48,10 @@ class NcclProcessGroup final : public ProcessGroup, public watchdog::Watched {
   // base class's isend/irecv are these: they are already asynchronous.
   std::shared_ptr<Work> send_async(const Tensor& t, int dst, int tag) override;
   std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag) override;
+  // One grouped send/recv per peer (ncclGroupStart/End): NCCL has no all-to-all-v.
+  std::shared_ptr<Work> all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                           const std::vector<int64_t>& output_splits,
+                                           const std::vector<int64_t>& input_splits) override;
   // An all-reduce of one float: orders the ranks' streams, not their hosts.
   std::shared_ptr<Work> barrier_async() override;
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override;

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -78,6 +79,18 @@ class ProcessGroup {
   // and tag. The default queues it like recv_async.
   virtual std::shared_ptr<Work> irecv(const Tensor& t, int src, int tag = 0) { return recv_async(t, src, tag); }
   virtual std::shared_ptr<Work> barrier_async() = 0;
+  // All-to-all with uneven blocks (MPI_Alltoallv; torch.distributed's
+  // all_to_all_single with split sizes): input's rows, cut in blocks of
+  // input_splits[0], input_splits[1], ... rows, go to ranks 0, 1, ...; output
+  // gets rank r's block for this rank at its output_splits[r] rows, in rank order.
+  //   input [Σ input_splits, ...] -> output [Σ output_splits, ...], the same row shape and dtype
+  // Rows are along dim 0. The splits must match across ranks (this rank's
+  // output_splits[r] = rank r's input_splits[this rank]): expert parallelism
+  // exchanges them first (parallel/expert_parallel/token_dispatcher_all_to_all.h).
+  // Groups that cannot (test doubles) keep the default, which throws.
+  virtual std::shared_ptr<Work> all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                                   const std::vector<int64_t>& output_splits,
+                                                   const std::vector<int64_t>& input_splits);
 
   // ---- synchronous: the same, then wait ----
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
@@ -89,6 +102,10 @@ class ProcessGroup {
   void send(const Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
   void recv(const Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   void barrier() { barrier_async()->wait(); }
+  void all_to_all_v(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+                    const std::vector<int64_t>& input_splits) {
+    all_to_all_v_async(output, input, output_splits, input_splits)->wait();
+  }
 
   // ---- sub-groups ----
   // Collective over this group (every rank must call it, in the same order as
@@ -105,6 +122,10 @@ void check_reduce_op(const char* op, const Tensor& t, ReduceOp r);  // Avg: floa
 void check_reduce_scatter_shapes(const Tensor& output, const Tensor& input, int size);
 // all_gather: input [n] -> output [size * n], one dtype.
 void check_all_gather_shapes(const Tensor& output, const Tensor& input, int size);
+// all_to_all_v: one split per rank, each >= 0, summing to the rows of input
+// and output; one dtype and one row shape.
+void check_all_to_all_shapes(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+                             const std::vector<int64_t>& input_splits, int size);
 // The two views share bytes (collectives may not alias except in place).
 bool overlap(const Tensor& a, const Tensor& b);
 

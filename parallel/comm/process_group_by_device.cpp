@@ -57,6 +57,12 @@ std::shared_ptr<Work> ProcessGroupByDevice::irecv(const Tensor& t, int src, int 
   return backend("recv", t).irecv(t, src, tag);
 }
 
+std::shared_ptr<Work> ProcessGroupByDevice::all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                                               const std::vector<int64_t>& output_splits,
+                                                               const std::vector<int64_t>& input_splits) {
+  return backend("all_to_all_v", output, input).all_to_all_v_async(output, input, output_splits, input_splits);
+}
+
 namespace {
 
 // Done when both are: a barrier on both backends.

@@ -39,6 +39,9 @@ class ProcessGroupByDevice final : public ProcessGroup {
   std::shared_ptr<Work> recv_async(const Tensor& t, int src, int tag) override;
   std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag) override;
   std::shared_ptr<Work> irecv(const Tensor& t, int src, int tag) override;
+  std::shared_ptr<Work> all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                           const std::vector<int64_t>& output_splits,
+                                           const std::vector<int64_t>& input_splits) override;
   std::shared_ptr<Work> barrier_async() override;  // on both: a barrier means every rank got here
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override;
 

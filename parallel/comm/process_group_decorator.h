@@ -34,6 +34,11 @@ class ProcessGroupDecorator : public ProcessGroup {
   std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag) override { return inner_.isend(t, dst, tag); }
   std::shared_ptr<Work> irecv(const Tensor& t, int src, int tag) override { return inner_.irecv(t, src, tag); }
   std::shared_ptr<Work> barrier_async() override { return inner_.barrier_async(); }
+  std::shared_ptr<Work> all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                           const std::vector<int64_t>& output_splits,
+                                           const std::vector<int64_t>& input_splits) override {
+    return inner_.all_to_all_v_async(output, input, output_splits, input_splits);
+  }
   // The sub-group is the decorated group's own, undecorated.
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override {
     return inner_.split(color, key, name);

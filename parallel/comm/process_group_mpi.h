@@ -48,6 +48,9 @@ class MpiProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> isend(const Tensor& t, int dst, int tag) override;  // MPI_Isend on the caller's thread
   std::shared_ptr<Work> irecv(const Tensor& t, int src, int tag) override;  // MPI_Irecv on the caller's thread
   std::shared_ptr<Work> barrier_async() override;
+  std::shared_ptr<Work> all_to_all_v_async(const Tensor& output, const Tensor& input,
+                                           const std::vector<int64_t>& output_splits,
+                                           const std::vector<int64_t>& input_splits) override;
   std::unique_ptr<ProcessGroup> split(int color, int key, const std::string& name) override;
 
   MPI_Comm comm() const { return comm_; }

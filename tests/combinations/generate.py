@@ -60,8 +60,12 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("dropout", [0.0, 0.1]),
     ("eod_mask_loss", [False, True]),  # on: --eod-mask-loss . (uneven target counts across ranks)
     ("experts", [0, 4]),  # --experts 4 --experts-per-token 2 (nn/moe.h), dropless
+    ("ep", [1, 2, 4]),  # --ep: the experts' compute over ep consecutive dp ranks (parallel/expert_parallel/)
 ]
 NAMES = [n for n, _ in FACTORS]
+# The completion search sets the experts first: --ep needs them, and what refuses them (tp, pp, cp,
+# ZeRO-3, recompute, gpt2) is then pruned at once instead of after every factor before them.
+SEARCH_ORDER = ["experts", "ep"] + [n for n in NAMES if n not in ("experts", "ep")]
 VALUES = dict(FACTORS)
 STRENGTH3 = ["dp", "tp", "pp", "cp", "zero", "lifecycle"]
 
@@ -95,6 +99,10 @@ CONSTRAINTS = [
     # ... nor with fewer kv heads than heads (GPT2LMHeadModel has one per query head)
     (("lifecycle", "arch", "kv_heads"),
      lambda c: not (c["lifecycle"] == "init" and c["arch"] == "gpt2" and c["kv_heads"] not in (0, HEADS))),
+    # --ep splits the experts (4 of them) over ep consecutive dp ranks
+    # (two rules, so that the search prunes on dp as soon as it is set)
+    (("ep", "dp"), lambda c: c["dp"] % c["ep"] == 0),
+    (("ep", "experts"), lambda c: c["ep"] == 1 or c["experts"] > 0),
 ]
 
 # (factors it reads, predicate: train_gpt refuses, reason). The prediction only.
@@ -121,12 +129,12 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
-    # a mixture of experts: Llama's blocks only, and one process for now (examples/train_checks_moe.cpp)
+    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep) for now
+    # (examples/train_checks_moe.cpp)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
-    (("experts", "dp", "tp", "pp", "cp", "zero", "recompute"),
-     lambda c: c["experts"] > 0 and (c["dp"] * c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] > 0 or
-                                     c["recompute"] != "none"),
-     "--experts with --dp/--tp/--pp/--cp/--zero/--recompute"),
+    (("experts", "tp", "pp", "cp", "zero", "recompute"),
+     lambda c: c["experts"] > 0 and (c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
+     "--experts with --tp/--pp/--cp/--zero 3/--recompute"),
 ]
 
 
@@ -150,7 +158,7 @@ RULES_READING = {runnable: {n: [(k, p) for k, p in rules if n in k] for n in NAM
 def completable(partial, runnable, order=None):
     """A depth-first search: can `partial` be completed into a valid case (one that runs, if runnable)?"""
     rules = CONSTRAINTS + (REFUSAL_AS_RULES if runnable else [])
-    free = [n for n in (order or NAMES) if n not in partial]
+    free = [n for n in (order or SEARCH_ORDER) if n not in partial]
     c = dict(partial)
     if not holds(rules, c):
         return None

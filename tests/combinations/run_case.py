@@ -295,6 +295,8 @@ def case_args(f, model):
     par = ["--dp", f["dp"], "--tp", f["tp"], "--pp", f["pp"], "--cp", f["cp"], "--zero", f["zero"]]
     if f.get("dp_shard"):
         par += ["--dp-shard", f["dp_shard"]]
+    if f.get("ep", 1) > 1:
+        par += ["--ep", f["ep"]]
     if f["sequence_parallel"]:
         par += ["--sequence-parallel"]
     for flag, key, default in [("--dp-mode", "dp_mode", "bucket"), ("--bucket-mb", "bucket_mb", 25),
