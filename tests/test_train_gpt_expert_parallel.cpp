@@ -62,15 +62,18 @@ TEST(TrainGptExpertParallel, DataParallelLogsTheRoutingOfEveryReplica) {
   }
 }
 
-// Save at dp 2, resume at dp 2 (the same bits as straight through) and at one process (within tolerance).
-// No bias here: it is not in the checkpoint yet (examples/train_checks_moe.cpp refuses it with --resume).
-TEST(TrainGptExpertParallel, DataParallelSaveResumesAtDataParallelAndAtOneProcess) {
+namespace {
+
+// Save at `parallel` (2 ranks) at step 5, resume there (the same bits as straight through) and at one
+// process with 2 micro-batches (within tolerance): every rank holds every expert's weights and optimizer
+// state, so the checkpoint is data parallel's whether or not --ep splits the compute.
+void expect_save_resumes(const std::string& name, const std::string& parallel) {
   const std::string flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
-  const Result straight = train("ep_dp2_straight", 2, flags + "--dp 2");
-  const Result first = train("ep_dp2_first", 2, flags + "--dp 2 --stop-at 5");
+  const Result straight = train(name + "_straight", 2, flags + parallel);
+  const Result first = train(name + "_first", 2, flags + parallel + " --stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
-  const Result resumed = train("ep_dp2_resumed", 2, flags + "--dp 2 --resume " + checkpoint("ep_dp2_first"));
-  const Result one = train("ep_dp2_resumed_1", 1, flags + "--grad-accum 2 --resume " + checkpoint("ep_dp2_first"));
+  const Result resumed = train(name + "_resumed", 2, flags + parallel + " --resume " + checkpoint(name + "_first"));
+  const Result one = train(name + "_resumed_1", 1, flags + "--grad-accum 2 --resume " + checkpoint(name + "_first"));
   ASSERT_EQ(straight.status, 0) << straight.output;
   for (const Result* r : {&resumed, &one}) {
     ASSERT_EQ(r->status, 0) << r->output;
@@ -81,11 +84,17 @@ TEST(TrainGptExpertParallel, DataParallelSaveResumesAtDataParallelAndAtOneProces
     EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 5 + i;
     EXPECT_NEAR(one.losses[i], straight.losses[5 + i], 1e-5 * straight.losses[5 + i]) << "step " << 5 + i;
   }
-  for (const auto& [name, t] : straight.weights.tensors) {
-    EXPECT_EQ(resumed.weights.at(name).to_vector<float>(), t.to_vector<float>()) << name;
-    const Diff d = diff_of(one.weights.at(name), t);
-    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << name;
+  for (const auto& [tensor, t] : straight.weights.tensors) {
+    EXPECT_EQ(resumed.weights.at(tensor).to_vector<float>(), t.to_vector<float>()) << tensor;
+    const Diff d = diff_of(one.weights.at(tensor), t);
+    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << tensor;
   }
+}
+
+}  // namespace
+
+TEST(TrainGptExpertParallel, DataParallelSaveResumesAtDataParallelAndAtOneProcess) {
+  expect_save_resumes("ep_dp2", "--dp 2");
 }
 
 // ---- expert parallelism: --ep N, the experts' compute split over N consecutive dp ranks ----
@@ -125,32 +134,7 @@ TEST(TrainGptExpertParallel, EpWithZeroOneEqualsOneProcess) {
                   "--dp 2 --ep 2 --zero 1");
 }
 
-// Save at ep 2, resume at ep 2 (the same bits as straight through) and at one process (within tolerance):
-// every rank holds every expert's weights and optimizer state, so the checkpoint is data parallel's.
-TEST(TrainGptExpertParallel, EpSaveResumesAtEpAndAtOneProcess) {
-  const std::string flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 --dp 2 ";
-  const Result straight = train("ep2_straight", 2, flags + "--ep 2");
-  const Result first = train("ep2_first", 2, flags + "--ep 2 --stop-at 5");
-  ASSERT_EQ(first.status, 0) << first.output;
-  const Result resumed = train("ep2_resumed", 2, flags + "--ep 2 --resume " + checkpoint("ep2_first"));
-  const std::string one_flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
-  const Result one = train("ep2_resumed_1", 1, one_flags + "--grad-accum 2 --resume " + checkpoint("ep2_first"));
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  for (const Result* r : {&resumed, &one}) {
-    ASSERT_EQ(r->status, 0) << r->output;
-    ASSERT_EQ(r->losses.size(), 5u);
-  }
-  for (size_t i = 0; i < 5; ++i) {
-    EXPECT_EQ(resumed.losses[i], straight.losses[5 + i]) << "step " << 5 + i;
-    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 5 + i;
-    EXPECT_NEAR(one.losses[i], straight.losses[5 + i], 1e-5 * straight.losses[5 + i]) << "step " << 5 + i;
-  }
-  for (const auto& [name, t] : straight.weights.tensors) {
-    EXPECT_EQ(resumed.weights.at(name).to_vector<float>(), t.to_vector<float>()) << name;
-    const Diff d = diff_of(one.weights.at(name), t);
-    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << name;
-  }
-}
+TEST(TrainGptExpertParallel, EpSaveResumesAtEpAndAtOneProcess) { expect_save_resumes("ep2", "--dp 2 --ep 2"); }
 
 // --export-hf at ep 2 writes every expert (Mixtral's names), as one process's export does.
 TEST(TrainGptExpertParallel, EpExportEqualsOneProcessExport) {

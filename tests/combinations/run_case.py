@@ -78,6 +78,8 @@ CP_MASKED_PARAM_TOL = 1e-4
 # process resumes the run's step-3 checkpoint - carried by the state, not
 # made by the step's reductions (the parallel step and one process's from the
 # same state agree to 3e-7).
+# Masked tp cases too: --dp 2 --tp 4 --sequence-parallel --zero 3 --dp-shard 2, GPT-2, fp32: grad norm
+# 1.1e-5 off at every run (losses 2.1e-7), the weights' rounding beside the row-parallel partial sums.
 CP_MASKED_GRAD_NORM_TOL = 5e-5
 # fp32 params when the global batch is summed in 8 parts or more (dp x micro-batches x accumulation):
 # AdamW lifts the summation order's rounding on near-zero gradients (train_gpt_run.h) as with cp, e.g.
@@ -360,6 +362,8 @@ def judge(runner, case):
         tol["params"] = SPLIT_PARAM_TOL
     if f["tp"] > 1 and f["dtype"] == "fp32":
         tol["params"] = max(tol["params"], TP_PARAM_TOL)
+        if f.get("eod_mask_loss"):  # the token weights' rounding meets tp's partial sums, as cp's
+            tol["grad_norm"] = CP_MASKED_GRAD_NORM_TOL
     args = model + same + par + ["--batch", str(batch)]
     export = life == "export"
     # An export case saves no checkpoint: its final params are the export's (issue 52: --export-hf without

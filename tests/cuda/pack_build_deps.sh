@@ -3,7 +3,7 @@
 # image (nvcc, CMake, ninja, a C++ compiler), packed here from Debian's
 # packages, for tests/cuda/build_on_device.sh:
 #   usr/    the header-only and static libraries, as Debian installs them
-#           (Eigen, nlohmann/json, CLI11, GoogleTest), with their CMake
+#           (Eigen, nlohmann/json, CLI11, GoogleTest and GoogleMock), with their CMake
 #           package files, which find their folder relative to themselves
 #   openblas/  cblas.h and friends, and libopenblas.so.0 with the libraries it
 #           loads (libgfortran, libquadmath: the bundle's copies, whose run
@@ -16,7 +16,7 @@ out=$1
 bundle_lib=$2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-for pkg in libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev; do
+for pkg in libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev; do
   dpkg -L "$pkg" > /dev/null 2>&1 || { echo "pack_build_deps.sh: $pkg is not installed (examples/setup_debian.sh)" >&2; exit 1; }
   # Headers, static libraries and CMake files; not documentation.
   dpkg -L "$pkg" | grep -E '^/usr/(include|lib|share/(eigen3|cmake|pkgconfig))/' | while read -r f; do
