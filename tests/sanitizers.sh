@@ -103,7 +103,7 @@ asan() {
   # same modes again in other combinations.
   local catalogs='TrainGpt\.(BadInputFailsWithAClearMessage|DeviceIsCheckedUpFront|EveryFlagIsCheckedBeforeTrainingWithItsRange|DropoutRunsAreTheSameOnOneAndTwoThreads)'
   local representative=(
-    'mpi_(collectives|grid|handshake|tensor_parallel|ring_attention|process_group_by_device|pipeline|finalize_model_grads|pipeline_io|distributed_optimizer|fully_sharded|param_gather_overlap|grad_sync_edges)_np2'
+    'mpi_(collectives|grid|handshake|tensor_parallel|ring_attention|process_group_by_device|pipeline|finalize_model_grads|pipeline_io|distributed_optimizer|fully_sharded|param_gather_overlap|grad_sync_edges|all_to_all)_np2'
     'mpi_(data_parallel|distributed_optimizer)_np3' 'mpi_(watchdog|rank_that_throws|train_gpt_ranks)_.*'
     'Plan(Memory|Step|Checks|Communication|Compute|ContextParallel|Llama|Pipeline|Program|Recompute)\..*' 'Typos\..*'
     '(ActivationFormula|CommBuffers|Dp234|ZeroFlag|TeachBreak|TrainGptRecompute|Modes/RecomputeModel)\..*'
@@ -111,7 +111,8 @@ asan() {
     'TrainGptParallel\.((BucketDataParallel|NaiveDataParallel|TensorParallel|SequenceParallel|Zero)TwoRanks|PipelineTwoStages(Afab|1F1B)|InterleavedPipelineWithDataParallel|ZeroOverlapParamGather|ZeroWithPipeline|AllAxesInterleavedWithZeroOverlap)MatchesOneProcess'
     'TrainGptParallel\.(GradientAccumulationEqualsTheLargerBatch|ZeroPipelineResumeIsBitExact|ZeroCheckpointReshardsFromTwoToFourRanks|TensorParallelCheckpointResumesAtDataAndTensorParallel|Fp16OverflowSkipsTheStepOnEveryRank|Bf16TracksFp32|TraceHasARowPerRankWithComputeAndCommunication|MemoryReportShowsTheShardedOptimizerState|MemoryReportUnderTensorParallelShowsTheSplit|InvalidGridFailsOnEveryRankWithTheSizes)'
     'TrainGptZero3\.(TwoRanksMatchOneProcess|WithTensorParallelMatchesOneProcess|WithSequenceParallelMatchesOneProcess|CheckpointResumesAtZero1OnTwoRanks|Fp16WithAnOverflowMatchesZero1)'
-    'TrainGptZero3Trace\.EachUnitsGathers.*'
+    'TrainGptZero3Trace\.EachUnitsGathers.*' 'TrainGptZero3Tied\.PipelineMatchesOneProcess'
+    'TrainGptExpertParallel\.EpTwoEqualsOneProcessWithEveryRoutingOption'
     'Zero2\.(TwoRanksMatchesOneProcess|WithTensorParallelMatchesOneProcess|CheckpointResumesAtZero1OnOtherRanks|Bf16EqualsZero1BitForBit)'
     'TrainGptContextParallel\.(TwoRanksMatchOneProcessInTrainingAndEvaluation|WithRecomputationMatchesOneProcess|LlamaWithTheTokensTruePositionsMatchesOneProcess|CheckpointResumesAcrossCpSizes)'
     'TrainLlamaParallel\.(BucketDataParallelTwoRanksMatchesOneProcess|PipelineTwoStagesMatchesOneProcess|TensorParallelWithSequenceParallelMatchesOneProcess|SingleProcessRunHasTheLlamaParameters)'

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -24,7 +25,7 @@ struct loom_mpi_request {
 namespace {
 
 std::mutex mu;                           // MPI_THREAD_MULTIPLE: loom's comm threads call in too
-std::list<loom_mpi_request*> unexpected;  // sent, no receive posted yet (owned here)
+std::list<std::unique_ptr<loom_mpi_request>> unexpected;  // sent, no receive posted yet (owned here)
 std::list<loom_mpi_request*> posted;      // receives posted, no message yet (owned by their MPI_Request)
 int next_comm = MPI_COMM_WORLD + 1;
 bool initialized = false, finalized = false;
@@ -133,11 +134,11 @@ int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag, 
       posted.erase(it);
       return deliver(*recv, buf, n, tag);
     }
-  auto* msg = new loom_mpi_request;
+  auto msg = std::make_unique<loom_mpi_request>();
   msg->comm = comm;
   msg->tag = tag;
   msg->bytes.assign(static_cast<const unsigned char*>(buf), static_cast<const unsigned char*>(buf) + n);
-  unexpected.push_back(msg);
+  unexpected.push_back(std::move(msg));
   return MPI_SUCCESS;
 }
 int MPI_Send(const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
@@ -156,10 +157,9 @@ int MPI_Irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_
   std::lock_guard<std::mutex> lock(mu);
   for (auto it = unexpected.begin(); it != unexpected.end(); ++it)
     if (matches(*recv, (*it)->comm, (*it)->tag)) {
-      loom_mpi_request* msg = *it;
+      const std::unique_ptr<loom_mpi_request> msg = std::move(*it);
       unexpected.erase(it);
       deliver(*recv, msg->bytes.data(), int(msg->bytes.size()), msg->tag);
-      delete msg;
       return MPI_SUCCESS;
     }
   posted.push_back(recv);
