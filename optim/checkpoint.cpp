@@ -100,17 +100,11 @@ void save_checkpoint(const std::string& path, const nn::NamedTensors& model_stat
 
   // 3. The model piece: every parameter of the whole GPT, config and vocabulary in its metadata.
   std::map<std::string, std::string> meta = {
-      {"format", "loom-gpt"},
-      {"vocab_size", std::to_string(cfg.vocab_size)},
-      {"block_size", std::to_string(cfg.block_size)},
-      {"n_layer", std::to_string(cfg.n_layer)},
-      {"n_head", std::to_string(cfg.n_head)},
-      {"n_embd", std::to_string(cfg.n_embd)},
-      {"dropout", std::to_string(cfg.dropout)},
-      {"seed", std::to_string(cfg.seed)},
-      {"vocab", vocab_utf8},
-      {"step", step_str},
-  };
+      {"format", "loom-gpt"}, {"vocab", vocab_utf8}, {"step", step_str},
+      {"vocab_size", std::to_string(cfg.vocab_size)}, {"block_size", std::to_string(cfg.block_size)},
+      {"n_layer", std::to_string(cfg.n_layer)}, {"n_head", std::to_string(cfg.n_head)},
+      {"n_embd", std::to_string(cfg.n_embd)}, {"dropout", std::to_string(cfg.dropout)},
+      {"seed", std::to_string(cfg.seed)}};
   for (const auto& [key, value] : nn::arch_metadata(cfg)) meta[key] = value;  // nothing for GPT-2
   const std::string model_piece = optim::piece_path(path, step, "model");
   nn::save_safetensors(model_piece, model_state, meta);

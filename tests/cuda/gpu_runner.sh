@@ -135,7 +135,8 @@ phase_device() {
   if [ -z "$still" ]; then note "  ldd: passed (every library found${added:+; LD_LIBRARY_PATH +=$added})"
   else note "  ldd: failed (missing: $still)"; fi
   # Only glibc, the driver and CUDA's libraries may come from the machine (tests/cuda/bundle_runtime.sh).
-  local foreign; foreign=$(bash tests/cuda/bundle_ldd_check.sh "$bundle_root" 2>> "$out/device.log")
+  local foreign=""
+  [ "${UNPACKED:-0}" = 1 ] || foreign=$(bash tests/cuda/bundle_ldd_check.sh "$bundle_root" 2>> "$out/device.log")
   if [ "${UNPACKED:-0}" = 1 ]; then note "  machine's libraries: not checked (plan B: built on this machine, against its own)"
   elif [ -z "$foreign" ]; then note "  machine's libraries: passed (only glibc, the driver's and CUDA's: $(bash tests/cuda/bundle_ldd_check.sh "$bundle_root" --cuda))"
   else note "  machine's libraries: failed (loaded from outside the bundle: $foreign)"; fi
