@@ -8,7 +8,7 @@
 // params, sharded with --zero) -> resume -> loop.
 // The wrapping order is the lesson; each wrapper is one helper in
 // train_setup.h that says what it builds and why. The loop's training section
-// ends where llm.c's does: what follows it (diagnostics.h) reports, evaluates
+// ends where llm.c's does: what follows it (train/diagnostics.h) reports, evaluates
 // and saves, and changes no number of the run.
 //   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
@@ -26,10 +26,10 @@
 // data and give the same losses (up to float rounding of the sums).
 #include <CLI/CLI.hpp>
 
-#include "examples/diagnostics.h"
-#include "examples/train_args.h"
-#include "examples/train_device.h"
-#include "examples/train_checkpoint.h"
+#include "train/diagnostics.h"
+#include "train/args.h"
+#include "train/device.h"
+#include "train/checkpoint.h"
 #include "examples/train_setup.h"
 #include "examples/train_step.h"
 #include "nn/moe_aux_loss.h"

@@ -4,7 +4,7 @@
 #include <optional>
 #include <sstream>
 
-#include "examples/train_device.h"
+#include "train/device.h"
 #include "nn/hf_config.h"
 #include "nn/moe_token_dispatcher.h"
 #include "parallel/expert_parallel/expert_parallel.h"

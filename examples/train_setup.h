@@ -4,7 +4,7 @@
 // turns this program's flags into the library's options, builds one thing and
 // prints its line on rank 0; the decisions themselves live in the library
 // (parallel/model.h, parallel/data_parallel/wrap.h, optim/build_optimizer.h,
-// parallel/finalize_model_grads.h). Checkpoints in and out: train_checkpoint.h;
+// parallel/finalize_model_grads.h). Checkpoints in and out: train/checkpoint.h;
 // what the loop does each step: train_step.h.
 #pragma once
 
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "data/data.h"
-#include "examples/train_args.h"
-#include "examples/train_tokenizer.h"
+#include "train/args.h"
+#include "train/tokenizer.h"
 #include "nn/gpt.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/wrap.h"

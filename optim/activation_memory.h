@@ -153,7 +153,7 @@
 // send lets go of its payload only then, pipeline_p2p.h). With --layers 6,
 // zb-v pp 3 stage 2 measured 16.81 MiB in one run, 16.68 (the formula) in the
 // next. The V's stage 0 holds the tied wte in both chunks: one .grad tensor
-// (examples/diagnostics.cpp gives it to the head's chunk, whose W runs
+// (train/diagnostics.cpp gives it to the head's chunk, whose W runs
 // first); counted once per chunk, the test model's (h 32, s 16) formula was
 // 6004 bytes above the measured peak at pp 2. That model's stage 0 still
 // measures above the formula by up to one sent gradient at pp 2 (b 4: +6.1

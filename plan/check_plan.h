@@ -1,5 +1,5 @@
 // What loom_plan refuses before it plans: the same rules train_gpt checks
-// before it trains (examples/train_args.cpp, validate), so that a plan is
+// before it trains (train/args.cpp, validate), so that a plan is
 // never printed for a run that could not start - NaN from --dp 0, an MFU
 // above 100% from --efficiency 2, a width the heads do not divide.
 #pragma once

@@ -251,7 +251,7 @@ TEST(Bf16Gemm, TheSwitchSelectsThePathAndRefusesWhatIsNotThere) {
   EXPECT_THROW(ops::set_bf16_gemm("fp16"), Error);
 }
 
-// What a memory prediction assumes for a run's device (examples/diagnostics.cpp,
+// What a memory prediction assumes for a run's device (train/diagnostics.cpp,
 // --memory-report): the CPU reads bf16 operands natively where its switch says
 // so; a GPU always widens them to fp32 (tensor/cuda/gemm.cpp), whatever the
 // CPU's switch, so a GPU run's fp32 copies must be counted.

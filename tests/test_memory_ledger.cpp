@@ -247,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_bf16_zero", 2, "--dp 2 --batch 8 --zero --dtype bf16 --block 17 --bucket-mb 0.1", 12.0, true},
                       // cp: ZeRO shards (and the buckets are padded) over dp x cp, here 1 x 2 (the report
                       // once predicted with dp alone: 16 bytes a param where 12 were measured). Activations
-                      // 3% over: the ring's out and lse, which the formula does not model (diagnostics.cpp)
+                      // 3% over: the ring's out and lse, which the formula does not model (train/diagnostics.cpp)
                       Mode{"cp2_fp32_zero", 2, "--cp 2 --batch 8 --zero", 12.0, false, 0, 0.035},
                       Mode{"pp2_fp16", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16", 18.0, true,
                            8 * 16 * 32 * 2},

@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // The V (zb-v, dualpipev). Stage 0 holds both ends, and the tied wte is one
-// tensor there: one .grad, not one per chunk (examples/diagnostics.cpp; the
+// tensor there: one .grad, not one per chunk (train/diagnostics.cpp; the
 // formula counted it twice once both chunks' W had run, 8320 bytes, and put
 // the peak where it was not: measured 6004 bytes below it at pp 2). Every
 // stage sends gradients, so on every stage one of them may still be held by

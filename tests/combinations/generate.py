@@ -130,7 +130,7 @@ REFUSALS = [
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
     # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep) for now
-    # (examples/train_checks_moe.cpp)
+    # (train/checks_moe.cpp)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
     (("experts", "tp", "pp", "cp", "zero", "recompute"),
      lambda c: c["experts"] > 0 and (c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),

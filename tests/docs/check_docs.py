@@ -11,7 +11,7 @@ Checks, over docs/*.md (CTest: docs_check, label docs):
             every ::-part occurs as a whole word in that file
   flags     every --flag after train_gpt on a command line of a ```sh block is
             one of TRAIN_GPT --help's (or, without TRAIN_GPT, one that
-            examples/train_args.cpp declares)
+            train/args.cpp or train/args_moe.cpp declares)
   shape     each chapter has a "Read:" line, a ```sh block and an Exercise
             section; docs/README.md and README.md link every chapter
   tool      docs/trace_summary.py, run on a small made-up trace, gives the
@@ -96,8 +96,11 @@ def known_flags(repo, train_gpt):
         flags = set(FLAG_RE.findall(out))
         if "--steps" in flags:
             return flags
-    with open(os.path.join(repo, "examples/train_args.cpp")) as f:
-        return set(re.findall(r'"(--[a-z][a-z0-9-]*)"', f.read()))
+    flags = set()
+    for name in ("args.cpp", "args_moe.cpp"):
+        with open(os.path.join(repo, "train", name)) as f:
+            flags |= set(re.findall(r'"(--[a-z][a-z0-9-]*)"', f.read()))
+    return flags
 
 
 def command_lines(text):

@@ -1,4 +1,4 @@
-#include "examples/diagnostics.h"
+#include "train/diagnostics.h"
 
 #include <unistd.h>
 
@@ -10,9 +10,9 @@
 #include <set>
 #include <string>
 
-#include "examples/evaluate.h"
-#include "examples/progress.h"
-#include "examples/train_device.h"
+#include "train/evaluate.h"
+#include "train/progress.h"
+#include "train/device.h"
 #include "nn/attention.h"
 #include "nn/generate.h"
 #include "nn/moe.h"

@@ -1,4 +1,4 @@
-#include "examples/evaluate.h"
+#include "train/evaluate.h"
 
 #include "parallel/context_parallel/zigzag.h"
 #include "parallel/forward_backward.h"

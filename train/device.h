@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "data/data.h"
-#include "examples/train_args.h"
+#include "train/args.h"
 #include "examples/train_setup.h"
 
 namespace loom::train {

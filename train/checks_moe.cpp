@@ -1,9 +1,9 @@
-// train_gpt's checks of the mixture-of-experts flags (examples/train_args_moe.cpp),
+// train_gpt's checks of the mixture-of-experts flags (train/args_moe.cpp),
 // before any work. What has not been made equal to one process yet is refused,
 // naming the flags: the experts train in one process or under data parallel
 // (--dp, naive or bucketed, ZeRO-1/2: tests/test_train_gpt_expert_parallel.cpp);
 // tp, pp, cp, ZeRO-3 and recomputation with experts come later.
-#include "examples/train_args.h"
+#include "train/args.h"
 
 namespace loom::train {
 

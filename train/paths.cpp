@@ -1,4 +1,4 @@
-#include "examples/train_paths.h"
+#include "train/paths.h"
 
 #include <sys/stat.h>
 

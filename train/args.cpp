@@ -1,6 +1,6 @@
 // train_gpt's flags: each one's name, help and numeric range (CLI11). What
-// the flags may be together is checked by validate(), examples/train_checks.cpp.
-#include "examples/train_args.h"
+// the flags may be together is checked by validate(), train/checks.cpp.
+#include "train/args.h"
 #include "nn/hf_config.h"
 #include "tensor/numbers.h"
 

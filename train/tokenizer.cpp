@@ -1,5 +1,5 @@
-// Characters or a BPE (notes in train_tokenizer.h).
-#include "examples/train_tokenizer.h"
+// Characters or a BPE (notes in tokenizer.h).
+#include "train/tokenizer.h"
 
 namespace loom::train {
 

@@ -1,8 +1,8 @@
 // train_gpt's mixture-of-experts flags (nn/moe.h; docs/19-mixture-of-experts.md).
-// What they may be combined with is checked in examples/train_checks.cpp.
+// What they may be combined with is checked in train/checks.cpp.
 #include <CLI/CLI.hpp>
 
-#include "examples/train_args.h"
+#include "train/args.h"
 #include "tensor/numbers.h"
 
 namespace loom::train {

@@ -11,7 +11,7 @@
 
 #include "data/bpe_tokenizer.h"
 #include "data/data.h"
-#include "examples/train_args.h"
+#include "train/args.h"
 
 namespace loom::train {
 

@@ -1,4 +1,4 @@
-#include "examples/train_checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <unistd.h>
 

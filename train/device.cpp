@@ -1,4 +1,4 @@
-#include "examples/train_device.h"
+#include "train/device.h"
 
 #include <cstdlib>
 

@@ -71,7 +71,7 @@ struct Args {
   std::string tokenizer;             // a tokenizer.json: byte-level BPE ids instead of characters
   std::string eod_mask_loss;         // the end-of-document token's text: no loss on the target after it ("": off)
   bool tokenizer_from_init = false;  // tokenizer is --init-from's DIR/tokenizer.json (no --tokenizer given)
-  // mixture of experts (nn/moe.h; examples/train_args_moe.cpp): experts > 0 replaces each block's MLP
+  // mixture of experts (nn/moe.h; train/args_moe.cpp): experts > 0 replaces each block's MLP
   int64_t experts = 0, experts_per_token = 2, shared_experts = 0;
   double capacity_factor = 0.0, router_aux_loss_coef = 0.0, router_z_loss_coef = 0.0, router_bias_update_rate = 0.0;
   int ep = 1;  // expert parallelism: the experts' compute split over ep consecutive dp ranks
@@ -79,7 +79,7 @@ struct Args {
 
 
 void add_options(CLI::App& app, Args& a);
-void add_moe_options(CLI::App& app, Args& a);  // examples/train_args_moe.cpp
+void add_moe_options(CLI::App& app, Args& a);  // train/args_moe.cpp
 
 // The run's MoE flags on cfg: all of them on a new model; on a --resume or
 // --init-from model (whose own experts and k stand) only the routing options
@@ -89,13 +89,13 @@ void apply_moe_flags(nn::GPTConfig& cfg, const Args& a, const std::string& sourc
 
 // Every flag against the others, and every output path (--save, --log,
 // --trace) for being a writable file path that destroys no input
-// (train_paths.h), before any work. (Each numeric flag's own range is checked
+// (paths.h), before any work. (Each numeric flag's own range is checked
 // as add_options' parser reads it: "--log-every must be an integer in
 // [1, 1099511627776], got '0'".)
 // --device cuda[:N] is checked against the build and the machine here too: a
 // machine without a GPU stops before any work ("--device cuda:0: no CUDA device (...)").
-void validate(const Args& a);  // examples/train_checks.cpp
-void check_moe_flags(const Args& a);  // examples/train_checks_moe.cpp, called by validate
+void validate(const Args& a);  // train/checks.cpp
+void check_moe_flags(const Args& a);  // train/checks_moe.cpp, called by validate
 
 // The model the flags describe: its sizes and architecture (--arch, --kv-heads,
 // --rope-base, --mlp-hidden, --untied); the vocabulary is the corpus's, and a

@@ -12,7 +12,7 @@
 // until the new one is complete (optim/checkpoint_manifest.h).
 #pragma once
 
-#include "examples/train_args.h"
+#include "train/args.h"
 
 namespace loom::train {
 

@@ -2,9 +2,9 @@
 // combination loom cannot run (or that would fail mid-run: an unwritable
 // output, a missing GPU) stops here with a message naming the flags and their
 // values (exit code 1). The flags themselves, and each number's own range,
-// are examples/train_args.cpp's.
-#include "examples/train_args.h"
-#include "examples/train_paths.h"
+// are train/args.cpp's.
+#include "train/args.h"
+#include "train/paths.h"
 #include "parallel/comm/process_group_nccl.h"
 #include "parallel/context_parallel/zigzag.h"
 #include "parallel/pipeline_parallel/partition.h"
@@ -210,7 +210,7 @@ void validate(const Args& a) {
   check_writable("--memory-json", a.memory_json, /*create_dirs=*/false);
   check_writable("--schedule-svg", a.schedule_svg, /*create_dirs=*/false);
   check_hf_paths(a);
-  check_paths(a);  // --data a regular file; no output over an input or another output (train_paths.h)
+  check_paths(a);  // --data a regular file; no output over an input or another output (paths.h)
 }
 
 }  // namespace loom::train

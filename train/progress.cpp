@@ -1,4 +1,4 @@
-#include "examples/progress.h"
+#include "train/progress.h"
 
 #include <cmath>
 #include <cstdio>
