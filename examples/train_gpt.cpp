@@ -26,10 +26,6 @@
 // data and give the same losses (up to float rounding of the sums).
 #include <CLI/CLI.hpp>
 
-#include "train/diagnostics.h"
-#include "train/args.h"
-#include "train/device.h"
-#include "train/checkpoint.h"
 #include "examples/train_setup.h"
 #include "examples/train_step.h"
 #include "nn/moe_aux_loss.h"
@@ -39,6 +35,12 @@
 #include "parallel/forward_backward.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
+#include "train/args.h"
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "train/device.h"
+#include "train/diagnostics.h"
+#include "train/guards.h"
 
 using namespace loom;
 

@@ -4,53 +4,21 @@
 // turns this program's flags into the library's options, builds one thing and
 // prints its line on rank 0; the decisions themselves live in the library
 // (parallel/model.h, parallel/data_parallel/wrap.h, optim/build_optimizer.h,
-// parallel/finalize_model_grads.h). Checkpoints in and out: train/checkpoint.h;
-// what the loop does each step: train_step.h.
+// parallel/finalize_model_grads.h). The corpus: train/corpus.h; checkpoints
+// in and out: train/checkpoint.h; what the loop does each step: train_step.h.
 #pragma once
 
-#include <cstdint>
-#include <cstdio>
 #include <memory>
-#include <string>
-#include <vector>
 
-#include "data/data.h"
-#include "train/args.h"
-#include "train/tokenizer.h"
 #include "nn/gpt.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/wrap.h"
 #include "parallel/finalize_model_grads.h"
-#include "parallel/microbatch_runner.h"
 #include "parallel/model.h"
 #include "parallel/process_group_manager.h"
+#include "train/args.h"
 
 namespace loom::train {
-
-DType parse_dtype(const std::string& s);  // "fp32" | "bf16" | "fp16"
-
-// printf on rank 0 only: each helper's line.
-template <typename... Args>
-void say(bool rank0, const char* fmt, Args... args) {
-  if (rank0) std::printf(fmt, args...);
-}
-
-// The start-up handshake (parallel/comm/handshake.h): every rank's flags
-// (CLI11's dump of every option) gathered and compared before the first
-// collective; a rank started with other flags stops the job, naming them.
-void check_ranks_agree_on_flags(const std::string& flags);
-
-// The text, its tokenizer (characters, or --tokenizer's BPE), the train/val split and the model config.
-// Every rank reads the corpus and later draws the same global batches; the
-// corpus's size and hash are compared over world first. With --resume the
-// checkpoint's config and vocabulary win over the flags.
-struct Corpus {
-  Tokenizer tok;
-  data::TextDataset ds;
-  nn::GPTConfig cfg;
-  int64_t eod = -1;  // --eod-mask-loss's token id (-1: off)
-};
-Corpus load_corpus(const Args& a, parallel::ProcessGroup& world);
 
 // What this rank trains (parallel/model.h): the layer chunks of its (pp, tp)
 // coordinate - every layer on one process, its stage's slice of

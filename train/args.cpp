@@ -222,4 +222,10 @@ nn::GPTConfig model_config(const Args& a) {
   return cfg;
 }
 
+DType parse_dtype(const std::string& s) { return s == "bf16" ? kBFloat16 : s == "fp16" ? kFloat16 : kFloat32; }
+
+int64_t micro_batches_per_step(const Args& a, int pp) {
+  return pp > 1 ? (a.microbatches > 0 ? a.microbatches : pp) : a.grad_accum;
+}
+
 }  // namespace loom::train

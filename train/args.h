@@ -102,4 +102,8 @@ void check_moe_flags(const Args& a);  // train/checks_moe.cpp, called by validat
 // --resume or --init-from model replaces it with its own.
 nn::GPTConfig model_config(const Args& a);
 
+DType parse_dtype(const std::string& s);  // --dtype: "fp32" | "bf16" | "fp16"
+// K, the micro-batches of one step: --microbatches (default pp) in a pipeline of pp stages, else --grad-accum.
+int64_t micro_batches_per_step(const Args& a, int pp);
+
 }  // namespace loom::train

@@ -9,6 +9,7 @@
 #include "optim/model_checkpoint.h"
 #include "parallel/comm/watchdog.h"
 #include "parallel/load_full_state.h"
+#include "train/say.h"
 
 namespace loom::train {
 

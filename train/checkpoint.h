@@ -5,7 +5,12 @@
 
 #include <cstdint>
 
-#include "examples/train_setup.h"
+#include "optim/mixed_precision_optimizer.h"
+#include "parallel/model.h"
+#include "parallel/process_group_manager.h"
+#include "tensor/generator.h"
+#include "train/args.h"
+#include "train/corpus.h"
 
 namespace loom::train {
 

@@ -8,9 +8,10 @@
 #include <memory>
 #include <vector>
 
-#include "data/data.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/microbatch_runner.h"
+#include "parallel/model.h"
 #include "train/args.h"
-#include "examples/train_setup.h"
 
 namespace loom::train {
 

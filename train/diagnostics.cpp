@@ -168,7 +168,7 @@ int Diagnostics::sync_ranks() const { return pgm_.dp_cp_group().size(); }
 bool Diagnostics::forwards_in_a_row() const {
   // Of the chunk holding this rank's last layer: AFAB, every stage; 1F1B (and
   // interleaved), every chunk but the model's last, in its warm-up.
-  if (pgm_.pp_size() == 1 || micro_batches_per_step(a_, pgm_) < 2) return false;
+  if (pgm_.pp_size() == 1 || micro_batches_per_step(a_, pgm_.pp_size()) < 2) return false;
   return a_.schedule == "afab" || !m_.chunks->is_last_stage();
 }
 
@@ -204,7 +204,7 @@ double Diagnostics::predicted_activation_bytes() const {
   c.has_head = m_.chunks->is_last_stage();
   c.has_embedding = m_.chunks->is_first_stage();
   c.pp_stage = pgm_.pp_size() > 1;
-  c.micro_batches = micro_batches_per_step(a_, pgm_);
+  c.micro_batches = micro_batches_per_step(a_, pgm_.pp_size());
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size(),
                                                pgm_.pp_rank(), a_.virtual_stages);
   if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors

@@ -8,10 +8,13 @@
 #include <chrono>
 #include <fstream>
 
-#include "examples/train_setup.h"
-#include "examples/train_step.h"
 #include "optim/mixed_precision_optimizer.h"
+#include "parallel/data_parallel/wrap.h"
+#include "parallel/model.h"
+#include "parallel/process_group_manager.h"
 #include "parallel/trace/schedule_diagram.h"
+#include "train/args.h"
+#include "train/corpus.h"
 
 namespace loom::train {
 
