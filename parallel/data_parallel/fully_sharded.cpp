@@ -8,17 +8,19 @@
 #include "autograd/function.h"
 #include "autograd/variable.h"
 #include "parallel/teach/teach_break.h"
-#include "parallel/trace/trace.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
 
+using Pass = FullyShardedObserver::Pass;
+using Collective = FullyShardedObserver::Collective;
+
 FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers,
                                                    ProcessGroup& dp_group, FullyShardedOptions options)
     : dp_group_(dp_group), options_(options), units_(layers.size() + options.own_units.size()),
       layer_units_(layers.size()),
-      compute_spans_(layers.size()) {
+      observer_(options.observer ? options.observer : std::make_shared<FullyShardedObserver>()) {
   NoGradGuard no_grad;
   for (size_t c = 0; c < options_.chunk_sizes.size(); ++c) chunk_of_.insert(chunk_of_.end(), options_.chunk_sizes[c], c);
   LOOM_CHECK(options_.chunk_sizes.empty() || chunk_of_.size() == layers.size(), "FullyShardedDataParallel: the chunks "
@@ -98,14 +100,14 @@ FullyShardedDataParallel::~FullyShardedDataParallel() {
 
 void FullyShardedDataParallel::before_forward(size_t layer) {
   for (size_t u : layer_units_[layer]) unshard(u);
-  compute_spans_[layer].open();  // --trace: "layer l forward", from here to its forward hook
+  observer_->layer_begins(layer, Pass::kForward);
   // While this layer computes, the dp group's thread gathers the next one's params.
   if (options_.prefetch && layer + 1 < layer_units_.size() && chunk_of_[layer] == chunk_of_[layer + 1])
     for (size_t u : layer_units_[layer + 1]) prefetch(u);
 }
 
 void FullyShardedDataParallel::after_forward(size_t layer, Tensor& output) {
-  compute_spans_[layer].close(str("layer ", layer, " forward"));
+  observer_->layer_ends(layer, Pass::kForward);
   const bool backward_follows = GradMode::is_enabled();
   // The last layer keeps its params: its backward is the next thing to run
   // (torchtitan's reshard_after_forward=False for the last block).
@@ -128,7 +130,7 @@ void FullyShardedDataParallel::after_forward(size_t layer, Tensor& output) {
 void FullyShardedDataParallel::before_backward(size_t layer) {
   if (teach::broken(teach::Break::Zero3FreeBeforeBackward)) return;  // --teach-break zero3-free-before-backward: backward reads freed params
   for (size_t u : layer_units_[layer]) unshard(u);
-  compute_spans_[layer].open();  // --trace: "layer l backward", to its unit's reduce-scatter
+  observer_->layer_begins(layer, Pass::kBackward);
   if (options_.prefetch && layer > 0 && chunk_of_[layer - 1] == chunk_of_[layer])
     for (size_t u : layer_units_[layer - 1]) prefetch(u);  // backward goes the other way
 }
@@ -143,7 +145,7 @@ void FullyShardedDataParallel::on_grad_accumulated(size_t u) {
 }
 
 void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
-  if (u < compute_spans_.size()) compute_spans_[u].close(str("layer ", u, " backward"));  // unit u is layer u's
+  observer_->layer_ends(u, Pass::kBackward);  // unit u is layer u's
   finish_reduce_scatter();  // one unit's full gradient in flight at a time
   NoGradGuard no_grad;
   Unit& unit = units_[u];
@@ -158,7 +160,7 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
   }
   sum_tp_partial_grads(unit, full_grad);  // sequence parallelism: the layernorms' partial sums, over tp first
   Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
-  trace::CommLabel label(str("unit ", u));  // --trace: which unit the collective is for
+  const auto scope = observer_->launching(u);  // the collective below is for unit u
   in_flight_ = {dp_group_.reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
   reshard(u);
 }
@@ -179,7 +181,7 @@ void FullyShardedDataParallel::sum_tp_partial_grads(const Unit& unit, const Tens
 void FullyShardedDataParallel::finish_reduce_scatter() {
   if (!in_flight_.work) return;
   {
-    trace::Span span("wait for gradient reduce-scatter");
+    const auto scope = observer_->waiting(in_flight_.unit, Collective::kGradReduceScatter);
     in_flight_.work->wait();
   }
   // HSDP: this shard's average over the shard group, averaged over its replicas = the dp average.
@@ -211,7 +213,7 @@ void FullyShardedDataParallel::prefetch(size_t u) {
   if (unit.gathered || unit.gather) return;
   unit.full.storage()->allocate();
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes());
-  trace::CommLabel label(str("unit ", u));  // --trace: which unit the collective is for
+  const auto scope = observer_->launching(u);  // the collective below is for unit u
   unit.gather = dp_group_.all_gather_async(unit.full, unit.shard);  // every rank's shard -> the whole unit
 }
 
@@ -219,7 +221,7 @@ void FullyShardedDataParallel::unshard(size_t u) {
   Unit& unit = units_[u];
   if (unit.gathered) return;
   prefetch(u);  // a no-op when it was prefetched
-  trace::Span span(str("wait for param all-gather, unit ", u));  // the exposed part of the gather
+  const auto scope = observer_->waiting(u, Collective::kParamAllGather);  // the exposed part of the gather
   unit.gather->wait();
   unit.gather = nullptr;
   unit.gathered = true;

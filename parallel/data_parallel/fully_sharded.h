@@ -37,9 +37,11 @@
 // computing and the one prefetched) and one unit's full gradient in backward.
 // ZeRO-3 moves 1.5x the bytes of ZeRO-1 or plain dp: an all-gather in forward,
 // another in backward, a reduce-scatter (plain dp: one all-reduce = both halves).
-// With --trace each layer's forward and backward are spans ("layer 2 forward")
-// and each collective says which unit it is for (docs/12-zero-2-and-3.md reads
-// the bytes and the prefetch overlap off the timeline).
+// An observer (fully_sharded_observer.h) hears when each layer computes and
+// which unit each collective is for: with --trace, each layer's forward and
+// backward become spans ("layer 2 forward") and each collective says its unit
+// (fully_sharded_trace.h; docs/12-zero-2-and-3.md reads the bytes and the
+// prefetch overlap off the timeline).
 //
 // Hybrid sharding (HSDP, FSDP2's and torchtitan's data_parallel_shard_degree x
 // data_parallel_replicate_degree; options.replicate_group): dp_group is then
@@ -63,7 +65,7 @@
 
 #include "nn/module.h"
 #include "parallel/data_parallel/data_parallel_common.h"
-#include "parallel/trace/trace.h"
+#include "parallel/data_parallel/fully_sharded_observer.h"
 
 namespace loom::parallel {
 
@@ -89,6 +91,8 @@ struct FullyShardedOptions {
   // group (grad_shard_of; finalize_model_grads.h). In its layer's unit wte
   // would sit beside wpe on one stage and after ln_f on the other.
   std::vector<Tensor> own_units;
+  // Who watches the step (null: nobody); wrap.cpp passes --trace's.
+  std::shared_ptr<FullyShardedObserver> observer;
 };
 
 class FullyShardedDataParallel : public DataParallel {
@@ -174,7 +178,7 @@ class FullyShardedDataParallel : public DataParallel {
   bool callback_queued_ = false;
   bool unused_sync_flag_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // forward pre-hooks, forward hooks, grad hooks
-  std::vector<trace::OpenSpan> compute_spans_;    // [layer] --trace: its forward's, then its backward's span
+  std::shared_ptr<FullyShardedObserver> observer_;  // options_.observer, or one that watches nothing
   std::vector<size_t> chunk_of_;                  // [layer] -> its model chunk
 };
 

@@ -3,6 +3,7 @@
 #include "autograd/variable.h"
 #include "tensor/ops.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
+#include "parallel/data_parallel/fully_sharded_trace.h"
 
 namespace loom::parallel {
 
@@ -21,6 +22,7 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
     fo.replicate_group = o.replicate_group;
     fo.own_units = whole_grad;  // the pipeline's tied wte: cut alone, its grad shards summed over the embedding group
     for (const LayerRange& r : model.chunks()) fo.chunk_sizes.push_back(size_t(r.end - r.start));
+    if (trace::enabled()) fo.observer = std::make_shared<FullyShardedTrace>(model.layers().size());  // --trace
     auto fsdp = std::make_unique<FullyShardedDataParallel>(model.layers(), dp_group, fo);
     w.fsdp = fsdp.get();
     w.dp = std::move(fsdp);
