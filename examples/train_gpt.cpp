@@ -7,9 +7,11 @@
 // shard) -> dtype -> finalize step -> data parallel -> optimizer (fp32 main
 // params, sharded with --zero) -> resume -> loop.
 // The wrapping order is the lesson; each wrapper is one helper in
-// train_setup.h that says what it builds and why. The loop's training section
-// ends where llm.c's does: what follows it (train/diagnostics.h) reports, evaluates
-// and saves, and changes no number of the run.
+// train_setup.h that says what it builds and why, and the step's pieces are
+// train_step.h's. The loop's training section ends where llm.c's does: what
+// follows it (train/diagnostics.h) reports, evaluates and saves, and changes no
+// number of the run. The program's machinery - flags and their checks, the
+// corpus, checkpoints, the device, the guards - is the library train/.
 //   build/examples/train_gpt --steps 200 --layers 4 --heads 4 --embd 128
 //   mpirun -np 4 build/examples/train_gpt --dp 4        # same losses, 4 processes
 //   mpirun -np 4 build/examples/train_gpt --dp 2 --pp 2 --microbatches 4
