@@ -2,7 +2,7 @@
 // before any work. What has not been made equal to one process yet is refused,
 // naming the flags: the experts train in one process or under data parallel
 // (--dp, naive or bucketed, ZeRO-1/2: tests/test_train_gpt_expert_parallel.cpp)
-// and under tp (with or without sequence parallelism) and cp
+// and under tp (with or without sequence parallelism) and cp, --ep included
 // (tests/test_train_gpt_moe_tensor_parallel.cpp); pp, ZeRO-3 and recomputation
 // with experts come later.
 #include "examples/train_args.h"
@@ -53,9 +53,6 @@ void check_moe_flags(const Args& a) {
              a.cp > 1 ? str("--cp ", a.cp) : str("--tp ", a.tp, " --sequence-parallel"),
              ": the micro-batch's tokens are split over ranks, and which ones an expert drops depends on all of them "
              "in order; drop --capacity-factor (dropless) or ", a.cp > 1 ? "--cp" : "--sequence-parallel");
-  LOOM_CHECK(a.ep == 1 || (a.tp == 1 && a.cp == 1), "--ep ", a.ep, " with ", a.tp > 1 ? str("--tp ", a.tp)
-             : str("--cp ", a.cp), ": expert parallelism is not yet tested equal to one process under tp or cp; drop "
-             "one of them");
   LOOM_CHECK(!a.memory_report || (a.shared_experts == 0 && a.capacity_factor == 0), "--memory-report with ",
              a.shared_experts > 0 ? str("--shared-experts ", a.shared_experts) : str("--capacity-factor ",
              a.capacity_factor), ": the activation formula counts dropless routed experts only "

@@ -73,6 +73,18 @@ TEST(TrainGptMoETensorParallel, TpWithCpAndWithDpEqualOneProcess) {
   expect_same_run(train("moetp_tp2_dp2", 4, kMoE + kRouting + "--tp 2 --dp 2"), ref, "--tp 2 --dp 2");
 }
 
+// --ep 2 inside dp 2 on each tp (or cp) rank: the ep group is carved from the dp group, so the ranks of one
+// ep group hold the same tp (cp) coordinate and dispatch the tokens that coordinate holds.
+TEST(TrainGptMoETensorParallel, TpAndCpWithExpertParallelEqualOneProcess) {
+  const Result ref = train("moetp_ref_k2", 1, kMoE + kRouting + "--grad-accum 2");
+  expect_same_run(train("moetp_tp2_ep2", 4, kMoE + kRouting + "--tp 2 --dp 2 --ep 2"), ref, "--tp 2 --dp 2 --ep 2");
+  const Result dropless = train("moetp_ref_dropless_k2", 1, kMoE + kDropless + "--grad-accum 2");
+  expect_same_run(train("moetp_sp2_ep2", 4, kMoE + kDropless + "--tp 2 --sequence-parallel --dp 2 --ep 2"), dropless,
+                  "--tp 2 --sequence-parallel --dp 2 --ep 2");
+  expect_same_run(train("moetp_cp2_ep2", 4, kMoE + kDropless + "--cp 2 --dp 2 --ep 2"), dropless,
+                  "--cp 2 --dp 2 --ep 2");
+}
+
 namespace {
 
 // Save at `parallel` (2 ranks) at step 5, resume there (the same bits as straight through) and at one
@@ -133,8 +145,7 @@ TEST(TrainGptMoETensorParallel, WhatDoesNotComposeYetIsRefusedBeforeTraining) {
   const std::pair<std::string, std::string> cases[] = {
       {kMoE + "--tp 2 --sequence-parallel --capacity-factor 1.0",
        "--capacity-factor 1 with --tp 2 --sequence-parallel: the micro-batch's tokens are split over ranks"},
-      {kMoE + "--cp 2 --capacity-factor 1.0", "--capacity-factor 1 with --cp 2: the micro-batch's tokens are split"},
-      {kMoE + "--tp 2 --ep 2", "--ep 2 with --tp 2: expert parallelism is not yet tested equal to one process"}};
+      {kMoE + "--cp 2 --capacity-factor 1.0", "--capacity-factor 1 with --cp 2: the micro-batch's tokens are split"}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moetp_refused", 2, flags, false);
     EXPECT_NE(r.status, 0) << flags;

@@ -64,7 +64,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
 ]
 NAMES = [n for n, _ in FACTORS]
 # The completion search sets the experts first: --ep needs them, and what refuses them (pp,
-# ZeRO-3, recompute, gpt2; tp and cp with --ep) is then pruned at once instead of after every factor before them.
+# ZeRO-3, recompute, gpt2) is then pruned at once instead of after every factor before them.
 SEARCH_ORDER = ["experts", "ep"] + [n for n in NAMES if n not in ("experts", "ep")]
 VALUES = dict(FACTORS)
 STRENGTH3 = ["dp", "tp", "pp", "cp", "zero", "lifecycle"]
@@ -129,14 +129,13 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
-    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep), tp and cp for now
+    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep), tp and cp (with --ep too) for now
     # (examples/train_checks_moe.cpp; the sweep's experts are dropless, so --capacity-factor's refusal
     # under --sequence-parallel and --cp does not arise)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
     (("experts", "pp", "zero", "recompute"),
      lambda c: c["experts"] > 0 and (c["pp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
      "--experts with --pp/--zero 3/--recompute"),
-    (("ep", "tp", "cp"), lambda c: c["ep"] > 1 and c["tp"] * c["cp"] > 1, "--ep with --tp/--cp"),
 ]
 
 
