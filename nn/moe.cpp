@@ -23,6 +23,44 @@ MoE::MoE(int64_t C, int64_t I, const MoEOptions& opt, Generator& gen, double pro
   step_load.assign(size_t(o.experts), 0);
 }
 
+namespace {
+
+// The micro-batch's routing, over this rank's tokens and, under TokenShards,
+// summed over the ranks holding the others (one collective of 3E + 2 numbers).
+struct MicroBatchRouting {
+  std::vector<double> chosen, kept, prob_sum;  // [E] each: slots chosen, slots kept, Σ_n probs[n, e]
+  double tokens = 0, dropped = 0;
+  std::vector<double> fraction() const {       // f_e = chosen_e / N (Σ f_e = k)
+    std::vector<double> f;
+    for (double c : chosen) f.push_back(c / tokens);
+    return f;
+  }
+  double balance() const {                     // E · Σ_e f_e · P_e, the aux loss's value
+    double b = 0;
+    for (size_t e = 0; e < chosen.size(); ++e) b += chosen[e] / tokens * (prob_sum[e] / tokens);
+    return double(chosen.size()) * b;
+  }
+};
+
+MicroBatchRouting count_routing(const RouterOutput& r, const RoutingMap& map, int64_t E, const TokenShards& shards) {
+  const size_t e_ = size_t(E);
+  std::vector<double> v(3 * e_ + 2, 0.0);  // [chosen | kept | prob_sum | tokens, dropped]
+  for (int64_t e : ops::contiguous(r.chosen).to_vector<int64_t>()) v[size_t(e)] += 1;
+  for (size_t e = 0; e < e_; ++e) v[e_ + e] = double(map.tokens_per_expert[e]);
+  const std::vector<double> p = ops::to(r.probs.alias(), kCPU, kFloat64).to_vector<double>();  // [N, E]
+  for (size_t i = 0; i < p.size(); ++i) v[2 * e_ + i % e_] += p[i];
+  v[3 * e_] = double(r.probs.size(0)), v[3 * e_ + 1] = double(map.dropped);
+  if (shards.sum) shards.sum(v);
+  MicroBatchRouting m;
+  m.chosen.assign(v.begin(), v.begin() + long(e_));
+  m.kept.assign(v.begin() + long(e_), v.begin() + long(2 * e_));
+  m.prob_sum.assign(v.begin() + long(2 * e_), v.begin() + long(3 * e_));
+  m.tokens = v[3 * e_], m.dropped = v[3 * e_ + 1];
+  return m;
+}
+
+}  // namespace
+
 Tensor MoE::forward(const Tensor& x) {
   using namespace autograd;
   const int64_t C = x.size(-1), N = x.numel() / C, K = o.experts_per_token;
@@ -33,23 +71,38 @@ Tensor MoE::forward(const Tensor& x) {
   const Tensor permuted = permute(tokens, map);                                              // [M, C]
   const Tensor computed = expert_step ? expert_step(permuted, map.tokens_per_expert)  // [M, C]
                                       : expert_compute(permuted, map.tokens_per_expert, {experts->begin(), experts->end()});
-  Tensor out = unpermute(computed, r.weights, map);                                          // [N, C]
-  if (shared_experts) out = out + shared_experts->forward(tokens);
+  Tensor out = reshape(unpermute(computed, r.weights, map), x.shape());                     // [B, T, C]
+  if (shared_experts) out = out + shared_experts->forward(x);
   const bool counting = is_training() && GradMode::is_enabled();  // not evaluation, not a recompute's rerun
-  if (o.aux_loss_coef > 0 || counting) {
-    const Tensor balance = load_balancing_loss(r.probs, r.chosen);
-    if (o.aux_loss_coef > 0 && GradMode::is_enabled()) out = attach_aux_loss(out, balance, o.aux_loss_coef);
-    if (counting) stats.aux_loss += ops::to(balance.alias(), kCPU, kFloat64).item<double>();
-  }
-  if (o.z_loss_coef > 0 && GradMode::is_enabled()) out = attach_aux_loss(out, router_z_loss(r.logits), o.z_loss_coef);
-  if (counting) {
-    stats.slots += N * K, stats.dropped += map.dropped, ++stats.forwards;
-    for (int64_t e = 0; e < o.experts; ++e) {
-      stats.load[size_t(e)] += map.tokens_per_expert[size_t(e)];
-      step_load[size_t(e)] += map.tokens_per_expert[size_t(e)];
+  const bool balancing = o.aux_loss_coef > 0 && GradMode::is_enabled();
+  // This rank's part of the micro-batch's aux losses: each is a mean over the
+  // micro-batch's tokens, and tp under sequence parallelism sums the parts' gradients.
+  const double share = 1.0 / double(token_shards.summed_ranks);
+  if (balancing || counting) {
+    const MicroBatchRouting m = count_routing(r, map, o.experts, token_shards);
+    // E · Σ_e f_e · P_e with f_e over the whole micro-batch, P_e over this rank's tokens
+    if (balancing) out = attach_aux_loss(out, load_balancing_loss(r.probs, m.fraction()), o.aux_loss_coef * share);
+    if (counting) {
+      stats.aux_loss += m.balance();
+      stats.slots += int64_t(m.tokens) * K, stats.dropped += int64_t(m.dropped), ++stats.forwards;
+      for (size_t e = 0; e < m.kept.size(); ++e) stats.load[e] += int64_t(m.kept[e]), step_load[e] += int64_t(m.kept[e]);
     }
   }
-  return dropout->forward(reshape(out, x.shape()));
+  if (o.z_loss_coef > 0 && GradMode::is_enabled())
+    out = attach_aux_loss(out, router_z_loss(r.logits), o.z_loss_coef * share);
+  return dropout->forward(out);
+}
+
+std::shared_ptr<MoE> MoE::copy_routed() const {
+  MoEOptions routed = o;
+  routed.shared_experts = 0;
+  Generator unused(0);  // the weights drawn here are overwritten below
+  auto out = std::make_shared<MoE>(gate->weight.size(1), (*experts)[0]->w1->weight.size(0), routed, unused, 0.02,
+                                   dropout->p);
+  NoGradGuard no_grad;
+  out->load_state_dict(state_dict(), /*strict=*/false);  // all but shared_experts.*
+  if (score_bias.defined()) ops::copy_(out->score_bias, score_bias);
+  return out;
 }
 
 std::vector<MoE*> moe_layers(Module& root) {

@@ -11,6 +11,10 @@
 //   unpermute                              [M, C] -> [N, C], weighted sum of each token's k
 //   + shared experts (DeepSeek/Qwen): an always-on SwiGLU of width S I on every token
 //   + the aux losses (nn/moe_aux_loss.h), attached to the output
+// When other ranks hold the micro-batch's other tokens (sequence parallelism
+// splits T over tp, context parallelism over cp: TokenShards), each rank routes
+// and computes its own tokens, and what is over the micro-batch - the aux
+// loss's f_e, the loads - is summed over those ranks first.
 // Balancing by bias (DeepSeek-V3): score_bias [E] is added to the scores for
 // the choice only; after each optimizer step update_router_bias moves it by
 // rate · sign(mean load - load_e), the loads counted over the step's tokens.
@@ -43,11 +47,23 @@ struct RoutingStats {
   std::vector<int64_t> load;       // [E] slots each expert computed
 };
 
+// The ranks that hold the other tokens of this rank's micro-batch (set by
+// parallel/moe_token_shards.h; empty on one process and under plain tp, where
+// every tp rank holds all of them).
+struct TokenShards {
+  // Sums per-expert numbers over those ranks, in place.
+  std::function<void(std::vector<double>&)> sum;
+  // How many of them sum their gradients (tp under sequence parallelism) rather
+  // than average them as data parallel does (cp): each rank's aux losses are
+  // divided by it, so that the sum over tp of each rank's share is the whole.
+  int64_t summed_ranks = 1;
+};
+
 struct MoE : Layer {
   MoEOptions o;
   std::shared_ptr<Linear> gate;                    // [E, C], no bias (the router)
   std::shared_ptr<ModuleList<Expert>> experts;     // E x Expert
-  std::shared_ptr<MLP> shared_experts;             // SwiGLU [S I, C] ..., or null
+  std::shared_ptr<Layer> shared_experts;           // SwiGLU [S I, C] ... (an MLP; tp's cut of it), or null
   std::shared_ptr<Dropout> dropout;
   Tensor score_bias;                               // [E] fp32, not a parameter; undefined without the bias
   RoutingStats stats;                              // for the log (take_routing_stats)
@@ -55,12 +71,17 @@ struct MoE : Layer {
   // The expert compute step, permuted [M, C] -> [M, C]; empty: every expert here (expert_compute).
   // Expert parallelism sets dispatch -> compute -> combine (parallel/expert_parallel/token_dispatcher_all_to_all.h).
   std::function<Tensor(const Tensor& permuted, const std::vector<int64_t>& tokens_per_expert)> expert_step;
+  TokenShards token_shards;
 
   // Draws gate, then each expert's w1, w2, w3, then the shared experts, from gen.
   MoE(int64_t C, int64_t I, const MoEOptions& o, Generator& gen, double proj_std, double p_dropout = 0.0);
   // x: [B, T, C] -> [B, T, C]
   Tensor forward(const Tensor& x) override;
   MoE* as_moe() override { return this; }
+  // A new layer holding copies of the router, the experts and the routing bias,
+  // without the shared experts (tensor parallelism cuts those: its replicated
+  // experts start from the full model's).
+  std::shared_ptr<MoE> copy_routed() const;
 };
 
 // The MoE layers under root, in module order.

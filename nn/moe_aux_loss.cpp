@@ -19,10 +19,17 @@ void set_aux_loss_backward_scale(double loss_scale, int64_t micro_batches) {
 double aux_loss_backward_scale() { return g_backward_scale; }
 
 Tensor load_balancing_loss(const Tensor& probs, const Tensor& chosen) {
-  using namespace autograd;
   const int64_t N = probs.size(0), E = probs.size(1);
   std::vector<double> f(size_t(E), 0.0);  // the fraction of the N tokens routed to each expert
-  for (int64_t e : ops::contiguous(chosen).to_vector<int64_t>()) f[size_t(e)] += 1.0 / double(N);
+  for (int64_t e : ops::contiguous(chosen).to_vector<int64_t>()) f[size_t(e)] += 1.0;
+  for (double& fe : f) fe /= double(N);
+  return load_balancing_loss(probs, f);
+}
+
+Tensor load_balancing_loss(const Tensor& probs, const std::vector<double>& f) {
+  using namespace autograd;
+  const int64_t E = probs.size(1);
+  LOOM_CHECK(int64_t(f.size()) == E, "load_balancing_loss: ", f.size(), " fractions for ", E, " experts");
   const Tensor fraction = ops::to(from_vector(f, {E}), probs.device(), probs.dtype());  // [E], a constant
   const Tensor P = mean(probs, {0});                                                   // [E]
   return sum(P * fraction) * double(E);

@@ -13,12 +13,17 @@
 // loss scale), which the training loop sets before each step.
 #pragma once
 
+#include <vector>
+
 #include "tensor/tensor.h"
 
 namespace loom::nn {
 
 // probs: [N, E], chosen: [N, K] int64 (host) -> [] (probs' dtype)
 Tensor load_balancing_loss(const Tensor& probs, const Tensor& chosen);
+// The same with f_e given, [E]: over a micro-batch whose other tokens other
+// ranks hold (nn/moe.h's TokenShards), P_e still over probs' N tokens.
+Tensor load_balancing_loss(const Tensor& probs, const std::vector<double>& fraction);
 
 // logits: [N, E] -> []
 Tensor router_z_loss(const Tensor& logits);

@@ -2,6 +2,7 @@
 
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/moe_token_shards.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/recompute.h"
 
@@ -65,6 +66,9 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
   // Activation recomputation: blocks, or their attention cores, rerun in backward.
   layers = with_recompute(std::move(layers), cfg, parse_recompute(o.recompute));
   m.chunks = std::make_shared<ModelChunks>(cfg, ranges, layers);
+  // Experts over a micro-batch split along T: its counts summed over the ranks holding its tokens.
+  use_moe_token_shards(*m.chunks, o.sequence_parallel && pgm.tp_size() > 1 ? &pgm.tp_group() : nullptr,
+                       pgm.cp_size() > 1 ? &pgm.cp_group() : nullptr);
   return m;
 }
 

@@ -258,3 +258,44 @@ TEST(MoELayer, BiasMovesTowardTheMeanLoadBySignAfterEachStep) {
   for (int64_t l : m->step_load) total += l;
   EXPECT_EQ(total, 3);
 }
+
+// A micro-batch split over two ranks along T (sequence parallelism: their gradients are summed), played
+// in one process: each half's layer sums its per-expert counts with the other half's (nn::TokenShards),
+// and the halves' gradients add up to the whole layer's, the aux and z losses and the bias's load included.
+TEST(MoELayer, TokenShardsSummedOverTheHalvesGiveTheWholeMicroBatchsGradient) {
+  nn::MoEOptions o = options(4, 2);
+  o.aux_loss_coef = 0.3, o.z_loss_coef = 0.2, o.bias_update_rate = 0.1;
+  const Tensor x = randn64({2, 4, 6}, 21), r = randn64({2, 4, 6}, 22);
+  auto half = [](const Tensor& t, int64_t i) { return ops::contiguous(ops::narrow(t, 1, 2 * i, 2)); };
+  auto whole = moe64(o);
+  nn::set_aux_loss_backward_scale(1.0, 1);
+  autograd::backward(autograd::sum(autograd::mul(whole->forward(x), r)));
+  // Each half's own counts, as the other rank would contribute them.
+  std::vector<double> local[2];
+  for (int i = 0; i < 2; ++i) {
+    auto probe = moe64(o);
+    probe->token_shards.sum = [&local, i](std::vector<double>& v) { local[i] = v; };
+    probe->forward(half(x, i));
+  }
+  std::shared_ptr<nn::MoE> halves[2] = {moe64(o), moe64(o)};
+  Tensor x_half[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<double> other = local[1 - i];
+    halves[i]->token_shards = {[other](std::vector<double>& v) {
+                                 for (size_t j = 0; j < v.size(); ++j) v[j] += other[j];
+                               },
+                               /*summed_ranks=*/2};
+    x_half[i] = leaf(half(x, i));
+    autograd::backward(autograd::sum(autograd::mul(halves[i]->forward(x_half[i]), half(r, i))));
+  }
+  for (const auto& [name, p] : whole->named_parameters()) {
+    Tensor sum = zeros_like(p);
+    for (int i = 0; i < 2; ++i)
+      for (const auto& [n, q] : halves[i]->named_parameters())
+        if (n == name) sum = ops::add(sum, autograd::grad(q));
+    EXPECT_LE(max_abs_diff(sum, autograd::grad(p)), 1e-12) << name;
+  }
+  EXPECT_EQ(halves[0]->step_load, whole->step_load);  // the bias moves by the micro-batch's load on both
+  EXPECT_EQ(halves[1]->step_load, whole->step_load);
+  EXPECT_NEAR(halves[0]->stats.aux_loss, whole->stats.aux_loss, 1e-12);
+}

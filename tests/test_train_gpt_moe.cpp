@@ -146,13 +146,13 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
   }
   // A checkpoint with experts, resumed with no --experts flag: still refused under what the experts refuse.
   ASSERT_EQ(train("moe_ckpt", 1, kMoE + "--batch 4 --stop-at 1").status, 0);
-  const Result resumed = train("moe_refused_resume", 2, "--tp 2 --resume " + checkpoint("moe_ckpt"), false);
+  const Result resumed = train("moe_refused_resume", 2, "--pp 2 --resume " + checkpoint("moe_ckpt"), false);
   EXPECT_NE(resumed.status, 0);
-  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --tp 2: a mixture of experts trains on the "
+  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --pp 2: a mixture of experts trains on the "
                                 "CPU under data parallel"), std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << resumed.output;
-  // Under mpirun: the parallel axes are refused by name too.
-  for (const std::string axis : {"--tp 2", "--pp 2", "--cp 2"}) {
+  // Under mpirun: the parallel axes are refused by name too (tp and cp: test_train_gpt_moe_tensor_parallel.cpp).
+  for (const std::string axis : {"--pp 2"}) {
     const Result r = train("moe_refused_mpi", 2, kMoE + axis, false);
     EXPECT_NE(r.status, 0) << axis;
     EXPECT_NE(r.output.find("--experts 4 with " + axis + ": a mixture of experts trains on the CPU under data parallel"),

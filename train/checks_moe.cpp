@@ -1,8 +1,10 @@
 // train_gpt's checks of the mixture-of-experts flags (train/args_moe.cpp),
 // before any work. What has not been made equal to one process yet is refused,
 // naming the flags: the experts train in one process or under data parallel
-// (--dp, naive or bucketed, ZeRO-1/2: tests/test_train_gpt_expert_parallel.cpp);
-// tp, pp, cp, ZeRO-3 and recomputation with experts come later.
+// (--dp, naive or bucketed, ZeRO-1/2: tests/test_train_gpt_expert_parallel.cpp)
+// and under tp (with or without sequence parallelism) and cp, --ep included
+// (tests/test_train_gpt_moe_tensor_parallel.cpp); pp, ZeRO-3 and recomputation
+// with experts come later.
 #include "train/args.h"
 
 namespace loom::train {
@@ -36,23 +38,29 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.export_hf.empty() || a.router_bias_update_rate == 0, "--export-hf with --router-bias-update-rate ",
              a.router_bias_update_rate, ": transformers' MixtralForCausalLM routes without a bias, so the exported "
              "model would choose other experts than the trained one; drop --router-bias-update-rate or --export-hf");
-  const std::pair<std::string, bool> not_yet[] = {{str("--tp ", a.tp), a.tp > 1},
-                                                  {str("--pp ", a.pp), a.pp > 1},
-                                                  {str("--cp ", a.cp), a.cp > 1},
+  const std::pair<std::string, bool> not_yet[] = {{str("--pp ", a.pp), a.pp > 1},
                                                   {str("--zero ", a.zero), a.zero == 3},
                                                   {"--recompute " + a.recompute, a.recompute != "none"},
                                                   {"--device " + a.device, a.device != "cpu"}};
   for (const auto& [flag, given] : not_yet)
     LOOM_CHECK(!given, "--experts ", a.experts, " with ", flag,
-               ": a mixture of experts trains on the CPU under data parallel and ZeRO-1/2 only for now (not yet tested "
-               "equal to one process under tp, pp, cp, ZeRO-3 or recomputation, nor on a GPU); drop ", flag);
+               ": a mixture of experts trains on the CPU under data parallel, ZeRO-1/2, tp and cp only for now (not yet "
+               "tested equal to one process under pp, ZeRO-3 or recomputation, nor on a GPU); drop ", flag);
+  // Sequence and context parallelism split each micro-batch's tokens over ranks (parallel/moe_token_shards.h):
+  // which slot an expert drops depends on every token's place in the micro-batch.
+  const bool split_tokens = (a.tp > 1 && a.sequence_parallel) || a.cp > 1;
+  LOOM_CHECK(!split_tokens || a.capacity_factor == 0, "--capacity-factor ", a.capacity_factor, " with ",
+             a.cp > 1 ? str("--cp ", a.cp) : str("--tp ", a.tp, " --sequence-parallel"),
+             ": the micro-batch's tokens are split over ranks, and which ones an expert drops depends on all of them "
+             "in order; drop --capacity-factor (dropless) or ", a.cp > 1 ? "--cp" : "--sequence-parallel");
   LOOM_CHECK(!a.memory_report || (a.shared_experts == 0 && a.capacity_factor == 0), "--memory-report with ",
              a.shared_experts > 0 ? str("--shared-experts ", a.shared_experts) : str("--capacity-factor ",
              a.capacity_factor), ": the activation formula counts dropless routed experts only "
              "(optim/moe_activations.h); drop the flag or --memory-report");
-  LOOM_CHECK(!a.memory_report || a.dp == 1, "--memory-report with --experts ", a.experts, " and --dp ", a.dp,
-             ": the experts' formula is measured on one process only (tests/test_memory_ledger_moe.cpp); "
-             "drop --dp or --memory-report");
+  const std::string ranks = a.dp > 1 ? str("--dp ", a.dp) : a.tp > 1 ? str("--tp ", a.tp) : str("--cp ", a.cp);
+  LOOM_CHECK(!a.memory_report || a.dp * a.tp * a.cp == 1, "--memory-report with --experts ", a.experts, " and ",
+             ranks, ": the experts' formula is measured on one process only (tests/test_memory_ledger_moe.cpp); "
+             "drop ", ranks.substr(0, ranks.find(' ')), " or --memory-report");
   // --ep N: N consecutive dp ranks share the experts' compute, E / N experts each (Megatron's layout).
   LOOM_CHECK(a.experts % a.ep == 0, "--ep ", a.ep, " does not divide --experts ", a.experts,
              ": each ep rank computes experts / ep of them");

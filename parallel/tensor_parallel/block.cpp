@@ -79,19 +79,32 @@ TensorParallelBlock::TensorParallelBlock(const nn::Block& full, ProcessGroup& tp
   ln_1 = register_module("ln_1", full.ln_1->copy());  // a LayerNorm or an RMSNorm, replicated
   attn = register_module("attn", std::make_shared<TensorParallelAttention>(*full.attn, tp, sp));
   ln_2 = register_module("ln_2", full.ln_2->copy());
-  mlp = register_module("mlp", std::make_shared<TensorParallelMLP>(*full.mlp, tp, sp));
+  if (!full.moe) {
+    mlp = register_module("mlp", std::make_shared<TensorParallelMLP>(*full.mlp, tp, sp));
+    return;
+  }
+  moe = register_module("moe", full.moe->copy_routed());  // the router and experts whole (see block.h)
+  if (full.moe->shared_experts)
+    moe->shared_experts = moe->register_module(
+        "shared_experts",
+        std::make_shared<TensorParallelMLP>(static_cast<const nn::MLP&>(*full.moe->shared_experts), tp, sp));
 }
 
 Tensor TensorParallelBlock::forward(const Tensor& x) {
   using namespace loom::autograd;
   Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  const Tensor n = ln_2->forward(h);  // [B, T, C], or [B, T/tp, C] under sequence parallelism
+  return h + (moe ? moe->forward(n) : mlp->forward(n));
 }
 
 std::vector<Tensor> TensorParallelBlock::replicated_params() const {
   std::vector<Tensor> out;
-  for (const Tensor& p : {ln_1->weight, ln_1->bias, attn->c_proj->bias, ln_2->weight, ln_2->bias, mlp->c_proj->bias})
+  for (const Tensor& p : {ln_1->weight, ln_1->bias, attn->c_proj->bias, ln_2->weight, ln_2->bias,
+                         mlp ? mlp->c_proj->bias : Tensor()})
     if (p.defined()) out.push_back(p);  // Llama's blocks have no biases
+  if (moe)
+    for (const auto& [name, p] : moe->named_parameters())
+      if (name.rfind("shared_experts.", 0) != 0) out.push_back(p);  // the router and the routed experts
   return out;
 }
 

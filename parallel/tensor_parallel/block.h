@@ -7,6 +7,9 @@
 //   attention itself   local: H/tp heads, no communication (heads are independent)
 //   attn.c_proj        row-parallel: its input columns are those heads' outputs
 //   mlp.c_fc, c_proj   column-parallel, then row-parallel
+//   moe (experts)      the router and the routed experts whole on every tp rank
+//                      (Megatron with expert-tensor-parallel 1); the shared
+//                      experts cut as the MLP is (column w1/w3, row w2); see below
 //
 // Forward per block: one f and one g per sub-layer (Megatron's 2 all-reduces
 // in forward, 2 in backward). With sequence_parallel the residual stream and
@@ -19,6 +22,17 @@
 // heads and the kv heads over tp (each rank keeps the kv heads its q heads
 // read: both counts must divide by tp), RoPE rotates each rank's own heads,
 // SwiGLU's gate is column-parallel like c_fc (up), RMSNorm is replicated.
+// A mixture of experts (nn/moe.h) takes the MLP's place with no communication
+// of its own but the shared experts': it routes and computes the tokens this
+// rank holds and adds its output to this rank's residual stream. Without
+// sequence parallelism that is every token, on every tp rank alike (the same
+// output and the same gradients on each: the router and experts are replicated
+// params like the layernorms, never reduced - reducing the routed output over
+// tp would count it tp times). With it, each tp rank holds T/tp tokens and
+// computes their experts alone (no all-gather first, no reduce after); the
+// router's and experts' gradients are then partial sums over tp, summed after
+// backward with the layernorms' (finalize_model_grads.h), and the aux loss's
+// f_e and the loads are summed over tp (parallel/moe_token_shards.h).
 // Dropout is not supported here yet (p must be 0): matching tp = 1's masks
 // needs a generator keyed by element position (Megatron's RNG tracker).
 #pragma once
@@ -43,26 +57,27 @@ struct TensorParallelAttention : nn::Module {
   Tensor forward(const Tensor& x);
 };
 
-struct TensorParallelMLP : nn::Module {
+struct TensorParallelMLP : nn::Layer {
   std::shared_ptr<ColumnParallelLinear> c_gate;  // [F/tp, C], SwiGLU only
   std::shared_ptr<ColumnParallelLinear> c_fc;  // [4C/tp, C] (F/tp)
   std::shared_ptr<RowParallelLinear> c_proj;   // [C, 4C/tp]
 
   TensorParallelMLP(const nn::MLP& full, ProcessGroup& tp, bool sequence_parallel);
-  Tensor forward(const Tensor& x);
+  Tensor forward(const Tensor& x) override;
 };
 
 struct TensorParallelBlock : nn::BlockLayer {
   std::shared_ptr<nn::LayerNorm> ln_1, ln_2;
   std::shared_ptr<TensorParallelAttention> attn;
-  std::shared_ptr<TensorParallelMLP> mlp;
+  std::shared_ptr<TensorParallelMLP> mlp;  // null when the block has experts:
+  std::shared_ptr<nn::MoE> moe;            // routed experts whole, shared experts a TensorParallelMLP
 
   TensorParallelBlock(const nn::Block& full, ProcessGroup& tp, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   nn::AttentionCore& attention_core() override { return attn->core; }
   nn::RopeChunks& rope_pos0() override { return attn->rope_pos0; }
 
-  // The params every tp rank holds whole (layernorms, row-parallel biases):
+  // The params every tp rank holds whole (layernorms, row-parallel biases, router, routed experts):
   // counted once in the grad norm; under sequence parallelism their gradients
   // are partial sums (each rank saw T/tp tokens) to be all-reduced over tp.
   std::vector<Tensor> replicated_params() const;

@@ -1,0 +1,157 @@
+// train_gpt --experts under tensor parallelism (with and without sequence
+// parallelism) and context parallelism, each against one process on the same
+// global batch, through tests/train_gpt_run.h's helpers.
+//
+// tp ranks hold one micro-batch between them, so the reference is one process
+// with the same --batch. Under plain tp every tp rank routes every token: the
+// router and the experts are replicated, their gradients equal on each rank,
+// and every routing option (capacity too) is one process's. Under
+// --sequence-parallel and --cp each rank routes its own tokens: the aux loss's
+// f_e and the loads are summed over the ranks holding the micro-batch
+// (parallel/moe_token_shards.h), which makes the aux loss, the z-loss and
+// DeepSeek's bias one process's; capacity is refused there.
+#include <gtest/gtest.h>
+
+#include "train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+const std::string kMoE = " --arch llama --experts 4 --experts-per-token 2 --batch 4 ";
+// Every routing option: shared experts (tensor-parallel), a capacity that drops, the aux and z losses, the bias.
+const std::string kRouting = "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 "
+                             "--router-z-loss-coef 0.001 --router-bias-update-rate 0.01 ";
+// The same, dropless: what a micro-batch split over ranks can equal.
+const std::string kDropless = "--shared-experts 1 --router-aux-loss-coef 0.05 --router-z-loss-coef 0.001 "
+                              "--router-bias-update-rate 0.01 ";
+
+const Result& one_process_every_option() {
+  static const Result r = train("moetp_ref", 1, kMoE + kRouting);
+  return r;
+}
+const Result& one_process_dropless() {
+  static const Result r = train("moetp_ref_dropless", 1, kMoE + kDropless);
+  return r;
+}
+
+// The log's routing numbers (balance, max load) are the micro-batch's: one process's.
+void expect_same_routing_log(const Result& got, const Result& ref, const char* what) {
+  ASSERT_EQ(got.log.size(), ref.log.size()) << what;
+  for (size_t i = 0; i < ref.log.size(); ++i) {
+    EXPECT_NEAR(field(got.log[i], "moe_balance"), field(ref.log[i], "moe_balance"), 1e-5) << what << " step " << i;
+    EXPECT_EQ(field(got.log[i], "moe_max_load"), field(ref.log[i], "moe_max_load")) << what << " step " << i;
+  }
+}
+
+}  // namespace
+
+TEST(TrainGptMoETensorParallel, TpTwoEqualsOneProcessWithEveryRoutingOption) {
+  const Result tp = train("moetp_tp2", 2, kMoE + kRouting + "--tp 2");
+  expect_same_run(tp, one_process_every_option(), "--tp 2");
+  expect_same_routing_log(tp, one_process_every_option(), "--tp 2");
+}
+
+TEST(TrainGptMoETensorParallel, SequenceParallelEqualsOneProcessDropless) {
+  const Result sp = train("moetp_sp2", 2, kMoE + kDropless + "--tp 2 --sequence-parallel");
+  expect_same_run(sp, one_process_dropless(), "--tp 2 --sequence-parallel");
+  expect_same_routing_log(sp, one_process_dropless(), "--tp 2 --sequence-parallel");
+}
+
+TEST(TrainGptMoETensorParallel, ContextParallelEqualsOneProcessDropless) {
+  const Result cp = train("moetp_cp2", 2, kMoE + kDropless + "--cp 2");
+  expect_same_run(cp, one_process_dropless(), "--cp 2");
+  expect_same_routing_log(cp, one_process_dropless(), "--cp 2");
+}
+
+// Four ranks: the token shards over tp and cp at once; and tp beside data parallel.
+TEST(TrainGptMoETensorParallel, TpWithCpAndWithDpEqualOneProcess) {
+  expect_same_run(train("moetp_sp2_cp2", 4, kMoE + kDropless + "--tp 2 --sequence-parallel --cp 2"),
+                  one_process_dropless(), "--tp 2 --sequence-parallel --cp 2");
+  const Result ref = train("moetp_ref_k2", 1, kMoE + kRouting + "--grad-accum 2");
+  expect_same_run(train("moetp_tp2_dp2", 4, kMoE + kRouting + "--tp 2 --dp 2"), ref, "--tp 2 --dp 2");
+}
+
+// --ep 2 inside dp 2 on each tp (or cp) rank: the ep group is carved from the dp group, so the ranks of one
+// ep group hold the same tp (cp) coordinate and dispatch the tokens that coordinate holds.
+TEST(TrainGptMoETensorParallel, TpAndCpWithExpertParallelEqualOneProcess) {
+  const Result ref = train("moetp_ref_k2", 1, kMoE + kRouting + "--grad-accum 2");
+  expect_same_run(train("moetp_tp2_ep2", 4, kMoE + kRouting + "--tp 2 --dp 2 --ep 2"), ref, "--tp 2 --dp 2 --ep 2");
+  const Result dropless = train("moetp_ref_dropless_k2", 1, kMoE + kDropless + "--grad-accum 2");
+  expect_same_run(train("moetp_sp2_ep2", 4, kMoE + kDropless + "--tp 2 --sequence-parallel --dp 2 --ep 2"), dropless,
+                  "--tp 2 --sequence-parallel --dp 2 --ep 2");
+  expect_same_run(train("moetp_cp2_ep2", 4, kMoE + kDropless + "--cp 2 --dp 2 --ep 2"), dropless,
+                  "--cp 2 --dp 2 --ep 2");
+}
+
+namespace {
+
+// Save at `parallel` (2 ranks) at step 5, resume there (the same bits as straight through) and at one
+// process (within tolerance): the checkpoint holds one process's names, the experts whole.
+void expect_save_resumes(const std::string& name, const std::string& flags, const std::string& parallel) {
+  const Result straight = train(name + "_straight", 2, flags + parallel);
+  const Result first = train(name + "_first", 2, flags + parallel + " --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const Result resumed = train(name + "_resumed", 2, flags + parallel + " --resume " + checkpoint(name + "_first"));
+  const Result one = train(name + "_resumed_1", 1, flags + "--resume " + checkpoint(name + "_first"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  for (const Result* r : {&resumed, &one}) {
+    ASSERT_EQ(r->status, 0) << r->output;
+    ASSERT_EQ(r->losses.size(), 5u);
+  }
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(resumed.losses[i], straight.losses[5 + i]) << "step " << 5 + i;
+    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 5 + i;
+    EXPECT_NEAR(one.losses[i], straight.losses[5 + i], 1e-5 * straight.losses[5 + i]) << "step " << 5 + i;
+  }
+  ASSERT_EQ(one.weights.tensors.size(), straight.weights.tensors.size());
+  for (const auto& [tensor, t] : straight.weights.tensors) {
+    EXPECT_EQ(resumed.weights.at(tensor).to_vector<float>(), t.to_vector<float>()) << tensor;
+    const Diff d = diff_of(one.weights.at(tensor), t);
+    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << tensor;
+  }
+}
+
+}  // namespace
+
+TEST(TrainGptMoETensorParallel, TpSaveResumesAtTpAndAtOneProcess) {
+  expect_save_resumes("moetp_tp2", kMoE + kRouting, "--tp 2");
+}
+
+TEST(TrainGptMoETensorParallel, SequenceParallelSaveResumesAtTpAndAtOneProcess) {
+  expect_save_resumes("moetp_sp2", kMoE + kDropless, "--tp 2 --sequence-parallel");
+}
+
+// --export-hf at tp 2 writes Mixtral's names, every expert whole, as one process's export does.
+TEST(TrainGptMoETensorParallel, TpExportEqualsOneProcessExport) {
+  const std::string flags = kMoE + "--capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
+  const Result tp = train_and_export("moetp_export", 2, flags + "--tp 2");
+  const Result one = train_and_export("moetp_export_1", 1, flags);
+  ASSERT_EQ(tp.status, 0) << tp.output;
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(tp.weights.tensors.size(), one.weights.tensors.size());
+  bool has_every_expert = false;
+  for (const auto& [name, t] : tp.weights.tensors)
+    has_every_expert |= name == "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+  EXPECT_TRUE(has_every_expert);
+  for (const auto& [name, t] : one.weights.tensors) {
+    const Diff d = diff_of(tp.weights.at(name), t);
+    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << name;
+  }
+}
+
+TEST(TrainGptMoETensorParallel, WhatDoesNotComposeYetIsRefusedBeforeTraining) {
+  const std::pair<std::string, std::string> cases[] = {
+      {kMoE + "--tp 2 --sequence-parallel --capacity-factor 1.0",
+       "--capacity-factor 1 with --tp 2 --sequence-parallel: the micro-batch's tokens are split over ranks"},
+      {kMoE + "--cp 2 --capacity-factor 1.0", "--capacity-factor 1 with --cp 2: the micro-batch's tokens are split"},
+      {kMoE + "--tp 2 --memory-report", "--memory-report with --experts 4 and --tp 2: the experts' formula is "
+                                        "measured on one process only"}};
+  for (const auto& [flags, want] : cases) {
+    const Result r = train("moetp_refused", 2, flags, false);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("| loss "), std::string::npos) << flags << ": trained before refusing\n" << r.output;
+  }
+}
