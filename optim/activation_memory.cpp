@@ -177,19 +177,20 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     const double now = kept - twice(in_b);
     if (now + extra > p.total) p.total = now + extra, p.backward_extra = extra, p.per_micro_batch = now;
   };
-  // A V's sends are let go of at the op by which they are known delivered
+  // Zero-bubble sends are let go of at the op by which they are known delivered
   // (send_release.h): an input gradient whose W comes first is the send's
   // alone from W to there, and the first send on each link holds its header
   // from its op to there (let_go[j]: the bytes let go of at op j's start).
-  const bool v = split && parallel::schedule_chunk_layout(schedule) == parallel::ChunkLayout::V;
+  const parallel::ChunkLayout layout = parallel::schedule_chunk_layout(schedule);
+  const bool held = split;  // ZB-H1, ZB-V, DualPipeV: their sends are held (the interleaved 1F1B's are not)
   std::vector<int> release;
   std::vector<double> let_go(order.size() + 1, 0);
   std::set<std::pair<char, int>> links;  // (kind, chunk) of the sends so far: one link each
   std::map<std::pair<int, int>, int> gradient_release;  // (mb, chunk) -> its B's send's release
-  if (v) {
+  if (held) {
     std::vector<std::vector<parallel::ScheduledOp>> orders;
     for (int s = 0; s < pp; ++s) orders.push_back(chunk_order(schedule, pp, s, int(chunks.size()), c.micro_batches));
-    release = parallel::send_release_points(orders, stage, parallel::ChunkLayout::V);
+    release = parallel::send_release_points(orders, stage, layout);
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const parallel::ScheduledOp& op = order[i];
@@ -197,7 +198,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     const size_t k = size_t(op.chunk);
     char& now = state[size_t(op.mb)][std::min<size_t>(k, 1)];
     // Posted after the op's compute: the first send on a link also holds its header.
-    const bool first_on_link = v && release[i] >= 0 && links.insert({op.kind, op.chunk}).second;
+    const bool first_on_link = held && release[i] >= 0 && links.insert({op.kind, op.chunk}).second;
     const double header = first_on_link ? parallel::kSendHeaderBytes : 0;
     if (header > 0) let_go[size_t(release[i])] += header;
     if (op.kind == 'F') {
@@ -219,7 +220,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && (split || j != k) ? double(chunks[j].grad_bytes) : 0;
     candidate(extra, k == 0 ? op.mb : -1);
     kept -= first[k].per_micro_batch - header, now = '-';
-    if (v && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
+    if (held && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
     if (split) kept += first[k].held_until_w, now = 'H';
     else ran[k] = true;
     sending = sending || !chunks[k].has_embedding;

@@ -145,7 +145,7 @@
 // split backward's terms (optim/split_backward.h). ZB-H1: measured = formula
 // (+ the loss's scalars) on every stage of the default model at pp 4, m 4
 // and 8, b 2 and 4, fp32 and bf16, and tests/test_memory_ledger_zero_bubble.cpp's
-// runs, --arch llama too. The V (zb-v, dualpipev) lets go of each send at
+// runs, --arch llama too. The V (zb-v, dualpipev), as ZB-H1, lets go of each send at
 // the first op that knows it arrived (parallel/pipeline_parallel/
 // send_release.h), and the walk counts what a send holds until then: an
 // input gradient past its W, and on each link the first send's 80-byte

@@ -32,6 +32,14 @@ void PipelineP2P::send_forward(const Tensor& output, int mb) {
   if (!is_last_stage()) channels_.send(*act_out_, output, "send_forward", mb, -1);
 }
 
+uint64_t PipelineP2P::post_forward(const Tensor& output, int mb) {
+  return is_last_stage() ? 0 : channels_.post(*act_out_, output, "send_forward", mb, -1, /*hold=*/true);
+}
+
+uint64_t PipelineP2P::post_backward(const Tensor& input_grad, int mb) {
+  return is_first_stage() ? 0 : channels_.post(*grad_out_, input_grad, "send_backward", mb, -1, /*hold=*/true);
+}
+
 Tensor PipelineP2P::recv_backward(int mb) {
   return is_last_stage() ? Tensor() : channels_.recv(*grad_in_, "recv_backward", mb, -1);
 }

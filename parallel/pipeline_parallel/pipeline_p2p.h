@@ -66,6 +66,8 @@ class PipelineP2P {
   // 0 for the V's turn, which sends nothing.
   uint64_t post_activation(const Tensor& output, int mb, int chunk, bool hold = true);
   uint64_t post_gradient(const Tensor& input_grad, int mb, int chunk, bool hold = true);
+  uint64_t post_forward(const Tensor& output, int mb);       // the line's (ZB-H1): 0 on the last stage
+  uint64_t post_backward(const Tensor& input_grad, int mb);  // 0 on the first stage
   void wait_send(uint64_t ticket) {
     if (ticket) channels_.wait_send(ticket);
   }

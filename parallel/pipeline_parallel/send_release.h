@@ -1,5 +1,6 @@
-// When a table schedule (schedule_table.h) lets go of each send: at the first
-// op of its own order by which the sender knows the receiver has the tensor.
+// When a zero-bubble schedule (schedule_table.h, zero_bubble_schedule.cpp)
+// lets go of each send: at the first op of its own order by which the sender
+// knows the receiver has the tensor.
 //
 // A send is an isend: its payload (and, the first time on a channel, its
 // 80-byte header) must stay alive until MPI is done with it, and a tensor
