@@ -210,7 +210,8 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
       for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] ? double(chunks[j].grad_bytes) : 0;
       candidate(extra, -1);
       kept -= first[k].held_until_w, now = '-';
-      if (const auto it = gradient_release.find({op.mb, op.chunk}); it != gradient_release.end() && size_t(it->second) > i)
+      const auto it = gradient_release.find({op.mb, op.chunk});
+      if (it != gradient_release.end() && size_t(it->second) > i)
         kept += sent, let_go[size_t(it->second)] += sent;  // its send still holds the input gradient
       ran[k] = true;
       continue;

@@ -28,7 +28,8 @@ ForwardBackwardResult run_schedule_table(const std::vector<std::vector<Scheduled
                                          DataParallel* dp) {
   MicroBatchRunner run(stage, &p2p, micro_batches, loss_fn, dp);
   const int m = run.num_microbatches();
-  LOOM_CHECK(orders.size() == size_t(p2p.pp_size()), "schedule table: ", orders.size(), " orders for pp ", p2p.pp_size());
+  LOOM_CHECK(orders.size() == size_t(p2p.pp_size()), "schedule table: ", orders.size(), " orders for pp ",
+             p2p.pp_size());
   const std::vector<ScheduledOp>& order = orders[size_t(p2p.pp_rank())];
   check_table(order, m, stage.num_chunks());
   // Each send is waited for at the op by which it is known delivered (send_release.h): waits[i] at op i's start.

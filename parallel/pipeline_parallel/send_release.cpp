@@ -14,7 +14,8 @@ struct Link {
 // Where op `kind` on chunk c of stage s sends its output (F: the activation, B: the input gradient).
 Link sends_to(char kind, int s, int c, int p, ChunkLayout layout) {
   const bool v = layout == ChunkLayout::V;
-  if (kind == 'W' || (v && s == p - 1 && (kind == 'F') == (c == 0))) return {};  // W sends nothing; the turn is in memory
+  // W sends nothing; the V's turn (chunk 0's F, chunk 1's B on the last stage) is in memory.
+  if (kind == 'W' || (v && s == p - 1 && (kind == 'F') == (c == 0))) return {};
   const int to = (kind == 'F') == (!v || c == 0) ? s + 1 : s - 1;  // F on chunk 0 and B on chunk 1 go down
   return to >= 0 && to < p ? Link{to, c} : Link{};
 }
@@ -33,7 +34,8 @@ std::vector<int> send_release_points(const std::vector<std::vector<ScheduledOp>>
                                      ChunkLayout layout) {
   const int p = int(orders.size());
   LOOM_CHECK(stage >= 0 && stage < p, "send_release_points: stage ", stage, " of ", p);
-  std::vector<std::map<std::tuple<char, int, int>, int>> index(static_cast<size_t>(p));  // (kind, mb, chunk) -> position
+  // (kind, mb, chunk) -> its position in the stage's order
+  std::vector<std::map<std::tuple<char, int, int>, int>> index(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s)
     for (size_t i = 0; i < orders[size_t(s)].size(); ++i) {
       const ScheduledOp& o = orders[size_t(s)][i];
