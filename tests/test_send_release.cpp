@@ -9,14 +9,17 @@
 // (optim/activation_memory.h) counts.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <tuple>
+#include <ostream>
 
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/send_release.h"
 #include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "parallel/trace/schedule_diagram.h"
+
+namespace loom::parallel {
+void PrintTo(const ScheduledOp& o, std::ostream* os) { *os << o.kind << o.mb << "." << o.chunk; }  // "B1.0" in failures
+}  // namespace loom::parallel
 
 using namespace loom;
 using namespace loom::parallel;
