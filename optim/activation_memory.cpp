@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <set>
 #include <string>
 
 #include "optim/activation_moments.h"
@@ -9,6 +11,7 @@
 #include "optim/split_backward.h"
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
+#include "parallel/pipeline_parallel/send_release.h"
 #include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
 #include "tensor/ops.h"
@@ -174,11 +177,32 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     const double now = kept - twice(in_b);
     if (now + extra > p.total) p.total = now + extra, p.backward_extra = extra, p.per_micro_batch = now;
   };
-  for (const parallel::ScheduledOp& op : order) {
+  // Zero-bubble sends are let go of at the op by which they are known delivered
+  // (send_release.h): an input gradient whose W comes first is the send's
+  // alone from W to there, and the first send on each link holds its header
+  // from its op to there (let_go[j]: the bytes let go of at op j's start).
+  const parallel::ChunkLayout layout = parallel::schedule_chunk_layout(schedule);
+  const bool held = split;  // ZB-H1, ZB-V, DualPipeV: their sends are held (the interleaved 1F1B's are not)
+  std::vector<int> release;
+  std::vector<double> let_go(order.size() + 1, 0);
+  std::set<std::pair<char, int>> links;  // (kind, chunk) of the sends so far: one link each
+  std::map<std::pair<int, int>, int> gradient_release;  // (mb, chunk) -> its B's send's release
+  if (held) {
+    std::vector<std::vector<parallel::ScheduledOp>> orders;
+    for (int s = 0; s < pp; ++s) orders.push_back(chunk_order(schedule, pp, s, int(chunks.size()), c.micro_batches));
+    release = parallel::send_release_points(orders, stage, layout);
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const parallel::ScheduledOp& op = order[i];
+    kept -= let_go[i];
     const size_t k = size_t(op.chunk);
     char& now = state[size_t(op.mb)][std::min<size_t>(k, 1)];
+    // Posted after the op's compute: the first send on a link also holds its header.
+    const bool first_on_link = held && release[i] >= 0 && links.insert({op.kind, op.chunk}).second;
+    const double header = first_on_link ? parallel::kSendHeaderBytes : 0;
+    if (header > 0) let_go[size_t(release[i])] += header;
     if (op.kind == 'F') {
-      kept += first[k].per_micro_batch, now = 'F';
+      kept += first[k].per_micro_batch + header, now = 'F';
       continue;
     }
     if (op.kind == 'W') {  // a split backward: W's first dW is a candidate peak, then W frees what B left it
@@ -186,6 +210,9 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
       for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] ? double(chunks[j].grad_bytes) : 0;
       candidate(extra, -1);
       kept -= first[k].held_until_w, now = '-';
+      const auto it = gradient_release.find({op.mb, op.chunk});
+      if (it != gradient_release.end() && size_t(it->second) > i)
+        kept += sent, let_go[size_t(it->second)] += sent;  // its send still holds the input gradient
       ran[k] = true;
       continue;
     }
@@ -193,7 +220,8 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     double extra = split ? first[k].split_extra : (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
     for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && (split || j != k) ? double(chunks[j].grad_bytes) : 0;
     candidate(extra, k == 0 ? op.mb : -1);
-    kept -= first[k].per_micro_batch, now = '-';
+    kept -= first[k].per_micro_batch - header, now = '-';
+    if (held && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
     if (split) kept += first[k].held_until_w, now = 'H';
     else ran[k] = true;
     sending = sending || !chunks[k].has_embedding;

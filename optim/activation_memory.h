@@ -145,21 +145,22 @@
 // split backward's terms (optim/split_backward.h). ZB-H1: measured = formula
 // (+ the loss's scalars) on every stage of the default model at pp 4, m 4
 // and 8, b 2 and 4, fp32 and bf16, and tests/test_memory_ledger_zero_bubble.cpp's
-// runs, --arch llama too. The V: within one sent gradient per sending chunk
-// either way (an isend that outlives the W that held its tensor, or not:
-// timing), e.g. pp 2, m 4, b 4 ZB-V stage 0 10.84 MiB measured, 10.71
-// formula; stage 1 19.56 both. Stage 0's 0.13 MiB, traced op by op: B0.1's
-// sent gradient, alive after W0.1 until F3.0's send finds it delivered (a
-// send lets go of its payload only then, pipeline_p2p.h). With --layers 6,
-// zb-v pp 3 stage 2 measured 16.81 MiB in one run, 16.68 (the formula) in the
-// next. The V's stage 0 holds the tied wte in both chunks: one .grad tensor
+// runs, --arch llama too. The V (zb-v, dualpipev), as ZB-H1, lets go of each send at
+// the first op that knows it arrived (parallel/pipeline_parallel/
+// send_release.h), and the walk counts what a send holds until then: an
+// input gradient past its W, and on each link the first send's 80-byte
+// header. Measured = formula (+ the loss's scalars) on every stage of
+// tests/test_memory_ledger_zero_bubble.cpp's V runs (pp 2, 3, 4, fp32 and
+// bf16) and of the default model at pp 2, m 4, b 4: ZB-V 10.84 / 19.69 MiB
+// on stages 0 / 1, DualPipeV 11.20 / 21.94. Before, a send let go of its
+// payload when a later send found it delivered (timing): stage 0 measured up
+// to a gradient above the formula (zb-v pp 2: B1.1's, alive past W1.1 to
+// B2.1's peak), at pp 3 up to 1.3: the rest was DualPipeV's stage 0 peaking
+// in the embedding chunk's B (split_backward.h), not counted then. The V's
+// stage 0 holds the tied wte in both chunks: one .grad tensor
 // (train/diagnostics.cpp gives it to the head's chunk, whose W runs
-// first); counted once per chunk, the test model's (h 32, s 16) formula was
-// 6004 bytes above the measured peak at pp 2. That model's stage 0 still
-// measures above the formula by up to one sent gradient at pp 2 (b 4: +6.1
-// to +8.2 KB, a gradient 8 KB) and up to 1.3 at pp 3 (b 2: +1.4 to +5.3 KB,
-// a gradient 4 KB); the rest is not explained, and
-// tests/test_memory_ledger_zero_bubble.cpp bounds it by two. Not modelled: --recompute full under a split backward (measured
+// first); counted once per chunk, the formula was 6004 bytes above the
+// test model's peak. Not modelled: --recompute full under a split backward (measured
 // 1.4-7.8% above: what the reruns' graphs keep until W).
 // Recomputation (--recompute, parallel/recompute.h): selective keeps each
 // block's tensors but its softmax, 4 + 12 / t units; full keeps only the

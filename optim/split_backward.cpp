@@ -24,11 +24,15 @@ double head_held(const ActivationCase& c, const Sizes& z) {
   return c.has_head ? z.unit + z.N * z.V / z.t * z.e + norm_vectors(c) * z.h * z.e : 0;
 }
 
+// The embedding's dY: the tokens' [N, h] and, with learned positions, the positions' [s, h].
+double embedding_held(const ActivationCase& c, const Sizes& z) {
+  return c.has_embedding ? z.unit + (c.rope ? 0 : z.s * z.h * z.e) : 0;
+}
+
 }  // namespace
 
 double held_until_w(const ActivationCase& c, const Sizes& z) {
-  // The embedding's dY: the tokens' [N, h] and, with learned positions, the positions' [s, h].
-  const double embedding = c.has_embedding ? z.unit + (c.rope ? 0 : z.s * z.h * z.e) : 0;
+  const double embedding = embedding_held(c, z);
   // A later stage's input and its gradient, reached from the X's graph.
   const double input = c.pp_stage && !c.has_embedding ? 2 * z.local : 0;
   return double(c.blocks) * block_held(c, z) + head_held(c, z) + embedding + input;
@@ -48,6 +52,12 @@ double split_backward_extra(const ActivationCase& c, const Sizes& z, const Momen
     // (D) ln_f's backward: as unsplit, with its output (the head's X) and the head's dY still held.
     extra = std::max({loss_grad, head_linear, m.ln_f + z.unit + Nv * e});
   }
+  // The embedding alone (a V's first chunk): B reads the received output
+  // gradient, which is also the token embedding's dY (the sum passes it on),
+  // and sums it over the batch for the positions' dY [s, h] (in double, then
+  // e bytes). Measured to the byte on the V's stage 0 at tp 1, b 2 and 4:
+  // DualPipeV peaks there at pp 3 and 4, b 2 (1156 bytes above the head's moments).
+  if (c.blocks == 0 && !c.has_head) extra = z.local + (c.has_embedding && !c.rope ? (8 + z.e) * z.s * z.h : 0);
   if (c.blocks == 0) return extra;
   // (B) mlp.c_proj's B makes dx only: the unsplit moment without dW [h, F/t]
   // (fp32: and the bias's column sums; 16-bit: dW in fp32 and rounded).

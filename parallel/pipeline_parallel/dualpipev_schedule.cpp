@@ -57,8 +57,9 @@ ForwardBackwardResult train_step_pipeline_dualpipev(ModelChunks& stage, Pipeline
                                                     const LossFn& loss_fn, DataParallel* dp) {
   LOOM_CHECK(stage.num_chunks() == 2, "dualpipev: a rank holds two chunks in a V, this one ", stage.num_chunks());
   const int m = int(micro_batches.size());
-  return run_schedule_table(dualpipev_order(p2p.pp_size(), p2p.pp_rank(), m), stage, p2p, micro_batches, loss_fn,
-                            dp);
+  std::vector<std::vector<ScheduledOp>> orders;
+  for (int r = 0; r < p2p.pp_size(); ++r) orders.push_back(dualpipev_order(p2p.pp_size(), r, m));
+  return run_schedule_table(orders, ChunkLayout::V, stage, p2p, micro_batches, loss_fn, dp);
 }
 
 }  // namespace loom::parallel

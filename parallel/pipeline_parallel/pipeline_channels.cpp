@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "autograd/variable.h"
+#include "parallel/pipeline_parallel/send_release.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
@@ -12,6 +13,7 @@ namespace {
 // The header: [ndim, dtype, dim_0, ..., dim_{ndim-1}, zeros up to kMaxDims].
 constexpr int64_t kMaxDims = 8;
 constexpr int64_t kHeaderSize = 2 + kMaxDims;
+static_assert(kHeaderSize * 8 == int64_t(kSendHeaderBytes), "send_release.h counts the header's bytes");
 constexpr int kHeaderTag = 0, kPayloadTag = 1;
 constexpr int kSender = 0, kReceiver = 1;  // group ranks in a channel
 
@@ -28,7 +30,7 @@ Channel* PipelineChannels::open(ProcessGroup& pp_group, int from, int to, const 
   return channels_.back().get();
 }
 
-void PipelineChannels::post(Channel& c, const Tensor& t, const char* verb, int mb, int chunk) {
+uint64_t PipelineChannels::post(Channel& c, const Tensor& t, const char* verb, int mb, int chunk, bool hold) {
   LOOM_CHECK(t.defined(), verb, ": stage ", rank_, ", micro-batch ", mb, ": the tensor to send is undefined");
   LOOM_CHECK(t.dim() <= kMaxDims, verb, ": ", t.describe(), " has more than ", kMaxDims, " dims");
   // Outside the graph (the sender keeps its own handle for backward), contiguous for MPI.
@@ -44,11 +46,16 @@ void PipelineChannels::post(Channel& c, const Tensor& t, const char* verb, int m
     header[0] = payload.dim();
     header[1] = int64_t(payload.dtype());
     for (int64_t d = 0; d < payload.dim(); ++d) header[size_t(2 + d)] = payload.size(d);
-    s.header = c.group->isend(from_vector(header), kReceiver, kHeaderTag);
+    Tensor h = from_vector(header);
+    s.header = c.group->isend(h, kReceiver, kHeaderTag);
+    if (hold) s.held_header = h;
     c.shape = payload.shape(), c.dtype = payload.dtype(), c.cached = in_schedule_;
   }
   s.payload = c.group->isend(payload, kReceiver, kPayloadTag);
+  if (hold) s.held_payload = payload;
+  s.ticket = ++tickets_;
   pending_.push_back(std::move(s));
+  return tickets_;
 }
 
 Tensor PipelineChannels::recv(Channel& c, const char* verb, int mb, int chunk) {
@@ -76,10 +83,17 @@ void PipelineChannels::finish_sends() {
   // In a schedule: let go of the sends already delivered (and their payloads).
   // is_completed() is an MPI_Test, which moves every transfer of the process along.
   std::erase_if(pending_, [&](PendingSend& s) {
-    if (!s.payload->is_completed() || (s.header && !s.header->is_completed())) return false;
+    if (s.held_payload.defined() || !s.payload->is_completed() || (s.header && !s.header->is_completed())) return false;
     wait(s);  // rethrows a failed send
     return true;
   });
+}
+
+void PipelineChannels::wait_send(uint64_t ticket) {
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const PendingSend& s) { return s.ticket == ticket; });
+  if (it == pending_.end()) return;
+  wait(*it);
+  pending_.erase(it);
 }
 
 void PipelineChannels::wait(PendingSend& s) {

@@ -65,8 +65,12 @@ class PipelineChannels {
   // Where received tensors are made: the stage's device.
   void set_device(const Device& device) { device_ = device; }
 
-  // Posts the header (unless cached), then the payload; finish_sends() waits for them.
-  void post(Channel& c, const Tensor& t, const char* verb, int mb, int chunk);
+  // Posts the header (unless cached), then the payload; finish_sends() waits for
+  // them. Returns the send's ticket for wait_send(). hold: the send keeps its
+  // payload and header alive until wait_send() or end_schedule(), however soon
+  // it completes, and finish_sends() leaves it (a table schedule's sends:
+  // send_release.h); else it lets go of them once MPI is done.
+  uint64_t post(Channel& c, const Tensor& t, const char* verb, int mb, int chunk, bool hold = false);
   // post(), then finish_sends().
   void send(Channel& c, const Tensor& t, const char* verb, int mb, int chunk) {
     post(c, t, verb, mb, chunk);
@@ -74,8 +78,10 @@ class PipelineChannels {
   }
   // Receives the header (unless cached), then a tensor of the shape and dtype it announces.
   Tensor recv(Channel& c, const char* verb, int mb, int chunk);
-  // Every send, now; in a schedule only the ones already delivered.
+  // Every send, now; in a schedule only the ones already delivered (but held ones).
   void finish_sends();
+  // Waits for one send and lets go of it (nothing if already let go).
+  void wait_send(uint64_t ticket);
   // begin_schedule() also drops what a schedule that threw left behind;
   // end_schedule() waits for the sends and forgets the cached shapes.
   void begin_schedule();
@@ -85,6 +91,8 @@ class PipelineChannels {
   struct PendingSend {
     std::shared_ptr<Work> header, payload;  // header: null when the shape was cached
     TransferLog::Watch watch;               // "send_forward mb3 (64 KiB)", from the post to the delivery
+    uint64_t ticket = 0;
+    Tensor held_payload, held_header;       // hold: alive until wait_send (MPI lets go of its own at completion)
   };
   void wait(PendingSend& s);
   void forget_shapes();
@@ -93,6 +101,7 @@ class PipelineChannels {
   std::vector<std::unique_ptr<Channel>> channels_;
   Device device_ = kCPU;
   std::vector<PendingSend> pending_;
+  uint64_t tickets_ = 0;
   bool in_schedule_ = false;
   TransferLog log_;  // LOOM_VERBOSE and the trace
 };

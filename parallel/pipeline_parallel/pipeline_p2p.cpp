@@ -32,6 +32,14 @@ void PipelineP2P::send_forward(const Tensor& output, int mb) {
   if (!is_last_stage()) channels_.send(*act_out_, output, "send_forward", mb, -1);
 }
 
+uint64_t PipelineP2P::post_forward(const Tensor& output, int mb) {
+  return is_last_stage() ? 0 : channels_.post(*act_out_, output, "send_forward", mb, -1, /*hold=*/true);
+}
+
+uint64_t PipelineP2P::post_backward(const Tensor& input_grad, int mb) {
+  return is_first_stage() ? 0 : channels_.post(*grad_out_, input_grad, "send_backward", mb, -1, /*hold=*/true);
+}
+
 Tensor PipelineP2P::recv_backward(int mb) {
   return is_last_stage() ? Tensor() : channels_.recv(*grad_in_, "recv_backward", mb, -1);
 }
@@ -80,10 +88,17 @@ Tensor PipelineP2P::recv_activation(int mb, int chunk) {
 }
 
 void PipelineP2P::send_activation(const Tensor& output, int mb, int chunk) {
-  if (turns_here(chunk))  // chunk 0 -> chunk 1: a leaf of its own, as a received tensor would be
+  post_activation(output, mb, chunk, /*hold=*/false);
+  channels_.finish_sends();
+}
+
+uint64_t PipelineP2P::post_activation(const Tensor& output, int mb, int chunk, bool hold) {
+  if (turns_here(chunk)) {  // chunk 0 -> chunk 1: a leaf of its own, as a received tensor would be
     turn_activations_.emplace_back(mb, autograd::detach(output));
-  else
-    channels_.send(way(chunk, act_out_, act_up_out_, "send_activation"), output, "send_activation", mb, chunk);
+    return 0;
+  }
+  return channels_.post(way(chunk, act_out_, act_up_out_, "send_activation"), output, "send_activation", mb, chunk,
+                        hold);
 }
 
 Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
@@ -92,10 +107,17 @@ Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
 }
 
 void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
-  if (turns_here(chunk - 1))  // chunk 1 -> chunk 0
+  post_gradient(input_grad, mb, chunk, /*hold=*/false);
+  channels_.finish_sends();
+}
+
+uint64_t PipelineP2P::post_gradient(const Tensor& input_grad, int mb, int chunk, bool hold) {
+  if (turns_here(chunk - 1)) {  // chunk 1 -> chunk 0
     turn_gradients_.emplace_back(mb, input_grad);
-  else
-    channels_.send(way(chunk, grad_out_, grad_up_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk);
+    return 0;
+  }
+  return channels_.post(way(chunk, grad_out_, grad_up_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk,
+                        hold);
 }
 
 }  // namespace loom::parallel

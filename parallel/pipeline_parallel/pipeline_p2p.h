@@ -60,6 +60,18 @@ class PipelineP2P {
   Tensor recv_gradient(int mb, int chunk);                       // <- next rank
   void send_gradient(const Tensor& input_grad, int mb, int chunk);  // -> previous rank
 
+  // A table schedule's sends (schedule_table.h): posted and held, each until
+  // the schedule waits for it at a point of its order (send_release.h), not
+  // whenever a later send finds it delivered. Return the ticket for wait_send;
+  // 0 for the V's turn, which sends nothing.
+  uint64_t post_activation(const Tensor& output, int mb, int chunk, bool hold = true);
+  uint64_t post_gradient(const Tensor& input_grad, int mb, int chunk, bool hold = true);
+  uint64_t post_forward(const Tensor& output, int mb);       // the line's (ZB-H1): 0 on the last stage
+  uint64_t post_backward(const Tensor& input_grad, int mb);  // 0 on the first stage
+  void wait_send(uint64_t ticket) {
+    if (ticket) channels_.wait_send(ticket);
+  }
+
   // A schedule's transfers (every schedule calls both): sends return once posted,
   // end_schedule() waits for them (pipeline_channels.h).
   void begin_schedule() {

@@ -24,9 +24,13 @@
 
 namespace loom::parallel {
 
-// Runs `order` (this rank's table) on the stage. Errors: an order without
-// every (micro-batch, chunk)'s F, B and W exactly once.
-ForwardBackwardResult run_schedule_table(const std::vector<ScheduledOp>& order, ModelChunks& stage, PipelineP2P& p2p,
+// Runs orders[pp rank] (this rank's table; orders: every rank's, laid out as
+// `layout`) on the stage. Each send is posted and held until the op of this
+// rank's order by which it is known delivered (send_release.h): what a send
+// holds is alive for a span of the schedule, the same on every run. Errors:
+// an order without every (micro-batch, chunk)'s F, B and W exactly once.
+ForwardBackwardResult run_schedule_table(const std::vector<std::vector<ScheduledOp>>& orders, ChunkLayout layout,
+                                         ModelChunks& stage, PipelineP2P& p2p,
                                          const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
                                          DataParallel* dp);
 

@@ -37,7 +37,9 @@ ForwardBackwardResult train_step_pipeline_zb_v(ModelChunks& stage, PipelineP2P& 
                                                DataParallel* dp) {
   LOOM_CHECK(stage.num_chunks() == 2, "zb-v: a rank holds two chunks in a V, this one ", stage.num_chunks());
   const int m = int(micro_batches.size());
-  return run_schedule_table(zb_v_order(p2p.pp_size(), p2p.pp_rank(), m), stage, p2p, micro_batches, loss_fn, dp);
+  std::vector<std::vector<ScheduledOp>> orders;
+  for (int r = 0; r < p2p.pp_size(); ++r) orders.push_back(zb_v_order(p2p.pp_size(), r, m));
+  return run_schedule_table(orders, ChunkLayout::V, stage, p2p, micro_batches, loss_fn, dp);
 }
 
 }  // namespace loom::parallel
