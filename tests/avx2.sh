@@ -35,7 +35,7 @@ CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAK
 cmake --build build-clang -j2
 echo "avx2: clang build clean at -march=x86-64-v3 (warnings are errors)"
 
-tests=(test_tensor test_tensor_ops test_autograd test_nn test_fast_row_math test_gemm_bf16 test_attention
+tests=(test_tensor test_tensor_ops test_autograd test_nn test_fast_row_math test_fast_paths test_gemm_bf16 test_attention
        test_flash_attention test_llama_ops test_dropout test_optim test_mixed_precision test_gpt_reference
        test_llama_reference test_train_gpt_parallel)
 export ONEDNN_MAX_CPU_ISA=AVX2

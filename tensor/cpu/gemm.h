@@ -90,11 +90,39 @@ inline std::atomic<GemmBackend>& gemm_backend() {
   return backend;
 }
 
+// Aᵀ B at AVX2: which library. oneDNN 2.6's AVX2 sgemm reads A down its
+// columns when it packs Aᵀ; with a row stride that is a power of two of at
+// least 512 floats (2 KiB) those reads fall in the same few cache sets, and a
+// weight gradient dW [512, 128] = gᵀ [512, 1024] @ x [1024, 128] ran at 65% of
+// the FMA ceiling (89% with the stride padded to 520; Zen 4 held to AVX2,
+// bench/README.md "AVX2 weight gradients"). OpenBLAS's Haswell kernel packs
+// it at 80%; it also runs the other power-of-two case of the small GPT,
+// dW [128, 512] = gᵀ @ x [1024, 512], at 85-90% against oneDNN's 74-77%.
+// Other strides (384, 1536), AVX-512, and products under 16 MFLOP (attention's
+// blocks, not measured) stay on oneDNN, as fast or faster there. A pure
+// function of the call, so tests can ask it.
+inline bool aliased_stride(int64_t ld) { return ld >= 512 && (ld & (ld - 1)) == 0; }
+inline bool tn_goes_to_openblas(bool onednn_avx512, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                int64_t ldb) {
+  return !onednn_avx512 && ta && !tb && 2 * M * N * K >= (int64_t(1) << 24) &&
+         (aliased_stride(lda) || aliased_stride(ldb));
+}
+
+#ifdef LOOM_WITH_DNNL
+// Whether oneDNN runs AVX-512 kernels here: the CPU's ISA, capped by
+// ONEDNN_MAX_CPU_ISA (which is how an AVX-512 machine runs an AVX2 laptop's kernels).
+inline bool onednn_avx512() {
+  static const bool yes = (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+  return yes;
+}
+#endif
+
 // One single-threaded product. lda/ldb/ldc are row strides of the stored matrices.
 inline void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
 #ifdef LOOM_WITH_DNNL
-  if (gemm_backend().load(std::memory_order_relaxed) == GemmBackend::kOneDNN) {
+  if (gemm_backend().load(std::memory_order_relaxed) == GemmBackend::kOneDNN &&
+      !tn_goes_to_openblas(onednn_avx512(), ta, tb, M, N, K, lda, ldb)) {
 #ifdef _OPENMP
     // Outside a parallel region oneDNN would start omp_get_max_threads()
     // threads; this thread's setting goes to 1 for the call and back after.

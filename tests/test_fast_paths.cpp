@@ -1,0 +1,61 @@
+// The CPU step's fast paths against their readable references (issue 47):
+// the AVX2 routing of weight-gradient GEMMs (tensor/cpu/gemm.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tensor/cpu/gemm.h"
+#include "tensor/ops.h"
+
+using namespace loom;
+
+namespace {
+
+// max |got - want| <= rtol * max |want|, element by element.
+void expect_close(const Tensor& got, const Tensor& want, double rtol, const char* what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  std::vector<double> g = ops::to(got, kFloat64).to_vector<double>(), w = ops::to(want, kFloat64).to_vector<double>();
+  double scale = 0;
+  for (double v : w) scale = std::max(scale, std::fabs(v));
+  ASSERT_GT(scale, 0) << what;
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], rtol * scale) << what << ", element " << i;
+}
+
+}  // namespace
+
+// Which products leave oneDNN: Aᵀ B only, at AVX2 only, and only where a row
+// stride is a power of two of at least 512 floats (the small GPT's
+// dW = gᵀ x with g [1024, 512] or x [1024, 512]).
+TEST(GemmRouting, PowerOfTwoStridesOfAtLeast512LeaveOneDnnOnlyAtAvx2) {
+  auto routed = [](bool avx512, bool ta, bool tb, int64_t M, int64_t N, int64_t lda, int64_t ldb) {
+    return cpu::tn_goes_to_openblas(avx512, ta, tb, M, N, /*K=*/1024, lda, ldb);
+  };
+  EXPECT_TRUE(routed(/*avx512=*/false, true, false, 512, 128, 512, 128));  // fc's dW
+  EXPECT_TRUE(routed(false, true, false, 128, 512, 128, 512));             // fc proj's dW
+  EXPECT_TRUE(routed(false, true, false, 64, 128, 64, 2048));              // each thread's columns of a split
+  EXPECT_FALSE(routed(true, true, false, 512, 128, 512, 128));             // AVX-512: oneDNN
+  EXPECT_FALSE(routed(false, true, false, 384, 128, 384, 128));            // qkv's dW
+  EXPECT_FALSE(routed(false, true, false, 1536, 384, 1536, 384));          // not a power of two
+  EXPECT_FALSE(routed(false, true, false, 256, 128, 256, 128));            // too short to alias
+  EXPECT_FALSE(routed(false, true, false, 8, 8, 512, 512));                // 0.1 MFLOP: too small to matter
+  EXPECT_FALSE(routed(false, false, false, 512, 512, 512, 512));           // A B
+  EXPECT_FALSE(routed(false, false, true, 512, 512, 512, 512));            // A Bᵀ
+  EXPECT_FALSE(routed(false, true, true, 512, 512, 512, 512));             // Aᵀ Bᵀ
+}
+
+// The routed shapes give the fp64 product to fp32 rounding of K = 1024 dot
+// products, on 1 and 2 threads (at AVX2 through OpenBLAS, else oneDNN).
+TEST(GemmRouting, TheSmallGptsWeightGradientsMatchTheFloat64Product) {
+  const int before = ops::get_num_threads();
+  Generator gen(5);
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{512, 128}, {128, 512}}) {
+    Tensor a = ops::transpose(randn({1024, m}, gen), 0, 1), b = randn({1024, n}, gen);  // Aᵀ B, lda m, ldb n
+    for (int threads : {1, 2}) {
+      ops::set_num_threads(threads);
+      expect_close(ops::matmul(a, b), ops::matmul(ops::to(a, kFloat64), ops::to(b, kFloat64)), 1e-5,
+                   threads == 1 ? "one thread" : "two threads");
+    }
+  }
+  ops::set_num_threads(before);
+}
