@@ -63,8 +63,8 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("ep", [1, 2, 4]),  # --ep: the experts' compute over ep consecutive dp ranks (parallel/expert_parallel/)
 ]
 NAMES = [n for n, _ in FACTORS]
-# The completion search sets the experts first: --ep needs them, and what refuses them (tp, pp, cp,
-# ZeRO-3, recompute, gpt2) is then pruned at once instead of after every factor before them.
+# The completion search sets the experts first: --ep needs them, and what refuses them (tp, cp,
+# gpt2) is then pruned at once instead of after every factor before them.
 SEARCH_ORDER = ["experts", "ep"] + [n for n in NAMES if n not in ("experts", "ep")]
 VALUES = dict(FACTORS)
 STRENGTH3 = ["dp", "tp", "pp", "cp", "zero", "lifecycle"]
@@ -129,12 +129,10 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
-    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep) for now
-    # (examples/train_checks_moe.cpp)
+    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2/3, --ep), pipelines and
+    # recomputation for now (examples/train_checks_moe.cpp)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
-    (("experts", "tp", "pp", "cp", "zero", "recompute"),
-     lambda c: c["experts"] > 0 and (c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
-     "--experts with --tp/--pp/--cp/--zero 3/--recompute"),
+    (("experts", "tp", "cp"), lambda c: c["experts"] > 0 and c["tp"] * c["cp"] > 1, "--experts with --tp/--cp"),
 ]
 
 
