@@ -27,7 +27,10 @@ struct Dropout : Layer {
   }
 
   Tensor forward(const Tensor& x) override { return autograd::dropout(x, p, gen, is_training()); }
-  PhiloxGenerator* generator() override { return &gen; }
+  // p = 0 draws nothing (autograd::dropout returns x), so its offset never moves: no random state to save
+  // or replay (a --shared-experts MLP's dropout, p 0 beside the model's p > 0, would stay at 0 and make
+  // dropout_offset refuse the checkpoint).
+  PhiloxGenerator* generator() override { return p > 0 ? &gen : nullptr; }
 };
 
 // The generators of every Dropout in the tree under m (every module with a

@@ -6,6 +6,7 @@
 #include "nn/moe.h"
 #include "nn/moe_bias_state.h"
 #include "optim/checkpoint_tensor_parallel.h"
+#include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/tensor_parallel/replicas.h"
 #include "tensor/ops.h"
 
@@ -17,12 +18,13 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   opt.finish_param_sync();
   // The whole model's params on rank 0 (a pipeline's stages gathered, tp shards joined), as host copies.
   nn::NamedTensors full = parallel::gather_full_state(m, pgm);
-  // The routing biases, beside the weights: replicated, so rank 0's copies; it
-  // holds every layer's while the experts are refused under a pipeline.
-  LOOM_CHECK(pgm.pp_size() == 1 || cfg.moe.bias_update_rate == 0, "checkpoint: the routing biases of a pipeline's "
-             "later stages are not gathered yet (--pp ", pgm.pp_size(), " with --router-bias-update-rate)");
+  // The routing biases, beside the weights: replicated over dp, so rank 0's
+  // copies; in a pipeline each stage's, gathered on pp rank 0 as its weights are.
+  nn::NamedTensors biases = nn::router_biases(*m.chunks);
+  if (pgm.pp_size() > 1 && cfg.moe.bias_update_rate > 0)
+    biases = parallel::gather_stage_states(*m.chunks, pgm.pp_group(), &biases);
   if (pgm.global_rank() == 0)
-    for (const auto& [name, b] : nn::router_biases(*m.chunks)) full.push_back({name, ops::clone(ops::to(b, kCPU))});
+    for (const auto& [name, b] : biases) full.push_back({name, ops::clone(ops::to(b, kCPU))});
   if (pgm.global_rank() == 0) {
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);

@@ -18,6 +18,16 @@ void teach_fresh_masks(const std::vector<PhiloxGenerator*>& rng) {
 
 // A block that keeps only its input: forward under a checkpoint. Its children
 // are the block's own (ln_1, attn, ...), so the parameters keep their names.
+// A mixture-of-experts block (nn/moe.h) is rerun whole, routing included: the
+// gate's weights move only in the optimizer step and DeepSeek's bias just
+// after it, both after backward, so the rerun picks the same experts and, at
+// a capacity, drops the same slots; only the rerun (grad on) counts the
+// routing for the log and the bias. Under --ep the rerun runs the dispatch and
+// combine all-to-alls again, as Megatron's full recompute does, rather than
+// keeping the dispatched rows [R, C]: those rows and the experts' activations
+// on them are what the checkpoint is there to free, and every ep rank reruns
+// its blocks in the same backward order, so the all-to-alls pair up. Cost: two
+// more all-to-alls per block and micro-batch (tests/test_train_gpt_moe_pipeline.cpp).
 struct CheckpointedBlock : nn::Layer {
   std::shared_ptr<nn::Layer> block;
   std::vector<PhiloxGenerator*> rng;

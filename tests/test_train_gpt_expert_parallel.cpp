@@ -189,9 +189,7 @@ TEST(TrainGptExpertParallel, WhatEpCannotMeanOrDoesNotComposeWithYetIsRefusedBef
       {"--arch llama --ep 2 --dp 2", "--ep tunes a mixture of experts; it needs --experts E"},
       {kMoE + "--dp 3 --ep 3", "--ep 3 does not divide --experts 4"},
       {kMoE + "--dp 2 --ep 4", "--ep 4 does not divide --dp 2: the ep group is ep consecutive data-parallel ranks"},
-      {kMoE + "--dp 1 --pp 2 --ep 1", "--experts 4 with --pp 2: "},
-      {kMoE + "--dp 2 --ep 2 --zero 3", "--experts 4 with --zero 3: "},
-      {kMoE + "--dp 2 --ep 2 --recompute full", "--experts 4 with --recompute full: "}};
+      {kMoE + "--dp 1 --tp 2 --ep 1 --recompute full", "--experts 4 with --tp 2 and --recompute full: "}};
   for (const auto& [flags, want] : cases) {
     const int ranks = flags.find("--dp 3") != std::string::npos ? 3 : 2;
     const Result r = train("ep_refused", ranks, flags, false);

@@ -132,8 +132,7 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--capacity-factor 1.0", "--capacity-factor tunes a mixture of experts; it needs --experts E"},
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
-      {kMoE + "--zero 3", "--experts 4 with --zero 3: a mixture of experts trains on the CPU under data parallel"},
-      {kMoE + "--recompute full", "--experts 4 with --recompute full: "},
+      {kMoE + "--recompute full --memory-report", "--memory-report with --experts 4 and --recompute full: "},
       {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
                                                      "formula counts dropless routed experts only"},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
@@ -146,16 +145,19 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
   }
   // A checkpoint with experts, resumed with no --experts flag: still refused under what the experts refuse.
   ASSERT_EQ(train("moe_ckpt", 1, kMoE + "--batch 4 --stop-at 1").status, 0);
-  const Result resumed = train("moe_refused_resume", 2, "--pp 2 --resume " + checkpoint("moe_ckpt"), false);
+  const Result resumed =
+      train("moe_refused_resume", 2, "--tp 2 --recompute full --resume " + checkpoint("moe_ckpt"), false);
   EXPECT_NE(resumed.status, 0);
-  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --pp 2: a mixture of experts trains on the "
-                                "CPU under data parallel"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("has 4 experts per block: --experts 4 with --tp 2 and --recompute full: experts are "
+                                "tested equal to one process under tp/cp"), std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << resumed.output;
-  // Under mpirun: the parallel axes are refused by name too (tp and cp: test_train_gpt_moe_tensor_parallel.cpp).
-  for (const std::string axis : {"--pp 2"}) {
-    const Result r = train("moe_refused_mpi", 2, kMoE + axis, false);
+  // Under mpirun: the parallel axes are refused by name too (tp or cp with pp, ZeRO-3 or recomputation; each
+  // family alone: test_train_gpt_moe_tensor_parallel.cpp and test_train_gpt_moe_pipeline.cpp).
+  for (const std::string axis : {"--tp 2", "--cp 2"}) {
+    const Result r = train("moe_refused_mpi", 2, kMoE + axis + " --recompute full", false);
     EXPECT_NE(r.status, 0) << axis;
-    EXPECT_NE(r.output.find("--experts 4 with " + axis + ": a mixture of experts trains on the CPU under data parallel"),
+    EXPECT_NE(r.output.find("--experts 4 with " + axis + " and --recompute full: experts are tested equal to one "
+                            "process under tp/cp, and under pp/ZeRO-3/recomputation, but not yet both together"),
               std::string::npos) << axis << "\n" << r.output;
   }
 }

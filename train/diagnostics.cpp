@@ -130,8 +130,9 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  total_ms_ / double(step + 1 - start_) * double(end_ - step - 1) / 1000.0,
                  double(memory_stats(device_).live_bytes) / (1 << 20),
                  double(memory_stats(device_).peak_bytes) / (1 << 20)};
-  // --experts: this step's routing, summed over the replicas' micro-batches
-  const nn::RoutingStats routed = parallel::take_routing_stats(*m_.chunks, pgm_.dp_group());
+  // --experts: this step's routing, summed over the replicas' micro-batches and the pipeline's stages
+  const nn::RoutingStats routed =
+      parallel::take_routing_stats(*m_.chunks, pgm_.dp_group(), pgm_.pp_group(), c_.cfg.moe.experts);
   if (routed.forwards > 0) {
     rep.moe = true;
     rep.moe_balance = routed.aux_loss / double(routed.forwards);

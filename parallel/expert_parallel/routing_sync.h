@@ -26,4 +26,10 @@ void update_router_biases(nn::Module& model, ProcessGroup& dp);
 // nn::take_routing_stats, summed over dp. Collective over dp.
 nn::RoutingStats take_routing_stats(nn::Module& model, ProcessGroup& dp);
 
+// The same in a pipeline: each stage routes its own layers, so the step's
+// numbers are summed over dp, then over the stages (pp), as one process counts
+// them over every layer. experts: E, which a stage without MoE layers cannot
+// see in its model. Collective over dp, then pp.
+nn::RoutingStats take_routing_stats(nn::Module& model, ProcessGroup& dp, ProcessGroup& pp, int64_t experts);
+
 }  // namespace loom::parallel

@@ -25,16 +25,29 @@ struct Entry {
 // (virtual stages) not contiguously: rank 0 of pp 2 x v 2 has layers 0, 1 and
 // 4, 5. So rank 0 orders the gathered entries by layer, which gives
 // nn::GPT(cfg).named_parameters()'s order.
+// A block's state that is not a parameter (a MoE layer's routing bias,
+// blocks.N.moe.score_bias: nn/moe_bias_state.h) goes with its block, found by
+// the "blocks.N." prefix.
 std::vector<Entry> stage_entries(ModelChunks& stage, const nn::NamedTensors& state, int pp_rank) {
-  std::map<std::string, int64_t> layer_of;
+  std::map<std::string, int64_t> layer_of, block_of;  // param name -> layer; "blocks.N." -> layer
   size_t k = 0;
   for (const LayerRange& r : stage.chunks())
-    for (int64_t i = r.start; i < r.end; ++i, ++k)
+    for (int64_t i = r.start; i < r.end; ++i, ++k) {
+      const std::string prefix = nn::gpt_layer_prefix(stage.config(), i);
+      if (!prefix.empty()) block_of.emplace(prefix, i);
       for (auto& [name, t] : stage.layers()[k]->named_parameters())
-        layer_of.emplace(nn::gpt_layer_prefix(stage.config(), i) + name, i);  // wte: the embedding's, layer 0
+        layer_of.emplace(prefix + name, i);  // wte: the embedding's, layer 0
+    }
+  auto layer = [&](const std::string& name) {
+    if (auto it = layer_of.find(name); it != layer_of.end()) return it->second;
+    auto block = block_of.find(name.substr(0, name.find('.', std::string("blocks.").size()) + 1));
+    LOOM_CHECK(block != block_of.end(), "gather_stage_states: '", name, "' is neither a parameter of this stage nor "
+               "in one of its blocks");
+    return block->second;
+  };
   std::vector<Entry> out;
   for (auto& [name, t] : state)
-    if (pp_rank == 0 || name != "wte.weight") out.push_back({layer_of.at(name), name, t});
+    if (pp_rank == 0 || name != "wte.weight") out.push_back({layer(name), name, t});
   return out;
 }
 
