@@ -1,8 +1,7 @@
 // train_gpt's checks of the mixture-of-experts flags (examples/train_args_moe.cpp),
 // before any work. What has not been made equal to one process yet is refused,
 // naming the flags: the experts train in one process or under data parallel
-// (--dp, naive or bucketed, ZeRO-1/2; --ep under bucketed or naive DP:
-// tests/test_train_gpt_expert_parallel.cpp);
+// (--dp, naive or bucketed, ZeRO-1/2, and --ep: tests/test_train_gpt_expert_parallel.cpp);
 // tp, pp, cp, ZeRO-3 and recomputation with experts come later.
 #include "examples/train_args.h"
 
@@ -57,9 +56,6 @@ void check_moe_flags(const Args& a) {
   // --ep N: N consecutive dp ranks share the experts' compute, E / N experts each (Megatron's layout).
   LOOM_CHECK(a.experts % a.ep == 0, "--ep ", a.ep, " does not divide --experts ", a.experts,
              ": each ep rank computes experts / ep of them");
-  LOOM_CHECK(a.ep == 1 || a.zero == 0, "--ep ", a.ep, " with --zero ", a.zero, ": each ep rank holds its own experts, "
-             "reduced over their expert-dp group by the bucketed or naive data parallel; ZeRO does not shard them "
-             "over that group yet; drop --zero or --ep");
   LOOM_CHECK(a.dp % a.ep == 0, "--ep ", a.ep, " does not divide --dp ", a.dp,
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
 }

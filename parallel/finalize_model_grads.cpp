@@ -34,7 +34,7 @@ ProcessGroup* FinalizeModelGrads::grad_stats_group(bool zero) const {
   return pgm_.model_parallel_group().size() > 1 ? &pgm_.model_parallel_group() : nullptr;
 }
 
-std::vector<Tensor> FinalizeModelGrads::not_counted() const {
+std::vector<Tensor> FinalizeModelGrads::not_counted(bool zero) const {
   std::vector<Tensor> out;
   // The tied weight once: the last stage's copy is left out.
   const ModelChunks& m = *model_.chunks;
@@ -43,7 +43,10 @@ std::vector<Tensor> FinalizeModelGrads::not_counted() const {
   if (model_.tp && pgm_.tp_rank() != 0)
     for (const auto& [name, p] : model_.tp->replicated_params(m)) out.push_back(p);
   // Expert parallelism's replicated params (all but the experts) once: ep rank 0's (the norm is summed over ep).
-  if (pgm_.ep_size() > 1 && pgm_.ep_rank() != 0) {
+  // Under ZeRO (the norm over the world) the rest is sharded, and the experts, whole, count on expert-dp rank 0.
+  if (pgm_.ep_size() > 1 && zero && pgm_.expert_dp_group().rank() != 0)
+    for (const Tensor& p : expert_params(*model_.chunks)) out.push_back(p);
+  if (pgm_.ep_size() > 1 && !zero && pgm_.ep_rank() != 0) {
     std::unordered_set<const TensorImpl*> experts;
     for (const Tensor& p : expert_params(*model_.chunks)) experts.insert(p.impl());
     for (const auto& [name, p] : m.named_parameters())

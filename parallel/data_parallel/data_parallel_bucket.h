@@ -64,7 +64,8 @@ class DataParallelBucket : public DataParallel {
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
   // the buffer, hooks every param that requires grad (the others are skipped).
   // Destroying it unregisters the hooks (they are owned by hooks_).
-  // experts: params kept apart, over their own group (all-reduced, whatever options.reduce).
+  // experts: params kept apart, over their own group (all-reduced, whatever options.reduce: a
+  // DistributedOptimizer steps them whole).
   DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options = {},
                      ExpertParams experts = {});
   DataParallelBucket(const DataParallelBucket&) = delete;
@@ -91,6 +92,8 @@ class DataParallelBucket : public DataParallel {
   // them (FullyShardedOptions::tp_partial_grads does the same under ZeRO-3).
   void sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group);
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
+  // Whether param is one of the ExpertParams, in their own all-reduced buffer (not in bucket_manager()'s).
+  bool kept_apart(const Tensor& param) const { return expert_buckets_ && expert_impls_.count(param.impl()); }
 
   // Zeroes every main_grad and drops every .grad. Call once per optimizer step,
   // before the next step's first backward (Megatron's zero_grad_buffer).
@@ -119,7 +122,7 @@ class DataParallelBucket : public DataParallel {
   void sum_tp_partial_grads(int bucket);  // BucketOptions::tp_partial_grads, before the bucket's reduction
   // The buffer holding param: the experts' (ExpertParams) or everything else's.
   BucketManager& buckets_of(const Tensor& param) const {
-    return expert_buckets_ && expert_impls_.count(param.impl()) ? *expert_buckets_ : *buckets_;
+    return kept_apart(param) ? *expert_buckets_ : *buckets_;
   }
 
   ProcessGroup& dp_group_;

@@ -129,14 +129,12 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
-    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2; --ep without ZeRO) for now
+    # a mixture of experts: Llama's blocks only, and data parallel (ZeRO-1/2, --ep) for now
     # (examples/train_checks_moe.cpp)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
     (("experts", "tp", "pp", "cp", "zero", "recompute"),
      lambda c: c["experts"] > 0 and (c["tp"] * c["pp"] * c["cp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
      "--experts with --tp/--pp/--cp/--zero 3/--recompute"),
-    # each ep rank holds its own experts; ZeRO does not shard them over their expert-dp group yet
-    (("ep", "zero"), lambda c: c["ep"] > 1 and c["zero"] > 0, "--ep with --zero"),
 ]
 
 
