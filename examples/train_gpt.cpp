@@ -56,7 +56,8 @@ int run(const train::Args& a, const std::string& flags) {
   // The grid of ranks: world = dp x cp x pp x tp. Its groups are MPI's, or with
   // --device cuda over NCCL each group's NCCL twin carries the GPU tensors.
   const std::unique_ptr<parallel::ProcessGroup> gpu_world = train::gpu_world(a);
-  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, a.cp, gpu_world ? *gpu_world : parallel::world(), a.dp_shard);
+  parallel::ProcessGroupManager pgm(a.dp, a.pp, a.tp, a.cp, gpu_world ? *gpu_world : parallel::world(), a.dp_shard,
+                                    a.ep);
   ops::set_num_threads(a.threads);
   if (!a.trace.empty()) {
     parallel::trace::start(pgm.world());
@@ -66,7 +67,7 @@ int run(const train::Args& a, const std::string& flags) {
   train::Corpus corpus = train::load_corpus(a, pgm.world());  // same text and batches on every rank
   parallel::Model m = train::build_model(corpus.cfg, a, pgm);  // this rank's layer chunks: its stage, its tp shards
   train::init_from_hf(a, m, pgm);  // --init-from: a Hugging Face folder's weights
-  const auto ep = train::expert_parallel(m, a, pgm);  // --ep: the experts' compute over ep ranks, by all-to-all
+  train::expert_parallel(m, a, pgm);  // --ep: E / ep experts per rank, tokens to them by all-to-all
   const DType dtype = train::parse_dtype(a.dtype);
   if (dtype != kFloat32) m.chunks->to(dtype);  // bf16/fp16 params and activations; fp32 main params below
   parallel::FinalizeModelGrads finalize(m, pgm);  // after backward: tied embedding, SP grads

@@ -69,22 +69,21 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
   return m;
 }
 
-std::unique_ptr<parallel::ProcessGroup> expert_parallel(parallel::Model& m, const Args& a,
-                                                        parallel::ProcessGroupManager& pgm) {
+parallel::ProcessGroup* expert_parallel(parallel::Model& m, const Args& a, parallel::ProcessGroupManager& pgm) {
   if (a.ep == 1) return nullptr;
-  std::unique_ptr<parallel::ProcessGroup> ep = parallel::make_ep_group(pgm.dp_group(), a.ep);
-  parallel::use_expert_parallel(*m.chunks, *ep);
+  parallel::use_expert_parallel(*m.chunks, pgm.ep_group());
   say(pgm.global_rank() == 0, "expert parallel: ep %d (groups of %d consecutive dp ranks), %lld of %lld experts "
-      "computed per rank; tokens dispatched and combined by all-to-all\n", a.ep, a.ep,
-      (long long)(m.chunks->config().moe.experts / a.ep), (long long)m.chunks->config().moe.experts);
-  return ep;
+      "held and computed per rank, their gradients reduced over expert-dp groups of %d; tokens dispatched and "
+      "combined by all-to-all\n", a.ep, a.ep, (long long)(m.chunks->config().moe.experts / a.ep),
+      (long long)m.chunks->config().moe.experts, pgm.expert_dp_group().size());
+  return &pgm.ep_group();
 }
 
 parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel::FinalizeModelGrads& finalize,
                                               const Args& a, parallel::ProcessGroupManager& pgm) {
   // Over dp x cp: each cp rank saw other tokens of the same sequences, so a
   // weight's gradient is summed over cp ranks as over replicas (the dp group when cp = 1).
-  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}, {}, nullptr};
+  parallel::DataParallelOptions o{a.dp_mode, a.bucket_mb, parse_dtype(a.dtype), a.zero, {}, {}, nullptr, nullptr, {}};
   o.fsdp.prefetch = a.zero3_prefetch == "on";
   o.fsdp.reshard_after_forward = a.zero3_reshard_after_forward == "on";
   // --sequence-parallel's partial gradients, summed over tp before ZeRO's reduce-scatter.
@@ -92,6 +91,7 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   o.tp_group = &pgm.tp_group();
   // --dp-shard (HSDP): ZeRO-3 shards over groups of dp-shard dp ranks (x cp), replicated over the rest.
   o.replicate_group = pgm.dp_replicate_group();
+  o.experts = parallel::expert_data_parallel_params(*m.chunks, pgm);  // --ep: the experts over expert-dp
   parallel::DataParallelWrap w =
       parallel::wrap_data_parallel(*m.chunks, pgm.dp_shard_cp_group(), o, finalize.needs_whole_grad());
   if (a.zero == 3 && pgm.hybrid_sharded() && pgm.global_rank() == 0)

@@ -27,11 +27,10 @@ namespace loom::train {
 // --device. Prints the model's line (and the pipeline's and tp's) on rank 0.
 parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::ProcessGroupManager& pgm);
 
-// --ep: each MoE layer's experts computed over ep consecutive dp ranks, the
-// tokens sent there and back by all-to-all (parallel/expert_parallel/expert_parallel.h);
-// prints its line. Null without --ep.
-std::unique_ptr<parallel::ProcessGroup> expert_parallel(parallel::Model& m, const Args& a,
-                                                        parallel::ProcessGroupManager& pgm);
+// --ep: each MoE layer's experts split over ep consecutive dp ranks, E / ep held
+// by each, the tokens sent there and back by all-to-all
+// (parallel/expert_parallel/expert_parallel.h); prints its line. The ep group; null without --ep.
+parallel::ProcessGroup* expert_parallel(parallel::Model& m, const Args& a, parallel::ProcessGroupManager& pgm);
 
 // The data-parallel wrapper (parallel/data_parallel/wrap.h decides which),
 // keeping the tied embedding's buckets whole under --zero; prints its line.

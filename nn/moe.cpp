@@ -12,7 +12,7 @@ MoE::MoE(int64_t C, int64_t I, const MoEOptions& opt, Generator& gen, double pro
   LOOM_CHECK(o.experts >= 1 && 1 <= o.experts_per_token && o.experts_per_token <= o.experts,
              "MoE: ", o.experts, " experts, ", o.experts_per_token, " per token (expected 1 <= k <= E)");
   gate = register_module("gate", std::make_shared<Linear>(C, o.experts, gen, 0.02, false));
-  experts = register_module("experts", std::make_shared<ModuleList<Expert>>());
+  experts = register_module("experts", std::make_shared<ExpertList>());
   for (int64_t e = 0; e < o.experts; ++e) experts->push_back(std::make_shared<Expert>(C, I, gen, proj_std));
   if (o.shared_experts > 0)
     shared_experts = register_module(

@@ -62,7 +62,7 @@ struct TokenShards {
 struct MoE : Layer {
   MoEOptions o;
   std::shared_ptr<Linear> gate;                    // [E, C], no bias (the router)
-  std::shared_ptr<ModuleList<Expert>> experts;     // E x Expert
+  std::shared_ptr<ExpertList> experts;             // E x Expert (E / ep under expert parallelism)
   std::shared_ptr<Layer> shared_experts;           // SwiGLU [S I, C] ... (an MLP; tp's cut of it), or null
   std::shared_ptr<Dropout> dropout;
   Tensor score_bias;                               // [E] fp32, not a parameter; undefined without the bias

@@ -10,6 +10,8 @@
 // so every parameter has a gradient every step, whatever the routing.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/linear.h"
@@ -31,6 +33,27 @@ struct Expert : Layer {
     using namespace loom::autograd;
     return w2->forward(silu(w1->forward(x)) * w3->forward(x));
   }
+};
+
+// A layer's experts, children named by their index in the layer ("0" .. "E-1",
+// as transformers' experts.M), from `first` on for expert parallelism's slice
+// of E / ep experts (parallel/expert_parallel/expert_parallel.h), so that a
+// rank's expert keeps its global name: blocks.N.moe.experts.M.w1.weight.
+class ExpertList : public Module {
+ public:
+  explicit ExpertList(int64_t first = 0) : first_(first) {}
+  void push_back(std::shared_ptr<Expert> e) {
+    items_.push_back(register_module(std::to_string(first_ + int64_t(items_.size())), std::move(e)));
+  }
+  int64_t first() const { return first_; }
+  size_t size() const { return items_.size(); }
+  const std::shared_ptr<Expert>& operator[](size_t i) const { return items_.at(i); }
+  auto begin() const { return items_.begin(); }
+  auto end() const { return items_.end(); }
+
+ private:
+  int64_t first_;
+  std::vector<std::shared_ptr<Expert>> items_;
 };
 
 // permuted: [M, C], rows grouped by expert, tokens_per_expert[e] rows each -> [M, C]

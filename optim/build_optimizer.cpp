@@ -15,7 +15,7 @@ std::unique_ptr<MixedPrecisionOptimizer> build_optimizer(parallel::Model& model,
   mp.scaler = o.scaler;
   mp.grad_mean_ranks = o.grad_mean_ranks;
   mp.grad_stats_group = finalize.grad_stats_group(o.zero > 0);
-  mp.not_counted = finalize.not_counted();
+  mp.not_counted = finalize.not_counted(o.zero > 0);
   std::vector<ParamGroup> groups = gpt_param_groups(*model.chunks, o.lr, o.weight_decay);
   if (o.zero == 3) {
     LOOM_CHECK(dp.fsdp, "build_optimizer: ZeRO-3 steps the units' shards; wrap the model in FullyShardedDataParallel");

@@ -23,6 +23,7 @@ struct DistributedOptimizer::Layout {
   std::vector<MainParam> mains;
   std::vector<ParamRange> ranges;
   std::vector<std::vector<size_t>> bucket_mains;
+  std::vector<size_t> whole_mains;
   std::vector<Tensor> shard_grads;
 };
 
@@ -51,9 +52,11 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
       param_buffer_(std::move(layout.param_buffer)),
       ranges_(std::move(layout.ranges)),
       bucket_mains_(std::move(layout.bucket_mains)),
+      whole_mains_(std::move(layout.whole_mains)),
       shard_grads_(std::move(layout.shard_grads)),
       gathers_(bucket_mains_.size()) {
-  if (ZeroOverlap::applies(options_, dp_.bucket_manager())) overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
+  if (whole_mains_.empty() && ZeroOverlap::applies(options_, dp_.bucket_manager()))
+    overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
   // Whether buckets may be stepped early depends on how each is reduced:
   // marking one all-reduce from now on is an error where it happens.
   dp_.sharded_buckets().fix_reductions("a DistributedOptimizer");
@@ -88,6 +91,7 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
   for (const Tensor& p : params) {
     LOOM_CHECK(group_of.count(p.impl()), "DistributedOptimizer: ", p.describe(), " is wrapped by the "
                "DataParallelBucket but is in no param group");
+    if (dp.kept_apart(p)) continue;  // an expert: whole, in its own buffer (step 3)
     Tensor slot = ops::view(ops::narrow(layout.param_buffer, 0, bm.offset_of(p), p.numel()), p.shape());
     ops::copy_(slot, autograd::detach(p));
     ops::set_data(p, slot);
@@ -111,6 +115,16 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
       layout.shard_grads.push_back(ops::narrow(bm.buckets()[b].shard_grad, 0, r.gbuf_local.start, r.gbuf_local.size()));
     }
   }
+  // 3. Expert parallelism's experts, whole: the main param and its gradient, the all-reduced main_grad.
+  for (const Tensor& p : params) {
+    if (!dp.kept_apart(p)) continue;
+    Tensor whole = flat_range(autograd::detach(p), 0, p.numel());
+    layout.whole_mains.push_back(layout.mains.size());
+    layout.mains.push_back({p, 0, p.numel(), dtype == kFloat32 ? whole : ops::to(whole, kFloat32), group_of.at(p.impl()),
+                            true});
+    layout.ranges.push_back({});
+    layout.shard_grads.push_back(ops::view(dp.main_grad(p), {p.numel()}));
+  }
   return layout;
 }
 
@@ -131,6 +145,10 @@ StepResult DistributedOptimizer::step() {
   // module order), so its all-gather, first in the dp group's queue, is done
   // first, for the next forward to read (param_gather_overlap.h).
   for (int b = int(bucket_mains_.size()) - 1; b >= 0; --b) step_bucket(b);
+  for (size_t i : whole_mains_) {  // the experts, whole on their ranks: nothing to gather
+    adam_step(i, main_grad(i));
+    copy_to_model(i);
+  }
   return result;
 }
 
@@ -179,6 +197,7 @@ void DistributedOptimizer::refresh_model_params() {
     for (size_t i : bucket_mains_[b]) copy_to_model(i);
     launch_all_gather(int(b));
   }
+  for (size_t i : whole_mains_) copy_to_model(i);
   finish_param_sync();
 }
 

@@ -34,6 +34,10 @@
 //                   pre-hook waits for its own buckets (param_gather_overlap.h)
 // Without clipping and loss scaling the step starts earlier still, bucket by
 // bucket inside backward: optim/zero_overlap.h.
+// Expert parallelism's experts (the wrapper's params kept apart, all-reduced over
+// their expert-dp group) are stepped whole here, after the buckets: their state
+// is E / ep of one process's, not yet sharded over expert-dp.
+
 #pragma once
 
 #include <memory>
@@ -121,6 +125,7 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   Tensor param_buffer_;                            // model dtype, the gradient buffer's layout
   std::vector<ParamRange> ranges_;                 // [main param]
   std::vector<std::vector<size_t>> bucket_mains_;  // [bucket] -> main params in it
+  std::vector<size_t> whole_mains_;                // the experts' main params, whole (not in a bucket)
   std::vector<Tensor> shard_grads_;                // [main param] fp32 view of its range in its bucket's shard_grad
   Tensor main_grad(size_t i) const override { return shard_grads_[i]; }
   std::vector<std::shared_ptr<parallel::Work>> gathers_;  // in-flight param all-gathers

@@ -47,9 +47,10 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
                     first_replica && pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
   } else {
-    // Under ZeRO every rank its own shard; else one copy of the replicated state.
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
-                    first_replica && (shards || holders.rank() == 0));
+    // Under ZeRO every rank its own shard; else one copy of the replicated state - under ep one per
+    // ep rank (expert-dp rank 0: dp ranks 0 .. ep - 1), each with its own experts, by global name.
+    const bool writes = shards || (pgm.ep_size() > 1 ? pgm.expert_dp_group().rank() == 0 : holders.rank() == 0);
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), first_replica && writes);
   }
 }
 

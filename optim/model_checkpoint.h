@@ -9,7 +9,9 @@
 //                 under tp each stage's state is joined into full
 //                 tensors over that group and tp, and written by its rank 0 of
 //                 both (tp rank 0's replicated params are saved, after checking
-//                 that every tp rank's are the same bits)
+//                 that every tp rank's are the same bits); under ep each ep
+//                 rank of the first expert-dp replica writes (its experts, and a
+//                 copy of the replicated state)
 //   train state   steps done, the data generator, the dropout offset
 // Loading reads the shards this rank needs and reshards when dp, pp, tp or
 // ZeRO changed (optim/checkpoint.h).

@@ -10,7 +10,8 @@ namespace loom::optim {
 ParamGatherOverlap::ParamGatherOverlap(DistributedOptimizer& opt, const std::vector<std::shared_ptr<nn::Layer>>& layers) {
   const parallel::BucketManager& bm = opt.bucket_manager();
   std::unordered_set<const TensorImpl*> bucketed;  // params that require grad (the others are never gathered)
-  for (const Tensor& p : opt.bucketed_params()) bucketed.insert(p.impl());
+  for (const parallel::Bucket& b : bm.buckets())  // not expert parallelism's experts: whole, never gathered
+    for (const Tensor& p : b.params) bucketed.insert(p.impl());
   for (const auto& layer : layers) {
     std::set<int> buckets;
     for (const Tensor& p : layer->parameters())

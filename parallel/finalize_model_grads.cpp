@@ -1,5 +1,8 @@
 #include "parallel/finalize_model_grads.h"
 
+#include <unordered_set>
+
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/teach/teach_break.h"
 
 namespace loom::parallel {
@@ -23,10 +26,15 @@ ProcessGroup* FinalizeModelGrads::grad_stats_group(bool zero) const {
   // --teach-break found-inf-wrong-group: only this stage's dp replicas, so stages decide alone.
   if (teach::broken(teach::Break::FoundInfWrongGroup)) return &pgm_.dp_group();
   if (zero) return &pgm_.instance_group();  // every dp shard too (HSDP: once, not once per replica)
+  if (pgm_.ep_size() > 1) {  // each ep rank holds other experts: their squares add up over ep
+    LOOM_CHECK(pgm_.model_parallel_group().size() == 1, "finalize_model_grads: the grad norm over ep x pp x tp is "
+               "not built yet (ep ", pgm_.ep_size(), ", pp x tp ", pgm_.model_parallel_group().size(), ")");
+    return &pgm_.ep_group();
+  }
   return pgm_.model_parallel_group().size() > 1 ? &pgm_.model_parallel_group() : nullptr;
 }
 
-std::vector<Tensor> FinalizeModelGrads::not_counted() const {
+std::vector<Tensor> FinalizeModelGrads::not_counted(bool zero) const {
   std::vector<Tensor> out;
   // The tied weight once: the last stage's copy is left out.
   const ModelChunks& m = *model_.chunks;
@@ -34,6 +42,16 @@ std::vector<Tensor> FinalizeModelGrads::not_counted() const {
   // Tensor parallelism's replicated params once: tp rank 0's copies (all tp ranks' are equal).
   if (model_.tp && pgm_.tp_rank() != 0)
     for (const auto& [name, p] : model_.tp->replicated_params(m)) out.push_back(p);
+  // Expert parallelism's replicated params (all but the experts) once: ep rank 0's (the norm is summed over ep).
+  // Under ZeRO (the norm over the world) the rest is sharded, and the experts, whole, count on expert-dp rank 0.
+  if (pgm_.ep_size() > 1 && zero && pgm_.expert_dp_group().rank() != 0)
+    for (const Tensor& p : expert_params(*model_.chunks)) out.push_back(p);
+  if (pgm_.ep_size() > 1 && !zero && pgm_.ep_rank() != 0) {
+    std::unordered_set<const TensorImpl*> experts;
+    for (const Tensor& p : expert_params(*model_.chunks)) experts.insert(p.impl());
+    for (const auto& [name, p] : m.named_parameters())
+      if (!experts.count(p.impl())) out.push_back(p);
+  }
   return out;
 }
 

@@ -15,11 +15,14 @@
 // and what the optimizer must know to reduce the grad norm and found_inf:
 //   grad_stats_group   the ranks that together hold every gradient once: the
 //                      model-parallel group (pp x tp), the whole world when
-//                      ZeRO shards the gradients over dp too, this rank alone
+//                      ZeRO shards the gradients over dp too, the ep group when
+//                      its ranks hold different experts, this rank alone
 //                      on one process (replicas hold the same numbers)
 //   not_counted        params whose gradient another rank already counts: the
-//                      last stage's copy of the tied embedding, and the tp
-//                      replicas of tp ranks other than 0
+//                      last stage's copy of the tied embedding, the tp
+//                      replicas of tp ranks other than 0, and under ep every
+//                      param but the experts on ep ranks other than 0 (under
+//                      ZeRO, the experts on expert-dp ranks other than 0)
 //
 //   FinalizeModelGrads finalize(model, pgm);                 // broadcasts the tied embedding
 //   dp = wrap_data_parallel(..., finalize.needs_whole_grad()); // ZeRO keeps those buckets whole
@@ -55,8 +58,10 @@ class FinalizeModelGrads {
   std::vector<Tensor> tp_partial_grads() const { return sequence_parallel_partial_grads_.params(); }
   // Where the optimizer reduces the grad norm and found_inf (null: this rank alone).
   ProcessGroup* grad_stats_group(bool zero) const;
-  // Model params left out of the grad norm: counted on another rank.
-  std::vector<Tensor> not_counted() const;
+  // Model params left out of the grad norm: counted on another rank. zero: the
+  // optimizer shards over dp (ZeRO), where only the experts are whole on every
+  // rank of their expert-dp group.
+  std::vector<Tensor> not_counted(bool zero = false) const;
 
  private:
   Model& model_;

@@ -2,6 +2,7 @@
 
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/context_parallel/zigzag.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/moe_token_shards.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/recompute.h"
@@ -77,7 +78,13 @@ nn::NamedTensors gather_full_state(Model& m, ProcessGroupManager& pgm) {
   // tp rank 0's stages then send theirs to the first stage.
   const nn::NamedTensors state = m.tp ? m.tp->full_state_dict(*m.chunks) : m.chunks->state_dict();
   if (pgm.tp_rank() != 0) return {};
-  return gather_stage_states(*m.chunks, pgm.pp_group(), &state);
+  nn::NamedTensors full = gather_stage_states(*m.chunks, pgm.pp_group(), &state);
+  if (pgm.ep_size() == 1) return full;
+  // Each ep rank holds E / ep experts: every rank's joined in (collective over ep, whose ranks share
+  // the (tp, pp) coordinate). One stage: every rank is its stage's pp rank 0 and holds it whole.
+  LOOM_CHECK(pgm.pp_size() == 1, "gather_full_state: the experts of ep ", pgm.ep_size(), " are gathered without a "
+             "pipeline only (pp ", pgm.pp_size(), ")");
+  return gather_experts(*m.chunks, full, pgm.ep_group());
 }
 
 }  // namespace loom::parallel

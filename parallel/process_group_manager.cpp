@@ -4,8 +4,9 @@
 
 namespace loom::parallel {
 
-ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp, int dp_shard)
-    : world_size(world), dp_size(dp), pp_size(pp), tp_size(tp), cp_size(cp), dp_shard_size(dp_shard ? dp_shard : dp) {
+ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp, int dp_shard, int ep)
+    : world_size(world), dp_size(dp), pp_size(pp), tp_size(tp), cp_size(cp), dp_shard_size(dp_shard ? dp_shard : dp),
+      ep_size(ep) {
   LOOM_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && cp >= 1, "ProcessGroupManager: sizes must be >= 1, got dp ", dp,
              " × pp ", pp, " × tp ", tp, " × cp ", cp);
   const int64_t n = int64_t(dp) * pp * tp * cp;
@@ -14,6 +15,8 @@ ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp, int dp_shard
              "); launch with mpirun -np ", n, " or change the sizes");
   LOOM_CHECK(dp_shard_size >= 1 && dp % dp_shard_size == 0, "ProcessGroupManager: --dp-shard ", dp_shard_size,
              " does not divide --dp ", dp, " (ZeRO-3 shards over groups of dp-shard dp ranks, replicated dp / dp-shard times)");
+  LOOM_CHECK(ep >= 1 && dp % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp ", dp,
+             " (the ep group is ep consecutive dp ranks)");
 }
 
 ProcessGrid::Coords ProcessGrid::coords(int rank) const {
@@ -42,8 +45,23 @@ std::vector<int> ProcessGrid::embedding_group_ranks(int rank) const {
   return stages.size() == 1 ? stages : std::vector<int>{stages.front(), stages.back()};
 }
 
-ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_size, ProcessGroup& world, int dp_shard)
-    : world_(world), grid_(world.size(), dp, pp, tp_size, cp_size, dp_shard), coords_(grid_.coords(world.rank())) {
+std::vector<int> ProcessGrid::ep_group_ranks(int rank) const {
+  std::vector<int> ranks;
+  for (int r : ranks_along(rank, kDp))
+    if (coords(r).dp_rank / ep_size == coords(rank).dp_rank / ep_size) ranks.push_back(r);
+  return ranks;
+}
+
+std::vector<int> ProcessGrid::expert_dp_group_ranks(int rank) const {
+  std::vector<int> ranks;
+  for (int r : ranks_along(rank, kDp))
+    if (coords(r).dp_rank % ep_size == coords(rank).dp_rank % ep_size) ranks.push_back(r);
+  return ranks;
+}
+
+ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_size, ProcessGroup& world, int dp_shard,
+                                         int ep)
+    : world_(world), grid_(world.size(), dp, pp, tp_size, cp_size, dp_shard, ep), coords_(grid_.coords(world.rank())) {
   // The group of this rank's `members` (empty: none): a split of the world in which the ranks
   // of one list share a colour (the list's first rank) and take their places in it as keys.
   auto group_of = [&](const std::vector<int>& members, const char* name) {
@@ -66,6 +84,15 @@ ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_siz
     dp_replicate_group_ = along(G::kDpReplicate, "dp_replicate");
     instance_group_ = along(G::kTp | G::kCp | G::kDpShard | G::kPp, "instance");
   }
+  if (ep > 1) {  // expert parallelism: dp cut in two (the header's layout)
+    ep_group_ = group_of(grid_.ep_group_ranks(world.rank()), "ep");
+    expert_dp_group_ = group_of(grid_.expert_dp_group_ranks(world.rank()), "expert_dp");
+  }
+}
+
+ProcessGroup& ProcessGroupManager::ep_group() {
+  LOOM_CHECK(ep_group_, "ProcessGroupManager: no ep group with ep = 1 (expert parallelism is off)");
+  return *ep_group_;
 }
 
 ProcessGroup& ProcessGroupManager::cp_group() {

@@ -15,6 +15,13 @@
 // links carry the gathers) and replicates the shards over the rest, e.g. dp 4,
 // dp_shard 2: shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}.
 //
+// Expert parallelism (Megatron's expert-data-parallel layout) cuts dp the same way,
+//     dp_rank = ep_rank + ep * expert_dp_rank;
+// the ep group is ep consecutive dp ranks (they split the experts, E / ep each),
+// the expert-dp group the dp / ep ranks holding the same experts, e.g. dp 4, ep 2:
+// ep groups {0,1} {2,3}, expert-dp groups {0,2} {1,3}. Expert gradients are
+// reduced over the expert-dp group, every other gradient over dp.
+//
 // A group is written once, as the axes its ranks differ along; its members are
 // the rank list ProcessGrid::ranks_along gives, and the world is split by those lists.
 #pragma once
@@ -31,9 +38,10 @@ namespace loom::parallel {
 struct ProcessGrid {
   int world_size, dp_size, pp_size, tp_size, cp_size;
   int dp_shard_size;  // ZeRO-3's shard group within dp (= dp_size: no replicas)
+  int ep_size;        // expert parallelism's group within dp (1: every rank holds every expert)
   // Throws "world size 4 is not dp 3 × pp 1" (and the like) for an invalid grid,
-  // and for a dp_shard that does not divide dp (0: dp).
-  ProcessGrid(int world_size, int dp, int pp, int tp = 1, int cp = 1, int dp_shard = 0);
+  // and for a dp_shard or an ep that does not divide dp (dp_shard 0: dp).
+  ProcessGrid(int world_size, int dp, int pp, int tp = 1, int cp = 1, int dp_shard = 0, int ep = 1);
 
   struct Coords {
     int tp_rank, dp_rank, pp_rank, cp_rank;
@@ -45,6 +53,10 @@ struct ProcessGrid {
   std::vector<int> ranks_along(int rank, int axes) const;
   // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
   std::vector<int> embedding_group_ranks(int rank) const;
+  // Of rank's dp group: the ep consecutive ranks holding it (dp_rank / ep alike), and the
+  // dp / ep ranks holding its experts (dp_rank % ep alike: its expert-dp group).
+  std::vector<int> ep_group_ranks(int rank) const;
+  std::vector<int> expert_dp_group_ranks(int rank) const;
 };
 
 class ProcessGroupManager {
@@ -52,7 +64,7 @@ class ProcessGroupManager {
   // Collective over `world`: every rank must construct it with the same sizes.
   // An invalid grid throws on every rank before any communication.
   ProcessGroupManager(int dp, int pp, int tp = 1, int cp = 1, ProcessGroup& world = parallel::world(),
-                      int dp_shard = 0);
+                      int dp_shard = 0, int ep = 1);
 
   const ProcessGrid& grid() const { return grid_; }
   int global_rank() const { return world_.rank(); }
@@ -68,6 +80,8 @@ class ProcessGroupManager {
   int dp_shard_size() const { return grid_.dp_shard_size; }
   int dp_replicate_rank() const { return coords_.dp_replicate_rank; }
   bool hybrid_sharded() const { return grid_.dp_shard_size < grid_.dp_size; }
+  int ep_size() const { return grid_.ep_size; }
+  int ep_rank() const { return coords_.dp_rank % grid_.ep_size; }
   bool is_first_stage() const { return coords_.pp_rank == 0; }
   bool is_last_stage() const { return coords_.pp_rank == grid_.pp_size - 1; }
 
@@ -86,6 +100,10 @@ class ProcessGroupManager {
   ProcessGroup& dp_shard_cp_group() { return dp_shard_cp_group_ ? *dp_shard_cp_group_ : dp_cp_group(); }
   ProcessGroup* dp_replicate_group() { return dp_replicate_group_.get(); }
   ProcessGroup& instance_group() { return instance_group_ ? *instance_group_ : world_; }
+  // Expert parallelism: the ranks splitting the experts (the all-to-alls; error when ep = 1), and
+  // those holding this rank's experts, where their gradients are reduced (the dp group when ep = 1).
+  ProcessGroup& ep_group();
+  ProcessGroup& expert_dp_group() { return expert_dp_group_ ? *expert_dp_group_ : *dp_group_; }
   // One model replica (pp × tp): found-inf and the grad norm are reduced here.
   ProcessGroup& model_parallel_group() { return *mp_group_; }
   // The first and last stage: the tied embedding's gradients are summed here (Megatron).
@@ -98,6 +116,7 @@ class ProcessGroupManager {
   ProcessGrid::Coords coords_;
   std::unique_ptr<ProcessGroup> tp_group_, dp_group_, pp_group_, mp_group_, embedding_group_, cp_group_, dp_cp_group_;
   std::unique_ptr<ProcessGroup> dp_shard_cp_group_, dp_replicate_group_, instance_group_;  // HSDP only
+  std::unique_ptr<ProcessGroup> ep_group_, expert_dp_group_;                               // ep > 1 only
 };
 
 }  // namespace loom::parallel

@@ -151,3 +151,30 @@ TEST(ProcessGrid, RejectsADpShardThatDoesNotDivideDp) {
     EXPECT_NE(std::string(e.what()).find("--dp-shard 3 does not divide --dp 4"), std::string::npos) << e.what();
   }
 }
+
+// Expert parallelism cuts dp as dp_rank = ep_rank + ep * expert_dp_rank, within each (tp, cp, pp) coordinate.
+TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
+  // dp 4 x pp 2, ep 2 on 8 ranks: rank = dp_rank + 4 pp_rank.
+  const ProcessGrid g(8, 4, 2, 1, 1, 0, /*ep=*/2);
+  EXPECT_EQ(g.ep_group_ranks(0), (Ranks{0, 1}));
+  EXPECT_EQ(g.ep_group_ranks(3), (Ranks{2, 3}));
+  EXPECT_EQ(g.ep_group_ranks(5), (Ranks{4, 5}));
+  EXPECT_EQ(g.expert_dp_group_ranks(0), (Ranks{0, 2}));
+  EXPECT_EQ(g.expert_dp_group_ranks(5), (Ranks{5, 7}));
+  EXPECT_EQ(g.expert_dp_group_ranks(6), (Ranks{4, 6}));
+  // tp 2 x dp 4, ep 4: rank = tp_rank + 2 dp_rank; one ep group per tp rank, expert-dp groups of one.
+  const ProcessGrid t(8, 4, 1, 2, 1, 0, /*ep=*/4);
+  EXPECT_EQ(t.ep_group_ranks(3), (Ranks{1, 3, 5, 7}));
+  EXPECT_EQ(t.ep_group_ranks(4), (Ranks{0, 2, 4, 6}));
+  EXPECT_EQ(t.expert_dp_group_ranks(3), (Ranks{3}));
+  // dp 4, ep 2 on 4 ranks (the chapter's picture): ep {0,1} {2,3}, expert-dp {0,2} {1,3}.
+  const ProcessGrid d(4, 4, 1, 1, 1, 0, /*ep=*/2);
+  EXPECT_EQ(d.ep_group_ranks(2), (Ranks{2, 3}));
+  EXPECT_EQ(d.expert_dp_group_ranks(1), (Ranks{1, 3}));
+  try {
+    ProcessGrid bad(4, 4, 1, 1, 1, 0, /*ep=*/3);
+    ADD_FAILURE() << "ep 3 of dp 4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ep 3 does not divide --dp 4"), std::string::npos) << e.what();
+  }
+}

@@ -36,7 +36,7 @@ const Result& one_process_two_micro_batches() {
 
 }  // namespace
 
-// The experts replicated like every other weight; their gradients all-reduced with the rest.
+// Without --ep the experts are replicated like every other weight; their gradients all-reduced with the rest.
 TEST(TrainGptExpertParallel, DataParallelEqualsOneProcessWithEveryRoutingOption) {
   const Result& ref = one_process_two_micro_batches();
   expect_same_run(train("ep_dp2_bucket", 2, kMoE + kRouting + "--dp 2"), ref, "--dp 2 (bucket)");
@@ -65,8 +65,9 @@ TEST(TrainGptExpertParallel, DataParallelLogsTheRoutingOfEveryReplica) {
 namespace {
 
 // Save at `parallel` (2 ranks) at step 5, resume there (the same bits as straight through) and at one
-// process with 2 micro-batches (within tolerance): every rank holds every expert's weights and optimizer
-// state, so the checkpoint is data parallel's whether or not --ep splits the compute.
+// process with 2 micro-batches (within tolerance). Under --ep each rank holds its own experts: the
+// model file gathers them all, and one process finds each expert's optimizer state in the shard of
+// the ep rank that held it (resharding ep 2 -> ep 1).
 void expect_save_resumes(const std::string& name, const std::string& parallel) {
   const std::string flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
   const Result straight = train(name + "_straight", 2, flags + parallel);
@@ -113,28 +114,61 @@ TEST(TrainGptExpertParallel, EpTwoEqualsOneProcessWithEveryRoutingOption) {
                   "--dp 2 --ep 2");
 }
 
-// Naive DP and one bucket per tensor all-reduce in the order backward reaches the weights: every rank
-// must reach the experts' in the same order, whichever experts it computes.
+// Naive DP and one bucket per tensor all-reduce in the order backward reaches the weights: every rank of
+// an expert-dp group must reach its experts' in the same order, and every dp rank the rest.
 TEST(TrainGptExpertParallel, EpUnderNaiveAndPerTensorBucketsEqualsOneProcess) {
   const Result ref = one_process("ep4_ref_plain", 4, kMoE);
-  expect_same_run(train("ep4_naive", 4, kMoE + "--dp 4 --ep 4 --dp-mode naive"), ref, "--dp 4 --ep 4 --dp-mode naive");
-  expect_same_run(train("ep4_buckets", 4, kMoE + "--dp 4 --ep 4 --bucket-mb 0.001"), ref,
-                  "--dp 4 --ep 4 --bucket-mb 0.001");
+  // ep 2 of dp 4: the experts' reductions run over expert-dp groups of 2, beside dp's.
+  expect_same_run(train("ep4_naive", 4, kMoE + "--dp 4 --ep 2 --dp-mode naive"), ref, "--dp 4 --ep 2 --dp-mode naive");
+  expect_same_run(train("ep4_buckets", 4, kMoE + "--dp 4 --ep 2 --bucket-mb 0.001"), ref,
+                  "--dp 4 --ep 2 --bucket-mb 0.001");
 }
 
 TEST(TrainGptExpertParallel, EpFourEqualsOneProcess) {
   const Result ref = one_process("ep4_ref", 4, kMoE + kRouting);
   expect_same_run(train("ep4", 4, kMoE + kRouting + "--dp 4 --ep 4"), ref, "--dp 4 --ep 4");
-  // ep 2 inside dp 4: two ep groups {0,1} {2,3}, each expert computed on two ranks (expert-dp 2).
+  // ep 2 inside dp 4: two ep groups {0,1} {2,3}, each expert held by two ranks, its gradients averaged over
+  // them (expert-dp groups {0,2} {1,3}) and scaled by 1 / ep.
   expect_same_run(train("ep2_dp4", 4, kMoE + kRouting + "--dp 4 --ep 2"), ref, "--dp 4 --ep 2");
 }
 
-TEST(TrainGptExpertParallel, EpWithZeroOneEqualsOneProcess) {
+// ZeRO-1/2 shard the rest over dp; the experts, all-reduced over their expert-dp group, are stepped whole
+// (E / ep of one process's state per rank) and counted once in the grad norm (on expert-dp rank 0).
+TEST(TrainGptExpertParallel, EpWithZeroOneAndTwoEqualsOneProcess) {
   expect_same_run(train("ep2_zero1", 2, kMoE + kRouting + "--dp 2 --ep 2 --zero 1"), one_process_two_micro_batches(),
                   "--dp 2 --ep 2 --zero 1");
+  const Result ref = one_process("ep4_zero_ref", 4, kMoE + kRouting);
+  expect_same_run(train("ep2_dp4_zero2", 4, kMoE + kRouting + "--dp 4 --ep 2 --zero 2 --overlap-param-gather"), ref,
+                  "--dp 4 --ep 2 --zero 2 --overlap-param-gather");
 }
 
-TEST(TrainGptExpertParallel, EpSaveResumesAtEpAndAtOneProcess) { expect_save_resumes("ep2", "--dp 2 --ep 2"); }
+// Each ep rank writes its own experts' optimizer state under their global names (and a copy of the
+// replicated state): ep 2 resumes at ep 2 bit-exactly and at one process (all experts) within rounding.
+TEST(TrainGptExpertParallel, EpSaveResumesAtEpAndAtOneProcess) {
+  expect_save_resumes("ep2", "--dp 2 --ep 2");
+  expect_save_resumes("ep2_zero1", "--dp 2 --ep 2 --zero 1");  // the rest sharded, the experts whole per ep rank
+}
+
+// And back: one process's checkpoint (every expert) resumes at ep 2, each rank cutting out its experts.
+TEST(TrainGptExpertParallel, OneProcessSaveResumesAtEpTwo) {
+  const std::string flags = kMoE + "--shared-experts 1 --router-aux-loss-coef 0.05 ";
+  const Result straight = train("ep1_to_ep2_straight", 1, flags + "--grad-accum 2");
+  const Result first = train("ep1_to_ep2_first", 1, flags + "--grad-accum 2 --stop-at 5");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const Result ep = train("ep1_to_ep2_resumed", 2, flags + "--dp 2 --ep 2 --resume " + checkpoint("ep1_to_ep2_first"));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  ASSERT_EQ(ep.status, 0) << ep.output;
+  ASSERT_EQ(ep.losses.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(ep.losses[i], straight.losses[5 + i], 1e-5 * straight.losses[5 + i]) << "step " << 5 + i;
+    EXPECT_NEAR(ep.grad_norms[i], straight.grad_norms[5 + i], 1e-5 * straight.grad_norms[5 + i]) << "step " << 5 + i;
+  }
+  ASSERT_EQ(ep.weights.tensors.size(), straight.weights.tensors.size());
+  for (const auto& [tensor, t] : straight.weights.tensors) {
+    const Diff d = diff_of(ep.weights.at(tensor), t);
+    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << tensor;
+  }
+}
 
 // --export-hf at ep 2 writes every expert (Mixtral's names), as one process's export does.
 TEST(TrainGptExpertParallel, EpExportEqualsOneProcessExport) {

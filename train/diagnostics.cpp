@@ -159,8 +159,8 @@ int64_t Diagnostics::expert_params() const {
   return n;
 }
 
-// The experts split over this many of the dp ranks: 1 until train_gpt has --ep (the ep helper's).
-int Diagnostics::expert_parallel_ranks() const { return 1; }
+// The experts split over this many of the dp ranks (--ep).
+int Diagnostics::expert_parallel_ranks() const { return pgm_.ep_size(); }
 
 // The ranks the gradients are reduced and ZeRO shards over: dp x cp (each cp rank holds a
 // part of every sequence, so its gradient is partial too: process_group_manager.h's dp_cp_group).

@@ -7,21 +7,34 @@
 
 namespace loom::parallel {
 
-DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options)
+DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options,
+                                       ExpertParams experts)
     : dp_group_(dp_group), options_(options) {
   if (options_.reduce != GradReduce::AllReduce) options_.grads_to_params = false;
-  std::vector<Tensor> all = unique_params(params);
-  broadcast_params(all, dp_group_);  // every replica starts from dp rank 0's weights
+  std::vector<Tensor> all = unique_params(params), dense, expert;
+  for (const Tensor& p : all) (experts.group && experts.holds(p) ? expert : dense).push_back(p);
+  broadcast_params(dense, dp_group_);  // every replica starts from dp rank 0's weights
+  if (experts.group) broadcast_params(expert, *experts.group);  // the experts' replicas, from their group's rank 0
   for (const Tensor& p : all)
     if (autograd::requires_grad(p)) params_.push_back(p);
+  std::vector<Tensor> grads_dense;
+  for (const Tensor& p : dense)
+    if (autograd::requires_grad(p)) grads_dense.push_back(p);
   if (options_.reduce == GradReduce::AllReduce) {
-    buckets_ = std::make_unique<BucketManager>(params_, dp_group_, options_.bucket_cap_mb);
+    buckets_ = std::make_unique<BucketManager>(grads_dense, dp_group_, options_.bucket_cap_mb);
   } else {
     auto sharded = options_.reduce == GradReduce::ShardGrads
-                       ? std::make_unique<GradShards>(params_, dp_group_, options_.bucket_cap_mb)
-                       : std::make_unique<ShardedBuckets>(params_, dp_group_, options_.bucket_cap_mb);
+                       ? std::make_unique<GradShards>(grads_dense, dp_group_, options_.bucket_cap_mb)
+                       : std::make_unique<ShardedBuckets>(grads_dense, dp_group_, options_.bucket_cap_mb);
     sharded_ = sharded.get();
     buckets_ = std::move(sharded);
+  }
+  if (experts.group) {  // the experts' buffer: averaged over expert-dp, times 1 / ep before (ExpertParams)
+    for (const Tensor& p : expert) expert_impls_.insert(p.impl());
+    expert_buckets_ = std::make_unique<BucketManager>(expert, *experts.group, options_.bucket_cap_mb);
+    expert_buckets_->set_before_reduce([this, scale = experts.grad_scale](int b) {
+      ops::mul_(expert_buckets_->buckets()[size_t(b)].grad_data, scale);
+    });
   }
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
@@ -38,7 +51,7 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
   // no_sync: just accumulate - except under ZeRO-2, whose shards accumulate
   // every micro-batch's reduce-scatter (grad_shards.h).
   const bool sync = require_backward_grad_sync_;
-  if (!sync && !buckets_->reduces_every_micro_batch(param)) return;
+  if (!sync && !buckets_of(param).reduces_every_micro_batch(param)) return;
   // 2. After this backward, wait for the buckets (queued once per backward; the
   //    engine runs it before backward() returns, so `this` is still there) -
   //    unless the caller finishes the sync itself (defer_grad_sync()).
@@ -51,7 +64,7 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
     callback_queued_ = true;
   }
   // 3. The bucket's all-reduce starts once all its params are ready.
-  buckets_->mark_param_ready(param);
+  buckets_of(param).mark_param_ready(param);
 }
 
 void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
@@ -60,7 +73,7 @@ void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
   LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
              "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
   Tensor g = autograd::grad(param);
-  if (g.defined()) ops::add_(buckets_->main_grad_to_fill(param), ops::to(g, kFloat32));
+  if (g.defined()) ops::add_(buckets_of(param).main_grad_to_fill(param), ops::to(g, kFloat32));
   autograd::set_grad(param, Tensor());
 }
 
@@ -84,11 +97,12 @@ void DataParallelBucket::finish_grad_sync() {
   {
     trace::Span span("wait for gradient all-reduce");  // the exposed communication
     buckets_->wait(on_bucket_reduced_);
+    if (expert_buckets_) expert_buckets_->wait();
   }
   // Hand the averaged gradient to the optimizer as .grad (unless it reads main_grad itself).
   if (options_.grads_to_params) {
     for (const Tensor& p : params_) {
-      const Tensor& main_grad = buckets_->main_grad(p);
+      const Tensor main_grad = buckets_of(p).main_grad(p);
       autograd::set_grad(p, p.dtype() == kFloat32 ? main_grad : ops::to(main_grad, p.dtype()));
     }
   }
@@ -97,6 +111,7 @@ void DataParallelBucket::finish_grad_sync() {
 
 void DataParallelBucket::reset() {
   buckets_->reset();
+  if (expert_buckets_) expert_buckets_->reset();
   autograd::zero_grad(params_, /*set_to_none=*/true);
   callback_queued_ = false;
   synced_ = false;
@@ -104,7 +119,7 @@ void DataParallelBucket::reset() {
 
 void DataParallelBucket::grad_changed(const Tensor& param) {
   if (options_.grads_to_params && param.dtype() != kFloat32)
-    autograd::set_grad(param, ops::to(buckets_->main_grad(param), param.dtype()));
+    autograd::set_grad(param, ops::to(buckets_of(param).main_grad(param), param.dtype()));
 }
 
 ShardedBuckets& DataParallelBucket::sharded_buckets() {
@@ -114,6 +129,7 @@ ShardedBuckets& DataParallelBucket::sharded_buckets() {
 }
 
 bool DataParallelBucket::holds_whole_grad(const Tensor& param) const {
+  if (&buckets_of(param) == expert_buckets_.get()) return true;  // all-reduced over expert-dp
   return buckets_->buckets()[size_t(buckets_->bucket_of(param))].all_reduce;
 }
 

@@ -22,6 +22,11 @@
 //      ReduceScatter mode (ZeRO-1) each rank gets only its shard's average and
 //      no .grad is written.
 //
+// Expert parallelism (ExpertParams, data_parallel_common.h): the experts' params
+// get a second buffer of their own, all-reduced over the expert-dp group and
+// scaled by 1 / ep before (Megatron's expert_parallel_buffers); the same hook
+// fills either, and the sync waits for both.
+//
 //   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), {.bucket_cap_mb = 25});
 //   for (step...) {
 //     for (micro-batches but the last) { auto guard = dp.no_sync(); backward(loss / K); }
@@ -34,6 +39,7 @@
 
 #include <functional>
 #include <memory>
+#include <unordered_set>
 
 #include "autograd/accumulate_grad.h"
 #include "parallel/data_parallel/data_parallel_common.h"
@@ -58,12 +64,15 @@ class DataParallelBucket : public DataParallel {
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
   // the buffer, hooks every param that requires grad (the others are skipped).
   // Destroying it unregisters the hooks (they are owned by hooks_).
-  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options = {});
+  // experts: params kept apart, over their own group (all-reduced, whatever options.reduce: a
+  // DistributedOptimizer steps them whole).
+  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options = {},
+                     ExpertParams experts = {});
   DataParallelBucket(const DataParallelBucket&) = delete;
   DataParallelBucket& operator=(const DataParallelBucket&) = delete;
 
   // The fp32 gradient of param: a view into the bucket buffer.
-  Tensor main_grad(const Tensor& param) const { return buckets_->main_grad(param); }
+  Tensor main_grad(const Tensor& param) const { return buckets_of(param).main_grad(param); }
 
   // Gradient accumulation: inside the guard backward only adds into main_grad.
   [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
@@ -83,6 +92,8 @@ class DataParallelBucket : public DataParallel {
   // them (FullyShardedOptions::tp_partial_grads does the same under ZeRO-3).
   void sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group);
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
+  // Whether param is one of the ExpertParams, in their own all-reduced buffer (not in bucket_manager()'s).
+  bool kept_apart(const Tensor& param) const { return expert_buckets_ && expert_impls_.count(param.impl()); }
 
   // Zeroes every main_grad and drops every .grad. Call once per optimizer step,
   // before the next step's first backward (Megatron's zero_grad_buffer).
@@ -109,6 +120,10 @@ class DataParallelBucket : public DataParallel {
   void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
   void move_grad_to_main_grad(const Tensor& param);
   void sum_tp_partial_grads(int bucket);  // BucketOptions::tp_partial_grads, before the bucket's reduction
+  // The buffer holding param: the experts' (ExpertParams) or everything else's.
+  BucketManager& buckets_of(const Tensor& param) const {
+    return kept_apart(param) ? *expert_buckets_ : *buckets_;
+  }
 
   ProcessGroup& dp_group_;
   BucketOptions options_;
@@ -117,6 +132,8 @@ class DataParallelBucket : public DataParallel {
   ProcessGroup* tp_group_ = nullptr;
   std::vector<Tensor> params_;
   std::unique_ptr<BucketManager> buckets_;
+  std::unique_ptr<BucketManager> expert_buckets_;  // ExpertParams' buffer, over their group; null without
+  std::unordered_set<const TensorImpl*> expert_impls_;
   ShardedBuckets* sharded_ = nullptr;  // buckets_, when it reduce-scatters
   bool require_backward_grad_sync_ = true;
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued

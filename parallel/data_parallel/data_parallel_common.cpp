@@ -27,6 +27,12 @@ std::vector<Tensor> unique_params(const NamedParams& named) {
   return unique_params(params);
 }
 
+bool ExpertParams::holds(const Tensor& p) const {
+  for (const Tensor& e : params)
+    if (e.impl() == p.impl()) return true;
+  return false;
+}
+
 Tensor DataParallel::grad_of(const Tensor& param) const { return autograd::grad(param); }
 
 void all_reduce_coalesced(const std::vector<Tensor>& tensors, ProcessGroup& group) {

@@ -21,6 +21,20 @@ using NamedParams = std::vector<std::pair<std::string, Tensor>>;
 std::vector<Tensor> unique_params(const NamedParams& named);
 std::vector<Tensor> unique_params(const std::vector<Tensor>& params);
 
+// Expert parallelism's second group of params (parallel/expert_parallel/expert_parallel.h,
+// Megatron's expert_parallel_buffers): the experts this rank holds, replicated
+// only over the expert-dp group (dp / ep ranks), which broadcasts and reduces
+// them instead of dp. Each rank's expert gradient already sums the tokens of
+// its ep group, so the average over expert-dp is scaled by grad_scale = 1 / ep:
+// the expert then gets (1/dp) Σ over every rank's tokens, as one process's mean
+// and as every other gradient (Megatron's expert_gradient_scaling_factor).
+struct ExpertParams {
+  std::vector<Tensor> params;
+  ProcessGroup* group = nullptr;  // the expert-dp group; null: no params apart
+  double grad_scale = 1.0;        // expert-dp / dp = 1 / ep
+  bool holds(const Tensor& p) const;
+};
+
 // Every rank of `group` gets rank 0's values, so the replicas start identical
 // whatever seed each rank initialised with (DDP does this at wrap time too).
 void broadcast_params(const std::vector<Tensor>& params, ProcessGroup& group);

@@ -27,8 +27,9 @@ class DataParallelNaive : public DataParallel {
  public:
   // Broadcasts the params from dp rank 0 and registers the hooks (collective
   // over dp_group). Params that do not require grad are broadcast but not hooked.
-  DataParallelNaive(const NamedParams& params, ProcessGroup& dp_group);
-  DataParallelNaive(const std::vector<Tensor>& params, ProcessGroup& dp_group);
+  // experts: params broadcast and averaged over their own group, scaled (ExpertParams, data_parallel_common.h).
+  DataParallelNaive(const NamedParams& params, ProcessGroup& dp_group, ExpertParams experts = {});
+  DataParallelNaive(const std::vector<Tensor>& params, ProcessGroup& dp_group, ExpertParams experts = {});
   // Destroying it unregisters the hooks (they are owned by hooks_).
   DataParallelNaive(const DataParallelNaive&) = delete;
   DataParallelNaive& operator=(const DataParallelNaive&) = delete;
@@ -46,6 +47,7 @@ class DataParallelNaive : public DataParallel {
   void all_reduce_grad(const Tensor& param);  // the post-accumulate hook
 
   ProcessGroup& dp_group_;
+  ExpertParams experts_;
   std::vector<Tensor> params_;
   bool require_backward_grad_sync_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // registered while this wrapper lives

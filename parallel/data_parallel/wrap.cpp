@@ -14,6 +14,9 @@ void DataParallelWrap::zero_grad(nn::Module& model) {
 
 DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, const DataParallelOptions& o,
                                     const std::vector<Tensor>& whole_grad) {
+  LOOM_CHECK(!o.experts.group || o.zero < 3, "wrap_data_parallel: the experts of expert parallelism are reduced "
+             "over their expert-dp group by the bucketed and naive wrappers (ZeRO-1/2 step them whole); ZeRO-3 does "
+             "not shard them yet (drop --zero 3 or --ep)");
   if (o.zero == 3) {  // ZeRO-3: the params sharded by layer (fully_sharded.h)
     LOOM_CHECK(o.mode == "bucket", "--dp-mode naive all-reduces whole gradients; --zero 3 reduce-scatters them");
     DataParallelWrap w;
@@ -36,12 +39,12 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
              o.zero >= 1 ? str(" --zero ", o.zero) : "", " needs --dp-mode bucket");
   DataParallelWrap w;
   if (use_buffer && o.mode == "naive") {
-    w.dp = std::make_unique<DataParallelNaive>(model.named_parameters(), dp_group);
+    w.dp = std::make_unique<DataParallelNaive>(model.named_parameters(), dp_group, o.experts);
   } else if (use_buffer) {
     const GradReduce reduce = o.zero >= 2 ? GradReduce::ShardGrads
                               : o.zero == 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
     BucketOptions bo{o.bucket_mb, reduce, /*grads_to_params=*/false};  // the optimizer reads main_grad
-    auto bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), dp_group, bo);
+    auto bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), dp_group, bo, o.experts);
     // Under ZeRO these buckets are still all-reduced: finalize_model_grads needs their whole gradient.
     if (o.zero >= 1)
       for (const Tensor& p : whole_grad) bucketed->sharded_buckets().all_reduce_bucket_of(p);

@@ -64,9 +64,9 @@ Splits exchange_split_sizes(const std::vector<int64_t>& tokens_per_expert, Proce
 Tensor dispatch_compute_combine(const Tensor& permuted, const std::vector<int64_t>& tokens_per_expert,
                                 const std::vector<std::shared_ptr<nn::Expert>>& experts, ProcessGroup& ep) {
   using namespace autograd;
-  const int64_t E = int64_t(experts.size()), n = ep.size(), L = E / n, first = ep.rank() * L;
-  LOOM_CHECK(E % n == 0 && int64_t(tokens_per_expert.size()) == E, "dispatch_compute_combine: ", E,
-             " experts over ", n, " ep ranks, ", tokens_per_expert.size(), " group sizes");
+  const int64_t E = int64_t(tokens_per_expert.size()), n = ep.size(), L = int64_t(experts.size());
+  LOOM_CHECK(L * n == E, "dispatch_compute_combine: ", L, " local experts x ", n, " ep ranks for ", E,
+             " group sizes");
   const Device d = permuted.device();
   // 1. Exchange split sizes.
   const Splits splits = exchange_split_sizes(tokens_per_expert, ep, L);
@@ -76,14 +76,13 @@ Tensor dispatch_compute_combine(const Tensor& permuted, const std::vector<int64_
     trace::CommLabel label("moe dispatch");
     arrived = all_to_all(permuted, ep, splits.output, splits.input);
   }
-  // 3. Sort by local expert, compute, unsort. Every expert runs, the others' on no rows: each weight
-  //    then has a gradient every step (0 for the others') and every rank's backward reaches the experts'
-  //    weights in the same order - what naive DP and per-tensor buckets all-reduce by.
+  // 3. Sort by local expert, compute, unsort. Each local expert runs, on no rows when none came: its
+  //    weights then have a gradient every step (0), reached in the same order on every rank holding them.
   const std::vector<int64_t> order = sort_by_local_expert(splits.received, n, L);
   const Tensor grouped = index_select(arrived, 0, index(order, d));  // [R, C], by local expert, then source
-  std::vector<int64_t> rows_per_expert(size_t(E), 0);                 // [E], 0 but for this rank's L
+  std::vector<int64_t> rows_per_expert(size_t(L), 0);                 // [L]
   for (int64_t s = 0; s < n; ++s)
-    for (int64_t j = 0; j < L; ++j) rows_per_expert[size_t(first + j)] += splits.received[size_t(s * L + j)];
+    for (int64_t j = 0; j < L; ++j) rows_per_expert[size_t(j)] += splits.received[size_t(s * L + j)];
   const Tensor computed = nn::expert_compute(grouped, rows_per_expert, experts);
   const Tensor back = index_select(computed, 0, index(inverse(order), d));  // [R, C], by source again
   // 4. Combine: each row home, to the place unpermute expects it.

@@ -18,14 +18,10 @@
 // Routing, capacity and the aux loss stay on the rank that routed the tokens,
 // over its own micro-batch (as Megatron: the capacity counts local tokens).
 // The backward of dispatch is an all-to-all home, of combine one out
-// (all_to_all.h). Weights: every rank still holds all E experts (the first
-// rung: the compute is split, the memory not yet); the ones it does not
-// compute run on no rows (in the same place of the graph on every rank, so
-// that backward reaches every weight in the same order on every rank: naive
-// DP and per-tensor buckets all-reduce in that order), so their gradient is 0 here and the data-parallel
-// all-reduce (Avg over dp) leaves each expert (1/dp) Σ over every rank's tokens,
-// the gradient Megatron gets by summing over the expert-dp group with a 1/dp
-// scaling factor. docs/19-mixture-of-experts.md.
+// (all_to_all.h). Weights: each rank holds only its E/N experts
+// (expert_parallel.h), so each expert's gradient sums the rows of every rank of
+// the ep group that routed to it; the expert-dp group sums the rest.
+// docs/19-mixture-of-experts.md.
 #pragma once
 
 #include <memory>
@@ -37,8 +33,8 @@
 namespace loom::parallel {
 
 // permuted: [M, C] grouped by the E global experts, tokens_per_expert [E] ->
-// [M, C], each row through its expert on the rank that holds it. experts: all
-// E of the layer (this rank computes ep.rank() E/N .. (ep.rank() + 1) E/N - 1).
+// [M, C], each row through its expert on the rank that holds it. experts: this
+// rank's E/N of the layer (experts ep.rank() E/N .. (ep.rank() + 1) E/N - 1).
 // Collective over ep (forward and backward).
 Tensor dispatch_compute_combine(const Tensor& permuted, const std::vector<int64_t>& tokens_per_expert,
                                 const std::vector<std::shared_ptr<nn::Expert>>& experts, ProcessGroup& ep);

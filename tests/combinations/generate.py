@@ -60,7 +60,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("dropout", [0.0, 0.1]),
     ("eod_mask_loss", [False, True]),  # on: --eod-mask-loss . (uneven target counts across ranks)
     ("experts", [0, 4]),  # --experts 4 --experts-per-token 2 (nn/moe.h), dropless
-    ("ep", [1, 2, 4]),  # --ep: the experts' compute over ep consecutive dp ranks (parallel/expert_parallel/)
+    ("ep", [1, 2, 4]),  # --ep: the experts split over ep consecutive dp ranks (parallel/expert_parallel/)
 ]
 NAMES = [n for n, _ in FACTORS]
 # The completion search sets the experts first: --ep needs them, and what refuses them (tp or cp
