@@ -85,15 +85,13 @@ TEST(TrainGptMoEPipeline, ZeroBubbleSchedulesEqualOneProcess) {
                   train("moepp_ref_k4", 1, small + "--grad-accum 4"), "--pp 2 --schedule dualpipev");
 }
 
-// dp 2 x pp 2: each stage's biases move by the load over both replicas' micro-batches; then ep 2 inside
-// dp at each stage (the ep group is the stage's dp group), its all-to-alls between the stage's ranks.
-TEST(TrainGptMoEPipeline, DataAndExpertParallelAtEachStageEqualOneProcess) {
+// dp 2 x pp 2: each stage's biases move by the load over both replicas' micro-batches. (--ep under a
+// pipeline is refused: each ep rank holds only its experts, and the grad norm over ep x pp is not built.)
+TEST(TrainGptMoEPipeline, DataParallelAtEachStageEqualsOneProcess) {
   const Result& ref = one_process_two_micro_batches();
-  expect_same_run(train("moepp_dp2_pp2", 4, kMoE + kRouting + "--dp 2 --pp 2 --microbatches 1"), ref,
-                  "--dp 2 --pp 2");
-  const Result ep = train("moepp_ep2_pp2", 4, kMoE + kRouting + "--dp 2 --ep 2 --pp 2 --microbatches 1");
-  expect_same_run(ep, ref, "--dp 2 --ep 2 --pp 2");
-  expect_same_routing_log(ep, ref, "--dp 2 --ep 2 --pp 2");
+  const Result dp = train("moepp_dp2_pp2", 4, kMoE + kRouting + "--dp 2 --pp 2 --microbatches 1");
+  expect_same_run(dp, ref, "--dp 2 --pp 2");
+  expect_same_routing_log(dp, ref, "--dp 2 --pp 2");
 }
 
 // Saved at step 5 by two stages (each stage's biases gathered into the model file), resumed by two
@@ -193,11 +191,10 @@ TEST(TrainGptMoERecompute, UnderEpTheRerunDispatchesAgain) {
 
 // ---- ZeRO-3: the experts are params like any other, gathered with their block ----
 
-TEST(TrainGptMoEZero3, EqualsOneProcessAloneWithEpAndUnderAPipeline) {
+TEST(TrainGptMoEZero3, EqualsOneProcessAloneAndUnderAPipeline) {
   const Result& ref = one_process_two_micro_batches();
-  expect_same_run(train("moez3", 2, kMoE + kRouting + "--dp 2 --zero 3"), ref, "--dp 2 --zero 3");
-  expect_same_run(train("moez3_ep2", 2, kMoE + kRouting + "--dp 2 --zero 3 --ep 2 --recompute full"), ref,
-                  "--dp 2 --zero 3 --ep 2 --recompute full");
+  expect_same_run(train("moez3", 2, kMoE + kRouting + "--dp 2 --zero 3 --recompute full"), ref,
+                  "--dp 2 --zero 3 --recompute full");
   expect_same_run(train("moez3_pp2", 4, kMoE + kRouting + "--dp 2 --zero 3 --pp 2 --microbatches 1"), ref,
                   "--dp 2 --zero 3 --pp 2");
 }
@@ -207,13 +204,19 @@ TEST(TrainGptMoEPipeline, WhatIsNotTestedYetIsRefusedBeforeTraining) {
       {kMoE + "--pp 2 --memory-report", "--memory-report with --experts 4 and --pp 2: the experts' formula is "
                                         "measured on one process without recomputation only"},
       {kMoE + "--tp 2 --recompute full", "--experts 4 with --tp 2 and --recompute full: experts are tested equal"},
-      {kMoE + "--cp 2 --recompute full", "--experts 4 with --cp 2 and --recompute full: "}};
+      {kMoE + "--cp 2 --recompute full", "--experts 4 with --cp 2 and --recompute full: "},
+      {kMoE + "--dp 2 --ep 2 --zero 3", "--ep 2 with --zero 3: each ep rank holds only its experts / ep experts"}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moepp_refused", 2, flags, false);
     EXPECT_NE(r.status, 0) << flags;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
     EXPECT_EQ(r.output.find("| loss "), std::string::npos) << flags << ": trained before refusing\n" << r.output;
   }
+  const Result pp_ep = train("moepp_ep_refused", 4, kMoE + "--dp 2 --ep 2 --pp 2 --microbatches 1", false);
+  EXPECT_NE(pp_ep.status, 0);
+  EXPECT_NE(pp_ep.output.find("--ep 2 with --pp 2: each ep rank holds only its experts / ep experts"),
+            std::string::npos) << pp_ep.output;
+  EXPECT_EQ(pp_ep.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << pp_ep.output;
   const Result r = train("moerc_refused", 1, kMoE + "--recompute full --memory-report", false);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--memory-report with --experts 4 and --recompute full: "), std::string::npos) << r.output;

@@ -73,16 +73,16 @@ TEST(TrainGptMoETensorParallel, TpWithCpAndWithDpEqualOneProcess) {
   expect_same_run(train("moetp_tp2_dp2", 4, kMoE + kRouting + "--tp 2 --dp 2"), ref, "--tp 2 --dp 2");
 }
 
-// --ep 2 inside dp 2 on each tp (or cp) rank: the ep group is carved from the dp group, so the ranks of one
-// ep group hold the same tp (cp) coordinate and dispatch the tokens that coordinate holds.
-TEST(TrainGptMoETensorParallel, TpAndCpWithExpertParallelEqualOneProcess) {
-  const Result ref = train("moetp_ref_k2", 1, kMoE + kRouting + "--grad-accum 2");
-  expect_same_run(train("moetp_tp2_ep2", 4, kMoE + kRouting + "--tp 2 --dp 2 --ep 2"), ref, "--tp 2 --dp 2 --ep 2");
-  const Result dropless = train("moetp_ref_dropless_k2", 1, kMoE + kDropless + "--grad-accum 2");
-  expect_same_run(train("moetp_sp2_ep2", 4, kMoE + kDropless + "--tp 2 --sequence-parallel --dp 2 --ep 2"), dropless,
-                  "--tp 2 --sequence-parallel --dp 2 --ep 2");
-  expect_same_run(train("moetp_cp2_ep2", 4, kMoE + kDropless + "--cp 2 --dp 2 --ep 2"), dropless,
-                  "--cp 2 --dp 2 --ep 2");
+// --ep with tp or cp is refused: each ep rank holds only its experts, and the grad norm over ep x tp x cp (each
+// expert counted once, every replicated weight once) is not built.
+TEST(TrainGptMoETensorParallel, ExpertParallelWithTpOrCpIsRefusedBeforeTraining) {
+  for (const std::string axis : {"--tp 2", "--cp 2"}) {
+    const Result r = train("moetp_ep2_refused", 4, kMoE + kDropless + axis + " --dp 2 --ep 2", false);
+    EXPECT_NE(r.status, 0) << axis;
+    EXPECT_NE(r.output.find("--ep 2 with " + axis + ": each ep rank holds only its experts / ep experts"),
+              std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << r.output;
+  }
 }
 
 namespace {
