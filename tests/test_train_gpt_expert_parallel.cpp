@@ -15,18 +15,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "moe_runs.h"
 #include "train_gpt_run.h"
 
 using namespace loom;
 using namespace loom::test;
+using namespace loom::test::moe;
 
 namespace {
-
-const std::string kMoE = " --arch llama --experts 4 --experts-per-token 2 --batch 4 ";
-// Every routing option that is per micro-batch or per step: shared experts, a capacity that drops, the aux
-// and z losses, the bias.
-const std::string kRouting = "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 "
-                             "--router-z-loss-coef 0.001 --router-bias-update-rate 0.01 ";
 
 // One process, the micro-batches of 2 ranks one after the other.
 const Result& one_process_two_micro_batches() {
@@ -54,42 +50,16 @@ TEST(TrainGptExpertParallel, DataParallelLogsTheRoutingOfEveryReplica) {
   const Result& ref = one_process_two_micro_batches();
   const Result dp = train("ep_dp2_log", 2, kMoE + kRouting + "--dp 2", false);
   ASSERT_EQ(dp.status, 0) << dp.output;
-  ASSERT_EQ(dp.log.size(), ref.log.size());
-  for (size_t i = 0; i < ref.log.size(); ++i) {
-    EXPECT_NEAR(field(dp.log[i], "moe_balance"), field(ref.log[i], "moe_balance"), 1e-5) << "step " << i;
-    EXPECT_EQ(field(dp.log[i], "moe_dropped"), field(ref.log[i], "moe_dropped")) << "step " << i;
-    EXPECT_EQ(field(dp.log[i], "moe_max_load"), field(ref.log[i], "moe_max_load")) << "step " << i;
-  }
+  expect_same_routing_log(dp, ref, "--dp 2");
 }
 
 namespace {
 
-// Save at `parallel` (2 ranks) at step 5, resume there (the same bits as straight through) and at one
-// process with 2 micro-batches (within tolerance). Under --ep each rank holds its own experts: the
-// model file gathers them all, and one process finds each expert's optimizer state in the shard of
-// the ep rank that held it (resharding ep 2 -> ep 1).
+// Under --ep each rank holds its own experts: the model file gathers them all, and one process (2
+// micro-batches) finds each expert's optimizer state in the shard of the ep rank that held it.
 void expect_save_resumes(const std::string& name, const std::string& parallel) {
-  const std::string flags = kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
-  const Result straight = train(name + "_straight", 2, flags + parallel);
-  const Result first = train(name + "_first", 2, flags + parallel + " --stop-at 5");
-  ASSERT_EQ(first.status, 0) << first.output;
-  const Result resumed = train(name + "_resumed", 2, flags + parallel + " --resume " + checkpoint(name + "_first"));
-  const Result one = train(name + "_resumed_1", 1, flags + "--grad-accum 2 --resume " + checkpoint(name + "_first"));
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  for (const Result* r : {&resumed, &one}) {
-    ASSERT_EQ(r->status, 0) << r->output;
-    ASSERT_EQ(r->losses.size(), 5u);
-  }
-  for (size_t i = 0; i < 5; ++i) {
-    EXPECT_EQ(resumed.losses[i], straight.losses[5 + i]) << "step " << 5 + i;
-    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 5 + i;
-    EXPECT_NEAR(one.losses[i], straight.losses[5 + i], 1e-5 * straight.losses[5 + i]) << "step " << 5 + i;
-  }
-  for (const auto& [tensor, t] : straight.weights.tensors) {
-    EXPECT_EQ(resumed.weights.at(tensor).to_vector<float>(), t.to_vector<float>()) << tensor;
-    const Diff d = diff_of(one.weights.at(tensor), t);
-    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << tensor;
-  }
+  moe::expect_save_resumes(name, kMoE + "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 ",
+                           parallel, "--grad-accum 2");
 }
 
 }  // namespace

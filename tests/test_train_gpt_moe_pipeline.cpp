@@ -20,32 +20,19 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "moe_runs.h"
 #include "train_gpt_run.h"
 
 using namespace loom;
 using namespace loom::test;
+using namespace loom::test::moe;
 
 namespace {
-
-const std::string kMoE = " --arch llama --experts 4 --experts-per-token 2 --batch 4 ";
-// Every routing option: shared experts, a capacity that drops, the aux and z losses, DeepSeek-V3's bias.
-const std::string kRouting = "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 "
-                             "--router-z-loss-coef 0.001 --router-bias-update-rate 0.01 ";
 
 // One process, two micro-batches of 4 sequences one after the other.
 const Result& one_process_two_micro_batches() {
   static const Result r = train("moepp_ref_k2", 1, kMoE + kRouting + "--grad-accum 2");
   return r;
-}
-
-// The log's routing numbers (balance, dropped fraction, busiest expert) are the whole model's, every step.
-void expect_same_routing_log(const Result& got, const Result& ref, const std::string& what) {
-  ASSERT_EQ(got.log.size(), ref.log.size()) << what;
-  for (size_t i = 0; i < ref.log.size(); ++i) {
-    EXPECT_NEAR(field(got.log[i], "moe_balance"), field(ref.log[i], "moe_balance"), 1e-6) << what << " step " << i;
-    EXPECT_EQ(field(got.log[i], "moe_dropped"), field(ref.log[i], "moe_dropped")) << what << " step " << i;
-    EXPECT_EQ(field(got.log[i], "moe_max_load"), field(ref.log[i], "moe_max_load")) << what << " step " << i;
-  }
 }
 
 }  // namespace

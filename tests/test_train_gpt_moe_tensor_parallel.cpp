@@ -12,20 +12,14 @@
 // DeepSeek's bias one process's; capacity is refused there.
 #include <gtest/gtest.h>
 
+#include "moe_runs.h"
 #include "train_gpt_run.h"
 
 using namespace loom;
 using namespace loom::test;
+using namespace loom::test::moe;
 
 namespace {
-
-const std::string kMoE = " --arch llama --experts 4 --experts-per-token 2 --batch 4 ";
-// Every routing option: shared experts (tensor-parallel), a capacity that drops, the aux and z losses, the bias.
-const std::string kRouting = "--shared-experts 1 --capacity-factor 1.0 --router-aux-loss-coef 0.05 "
-                             "--router-z-loss-coef 0.001 --router-bias-update-rate 0.01 ";
-// The same, dropless: what a micro-batch split over ranks can equal.
-const std::string kDropless = "--shared-experts 1 --router-aux-loss-coef 0.05 --router-z-loss-coef 0.001 "
-                              "--router-bias-update-rate 0.01 ";
 
 const Result& one_process_every_option() {
   static const Result r = train("moetp_ref", 1, kMoE + kRouting);
@@ -34,15 +28,6 @@ const Result& one_process_every_option() {
 const Result& one_process_dropless() {
   static const Result r = train("moetp_ref_dropless", 1, kMoE + kDropless);
   return r;
-}
-
-// The log's routing numbers (balance, max load) are the micro-batch's: one process's.
-void expect_same_routing_log(const Result& got, const Result& ref, const char* what) {
-  ASSERT_EQ(got.log.size(), ref.log.size()) << what;
-  for (size_t i = 0; i < ref.log.size(); ++i) {
-    EXPECT_NEAR(field(got.log[i], "moe_balance"), field(ref.log[i], "moe_balance"), 1e-5) << what << " step " << i;
-    EXPECT_EQ(field(got.log[i], "moe_max_load"), field(ref.log[i], "moe_max_load")) << what << " step " << i;
-  }
 }
 
 }  // namespace
@@ -85,42 +70,12 @@ TEST(TrainGptMoETensorParallel, ExpertParallelWithTpOrCpIsRefusedBeforeTraining)
   }
 }
 
-namespace {
-
-// Save at `parallel` (2 ranks) at step 5, resume there (the same bits as straight through) and at one
-// process (within tolerance): the checkpoint holds one process's names, the experts whole.
-void expect_save_resumes(const std::string& name, const std::string& flags, const std::string& parallel) {
-  const Result straight = train(name + "_straight", 2, flags + parallel);
-  const Result first = train(name + "_first", 2, flags + parallel + " --stop-at 5");
-  ASSERT_EQ(first.status, 0) << first.output;
-  const Result resumed = train(name + "_resumed", 2, flags + parallel + " --resume " + checkpoint(name + "_first"));
-  const Result one = train(name + "_resumed_1", 1, flags + "--resume " + checkpoint(name + "_first"));
-  ASSERT_EQ(straight.status, 0) << straight.output;
-  for (const Result* r : {&resumed, &one}) {
-    ASSERT_EQ(r->status, 0) << r->output;
-    ASSERT_EQ(r->losses.size(), 5u);
-  }
-  for (size_t i = 0; i < 5; ++i) {
-    EXPECT_EQ(resumed.losses[i], straight.losses[5 + i]) << "step " << 5 + i;
-    EXPECT_EQ(resumed.grad_norms[i], straight.grad_norms[5 + i]) << "step " << 5 + i;
-    EXPECT_NEAR(one.losses[i], straight.losses[5 + i], 1e-5 * straight.losses[5 + i]) << "step " << 5 + i;
-  }
-  ASSERT_EQ(one.weights.tensors.size(), straight.weights.tensors.size());
-  for (const auto& [tensor, t] : straight.weights.tensors) {
-    EXPECT_EQ(resumed.weights.at(tensor).to_vector<float>(), t.to_vector<float>()) << tensor;
-    const Diff d = diff_of(one.weights.at(tensor), t);
-    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << tensor;
-  }
-}
-
-}  // namespace
-
 TEST(TrainGptMoETensorParallel, TpSaveResumesAtTpAndAtOneProcess) {
-  expect_save_resumes("moetp_tp2", kMoE + kRouting, "--tp 2");
+  expect_save_resumes("moetp_tp2", kMoE + kRouting, "--tp 2", "");
 }
 
 TEST(TrainGptMoETensorParallel, SequenceParallelSaveResumesAtTpAndAtOneProcess) {
-  expect_save_resumes("moetp_sp2", kMoE + kDropless, "--tp 2 --sequence-parallel");
+  expect_save_resumes("moetp_sp2", kMoE + kDropless, "--tp 2 --sequence-parallel", "");
 }
 
 // --export-hf at tp 2 writes Mixtral's names, every expert whole, as one process's export does.
