@@ -54,7 +54,7 @@ inline int max_threads() {
 }
 
 template <class F>
-void parallel_for(int64_t n, int64_t grain, const F& fn) {
+void parallel_for(int64_t n, [[maybe_unused]] int64_t grain, const F& fn) {  // grain: unused without OpenMP
 #ifdef _OPENMP
   const int threads = max_threads();
   if (threads > 1 && n >= 2 * std::max<int64_t>(grain, 1)) {
