@@ -53,8 +53,8 @@ std::vector<int> ProcessGrid::ep_group_ranks(int rank) const {
 }
 
 std::vector<int> ProcessGrid::expert_dp_group_ranks(int rank) const {
-  std::vector<int> ranks;
-  for (int r : ranks_along(rank, kDp))
+  std::vector<int> ranks;  // with its cp ranks: each holds a part of every sequence, as dp_cp averages the rest
+  for (int r : ranks_along(rank, kDp | kCp))
     if (coords(r).dp_rank % ep_size == coords(rank).dp_rank % ep_size) ranks.push_back(r);
   return ranks;
 }

@@ -20,7 +20,9 @@
 // the ep group is ep consecutive dp ranks (they split the experts, E / ep each),
 // the expert-dp group the dp / ep ranks holding the same experts, e.g. dp 4, ep 2:
 // ep groups {0,1} {2,3}, expert-dp groups {0,2} {1,3}. Expert gradients are
-// reduced over the expert-dp group, every other gradient over dp.
+// reduced over the expert-dp group (with its cp ranks, as dp_cp is for the
+// rest: each cp rank's tokens give a part of the gradient), every other
+// gradient over dp (x cp).
 //
 // A group is written once, as the axes its ranks differ along; its members are
 // the rank list ProcessGrid::ranks_along gives, and the world is split by those lists.
@@ -53,8 +55,8 @@ struct ProcessGrid {
   std::vector<int> ranks_along(int rank, int axes) const;
   // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
   std::vector<int> embedding_group_ranks(int rank) const;
-  // Of rank's dp group: the ep consecutive ranks holding it (dp_rank / ep alike), and the
-  // dp / ep ranks holding its experts (dp_rank % ep alike: its expert-dp group).
+  // Of rank's dp group: the ep consecutive ranks holding it (dp_rank / ep alike); of its dp x cp
+  // ranks, the dp / ep · cp holding its experts (dp_rank % ep alike: its expert-dp group).
   std::vector<int> ep_group_ranks(int rank) const;
   std::vector<int> expert_dp_group_ranks(int rank) const;
 };

@@ -171,6 +171,13 @@ TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
   const ProcessGrid d(4, 4, 1, 1, 1, 0, /*ep=*/2);
   EXPECT_EQ(d.ep_group_ranks(2), (Ranks{2, 3}));
   EXPECT_EQ(d.expert_dp_group_ranks(1), (Ranks{1, 3}));
+  // cp 2 x dp 4, ep 2: rank = cp_rank + 2 dp_rank; the ep group within one cp coordinate, the expert-dp
+  // group with both cp ranks (each holds a part of every sequence: the experts' gradient sums over them).
+  const ProcessGrid c(8, 4, 1, 1, 2, 0, /*ep=*/2);
+  EXPECT_EQ(c.ep_group_ranks(0), (Ranks{0, 2}));
+  EXPECT_EQ(c.ep_group_ranks(3), (Ranks{1, 3}));
+  EXPECT_EQ(c.expert_dp_group_ranks(0), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(c.expert_dp_group_ranks(3), (Ranks{2, 3, 6, 7}));
   try {
     ProcessGrid bad(4, 4, 1, 1, 1, 0, /*ep=*/3);
     ADD_FAILURE() << "ep 3 of dp 4 was accepted";

@@ -77,15 +77,14 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.dp % a.ep == 0, "--ep ", a.ep, " does not divide --dp ", a.dp,
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
   // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h): the grad norm
-  // over ep x pp x tp x cp and ZeRO-3's sharding of them are not built yet.
+  // over ep x pp x tp and ZeRO-3's sharding of them are not built yet.
   const std::pair<std::string, bool> not_with_ep[] = {{str("--tp ", a.tp), a.tp > 1},
-                                                      {str("--cp ", a.cp), a.cp > 1},
                                                       {str("--pp ", a.pp), a.pp > 1},
                                                       {str("--zero ", a.zero), a.zero == 3}};
   for (const auto& [flag, given] : not_with_ep)
     LOOM_CHECK(a.ep == 1 || !given, "--ep ", a.ep, " with ", flag, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2 and recomputation only so far "
-               "(the grad norm over ep x pp x tp x cp and ZeRO-3's sharding of the experts are not built); drop ",
+               "experts, tested equal to one process under data parallel, ZeRO-1/2, cp and recomputation only so "
+               "far (the grad norm over ep x pp x tp and ZeRO-3's sharding of the experts are not built); drop ",
                flag, " or --ep");
 }
 
