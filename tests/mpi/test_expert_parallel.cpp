@@ -12,6 +12,7 @@
 #include "nn/gpt.h"
 #include "nn/moe.h"
 #include "parallel/expert_parallel/expert_parallel.h"
+#include "group_members.h"
 #include "parallel/process_group_manager.h"
 #include "plan/moe_model.h"
 
@@ -19,17 +20,6 @@ using namespace loom;
 using namespace loom::parallel;
 
 namespace {
-
-using Ranks = std::vector<int>;
-
-// The global ranks of a group's members, in group-rank order, as the group itself reports them.
-Ranks members(ProcessGroup& group) {
-  Tensor mine = from_vector<int32_t>({parallel::world().rank()});
-  Tensor all = zeros({group.size()}, kInt32);
-  group.all_gather(all, mine);
-  std::vector<int32_t> v = all.to_vector<int32_t>();
-  return Ranks(v.begin(), v.end());
-}
 
 // A 2-layer Llama with E 4 experts of width I 24 over C 16.
 nn::GPTConfig moe_config() {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "group_members.h"
 #include "parallel/process_group_manager.h"
 
 using namespace loom;
@@ -14,17 +15,7 @@ using namespace loom::parallel;
 
 namespace {
 
-using Ranks = std::vector<int>;
 using enum ProcessGrid::Axes;  // kTp, kCp, kDp, kPp, ...: the axes a group's ranks differ along
-
-// The global ranks of a group's members, in group-rank order, as the group itself reports them.
-Ranks members(ProcessGroup& group) {
-  Tensor mine = from_vector<int32_t>({parallel::world().rank()});
-  Tensor all = zeros({group.size()}, kInt32);
-  group.all_gather(all, mine);
-  std::vector<int32_t> v = all.to_vector<int32_t>();
-  return Ranks(v.begin(), v.end());
-}
 
 // Every group of pgm has the members the grid arithmetic promises.
 void expect_groups_match_grid(ProcessGroupManager& pgm) {
