@@ -31,6 +31,15 @@ using namespace loom::test::moe;
 
 namespace {
 
+// Final params within 3e-5 (losses and grad norms 1e-5), as the cp tests and the sweep's cp cases: against
+// two micro-batches, block 0's attn.c_proj.weight measured 7.9e-6 in every layout here (tp x pp, cp x pp,
+// SP and cp x ZeRO-3: the reference's own rounding, AdamW's m / sqrt(v) magnifying it where a gradient is
+// near 0; cp 2 x dp 2 x ep 2 measures 9.7e-6 on it), which another build's kernels may push past 1e-5.
+// The bugs these tests are for are far larger: a rerun fed the other half of its tokens moves the loss by
+// 1.7e-2; block 0's router left out of the tp sum (stage 0's) by 1.8e-4, and its tp copies differ at
+// --save; the SP sum done twice under ZeRO-3 stops the first step.
+constexpr double kParamTol = 3e-5;
+
 const Result& one_process(const std::string& routing, int micro_batches) {
   static std::map<std::string, Result> runs;
   const std::string flags = kMoE + routing + "--grad-accum " + std::to_string(micro_batches);
@@ -43,7 +52,7 @@ void expect_one_process(const std::string& name, int ranks, const std::string& r
                         const std::string& parallel) {
   const Result got = train(name, ranks, kMoE + routing + parallel);
   const Result& ref = one_process(routing, micro_batches);
-  expect_same_run(got, ref, parallel.c_str());
+  expect_same_run(got, ref, parallel.c_str(), 1e-5, kParamTol);
   expect_same_routing_log(got, ref, parallel);
 }
 
@@ -101,7 +110,7 @@ TEST(TrainGptMoETpRecompute, SelectiveAndFullAreBitIdenticalToNoneAndEqualOnePro
       expect_bit_identical(got, none, split + " --recompute " + mode, split);
       expect_same_routing_log(got, one_process(kDropless, 1), split + " --recompute " + mode);
     }
-    expect_same_run(none, one_process(kDropless, 1), split.c_str());
+    expect_same_run(none, one_process(kDropless, 1), split.c_str(), 1e-5, kParamTol);
   }
   // Plain tp: every routing option, capacity included.
   expect_one_process("moecb_tp_full", 2, kRouting, 1, "--tp 2 --recompute full");
