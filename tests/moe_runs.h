@@ -1,5 +1,6 @@
 // What the mixture-of-experts train_gpt tests share (test_train_gpt_expert_parallel.cpp,
-// test_train_gpt_moe_pipeline.cpp, test_train_gpt_moe_tensor_parallel.cpp): the tiny model's flags,
+// test_train_gpt_moe_pipeline.cpp, test_train_gpt_moe_tensor_parallel.cpp,
+// test_train_gpt_moe_combined.cpp): the tiny model's flags,
 // the routing log compared with one process's, and save at step 5 -> resume in two places.
 #pragma once
 

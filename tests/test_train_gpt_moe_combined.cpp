@@ -101,7 +101,7 @@ TEST(TrainGptMoECpPipeline, EqualsOneProcessAndSaveResumes) {
 
 // ---- recomputation under tp / cp: the rerun is the same bits as the forward ----
 
-TEST(TrainGptMoETpRecompute, SelectiveAndFullAreBitIdenticalToNoneAndEqualOneProcess) {
+TEST(TrainGptMoETpCpRecompute, SelectiveAndFullAreBitIdenticalToNoneAndEqualOneProcess) {
   for (const std::string& split : {std::string("--tp 2 --sequence-parallel"), std::string("--cp 2")}) {
     const std::string name = "moecb_rc_" + split.substr(2, 2);
     const Result none = train(name + "_none", 2, kMoE + kDropless + split);
@@ -117,24 +117,24 @@ TEST(TrainGptMoETpRecompute, SelectiveAndFullAreBitIdenticalToNoneAndEqualOnePro
 }
 
 // Recomputation on every stage of a tp x pp pipeline.
-TEST(TrainGptMoETpRecompute, UnderAPipelineEqualsOneProcess) {
+TEST(TrainGptMoETpCpRecompute, UnderAPipelineEqualsOneProcess) {
   expect_one_process("moecb_sp_pp_full", 4, kDropless, 2,
                      "--tp 2 --sequence-parallel --pp 2 --microbatches 2 --recompute full");
 }
 
-TEST(TrainGptMoETpRecompute, SaveResumesBitExactAndAtOneProcess) {
+TEST(TrainGptMoETpCpRecompute, SaveResumesBitExactAndAtOneProcess) {
   expect_save_resumes("moecb_sp_full", kMoE + kDropless, "--tp 2 --sequence-parallel --recompute full", "");
 }
 
 // ---- ZeRO-3 on each tp / cp rank's dp group ----
 
-TEST(TrainGptMoEZero3, UnderTpAndCpEqualsOneProcess) {
+TEST(TrainGptMoETpCpZero3, UnderTpAndCpEqualsOneProcess) {
   expect_one_process("moecb_tp_z3", 4, kRouting, 2, "--tp 2 --dp 2 --zero 3");
   expect_one_process("moecb_sp_z3", 4, kDropless, 2, "--tp 2 --sequence-parallel --dp 2 --zero 3");
   expect_one_process("moecb_cp_z3", 4, kDropless, 2, "--cp 2 --dp 2 --zero 3");
 }
 
-TEST(TrainGptMoEZero3, UnderTpSaveResumesBitExactAndAtOneProcess) {
+TEST(TrainGptMoETpCpZero3, UnderTpSaveResumesBitExactAndAtOneProcess) {
   expect_save_resumes("moecb_sp_z3", kMoE + kDropless, "--tp 2 --sequence-parallel --dp 2 --zero 3",
                       "--grad-accum 2", nullptr, 4);
 }
