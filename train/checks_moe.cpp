@@ -3,9 +3,10 @@
 // naming the flags: the experts train in one process, under data parallel
 // (--dp, naive or bucketed, ZeRO-1/2/3: tests/test_train_gpt_expert_parallel.cpp),
 // pipeline parallel (every schedule) and recomputation
-// (tests/test_train_gpt_moe_pipeline.cpp), and under tp (with or without sequence
-// parallelism) and cp, --ep included (tests/test_train_gpt_moe_tensor_parallel.cpp);
-// tp or cp together with pp, ZeRO-3 or recomputation come later.
+// (tests/test_train_gpt_moe_pipeline.cpp), under tp (with or without sequence
+// parallelism) and cp, --ep included (tests/test_train_gpt_moe_tensor_parallel.cpp),
+// and under tp or cp together with pp, ZeRO-3 or recomputation
+// (tests/test_train_gpt_moe_combined.cpp).
 #include "train/args.h"
 
 namespace loom::train {
@@ -42,15 +43,6 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.device == "cpu", "--experts ", a.experts, " with --device ", a.device,
              ": a mixture of experts trains on the CPU only for now (not yet tested equal to the CPU on a GPU); "
              "drop --device");
-  // Each family is tested equal to one process on its own; the two together are not yet.
-  const std::string split_axis = a.tp > 1 ? str("--tp ", a.tp) : str("--cp ", a.cp);
-  const std::pair<std::string, bool> not_with_tp_cp[] = {{str("--pp ", a.pp), a.pp > 1},
-                                                         {str("--zero ", a.zero), a.zero == 3},
-                                                         {"--recompute " + a.recompute, a.recompute != "none"}};
-  for (const auto& [flag, given] : not_with_tp_cp)
-    LOOM_CHECK(a.tp * a.cp == 1 || !given, "--experts ", a.experts, " with ", split_axis, " and ", flag,
-               ": experts are tested equal to one process under tp/cp, and under pp/ZeRO-3/recomputation, but not "
-               "yet both together; drop ", split_axis, " or ", flag);
   // Sequence and context parallelism split each micro-batch's tokens over ranks (parallel/moe_token_shards.h):
   // which slot an expert drops depends on every token's place in the micro-batch.
   const bool split_tokens = (a.tp > 1 && a.sequence_parallel) || a.cp > 1;

@@ -63,8 +63,8 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("ep", [1, 2, 4]),  # --ep: the experts split over ep consecutive dp ranks (parallel/expert_parallel/)
 ]
 NAMES = [n for n, _ in FACTORS]
-# The completion search sets the experts first: --ep needs them, and what refuses them (tp or cp
-# with pp, ZeRO-3 or recompute; gpt2) is then pruned at once instead of after every factor before them.
+# The completion search sets the experts first: --ep needs them, and what refuses them (gpt2; --ep
+# with tp, pp or ZeRO-3) is then pruned at once instead of after every factor before them.
 SEARCH_ORDER = ["experts", "ep"] + [n for n in NAMES if n not in ("experts", "ep")]
 VALUES = dict(FACTORS)
 STRENGTH3 = ["dp", "tp", "pp", "cp", "zero", "lifecycle"]
@@ -129,14 +129,10 @@ REFUSALS = [
     (("dropout", "dp", "grad_accum", "pp", "microbatches"),
      lambda c: c["dropout"] > 0 and (c["dp"] > 1 or c["grad_accum"] > 1 or (c["pp"] > 1 and (c["microbatches"] or c["pp"]) > 1)),
      "--dropout on a split batch"),
-    # a mixture of experts: Llama's blocks only; data parallel (ZeRO-1/2/3, --ep), pipelines and
-    # recomputation, or tp and cp (with --ep too), but not yet the two families together
-    # (train/checks_moe.cpp; the sweep's experts are dropless, so --capacity-factor's refusal
-    # under --sequence-parallel and --cp does not arise)
+    # a mixture of experts: Llama's blocks only; under every axis, tp or cp together with pp, ZeRO-3
+    # and recomputation too (train/checks_moe.cpp; the sweep's experts are dropless, so
+    # --capacity-factor's refusal under --sequence-parallel and --cp does not arise)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
-    (("experts", "tp", "cp", "pp", "zero", "recompute"),
-     lambda c: c["experts"] > 0 and c["tp"] * c["cp"] > 1 and (c["pp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
-     "--experts with --tp/--cp and --pp/--zero 3/--recompute"),
     # --ep: each ep rank holds only its experts; the grad norm over ep x pp x tp and ZeRO-3's sharding of them
     # are not built (train/checks_moe.cpp)
     (("ep", "tp", "pp", "zero"), lambda c: c["ep"] > 1 and (c["tp"] * c["pp"] > 1 or c["zero"] == 3),
