@@ -4,8 +4,11 @@
 // (--dp, naive or bucketed, ZeRO-1/2/3: tests/test_train_gpt_expert_parallel.cpp),
 // pipeline parallel (every schedule) and recomputation
 // (tests/test_train_gpt_moe_pipeline.cpp), and under tp (with or without sequence
-// parallelism) and cp, --ep included (tests/test_train_gpt_moe_tensor_parallel.cpp);
-// tp or cp together with pp, ZeRO-3 or recomputation come later.
+// parallelism) and cp (tests/test_train_gpt_moe_tensor_parallel.cpp);
+// tp or cp together with pp, ZeRO-3 or recomputation come later. --ep (each rank
+// holding E / ep experts) trains under dp, ZeRO-1/2, cp, recomputation, and tp or
+// pp (tests/test_train_gpt_expert_grid.cpp); not yet with ZeRO-3, with tp and
+// ZeRO-1/2, or with tp and pp together.
 #include "train/args.h"
 
 namespace loom::train {
