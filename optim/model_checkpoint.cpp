@@ -34,9 +34,11 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   const TrainState state{steps_done, data_rng, nn::dropout_offset(*m.chunks), {}};
   // The ranks holding this stage's optimizer state between them: under ZeRO the
   // group the optimizer shards over (dp x cp: the cp ranks own ranges too), else
-  // the dp x cp replicas, whose state is the same (their gradients are averaged together).
+  // the dp x cp replicas, whose state is the same (their gradients are averaged together);
+  // under ep the replicas of this rank's experts (expert-dp x cp), each ep rank's first one
+  // writing its experts and a copy of the replicated state, by global name.
   parallel::ProcessGroup* shards = opt.shard_group();
-  parallel::ProcessGroup& holders = shards ? *shards : pgm.dp_cp_group();
+  parallel::ProcessGroup& holders = shards ? *shards : pgm.ep_size() > 1 ? pgm.expert_dp_group() : pgm.dp_cp_group();
   // HSDP: the shard group's state is replicated dp / dp-shard times; the first replica writes it.
   const bool first_replica = pgm.dp_replicate_rank() == 0;
   if (m.tp) {
@@ -47,10 +49,9 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
                     first_replica && pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
   } else {
-    // Under ZeRO every rank its own shard; else one copy of the replicated state - under ep one per
-    // ep rank (expert-dp rank 0: dp ranks 0 .. ep - 1), each with its own experts, by global name.
-    const bool writes = shards || (pgm.ep_size() > 1 ? pgm.expert_dp_group().rank() == 0 : holders.rank() == 0);
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), first_replica && writes);
+    // Under ZeRO every rank its own shard; else one copy of the replicated state (under ep one per ep rank).
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
+                    first_replica && (shards || holders.rank() == 0));
   }
 }
 

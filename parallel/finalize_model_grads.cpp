@@ -26,11 +26,8 @@ ProcessGroup* FinalizeModelGrads::grad_stats_group(bool zero) const {
   // --teach-break found-inf-wrong-group: only this stage's dp replicas, so stages decide alone.
   if (teach::broken(teach::Break::FoundInfWrongGroup)) return &pgm_.dp_group();
   if (zero) return &pgm_.instance_group();  // every dp shard too (HSDP: once, not once per replica)
-  if (pgm_.ep_size() > 1) {  // each ep rank holds other experts: their squares add up over ep
-    LOOM_CHECK(pgm_.model_parallel_group().size() == 1, "finalize_model_grads: the grad norm over ep x pp x tp is "
-               "not built yet (ep ", pgm_.ep_size(), ", pp x tp ", pgm_.model_parallel_group().size(), ")");
-    return &pgm_.ep_group();
-  }
+  // Each ep rank holds other experts: their squares add up over ep, with the replica's stages and tp shards.
+  if (pgm_.ep_size() > 1) return &pgm_.ep_model_parallel_group();
   return pgm_.model_parallel_group().size() > 1 ? &pgm_.model_parallel_group() : nullptr;
 }
 

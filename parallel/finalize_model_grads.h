@@ -15,8 +15,8 @@
 // and what the optimizer must know to reduce the grad norm and found_inf:
 //   grad_stats_group   the ranks that together hold every gradient once: the
 //                      model-parallel group (pp x tp), the whole world when
-//                      ZeRO shards the gradients over dp too, the ep group when
-//                      its ranks hold different experts, this rank alone
+//                      ZeRO shards the gradients over dp too, pp x tp x ep when
+//                      the ep ranks hold different experts, this rank alone
 //                      on one process (replicas hold the same numbers)
 //   not_counted        params whose gradient another rank already counts: the
 //                      last stage's copy of the tied embedding, the tp

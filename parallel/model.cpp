@@ -76,15 +76,12 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
 nn::NamedTensors gather_full_state(Model& m, ProcessGroupManager& pgm) {
   // Every tp rank joins its shards into the full tensors (collective over tp);
   // tp rank 0's stages then send theirs to the first stage.
-  const nn::NamedTensors state = m.tp ? m.tp->full_state_dict(*m.chunks) : m.chunks->state_dict();
+  nn::NamedTensors state = m.tp ? m.tp->full_state_dict(*m.chunks) : m.chunks->state_dict();
   if (pgm.tp_rank() != 0) return {};
-  nn::NamedTensors full = gather_stage_states(*m.chunks, pgm.pp_group(), &state);
-  if (pgm.ep_size() == 1) return full;
-  // Each ep rank holds E / ep experts: every rank's joined in (collective over ep, whose ranks share
-  // the (tp, pp) coordinate). One stage: every rank is its stage's pp rank 0 and holds it whole.
-  LOOM_CHECK(pgm.pp_size() == 1, "gather_full_state: the experts of ep ", pgm.ep_size(), " are gathered without a "
-             "pipeline only (pp ", pgm.pp_size(), ")");
-  return gather_experts(*m.chunks, full, pgm.ep_group());
+  // Each ep rank holds E / ep of its stage's experts: every rank's joined in first (collective over
+  // ep, whose ranks share the (tp, pp) coordinate), so each stage sends all of its experts.
+  if (pgm.ep_size() > 1) state = gather_experts(*m.chunks, state, pgm.ep_group());
+  return gather_stage_states(*m.chunks, pgm.pp_group(), &state);
 }
 
 }  // namespace loom::parallel

@@ -48,7 +48,7 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
 // The whole GPT's state dict on global rank 0 - nn::GPT's names and order, as
 // fresh CPU-side copies in the params' dtypes - gathered from every stage
 // with the tp shards joined and every ep rank's experts; empty elsewhere.
-// Collective over the replica's ranks (ep, tp, then pp). What a checkpoint saves and a sample is drawn from.
+// Collective over the replica's ranks (tp, ep, then pp). What a checkpoint saves and a sample is drawn from.
 nn::NamedTensors gather_full_state(Model& model, ProcessGroupManager& pgm);
 
 }  // namespace loom::parallel

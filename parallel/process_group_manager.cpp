@@ -45,9 +45,9 @@ std::vector<int> ProcessGrid::embedding_group_ranks(int rank) const {
   return stages.size() == 1 ? stages : std::vector<int>{stages.front(), stages.back()};
 }
 
-std::vector<int> ProcessGrid::ep_group_ranks(int rank) const {
+std::vector<int> ProcessGrid::ep_group_ranks(int rank, int axes) const {
   std::vector<int> ranks;
-  for (int r : ranks_along(rank, kDp))
+  for (int r : ranks_along(rank, kDp | axes))
     if (coords(r).dp_rank / ep_size == coords(rank).dp_rank / ep_size) ranks.push_back(r);
   return ranks;
 }
@@ -87,6 +87,8 @@ ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_siz
   if (ep > 1) {  // expert parallelism: dp cut in two (the header's layout)
     ep_group_ = group_of(grid_.ep_group_ranks(world.rank()), "ep");
     expert_dp_group_ = group_of(grid_.expert_dp_group_ranks(world.rank()), "expert_dp");
+    if (pp * tp_size > 1)
+      ep_mp_group_ = group_of(grid_.ep_group_ranks(world.rank(), G::kTp | G::kPp), "ep_model_parallel");
   }
 }
 

@@ -55,9 +55,10 @@ struct ProcessGrid {
   std::vector<int> ranks_along(int rank, int axes) const;
   // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
   std::vector<int> embedding_group_ranks(int rank) const;
-  // Of rank's dp group: the ep consecutive ranks holding it (dp_rank / ep alike); of its dp x cp
+  // Of rank's dp group: the ep consecutive ranks holding it (dp_rank / ep alike), and with `axes`
+  // (kTp | kPp: one replica's tp x pp ranks with its ep ranks, where the grad norm sums); of its dp x cp
   // ranks, the dp / ep · cp holding its experts (dp_rank % ep alike: its expert-dp group).
-  std::vector<int> ep_group_ranks(int rank) const;
+  std::vector<int> ep_group_ranks(int rank, int axes = 0) const;
   std::vector<int> expert_dp_group_ranks(int rank) const;
 };
 
@@ -108,6 +109,9 @@ class ProcessGroupManager {
   ProcessGroup& expert_dp_group() { return expert_dp_group_ ? *expert_dp_group_ : *dp_group_; }
   // One model replica (pp × tp): found-inf and the grad norm are reduced here.
   ProcessGroup& model_parallel_group() { return *mp_group_; }
+  // The same with its ep ranks (pp × tp × ep: together they hold every expert once; Megatron's
+  // expert-tensor-model-pipeline group): the grad norm's group under ep. The ep group when pp × tp = 1.
+  ProcessGroup& ep_model_parallel_group() { return ep_mp_group_ ? *ep_mp_group_ : ep_group(); }
   // The first and last stage: the tied embedding's gradients are summed here (Megatron).
   bool in_embedding_group() const { return embedding_group_ != nullptr; }
   ProcessGroup& embedding_group();  // error on a middle stage
@@ -119,6 +123,7 @@ class ProcessGroupManager {
   std::unique_ptr<ProcessGroup> tp_group_, dp_group_, pp_group_, mp_group_, embedding_group_, cp_group_, dp_cp_group_;
   std::unique_ptr<ProcessGroup> dp_shard_cp_group_, dp_replicate_group_, instance_group_;  // HSDP only
   std::unique_ptr<ProcessGroup> ep_group_, expert_dp_group_;                               // ep > 1 only
+  std::unique_ptr<ProcessGroup> ep_mp_group_;                                              // ep > 1, pp × tp > 1
 };
 
 }  // namespace loom::parallel

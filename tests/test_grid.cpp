@@ -185,3 +185,21 @@ TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
     EXPECT_NE(std::string(e.what()).find("--ep 3 does not divide --dp 4"), std::string::npos) << e.what();
   }
 }
+
+// The grad norm under ep sums over one replica's tp x pp ranks with its ep ranks: every expert once, every
+// other param once (finalize_model_grads.h), and no rank of another ep group or cp coordinate.
+TEST(ProcessGrid, EpModelParallelGroupIsTheReplicasTpAndPpRanksWithItsEpRanks) {
+  using G = ProcessGrid;
+  // tp 2 x dp 4, ep 2: rank = tp_rank + 2 dp_rank; ep groups {0,2} {4,6} (tp 0), {1,3} {5,7} (tp 1).
+  const ProcessGrid t(8, 4, 1, 2, 1, 0, /*ep=*/2);
+  EXPECT_EQ(t.ep_group_ranks(0, G::kTp), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(t.ep_group_ranks(5, G::kTp), (Ranks{4, 5, 6, 7}));
+  // dp 4 x pp 2, ep 2: rank = dp_rank + 4 pp_rank; an ep group on each stage, {0,1} and {4,5}.
+  const ProcessGrid p(8, 4, 2, 1, 1, 0, /*ep=*/2);
+  EXPECT_EQ(p.ep_group_ranks(0, G::kTp | G::kPp), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(p.ep_group_ranks(6, G::kTp | G::kPp), (Ranks{2, 3, 6, 7}));
+  // tp 2 x cp 2 x dp 2, ep 2: rank = tp_rank + 2 (cp_rank + 2 dp_rank); each cp coordinate its own.
+  const ProcessGrid c(8, 2, 1, 2, 2, 0, /*ep=*/2);
+  EXPECT_EQ(c.ep_group_ranks(0, G::kTp | G::kPp), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(c.ep_group_ranks(3, G::kTp | G::kPp), (Ranks{2, 3, 6, 7}));
+}

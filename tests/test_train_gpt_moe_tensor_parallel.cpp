@@ -60,16 +60,11 @@ TEST(TrainGptMoETensorParallel, TpWithCpAndWithDpEqualOneProcess) {
 
 // --ep 2 inside dp 2 on each cp rank: the ep group is carved from the dp group, so the ranks of one ep group
 // hold the same cp coordinate and dispatch the tokens that coordinate holds; each expert's gradient is summed
-// over its expert-dp group with its cp ranks. With tp it is refused: the grad norm over ep x tp is not built.
-TEST(TrainGptMoETensorParallel, CpWithExpertParallelEqualsOneProcessAndTpIsRefused) {
+// over its expert-dp group with its cp ranks. (--ep with tp: tests/test_train_gpt_expert_grid.cpp.)
+TEST(TrainGptMoETensorParallel, CpWithExpertParallelEqualsOneProcess) {
   const Result dropless = train("moetp_ref_dropless_k2", 1, kMoE + kDropless + "--grad-accum 2");
   expect_same_run(train("moetp_cp2_ep2", 4, kMoE + kDropless + "--cp 2 --dp 2 --ep 2"), dropless,
                   "--cp 2 --dp 2 --ep 2");
-  const Result r = train("moetp_ep2_refused", 4, kMoE + kDropless + "--tp 2 --dp 2 --ep 2", false);
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("--ep 2 with --tp 2: each ep rank holds only its experts / ep experts"), std::string::npos)
-      << r.output;
-  EXPECT_EQ(r.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << r.output;
 }
 
 TEST(TrainGptMoETensorParallel, TpSaveResumesAtTpAndAtOneProcess) {

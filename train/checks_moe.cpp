@@ -4,9 +4,12 @@
 // (--dp, naive or bucketed, ZeRO-1/2/3: tests/test_train_gpt_expert_parallel.cpp),
 // pipeline parallel (every schedule) and recomputation
 // (tests/test_train_gpt_moe_pipeline.cpp), under tp (with or without sequence
-// parallelism) and cp, --ep included (tests/test_train_gpt_moe_tensor_parallel.cpp),
+// parallelism) and cp (tests/test_train_gpt_moe_tensor_parallel.cpp),
 // and under tp or cp together with pp, ZeRO-3 or recomputation
-// (tests/test_train_gpt_moe_combined.cpp).
+// (tests/test_train_gpt_moe_combined.cpp). --ep (each rank holding E / ep
+// experts) trains under dp, ZeRO-1/2, cp, recomputation, and tp or pp
+// (tests/test_train_gpt_expert_grid.cpp); not yet with ZeRO-3, with tp and
+// ZeRO-1/2, or with tp and pp together.
 #include "train/args.h"
 
 namespace loom::train {
@@ -68,16 +71,21 @@ void check_moe_flags(const Args& a) {
              ": each ep rank computes experts / ep of them");
   LOOM_CHECK(a.dp % a.ep == 0, "--ep ", a.ep, " does not divide --dp ", a.dp,
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
-  // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h): the grad norm
-  // over ep x pp x tp and ZeRO-3's sharding of them are not built yet.
-  const std::pair<std::string, bool> not_with_ep[] = {{str("--tp ", a.tp), a.tp > 1},
-                                                      {str("--pp ", a.pp), a.pp > 1},
-                                                      {str("--zero ", a.zero), a.zero == 3}};
-  for (const auto& [flag, given] : not_with_ep)
-    LOOM_CHECK(a.ep == 1 || !given, "--ep ", a.ep, " with ", flag, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2, cp and recomputation only so "
-               "far (the grad norm over ep x pp x tp and ZeRO-3's sharding of the experts are not built); drop ",
-               flag, " or --ep");
+  // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h), tested equal to one
+  // process under dp, ZeRO-1/2, cp, recomputation, and tp (+SP) or pp (tests/test_train_gpt_expert_grid.cpp).
+  // Not yet: ZeRO-3's sharding of them; the optimizer checkpoint of ZeRO's tp-joined shards, whose layout
+  // differs between ep ranks (optim/checkpoint_tensor_parallel.h); tp and pp together.
+  struct NotWithEp {
+    std::string flags, drop;
+    bool given;
+  };
+  const NotWithEp not_with_ep[] = {{str("--zero ", a.zero), str("--zero ", a.zero), a.zero == 3},
+                                   {str("--tp ", a.tp, " and --zero ", a.zero), "--zero", a.tp > 1 && a.zero > 0},
+                                   {str("--tp ", a.tp, " and --pp ", a.pp), "--tp or --pp", a.tp > 1 && a.pp > 1}};
+  for (const NotWithEp& n : not_with_ep)
+    LOOM_CHECK(a.ep == 1 || !n.given, "--ep ", a.ep, " with ", n.flags, ": each ep rank holds only its experts / ep "
+               "experts, tested equal to one process under data parallel, ZeRO-1/2, cp, recomputation, and tp or pp "
+               "(not tp with ZeRO, not both, not ZeRO-3) so far; drop ", n.drop, " or --ep");
 }
 
 }  // namespace loom::train

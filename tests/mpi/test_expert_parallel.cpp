@@ -55,6 +55,20 @@ TEST(ExpertParallel, EpAndExpertDpGroupsAreTheGridsRanks) {
   EXPECT_EQ(pgm.ep_rank(), r % 2);
 }
 
+// The grad norm's group under ep: one replica's tp x pp ranks with its ep ranks (tests/test_grid.cpp has
+// the layouts that are not the world); without tp and pp the ep group itself.
+TEST(ExpertParallel, EpModelParallelGroupIsTheGridsRanks) {
+  const int n = parallel::world().size();
+  if (n != 4) GTEST_SKIP() << "tp 2 x dp 2 needs 4 ranks";
+  ProcessGroupManager tp(2, 1, 2, 1, parallel::world(), 0, /*ep=*/2);
+  const int r = tp.global_rank();
+  EXPECT_EQ(members(tp.ep_model_parallel_group()), tp.grid().ep_group_ranks(r, ProcessGrid::kTp | ProcessGrid::kPp));
+  EXPECT_EQ(members(tp.ep_model_parallel_group()), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(members(tp.ep_group()), (Ranks{r % 2, r % 2 + 2}));  // rank = tp_rank + 2 dp_rank
+  ProcessGroupManager dp(4, 1, 1, 1, parallel::world(), 0, /*ep=*/2);
+  EXPECT_EQ(&dp.ep_model_parallel_group(), &dp.ep_group());
+}
+
 // Each rank keeps E / ep experts, experts [r E/ep, (r+1) E/ep) under their global names: the expert
 // parameters it holds are 1/ep of one process's, everything else whole.
 TEST(ExpertParallel, EachRankHoldsEOverEpOfTheExpertParams) {
