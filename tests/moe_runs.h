@@ -30,17 +30,18 @@ inline void expect_same_routing_log(const Result& got, const Result& ref, const 
   }
 }
 
-// Save at `parallel` (2 ranks) at step 5; resume there (the same bits as straight through) and in one
-// process run with `one_process` added (within 1e-5): the checkpoint holds one process's names, every
+// Save at `parallel` (`ranks` ranks) at step 5; resume there (the same bits as straight through) and in
+// one process run with `one_process` added (within 1e-5): the checkpoint holds one process's names, every
 // expert whole, so it reshards (under --ep each rank's experts' optimizer state is found by name).
 // `saved`, if given, gets the run that saved (its weights are the checkpoint's model file).
 inline void expect_save_resumes(const std::string& name, const std::string& flags, const std::string& parallel,
-                                const std::string& one_process, Result* saved = nullptr) {
-  const Result straight = train(name + "_straight", 2, flags + parallel);
-  const Result first = train(name + "_first", 2, flags + parallel + " --stop-at 5");
+                                const std::string& one_process, Result* saved = nullptr, int ranks = 2) {
+  const Result straight = train(name + "_straight", ranks, flags + parallel);
+  const Result first = train(name + "_first", ranks, flags + parallel + " --stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
   if (saved) *saved = first;
-  const Result resumed = train(name + "_resumed", 2, flags + parallel + " --resume " + checkpoint(name + "_first"));
+  const Result resumed =
+      train(name + "_resumed", ranks, flags + parallel + " --resume " + checkpoint(name + "_first"));
   const Result one = train(name + "_resumed_1", 1, flags + one_process + " --resume " + checkpoint(name + "_first"));
   ASSERT_EQ(straight.status, 0) << straight.output;
   for (const Result* r : {&resumed, &one}) {

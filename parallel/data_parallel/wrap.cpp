@@ -15,7 +15,7 @@ void DataParallelWrap::zero_grad(nn::Module& model) {
 DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, const DataParallelOptions& o,
                                     const std::vector<Tensor>& whole_grad) {
   LOOM_CHECK(!o.experts.group || o.zero < 3, "wrap_data_parallel: the experts of expert parallelism are reduced "
-             "over their expert-dp group by the bucketed and naive wrappers (ZeRO-1/2 step them whole); ZeRO-3 does "
+             "over their expert-dp group by the bucketed and naive wrappers (ZeRO-1/2 shard them over it); ZeRO-3 does "
              "not shard them yet (drop --zero 3 or --ep)");
   if (o.zero == 3) {  // ZeRO-3: the params sharded by layer (fully_sharded.h)
     LOOM_CHECK(o.mode == "bucket", "--dp-mode naive all-reduces whole gradients; --zero 3 reduce-scatters them");
