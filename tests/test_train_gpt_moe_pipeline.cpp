@@ -173,7 +173,8 @@ TEST(TrainGptMoEPipeline, WhatIsNotTestedYetIsRefusedBeforeTraining) {
                                         "measured on one process without recomputation only"},
       {kMoE + "--tp 2 --recompute full", "--experts 4 with --tp 2 and --recompute full: experts are tested equal"},
       {kMoE + "--cp 2 --recompute full", "--experts 4 with --cp 2 and --recompute full: "},
-      {kMoE + "--dp 2 --ep 2 --zero 3", "--ep 2 with --zero 3: each ep rank holds only its experts / ep experts"}};
+      {kMoE + "--dp 2 --ep 2 --zero 3 --dp-shard 1",
+       "--ep 2 with --dp-shard 1: each ep rank holds only its experts / ep experts"}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moepp_refused", 2, flags, false);
     EXPECT_NE(r.status, 0) << flags;

@@ -1,7 +1,8 @@
 // train_gpt's checks of the mixture-of-experts flags (train/args_moe.cpp),
 // before any work. What has not been made equal to one process yet is refused,
 // naming the flags: the experts train in one process, under data parallel
-// (--dp, naive or bucketed, ZeRO-1/2/3: tests/test_train_gpt_expert_parallel.cpp),
+// (--dp, naive or bucketed, ZeRO-1/2/3, --ep included: tests/test_train_gpt_expert_parallel.cpp,
+// tests/test_train_gpt_expert_zero.cpp),
 // pipeline parallel (every schedule) and recomputation
 // (tests/test_train_gpt_moe_pipeline.cpp), and under tp (with or without sequence
 // parallelism) and cp, --ep included (tests/test_train_gpt_moe_tensor_parallel.cpp);
@@ -77,14 +78,14 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.dp % a.ep == 0, "--ep ", a.ep, " does not divide --dp ", a.dp,
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
   // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h): the grad norm
-  // over ep x pp x tp and ZeRO-3's sharding of them are not built yet.
+  // over ep x pp x tp is not built yet, nor ZeRO-3's hybrid sharding of them.
   const std::pair<std::string, bool> not_with_ep[] = {{str("--tp ", a.tp), a.tp > 1},
                                                       {str("--pp ", a.pp), a.pp > 1},
-                                                      {str("--zero ", a.zero), a.zero == 3}};
+                                                      {str("--dp-shard ", a.dp_shard), a.dp_shard > 0}};
   for (const auto& [flag, given] : not_with_ep)
     LOOM_CHECK(a.ep == 1 || !given, "--ep ", a.ep, " with ", flag, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2, cp and recomputation only so "
-               "far (the grad norm over ep x pp x tp and ZeRO-3's sharding of the experts are not built); drop ",
+               "experts, tested equal to one process under data parallel, ZeRO-1/2/3, cp and recomputation only so "
+               "far (the grad norm over ep x pp x tp and hybrid sharding of the experts are not built); drop ",
                flag, " or --ep");
 }
 

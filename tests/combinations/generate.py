@@ -137,10 +137,10 @@ REFUSALS = [
     (("experts", "tp", "cp", "pp", "zero", "recompute"),
      lambda c: c["experts"] > 0 and c["tp"] * c["cp"] > 1 and (c["pp"] > 1 or c["zero"] == 3 or c["recompute"] != "none"),
      "--experts with --tp/--cp and --pp/--zero 3/--recompute"),
-    # --ep: each ep rank holds only its experts; the grad norm over ep x pp x tp and ZeRO-3's sharding of them
-    # are not built (train/checks_moe.cpp)
-    (("ep", "tp", "pp", "zero"), lambda c: c["ep"] > 1 and (c["tp"] * c["pp"] > 1 or c["zero"] == 3),
-     "--ep with --tp/--pp/--zero 3"),
+    # --ep: each ep rank holds only its experts; the grad norm over ep x pp x tp is not built, nor hybrid
+    # sharding (HSDP) of them; ZeRO-1/2/3 shard them over their expert-dp group (train/checks_moe.cpp)
+    (("ep", "tp", "pp"), lambda c: c["ep"] > 1 and c["tp"] * c["pp"] > 1, "--ep with --tp/--pp"),
+    (("ep", "dp_shard"), lambda c: c["ep"] > 1 and c["dp_shard"] > 0, "--ep with --dp-shard"),
 ]
 
 
