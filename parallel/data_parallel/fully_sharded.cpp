@@ -44,11 +44,13 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
   for (size_t k = 0; k < options_.own_units.size(); ++k) owner.emplace(options_.own_units[k].impl(), layers.size() + k);
   units_.resize(layers.size() + options_.own_units.size());
   for (Unit& unit : units_) unit.group = &dp_group_;
-  for (size_t l = 0; l < layers.size(); ++l) {
-    bool has_experts = false;
-    for (const Tensor& p : layers[l]->parameters())
-      if (options_.experts.holds(p) && !owner.count(p.impl())) owner.emplace(p.impl(), units_.size()), has_experts = true;
-    if (has_experts) units_.push_back(Unit{}), units_.back().group = options_.experts.group;
+  for (const auto& layer : layers) {  // the layer's experts, if any: one unit, over their group
+    bool any = false;
+    for (const Tensor& p : layer->parameters())
+      if (options_.experts.holds(p)) any |= owner.emplace(p.impl(), units_.size()).second;
+    if (!any) continue;
+    units_.push_back(Unit{});
+    units_.back().group = options_.experts.group;
   }
   for (size_t l = 0; l < layers.size(); ++l) {
     for (const Tensor& p : layers[l]->parameters()) {
