@@ -135,6 +135,8 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                        MixedPrecisionOptions options, Layout layout);
   static Layout build_layout(const std::vector<ParamGroup>& groups, parallel::DataParallelBucket& dp);
+  // One buffer's part of the layout: its param buffer (the params become views of it), the ranges this
+  // rank owns in bm's shards and a main param for each.
   static void lay_out(parallel::ShardedBuckets& bm, const std::vector<ParamGroup>& groups, Layout& layout,
                       Shards& shards);
   // AdamW on bucket b's owned ranges, rounded into the param buffer, then b's all-gather.
