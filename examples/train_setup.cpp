@@ -118,11 +118,16 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.grad_mean_ranks = pgm.dp_cp_group().size();
   o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
+  // --ep under ZeRO: the experts' state is sharded over their expert-dp group instead (distributed_optimizer.h).
+  const std::string experts = a.zero && pgm.ep_size() > 1
+                                  ? str(", the experts' over expert-dp groups of ", pgm.expert_dp_group().size())
+                                  : "";
   if (pgm.global_rank() == 0)
-    std::printf("optimizer: AdamW on fp32 main params%s%s%s\n",
+    std::printf("optimizer: AdamW on fp32 main params%s%s%s%s\n",
                 a.zero == 3   ? ", on the dp shards (ZeRO-3)"
                 : a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str()
                               : "",
+                experts.c_str(),
                 a.overlap_param_gather ? ", param all-gathers overlapped with forward" : "",
                 o.loss_scaling ? ", dynamic loss scaling" : "");
   return opt;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "autograd/variable.h"
 #include "parallel/trace/trace.h"
@@ -19,12 +20,11 @@ ParamRange param_range_in_shard(int64_t param_start, int64_t numel, Range shard)
 }
 
 struct DistributedOptimizer::Layout {
-  Tensor param_buffer;
+  DType dtype = kFloat32;  // the model's
   std::vector<MainParam> mains;
   std::vector<ParamRange> ranges;
-  std::vector<std::vector<size_t>> bucket_mains;
-  std::vector<size_t> whole_mains;
   std::vector<Tensor> shard_grads;
+  Shards dense, experts;
 };
 
 namespace {
@@ -49,13 +49,12 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
     : MixedPrecisionOptimizer(std::move(groups), std::move(layout.mains), std::move(options),
                               /*main_grad_of=*/nullptr),  // main_grad(i) reads the shard instead
       dp_(dp),
-      param_buffer_(std::move(layout.param_buffer)),
       ranges_(std::move(layout.ranges)),
-      bucket_mains_(std::move(layout.bucket_mains)),
-      whole_mains_(std::move(layout.whole_mains)),
       shard_grads_(std::move(layout.shard_grads)),
-      gathers_(bucket_mains_.size()) {
-  if (whole_mains_.empty() && ZeroOverlap::applies(options_, dp_.bucket_manager()))
+      dense_(std::move(layout.dense)),
+      experts_(std::move(layout.experts)) {
+  // The early steps follow the dense buckets' reductions only: not with experts in a buffer of their own.
+  if (!experts_.grads && ZeroOverlap::applies(options_, dp_.bucket_manager()))
     overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
   // Whether buckets may be stepped early depends on how each is reduced:
   // marking one all-reduce from now on is an error where it happens.
@@ -63,42 +62,56 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
-  for (auto& w : gathers_)
-    if (w) w->wait();  // the comm thread must not write into a freed buffer
+  for (Shards* s : {&dense_, &experts_})
+    for (auto& w : s->gathers)
+      if (w) w->wait();  // the comm thread must not write into a freed buffer
 }
 
 DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vector<ParamGroup>& groups,
                                                                parallel::DataParallelBucket& dp) {
   LOOM_CHECK(dp.options().reduce != parallel::GradReduce::AllReduce, "DistributedOptimizer: the DataParallelBucket must "
              "reduce-scatter (BucketOptions::reduce = GradReduce::ReduceScatter or ShardGrads); it all-reduces");
-  parallel::ShardedBuckets& bm = dp.sharded_buckets();
-  DistributedOptimizer::Layout layout;
+  std::unordered_set<const TensorImpl*> grouped;
+  for (const ParamGroup& g : groups)
+    for (const Tensor& p : g.params) grouped.insert(p.impl());
+  const std::vector<Tensor>& params = dp.params();
+  LOOM_CHECK(!params.empty(), "DistributedOptimizer: no parameters that require grad");
+  for (const Tensor& p : params) {
+    LOOM_CHECK(p.dtype() == params.front().dtype(), "DistributedOptimizer: params of mixed dtypes (",
+               dtype_name(params.front().dtype()), " and ", p.describe(), "); cast the model to one dtype first");
+    LOOM_CHECK(grouped.count(p.impl()), "DistributedOptimizer: ", p.describe(), " is wrapped by the "
+               "DataParallelBucket but is in no param group");
+  }
+  Layout layout;
+  layout.dtype = params.front().dtype();
+  lay_out(dp.sharded_buckets(), groups, layout, layout.dense);  // the dense params, over dp
+  // Expert parallelism's experts, in their own buffer: the same, over their expert-dp group.
+  if (parallel::ShardedBuckets* experts = dp.expert_shards()) lay_out(*experts, groups, layout, layout.experts);
+  return layout;
+}
+
+void DistributedOptimizer::lay_out(parallel::ShardedBuckets& bm, const std::vector<ParamGroup>& groups,
+                                   Layout& layout, Shards& shards) {
   std::unordered_map<const TensorImpl*, size_t> group_of;
   for (size_t g = 0; g < groups.size(); ++g)
     for (const Tensor& p : groups[g].params) group_of[p.impl()] = g;
-
+  shards.grads = &bm;
   // 1. The param buffer: the gradient buffer's layout in the model's dtype; each
   //    param's values move into its slot and the param becomes a view of it
   //    (Megatron's param_data; PyTorch's `param.data = buffer[...]`).
   NoGradGuard no_grad;
-  const std::vector<Tensor>& params = dp.params();
-  LOOM_CHECK(!params.empty(), "DistributedOptimizer: no parameters that require grad");
-  const DType dtype = params.front().dtype();
-  for (const Tensor& p : params)
-    LOOM_CHECK(p.dtype() == dtype, "DistributedOptimizer: params of mixed dtypes (", dtype_name(dtype), " and ",
-               p.describe(), "); cast the model to one dtype first");
-  layout.param_buffer = zeros({bm.numel()}, dtype, bm.buffer().device());  // beside the grad buffer
-  for (const Tensor& p : params) {
-    LOOM_CHECK(group_of.count(p.impl()), "DistributedOptimizer: ", p.describe(), " is wrapped by the "
-               "DataParallelBucket but is in no param group");
-    if (dp.kept_apart(p)) continue;  // an expert: whole, in its own buffer (step 3)
-    Tensor slot = ops::view(ops::narrow(layout.param_buffer, 0, bm.offset_of(p), p.numel()), p.shape());
-    ops::copy_(slot, autograd::detach(p));
-    ops::set_data(p, slot);
-  }
+  const DType dtype = layout.dtype;
+  shards.params = zeros({bm.numel()}, dtype, bm.buffer().device());  // beside the grad buffer
+  for (const parallel::Bucket& b : bm.buckets())
+    for (const Tensor& p : b.params) {
+      Tensor slot = ops::view(ops::narrow(shards.params, 0, bm.offset_of(p), p.numel()), p.shape());
+      ops::copy_(slot, autograd::detach(p));
+      ops::set_data(p, slot);
+    }
 
   // 2. The ranges this rank owns, bucket by bucket, and a main param for each.
-  layout.bucket_mains.resize(bm.buckets().size());
+  shards.bucket_mains.resize(bm.buckets().size());
+  shards.gathers.resize(bm.buckets().size());
   for (size_t b = 0; b < bm.buckets().size(); ++b) {
     parallel::ShardedBuckets::Shard shard = bm.shard(int(b));
     for (const Tensor& p : bm.buckets()[b].params) {
@@ -107,7 +120,7 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
       Tensor owned = flat_range(autograd::detach(p), r.param.start, r.param.end);
       // fp32: the main param is the owned slice of the param buffer itself.
       Tensor main = dtype == kFloat32 ? owned : ops::to(owned, kFloat32);
-      layout.bucket_mains[b].push_back(layout.mains.size());
+      shards.bucket_mains[b].push_back(layout.mains.size());
       layout.mains.push_back({p, r.param.start, r.param.end, main, group_of.at(p.impl()), true});
       layout.ranges.push_back(r);
       // Its gradient: the owned range of this rank's shard of the bucket (under
@@ -115,17 +128,6 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
       layout.shard_grads.push_back(ops::narrow(bm.buckets()[b].shard_grad, 0, r.gbuf_local.start, r.gbuf_local.size()));
     }
   }
-  // 3. Expert parallelism's experts, whole: the main param and its gradient, the all-reduced main_grad.
-  for (const Tensor& p : params) {
-    if (!dp.kept_apart(p)) continue;
-    Tensor whole = flat_range(autograd::detach(p), 0, p.numel());
-    layout.whole_mains.push_back(layout.mains.size());
-    layout.mains.push_back({p, 0, p.numel(), dtype == kFloat32 ? whole : ops::to(whole, kFloat32), group_of.at(p.impl()),
-                            true});
-    layout.ranges.push_back({});
-    layout.shard_grads.push_back(ops::view(dp.main_grad(p), {p.numel()}));
-  }
-  return layout;
 }
 
 StepResult DistributedOptimizer::step() {
@@ -144,38 +146,37 @@ StepResult DistributedOptimizer::step() {
   // Last bucket first: it holds the first layers (buckets are in reverse
   // module order), so its all-gather, first in the dp group's queue, is done
   // first, for the next forward to read (param_gather_overlap.h).
-  for (int b = int(bucket_mains_.size()) - 1; b >= 0; --b) step_bucket(b);
-  for (size_t i : whole_mains_) {  // the experts, whole on their ranks: nothing to gather
-    adam_step(i, main_grad(i));
-    copy_to_model(i);
-  }
+  for (int b = int(dense_.bucket_mains.size()) - 1; b >= 0; --b) step_bucket(dense_, b);
+  // The experts' shards, gathered over their expert-dp group (another queue than dp's).
+  for (int b = int(experts_.bucket_mains.size()) - 1; b >= 0; --b) step_bucket(experts_, b);
   return result;
 }
 
-void DistributedOptimizer::step_bucket(int b) {
-  parallel::trace::Span span(str("step bucket ", b));
-  if (gathers_[size_t(b)]) gathers_[size_t(b)]->wait();  // the last gather of b still reads this shard
-  for (size_t i : bucket_mains_[size_t(b)]) {
+void DistributedOptimizer::step_bucket(Shards& s, int b) {
+  parallel::trace::Span span(str(&s == &experts_ ? "step expert bucket " : "step bucket ", b));
+  if (s.gathers[size_t(b)]) s.gathers[size_t(b)]->wait();  // the last gather of b still reads this shard
+  for (size_t i : s.bucket_mains[size_t(b)]) {
     adam_step(i, main_grad(i));  // main_grad(i): the grads unscaled and clipped in place
     copy_to_model(i);            // round into this rank's shard of the param buffer
   }
-  launch_all_gather(b);
+  launch_all_gather(s, b);
 }
 
-void DistributedOptimizer::launch_all_gather(int b) {
+void DistributedOptimizer::launch_all_gather(Shards& s, int b) {
   // Every rank's updated shard -> the whole bucket, in place in the param buffer.
-  const parallel::Bucket& bucket = dp_.bucket_manager().buckets()[size_t(b)];
-  parallel::ShardedBuckets::Shard s = dp_.sharded_buckets().shard(b);
-  gathers_[size_t(b)] = dp_.dp_group().all_gather_async(ops::narrow(param_buffer_, 0, bucket.offset, bucket.numel),
-                                                        ops::narrow(param_buffer_, 0, s.offset, s.numel));
+  const parallel::Bucket& bucket = s.grads->buckets()[size_t(b)];
+  parallel::ShardedBuckets::Shard mine = s.grads->shard(b);
+  s.gathers[size_t(b)] = s.grads->group().all_gather_async(ops::narrow(s.params, 0, bucket.offset, bucket.numel),
+                                                           ops::narrow(s.params, 0, mine.offset, mine.numel));
 }
 
 void DistributedOptimizer::finish_param_sync() {
   parallel::trace::Span span("wait for param all-gather");
-  for (auto& w : gathers_) {
-    if (w) w->wait();
-    w = nullptr;
-  }
+  for (Shards* s : {&dense_, &experts_})
+    for (auto& w : s->gathers) {
+      if (w) w->wait();
+      w = nullptr;
+    }
 }
 
 void DistributedOptimizer::overlap_param_gather(const std::vector<std::shared_ptr<nn::Layer>>& layers) {
@@ -183,21 +184,21 @@ void DistributedOptimizer::overlap_param_gather(const std::vector<std::shared_pt
   gather_overlap_ = std::make_unique<ParamGatherOverlap>(*this, layers);
 }
 
-void DistributedOptimizer::wait_param_gather(int b) {
-  std::shared_ptr<parallel::Work>& w = gathers_.at(size_t(b));
+void DistributedOptimizer::wait_param_gather(int b, bool experts) {
+  std::shared_ptr<parallel::Work>& w = (experts ? experts_ : dense_).gathers.at(size_t(b));
   if (!w) return;
-  parallel::trace::Span span(str("wait for param all-gather ", b));
+  parallel::trace::Span span(str(experts ? "wait for expert param all-gather " : "wait for param all-gather ", b));
   w->wait();
   w = nullptr;
 }
 
 void DistributedOptimizer::refresh_model_params() {
   finish_param_sync();
-  for (size_t b = 0; b < bucket_mains_.size(); ++b) {
-    for (size_t i : bucket_mains_[b]) copy_to_model(i);
-    launch_all_gather(int(b));
-  }
-  for (size_t i : whole_mains_) copy_to_model(i);
+  for (Shards* s : {&dense_, &experts_})
+    for (size_t b = 0; b < s->bucket_mains.size(); ++b) {
+      for (size_t i : s->bucket_mains[b]) copy_to_model(i);
+      launch_all_gather(*s, int(b));
+    }
   finish_param_sync();
 }
 

@@ -34,9 +34,13 @@
 //                   pre-hook waits for its own buckets (param_gather_overlap.h)
 // Without clipping and loss scaling the step starts earlier still, bucket by
 // bucket inside backward: optim/zero_overlap.h.
-// Expert parallelism's experts (the wrapper's params kept apart, all-reduced over
-// their expert-dp group) are stepped whole here, after the buckets: their state
-// is E / ep of one process's, not yet sharded over expert-dp.
+// Expert parallelism's experts (the wrapper's params kept apart, in a buffer of
+// their own reduce-scattered over their expert-dp group: data_parallel_bucket.h)
+// are sharded the same way over that group, after the buckets: each rank keeps
+// E / ep experts' state / (dp / ep), Megatron's expert-dp optimizer shards.
+// Per rank, N dense and X expert params of one process, bf16 (fp32: 8, not 12):
+//   dense    12 N / dp                      over dp (x cp)
+//   experts  12 (X / ep) / (dp / ep) = 12 X / dp   over expert-dp (x cp)
 
 #pragma once
 
@@ -98,37 +102,53 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
     if (!gather_overlap_) finish_param_sync();
   }
   bool overlaps_param_gather() const { return gather_overlap_ != nullptr; }
-  // Waits for bucket b's all-gather if it is still in flight (a no-op after).
-  void wait_param_gather(int b);
+  // Waits for bucket b's all-gather if it is still in flight (a no-op after);
+  // experts: a bucket of the experts' buffer.
+  void wait_param_gather(int b, bool experts = false);
   // Bucket b's all-gather was launched and not yet waited for.
-  bool param_gather_pending(int b) const { return gathers_.at(size_t(b)) != nullptr; }
+  bool param_gather_pending(int b, bool experts = false) const {
+    return (experts ? experts_ : dense_).gathers.at(size_t(b)) != nullptr;
+  }
   const parallel::BucketManager& bucket_manager() const { return dp_.bucket_manager(); }
+  // The experts' buckets (--ep), sharded over expert-dp; null without.
+  const parallel::BucketManager* expert_bucket_manager() const { return experts_.grads; }
   const std::vector<Tensor>& bucketed_params() const { return dp_.params(); }
 
   const std::vector<ParamRange>& ranges() const { return ranges_; }  // one per main param
-  const Tensor& param_buffer() const override { return param_buffer_; }
+  const Tensor& param_buffer() const override { return dense_.params; }
+  const Tensor& expert_param_buffer() const { return experts_.params; }  // undefined without --ep
   parallel::ProcessGroup* shard_group() const override { return &dp_.dp_group(); }
   // True when buckets are stepped as their reduce-scatters finish (zero_overlap.h).
   bool steps_early() const { return overlap_ != nullptr; }
 
  private:
   friend class ZeroOverlap;  // steps buckets from the dp sync's end
-  struct Layout;  // the param buffer, main params and ranges, built before the base class
+  // One reduce-scattered gradient buffer and this optimizer's side of it: the
+  // dense params' over dp, the experts' over their expert-dp group.
+  struct Shards {
+    parallel::ShardedBuckets* grads = nullptr;      // null: no such buffer (no experts kept apart)
+    Tensor params;                                  // model dtype, grads' layout
+    std::vector<std::vector<size_t>> bucket_mains;  // [bucket] -> main params in it
+    std::vector<std::shared_ptr<parallel::Work>> gathers;  // [bucket] in-flight param all-gather
+  };
+  struct Layout;  // the param buffers, main params and ranges, built before the base class
   DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                        MixedPrecisionOptions options, Layout layout);
   static Layout build_layout(const std::vector<ParamGroup>& groups, parallel::DataParallelBucket& dp);
+  // One buffer's part of the layout: its param buffer (the params become views of it), the ranges this
+  // rank owns in bm's shards and a main param for each.
+  static void lay_out(parallel::ShardedBuckets& bm, const std::vector<ParamGroup>& groups, Layout& layout,
+                      Shards& shards);
   // AdamW on bucket b's owned ranges, rounded into the param buffer, then b's all-gather.
-  void step_bucket(int b);
-  void launch_all_gather(int b);
+  void step_bucket(Shards& s, int b);
+  void launch_all_gather(Shards& s, int b);
 
   parallel::DataParallelBucket& dp_;
-  Tensor param_buffer_;                            // model dtype, the gradient buffer's layout
-  std::vector<ParamRange> ranges_;                 // [main param]
-  std::vector<std::vector<size_t>> bucket_mains_;  // [bucket] -> main params in it
-  std::vector<size_t> whole_mains_;                // the experts' main params, whole (not in a bucket)
-  std::vector<Tensor> shard_grads_;                // [main param] fp32 view of its range in its bucket's shard_grad
+  std::vector<ParamRange> ranges_;   // [main param]
+  std::vector<Tensor> shard_grads_;  // [main param] fp32 view of its range in its bucket's shard_grad
+  Shards dense_;                     // over dp
+  Shards experts_;                   // over expert-dp (--ep)
   Tensor main_grad(size_t i) const override { return shard_grads_[i]; }
-  std::vector<std::shared_ptr<parallel::Work>> gathers_;  // in-flight param all-gathers
   std::unique_ptr<ZeroOverlap> overlap_;           // when it applies (zero_overlap.h)
   std::unique_ptr<ParamGatherOverlap> gather_overlap_;  // overlap_param_gather() (param_gather_overlap.h)
 };

@@ -36,11 +36,10 @@ FullyShardedOptimizer::Layout FullyShardedOptimizer::build_layout(const std::vec
     for (const Tensor& p : groups[g].params) group_of[p.impl()] = g;
   size_t sharded = 0;
   Layout layout;
-  const int64_t rank = fsdp.dp_group().rank();
   for (size_t u = 0; u < fsdp.units().size(); ++u) {
     const parallel::FullyShardedDataParallel::Unit& unit = fsdp.units()[u];
     if (unit.params.empty()) continue;
-    const int64_t n = unit.shard.numel();
+    const int64_t n = unit.shard.numel(), rank = unit.group->rank();  // dp's, or the experts' expert-dp's
     for (size_t k = 0; k < unit.params.size(); ++k) {
       const Tensor& p = unit.params[k];
       LOOM_CHECK(group_of.count(p.impl()), "FullyShardedOptimizer: ", p.describe(), " is sharded but in no param group");

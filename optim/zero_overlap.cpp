@@ -12,7 +12,7 @@ bool ZeroOverlap::applies(const MixedPrecisionOptions& options, const parallel::
 
 ZeroOverlap::ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket& dp) : opt_(opt), dp_(dp) {
   dp_.set_on_bucket_reduced([this](int b) {
-    opt_.step_bucket(b);
+    opt_.step_bucket(opt_.dense_, b);
     ++stepped_;
   });
 }
@@ -20,7 +20,7 @@ ZeroOverlap::ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket
 ZeroOverlap::~ZeroOverlap() { dp_.set_on_bucket_reduced(nullptr); }
 
 bool ZeroOverlap::take_all_stepped() {
-  const int stepped = stepped_, buckets = int(opt_.bucket_mains_.size());
+  const int stepped = stepped_, buckets = int(opt_.dense_.bucket_mains.size());
   stepped_ = 0;
   LOOM_CHECK(stepped == 0 || stepped == buckets, "DistributedOptimizer::step: only ", stepped, " of ", buckets,
              " buckets were stepped during backward");

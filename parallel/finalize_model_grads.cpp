@@ -40,9 +40,8 @@ std::vector<Tensor> FinalizeModelGrads::not_counted(bool zero) const {
   if (model_.tp && pgm_.tp_rank() != 0)
     for (const auto& [name, p] : model_.tp->replicated_params(m)) out.push_back(p);
   // Expert parallelism's replicated params (all but the experts) once: ep rank 0's (the norm is summed over ep).
-  // Under ZeRO (the norm over the world) the rest is sharded, and the experts, whole, count on expert-dp rank 0.
-  if (pgm_.ep_size() > 1 && zero && pgm_.expert_dp_group().rank() != 0)
-    for (const Tensor& p : expert_params(*model_.chunks)) out.push_back(p);
+  // Under ZeRO (the norm over the world) each element is on one rank: the rest sharded over dp, the
+  // experts over their expert-dp group.
   if (pgm_.ep_size() > 1 && !zero && pgm_.ep_rank() != 0) {
     std::unordered_set<const TensorImpl*> experts;
     for (const Tensor& p : expert_params(*model_.chunks)) experts.insert(p.impl());

@@ -22,7 +22,7 @@
 //                      last stage's copy of the tied embedding, the tp
 //                      replicas of tp ranks other than 0, and under ep every
 //                      param but the experts on ep ranks other than 0 (under
-//                      ZeRO, the experts on expert-dp ranks other than 0)
+//                      ZeRO none of these: every element is on one shard)
 //
 //   FinalizeModelGrads finalize(model, pgm);                 // broadcasts the tied embedding
 //   dp = wrap_data_parallel(..., finalize.needs_whole_grad()); // ZeRO keeps those buckets whole
@@ -59,8 +59,7 @@ class FinalizeModelGrads {
   // Where the optimizer reduces the grad norm and found_inf (null: this rank alone).
   ProcessGroup* grad_stats_group(bool zero) const;
   // Model params left out of the grad norm: counted on another rank. zero: the
-  // optimizer shards over dp (ZeRO), where only the experts are whole on every
-  // rank of their expert-dp group.
+  // optimizer shards over dp (ZeRO), the experts over their expert-dp group.
   std::vector<Tensor> not_counted(bool zero = false) const;
 
  private:

@@ -91,6 +91,20 @@ TEST(PlanMoE, TheExpertsOptimizerStateIsShardedOverTheExpertDpGroup) {
   EXPECT_EQ(r.grads, 4 * r.num_params);
 }
 
+// ZeRO-3, fp32: params (4), grads (4) and optimizer state (8) all sharded, the dense params' over dp, the
+// experts' over their expert-dp group (train_gpt: each block's experts a unit of their own over it).
+TEST(PlanMoE, ZeroThreeShardsTheExpertsOverTheExpertDpGroup) {
+  const ModelShape m = small_moe();
+  Grid g = grid(4, 1, 1, 2);
+  g.zero = 3;
+  const RankMemory r = memory_on_stage(m, g, Batch{8, 1}, 0);
+  EXPECT_EQ(r.expert_params, 4 * 2 * 3 * 128 * 344);
+  const int64_t dense = r.num_params - r.expert_params;
+  EXPECT_EQ(r.params, 4 * dense / 4 + 4 * r.expert_params / 2);
+  EXPECT_EQ(r.grads, 4 * dense / 4 + 4 * r.expert_params / 2);
+  EXPECT_EQ(r.optimizer, 8 * dense / 4 + 8 * r.expert_params / 2);
+}
+
 // Per MoE block and micro-batch, dispatch and combine move [N k, h] each way, forward and backward:
 // 4 N k h x bytes, N = b s tokens; (ep - 1) / ep of it on the wire. b 8, s 64, k 2, h 128, fp32:
 // [N k, h] = 1024 x 128 x 4 = 524,288 bytes; 4 blocks x 4 = 16 all-to-alls, 8 MiB, 6 MiB on the wire at
@@ -131,7 +145,7 @@ TEST(PlanMoE, RefusesWhatDoesNotSplitNamingTheFlags) {
       {"--arch llama --experts 8 --ep 4 --dp 2", "it must divide both --experts and --dp"},
       {"--experts 4", "--experts 4 with --arch gpt2"},
       {"--arch llama --experts 4 --experts-per-token 5", "--experts-per-token must be in [1, 4]"},
-      {"--arch llama --experts 4 --dp 2 --zero 3", "--zero 3 with --experts"}};
+      {"--arch llama --experts 4 --dp 4 --ep 2 --zero 3 --dp-shard 2", "--ep 2 with --zero 3 --dp-shard 2: hybrid"}};
   for (const auto& [args, want] : cases) {
     const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --machine h100 " + args + " 2>&1");
     EXPECT_EQ(run.status, 1) << args << "\n" << run.output;

@@ -102,8 +102,8 @@ TEST(TrainGptExpertParallel, EpFourEqualsOneProcess) {
   expect_same_run(train("ep2_dp4", 4, kMoE + kRouting + "--dp 4 --ep 2"), ref, "--dp 4 --ep 2");
 }
 
-// ZeRO-1/2 shard the rest over dp; the experts, all-reduced over their expert-dp group, are stepped whole
-// (E / ep of one process's state per rank) and counted once in the grad norm (on expert-dp rank 0).
+// ZeRO-1/2 shard the rest over dp and the experts over their expert-dp group (of one rank at dp 2 ep 2;
+// dp 4 ep 2 in tests/test_train_gpt_expert_zero.cpp), each element counted once in the grad norm.
 TEST(TrainGptExpertParallel, EpWithZeroOneAndTwoEqualsOneProcess) {
   expect_same_run(train("ep2_zero1", 2, kMoE + kRouting + "--dp 2 --ep 2 --zero 1"), one_process_two_micro_batches(),
                   "--dp 2 --ep 2 --zero 1");
@@ -116,7 +116,7 @@ TEST(TrainGptExpertParallel, EpWithZeroOneAndTwoEqualsOneProcess) {
 // replicated state): ep 2 resumes at ep 2 bit-exactly and at one process (all experts) within rounding.
 TEST(TrainGptExpertParallel, EpSaveResumesAtEpAndAtOneProcess) {
   expect_save_resumes("ep2", "--dp 2 --ep 2");
-  expect_save_resumes("ep2_zero1", "--dp 2 --ep 2 --zero 1");  // the rest sharded, the experts whole per ep rank
+  expect_save_resumes("ep2_zero1", "--dp 2 --ep 2 --zero 1");  // the rest sharded, the experts over expert-dp
 }
 
 // And back: one process's checkpoint (every expert) resumes at ep 2, each rank cutting out its experts.

@@ -20,20 +20,13 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
   std::vector<Tensor> grads_dense;
   for (const Tensor& p : dense)
     if (autograd::requires_grad(p)) grads_dense.push_back(p);
-  if (options_.reduce == GradReduce::AllReduce) {
-    buckets_ = std::make_unique<BucketManager>(grads_dense, dp_group_, options_.bucket_cap_mb);
-  } else {
-    auto sharded = options_.reduce == GradReduce::ShardGrads
-                       ? std::make_unique<GradShards>(grads_dense, dp_group_, options_.bucket_cap_mb)
-                       : std::make_unique<ShardedBuckets>(grads_dense, dp_group_, options_.bucket_cap_mb);
-    sharded_ = sharded.get();
-    buckets_ = std::move(sharded);
-  }
-  if (experts.group) {  // the experts' buffer: averaged over expert-dp, times 1 / ep before (ExpertParams)
+  buckets_ = make_buckets(options_.reduce, grads_dense, dp_group_, options_.bucket_cap_mb, &sharded_);
+  if (experts.group) {  // the experts' buffer: averaged over expert-dp (ZeRO: sharded over it), times 1 / ep before
     for (const Tensor& p : expert) expert_impls_.insert(p.impl());
-    expert_buckets_ = std::make_unique<BucketManager>(expert, *experts.group, options_.bucket_cap_mb);
+    expert_buckets_ = make_buckets(options_.reduce, expert, *experts.group, options_.bucket_cap_mb, &expert_shards_);
     expert_buckets_->set_before_reduce([this, scale = experts.grad_scale](int b) {
-      ops::mul_(expert_buckets_->buckets()[size_t(b)].grad_data, scale);
+      const Tensor& g = expert_buckets_->buckets()[size_t(b)].grad_data;
+      if (g.defined()) ops::mul_(g, scale);  // ZeRO-2: undefined when no gradient reached it (zeros are reduced)
     });
   }
   for (const Tensor& p : params_)
@@ -60,6 +53,7 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
       if (sync) return finish_grad_sync();
       callback_queued_ = false;
       buckets_->finish_micro_batch();
+      if (expert_buckets_) expert_buckets_->finish_micro_batch();
     });
     callback_queued_ = true;
   }
@@ -129,8 +123,8 @@ ShardedBuckets& DataParallelBucket::sharded_buckets() {
 }
 
 bool DataParallelBucket::holds_whole_grad(const Tensor& param) const {
-  if (&buckets_of(param) == expert_buckets_.get()) return true;  // all-reduced over expert-dp
-  return buckets_->buckets()[size_t(buckets_->bucket_of(param))].all_reduce;
+  const BucketManager& bm = buckets_of(param);
+  return bm.buckets()[size_t(bm.bucket_of(param))].all_reduce;
 }
 
 }  // namespace loom::parallel

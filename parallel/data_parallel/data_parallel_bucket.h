@@ -23,9 +23,9 @@
 //      no .grad is written.
 //
 // Expert parallelism (ExpertParams, data_parallel_common.h): the experts' params
-// get a second buffer of their own, all-reduced over the expert-dp group and
-// scaled by 1 / ep before (Megatron's expert_parallel_buffers); the same hook
-// fills either, and the sync waits for both.
+// get a second buffer of their own, reduced over the expert-dp group (all-reduced,
+// or under ZeRO-1/2 reduce-scattered) and scaled by 1 / ep before (Megatron's
+// expert_parallel_buffers); the same hook fills either, and the sync waits for both.
 //
 //   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), {.bucket_cap_mb = 25});
 //   for (step...) {
@@ -64,8 +64,8 @@ class DataParallelBucket : public DataParallel {
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out
   // the buffer, hooks every param that requires grad (the others are skipped).
   // Destroying it unregisters the hooks (they are owned by hooks_).
-  // experts: params kept apart, over their own group (all-reduced, whatever options.reduce: a
-  // DistributedOptimizer steps them whole).
+  // experts: params kept apart, over their own group, reduced as options.reduce says (under ZeRO-1/2
+  // reduce-scattered over it: a DistributedOptimizer shards them over expert-dp).
   DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options = {},
                      ExpertParams experts = {});
   DataParallelBucket(const DataParallelBucket&) = delete;
@@ -112,6 +112,8 @@ class DataParallelBucket : public DataParallel {
   BucketManager& bucket_manager() { return *buckets_; }
   const BucketManager& bucket_manager() const { return *buckets_; }
   ShardedBuckets& sharded_buckets();  // under ZeRO-1 and ZeRO-2; an error when the buckets are all-reduced
+  // The experts' buffer (ExpertParams), over their expert-dp group, when ZeRO-1/2 shard it; else null.
+  ShardedBuckets* expert_shards() const { return expert_shards_; }
   const BucketOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   const std::vector<Tensor>& params() const { return params_; }  // those that require grad
@@ -135,6 +137,7 @@ class DataParallelBucket : public DataParallel {
   std::unique_ptr<BucketManager> expert_buckets_;  // ExpertParams' buffer, over their group; null without
   std::unordered_set<const TensorImpl*> expert_impls_;
   ShardedBuckets* sharded_ = nullptr;  // buckets_, when it reduce-scatters
+  ShardedBuckets* expert_shards_ = nullptr;  // expert_buckets_, when it reduce-scatters
   bool require_backward_grad_sync_ = true;
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued
   bool synced_ = false;           // grads were synced and reset() has not run since

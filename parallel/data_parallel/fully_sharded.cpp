@@ -18,31 +18,45 @@ using Collective = FullyShardedObserver::Collective;
 
 FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers,
                                                    ProcessGroup& dp_group, FullyShardedOptions options)
-    : dp_group_(dp_group), options_(options), units_(layers.size() + options.own_units.size()),
-      layer_units_(layers.size()),
+    : dp_group_(dp_group), options_(options), layer_units_(layers.size()),
       observer_(options.observer ? options.observer : std::make_shared<FullyShardedObserver>()) {
   NoGradGuard no_grad;
   for (size_t c = 0; c < options_.chunk_sizes.size(); ++c) chunk_of_.insert(chunk_of_.end(), options_.chunk_sizes[c], c);
   LOOM_CHECK(options_.chunk_sizes.empty() || chunk_of_.size() == layers.size(), "FullyShardedDataParallel: the chunks "
              "hold ", chunk_of_.size(), " layers, the model ", layers.size());
   chunk_of_.resize(layers.size(), 0);
-  std::vector<Tensor> all;
+  LOOM_CHECK(!options_.experts.group || !options_.replicate_group, "FullyShardedDataParallel: hybrid sharding "
+             "(a replicate group) with expert parallelism's experts is not built");
+  std::vector<Tensor> all, experts;
   for (const auto& layer : layers)
-    for (const Tensor& p : layer->parameters()) all.push_back(p);
-  // Every replica starts from dp rank 0's weights (HSDP: the replicas' first, then the shard group's).
+    for (const Tensor& p : layer->parameters()) (options_.experts.holds(p) ? experts : all).push_back(p);
+  // Every replica starts from dp rank 0's weights (HSDP: the replicas' first, then the shard group's);
+  // the experts from their expert-dp group's rank 0 (the ep ranks hold different ones).
   if (options_.replicate_group) broadcast_params(unique_params(all), *options_.replicate_group);
   broadcast_params(unique_params(all), dp_group_);
+  if (options_.experts.group) broadcast_params(unique_params(experts), *options_.experts.group);
 
   // 1. Units: layer l owns the params it is the first to hold; it reads those
   //    and any earlier unit's it shares (the head: the embedding unit's wte).
-  //    An own unit's param is owned by its unit, after the layers'.
+  //    An own unit's param is owned by its unit, after the layers'; a layer's
+  //    experts by their unit, after those (over the experts' group).
   std::unordered_map<const TensorImpl*, size_t> owner;
   for (size_t k = 0; k < options_.own_units.size(); ++k) owner.emplace(options_.own_units[k].impl(), layers.size() + k);
+  units_.resize(layers.size() + options_.own_units.size());
+  for (Unit& unit : units_) unit.group = &dp_group_;
+  for (const auto& layer : layers) {  // the layer's experts, if any: one unit, over their group
+    bool any = false;
+    for (const Tensor& p : layer->parameters())
+      if (options_.experts.holds(p)) any |= owner.emplace(p.impl(), units_.size()).second;
+    if (!any) continue;
+    units_.push_back(Unit{});
+    units_.back().group = options_.experts.group;
+  }
   for (size_t l = 0; l < layers.size(); ++l) {
     for (const Tensor& p : layers[l]->parameters()) {
       auto [it, fresh] = owner.emplace(p.impl(), l);
       Unit& unit = units_[it->second];
-      if (fresh || (it->second >= layers.size() && unit.params.empty())) {
+      if (fresh || (it->second >= layers.size() && (unit.params.empty() || options_.experts.holds(p)))) {
         LOOM_CHECK(autograd::requires_grad(p), "FullyShardedDataParallel: ", p.describe(), " does not require grad");
         LOOM_CHECK(unit.params.empty() || p.dtype() == unit.params[0].dtype(), "FullyShardedDataParallel: layer ", l,
                    " has params of mixed dtypes (", unit.params[0].describe(), ", ", p.describe(), ")");
@@ -60,11 +74,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
 
   // 2. Flatten each unit into `full` (params become views of it), keep this
   //    rank's shard, free `full`.
-  const int64_t dp = dp_group_.size();
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     if (unit.params.empty()) continue;
     const Tensor& first = unit.params[0];
+    const int64_t dp = unit.group->size();
     const int64_t padded = (unit.numel + dp - 1) / dp * dp, shard = padded / dp;
     unit.full = zeros({padded}, first.dtype(), first.device());
     for (size_t i = 0; i < unit.params.size(); ++i) {
@@ -73,7 +87,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
       ops::copy_(slot, ops::reshape(autograd::detach(p), {p.numel()}));
       ops::set_data(p, ops::view(slot, p.shape()));
     }
-    unit.shard = ops::clone(ops::narrow(unit.full, 0, dp_group_.rank() * shard, shard));
+    unit.shard = ops::clone(ops::narrow(unit.full, 0, unit.group->rank() * shard, shard));
     unit.grad_shard = zeros({shard}, kFloat32, first.device());
     unit.full.storage()->release();
   }
@@ -159,9 +173,11 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
     autograd::set_grad(p, Tensor());  // the full gradient goes
   }
   sum_tp_partial_grads(unit, full_grad);  // sequence parallelism: the layernorms' partial sums, over tp first
+  // The experts' average over expert-dp, times 1 / ep: (1 / dp) x the sum over every rank's tokens.
+  if (unit.group != &dp_group_) ops::mul_(full_grad, options_.experts.grad_scale);
   Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
   const auto scope = observer_->launching(u);  // the collective below is for unit u
-  in_flight_ = {dp_group_.reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
+  in_flight_ = {unit.group->reduce_scatter_async(grad_out, full_grad, ReduceOp::Avg), full_grad, grad_out, u};
   reshard(u);
 }
 
@@ -192,9 +208,15 @@ void FullyShardedDataParallel::finish_reduce_scatter() {
 
 void FullyShardedDataParallel::finish_grad_sync() {
   callback_queued_ = false;
-  // A unit some of whose params got no gradient this backward: the rest still count.
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].grads_ready > 0 && units_[u].grads_ready < units_[u].params.size()) reduce_scatter_grad(u);
+  // A unit some of whose params got no gradient this backward: the rest still count. An experts'
+  // unit reduces even if none of its experts got a token here: its group's other ranks may have.
+  bool backward_ran = false;
+  for (const Unit& unit : units_) backward_ran |= unit.grads_ready > 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& unit = units_[u];
+    const bool experts = unit.group != &dp_group_ && backward_ran;
+    if ((unit.grads_ready > 0 || experts) && unit.grads_ready < unit.params.size()) reduce_scatter_grad(u);
+  }
   finish_reduce_scatter();
   for (Unit& unit : units_) unit.grads_ready = 0;
 }
@@ -214,7 +236,7 @@ void FullyShardedDataParallel::prefetch(size_t u) {
   unit.full.storage()->allocate();
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes());
   const auto scope = observer_->launching(u);  // the collective below is for unit u
-  unit.gather = dp_group_.all_gather_async(unit.full, unit.shard);  // every rank's shard -> the whole unit
+  unit.gather = unit.group->all_gather_async(unit.full, unit.shard);  // every rank's shard -> the whole unit
 }
 
 void FullyShardedDataParallel::unshard(size_t u) {

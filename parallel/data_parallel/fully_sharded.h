@@ -52,6 +52,13 @@
 // same shard on the whole dp's average. Memory: the shards are 1/shard, not
 // 1/dp; traffic across shard groups: one all-reduce of the shards a step.
 //
+// Expert parallelism (options.experts): the experts a rank holds differ across
+// its ep group, so they cannot share a unit with the dense params, cut over dp:
+// each layer's experts form a unit cut over their expert-dp group (the dp / ep
+// ranks holding them), gathered with the layer's unit and reduce-scattered over
+// that group, times 1 / ep (ExpertParams::grad_scale) - per rank 1 / dp of one
+// process's experts, as of every other param.
+//
 // Tied weights: a param read by two layers belongs to the first layer's unit;
 // the later layer gathers that unit too (the head reads wte, the embedding
 // unit's). Gradient accumulation: every micro-batch reduce-scatters and adds
@@ -91,6 +98,10 @@ struct FullyShardedOptions {
   // group (grad_shard_of; finalize_model_grads.h). In its layer's unit wte
   // would sit beside wpe on one stage and after ln_f on the other.
   std::vector<Tensor> own_units;
+  // Expert parallelism's experts (data_parallel_common.h): each layer's get a
+  // unit of their own, after the others, sharded, gathered and reduce-scattered
+  // over their expert-dp group, the gradient times grad_scale (1 / ep) before.
+  ExpertParams experts;
   // Who watches the step (null: nobody); wrap.cpp passes --trace's.
   std::shared_ptr<FullyShardedObserver> observer;
 };
@@ -101,6 +112,7 @@ class FullyShardedDataParallel : public DataParallel {
     std::vector<Tensor> params;    // the params this unit owns, in model order
     std::vector<int64_t> offsets;  // where each starts in the flat buffer
     int64_t numel = 0;             // sum of the params' numel
+    ProcessGroup* group = nullptr;  // the ranks it is sharded over: dp_group, or the experts' expert-dp group
     Tensor full;                   // [numel padded to a multiple of dp] model dtype; released while sharded
     Tensor shard;                  // [full / dp] model dtype: this rank's part, always there
     Tensor grad_shard;             // [full / dp] fp32: dp average of this rank's part of the gradient
@@ -135,7 +147,7 @@ class FullyShardedDataParallel : public DataParallel {
   void unshard_all();
   void reshard_all();
 
-  // Layer l's unit is units()[l]; options().own_units' follow, in their order.
+  // Layer l's unit is units()[l]; options().own_units' follow, in their order, then the experts' units.
   const std::vector<Unit>& units() const { return units_; }
   // The units layer l gathers for its forward: its own, a tied weight's, an own unit's.
   const std::vector<size_t>& layer_units(size_t l) const { return layer_units_.at(l); }

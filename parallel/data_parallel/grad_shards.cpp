@@ -141,4 +141,14 @@ void GradShards::finish_micro_batch() {
   }
 }
 
+std::unique_ptr<BucketManager> make_buckets(GradReduce reduce, const std::vector<Tensor>& params, ProcessGroup& group,
+                                            double bucket_cap_mb, ShardedBuckets** sharded) {
+  std::unique_ptr<ShardedBuckets> shards;
+  if (reduce == GradReduce::ShardGrads) shards = std::make_unique<GradShards>(params, group, bucket_cap_mb);
+  if (reduce == GradReduce::ReduceScatter) shards = std::make_unique<ShardedBuckets>(params, group, bucket_cap_mb);
+  if (sharded) *sharded = shards.get();
+  if (shards) return shards;
+  return std::make_unique<BucketManager>(params, group, bucket_cap_mb);
+}
+
 }  // namespace loom::parallel

@@ -117,4 +117,10 @@ class GradShards : public ShardedBuckets {
   std::deque<int> in_flight_;    // launched buckets still holding a scratch, oldest first
 };
 
+// The buckets of params over group, reduced as `reduce` says: a BucketManager
+// (all-reduce), ShardedBuckets (ZeRO-1) or GradShards (ZeRO-2). `sharded`, if
+// given, gets the same object as ShardedBuckets (null when all-reduced).
+std::unique_ptr<BucketManager> make_buckets(GradReduce reduce, const std::vector<Tensor>& params, ProcessGroup& group,
+                                            double bucket_cap_mb, ShardedBuckets** sharded = nullptr);
+
 }  // namespace loom::parallel

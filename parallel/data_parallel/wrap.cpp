@@ -14,15 +14,13 @@ void DataParallelWrap::zero_grad(nn::Module& model) {
 
 DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, const DataParallelOptions& o,
                                     const std::vector<Tensor>& whole_grad) {
-  LOOM_CHECK(!o.experts.group || o.zero < 3, "wrap_data_parallel: the experts of expert parallelism are reduced "
-             "over their expert-dp group by the bucketed and naive wrappers (ZeRO-1/2 step them whole); ZeRO-3 does "
-             "not shard them yet (drop --zero 3 or --ep)");
   if (o.zero == 3) {  // ZeRO-3: the params sharded by layer (fully_sharded.h)
     LOOM_CHECK(o.mode == "bucket", "--dp-mode naive all-reduces whole gradients; --zero 3 reduce-scatters them");
     DataParallelWrap w;
     FullyShardedOptions fo = o.fsdp;
     if (o.tp_group) fo.tp_partial_grads = o.tp_partial_grads, fo.tp_group = o.tp_group;  // summed before its reduce-scatter
     fo.replicate_group = o.replicate_group;
+    fo.experts = o.experts;  // --ep: each layer's experts a unit over their expert-dp group
     fo.own_units = whole_grad;  // the pipeline's tied wte: cut alone, its grad shards summed over the embedding group
     for (const LayerRange& r : model.chunks()) fo.chunk_sizes.push_back(size_t(r.end - r.start));
     if (trace::enabled()) fo.observer = std::make_shared<FullyShardedTrace>(model.layers().size());  // --trace

@@ -36,7 +36,7 @@ struct DataParallelOptions {
   // zero = 3 with HSDP: dp_group is one shard group; these are its shards' replicas (fully_sharded.h).
   ProcessGroup* replicate_group = nullptr;
   // Expert parallelism: the experts, reduced over the expert-dp group (data_parallel_common.h);
-  // bucketed (ZeRO-1/2 too, the experts all-reduced and stepped whole) or naive DP, not ZeRO-3.
+  // bucketed (under ZeRO-1/2 reduce-scattered and sharded over expert-dp) or naive DP, not ZeRO-3.
   ExpertParams experts;
 };
 

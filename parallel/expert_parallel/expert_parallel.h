@@ -14,9 +14,12 @@
 //                 (data_parallel_common.h's ExpertParams: Avg over expert-dp x 1 / ep)
 //   grad norm     each expert counted once: summed over the ep group, the
 //                 replicated params counted on ep rank 0 only (finalize_model_grads.h)
+//   ZeRO-1/2      the experts' buffer is reduce-scattered over expert-dp and
+//                 their optimizer state sharded over it (optim/distributed_optimizer.h)
 //   checkpoints   the model file gathers every expert (gather_experts); each ep
-//                 rank of expert-dp rank 0 writes its experts' optimizer state,
-//                 by global name, so ep 2 resumes at ep 1 and back (optim/checkpoint.h)
+//                 rank of expert-dp rank 0 writes its experts' optimizer state
+//                 (under ZeRO every rank its shard), by global name, so ep 2
+//                 resumes at ep 1 and back (optim/checkpoint.h)
 #pragma once
 
 #include <vector>
