@@ -89,7 +89,7 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
   cpu::blas_single_threaded();
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention", {
     using S = scalar_t;
-    cpu::parallel_for(B * H, 1, [&](int64_t i0, int64_t i1) {
+    cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), ym = head<S>(r.y, b, h);
@@ -124,7 +124,7 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
   cpu::blas_single_threaded();
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention_backward", {
     using S = scalar_t;
-    cpu::parallel_for(B * H, 1, [&](int64_t i0, int64_t i1) {
+    cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;

@@ -71,7 +71,7 @@ void forward_rows(const Tensor& q_, const Tensor& k_, const Tensor& v_, const Te
                   Dims n, A scale) {
   const Heads<S> q(q_), k(k_), v(v_), o(o_);
   A* lse = lse_.data<A>();
-  cpu::parallel_for(n.B * n.H, 1, [&](int64_t i0, int64_t i1) {
+  cpu::parallel_for_tasks(n.B * n.H, [&](int64_t i0, int64_t i1) {
     std::vector<A> k_tile(kKeyTile * HD), v_tile(kKeyTile * HD);  // the kernel's shared memory
     std::vector<A> qr(kRows * HD), acc(kRows * HD), m(kRows), l(kRows);  // its threads' registers
     for (int64_t bh = i0; bh < i1; ++bh) {
@@ -115,7 +115,7 @@ void backward_rows(const Tensor& do_, const Tensor& q_, const Tensor& k_, const 
   const Heads<S> dO(do_), q(q_), k(k_), v(v_), o(o_), dq(g.dq), dk(g.dk), dv(g.dv);
   const A* lse = lse_.data<A>();
   A* D = D_.data<A>();
-  cpu::parallel_for(n.B * n.H, 1, [&](int64_t i0, int64_t i1) {
+  cpu::parallel_for_tasks(n.B * n.H, [&](int64_t i0, int64_t i1) {
     std::vector<A> a(kRows * HD), b_(kRows * HD), c(kRows * HD), e(kRows * HD);  // registers or shared rows
     std::vector<A> qt(kQueryTile * HD), dot_(kQueryTile * HD);                   // shared Q, dO tiles
     std::vector<A> kt(kKeyTile * HD), vt(kKeyTile * HD);                         // shared K, V tiles

@@ -94,7 +94,7 @@ void batched_gemm(const Tensor& ae, const Tensor& be, Tensor& out, const Shape& 
   // Many small products (attention's q kᵀ for every batch and head): each
   // thread takes whole products rather than every product being split.
   cpu::blas_single_threaded();
-  if (nb > 1) cpu::parallel_for(nb, 1, products);
+  if (nb > 1) cpu::parallel_for_tasks(nb, products);
   else products(0, nb);
 }
 

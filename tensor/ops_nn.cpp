@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/rows.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/kernels/column_partials.h"
 #include "tensor/kernels/layernorm.h"
 #include "tensor/kernels/softmax.h"
 #include "tensor/profile.h"
@@ -28,8 +30,6 @@ using cpu::rows_of;
 
 // Rows (of n values) per thread below which splitting a per-row loop does not pay.
 int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
-// Columns per thread for a loop over `rows` rows of each column.
-int64_t column_grain(int64_t rows) { return std::max<int64_t>(16, 16384 / std::max<int64_t>(rows, 1)); }
 
 // Runs row_fn(in_row, out_row, n, r) for every row r over the last dim of x
 // (compute types only; x is not copied when it already is contiguous in its compute type).
@@ -177,23 +177,26 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x, const Te
       const scalar_t *gp = gc.data<scalar_t>(), *xp = xc.data<scalar_t>();
       const scalar_t *mp = mean.data<scalar_t>(), *rp = rstd.data<scalar_t>();
       scalar_t *dxp = dx.data<scalar_t>(), *dwp = dw.data<scalar_t>(), *dbp = db.data<scalar_t>();
-      // dw and db sum every row into each column, in row order. One thread does
-      // it in the same pass as dx; several threads take dx row by row, then dw
-      // and db column by column (no shared sums, the same order, the same bits).
-      if (cpu::max_threads() == 1) {
-        for (int64_t r = 0; r < rows; ++r)
-          kernels::layernorm_backward_row(gp + r * C, xp + r * C, wp, mp[r], rp[r], dxp + r * C, dwp, dbp, long(C));
-      } else {
-        cpu::parallel_for(rows, row_grain(C), [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r)
+      // dw and db sum every row into each column, in two passes
+      // (kernels/column_partials.h, the fast GPU kernel's order): each block of
+      // kRowsPerPartial rows sums its rows in row order, in the pass that
+      // writes their dx, then the blocks' sums are added in block order. The
+      // order depends on the rows alone, so any thread count gives the same
+      // bits, and g and x are read once. (Split by columns after a pass for
+      // dx, as before, the second pass over g and x cost 2 threads as much as
+      // the whole op did one: the medium GPT's main thread 7.6-10.6 ms a step
+      // at 2 threads, now 3.9-4.7; bench/README.md.)
+      const int64_t per = kernels::kRowsPerPartial, blocks = kernels::partial_blocks(long(rows), long(per));
+      std::vector<scalar_t> part(size_t(2 * blocks * C), scalar_t(0));  // [blocks, C] of dw, then of db
+      cpu::parallel_chunks(blocks, std::max<int64_t>(1, row_grain(C) / per), 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b)
+          for (int64_t r = b * per; r < std::min(rows, (b + 1) * per); ++r)
             kernels::layernorm_backward_row(gp + r * C, xp + r * C, wp, mp[r], rp[r], dxp + r * C,
-                                            static_cast<scalar_t*>(nullptr), static_cast<scalar_t*>(nullptr),
-                                            long(C));
-        });
-        cpu::parallel_for(C, column_grain(rows), [&](int64_t c0, int64_t c1) {
-          for (int64_t r = 0; r < rows; ++r)
-            kernels::layernorm_param_grads_row(gp + r * C, xp + r * C, mp[r], rp[r], dwp, dbp, long(c0), long(c1));
-        });
+                                            part.data() + b * C, part.data() + (blocks + b) * C, long(C));
+      });
+      for (int64_t c = 0; c < C; ++c) {
+        dwp[c] = kernels::sum_of_partials(part.data(), long(blocks), long(C), long(c));
+        dbp[c] = kernels::sum_of_partials(part.data() + blocks * C, long(blocks), long(C), long(c));
       }
     }
   });

@@ -20,4 +20,9 @@ namespace loom {
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+// n whole tasks split as evenly as they go (cpu/parallel.h's
+// parallel_for_tasks, which attention's products use): 48 at 2 threads is
+// 24 + 24, where parallel_for's multiples of 16 give 16 + 32.
+void parallel_for_tasks(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+
 }  // namespace loom

@@ -24,8 +24,8 @@ void expect_close(const Tensor& got, const Tensor& want, double rtol, const char
 
 }  // namespace
 
-// Which products leave oneDNN: Aᵀ B only, at AVX2 only, and only where a row
-// stride is a power of two of at least 512 floats (the small GPT's
+// Which products leave oneDNN: Aᵀ B only, at AVX2 only, and (at K = 1024)
+// only where a row stride is a power of two of at least 512 floats (the small GPT's
 // dW = gᵀ x with g [1024, 512] or x [1024, 512]).
 TEST(GemmRouting, PowerOfTwoStridesOfAtLeast512LeaveOneDnnOnlyAtAvx2) {
   auto routed = [](bool avx512, bool ta, bool tb, int64_t M, int64_t N, int64_t lda, int64_t ldb) {
@@ -42,6 +42,33 @@ TEST(GemmRouting, PowerOfTwoStridesOfAtLeast512LeaveOneDnnOnlyAtAvx2) {
   EXPECT_FALSE(routed(false, false, false, 512, 512, 512, 512));           // A B
   EXPECT_FALSE(routed(false, false, true, 512, 512, 512, 512));            // A Bᵀ
   EXPECT_FALSE(routed(false, true, true, 512, 512, 512, 512));             // Aᵀ Bᵀ
+}
+
+// A long inner dim leaves oneDNN at AVX2 whatever the strides: the medium
+// GPT's weight gradients over its 2048 tokens (each thread's rows of fc's dW,
+// qkv's), not K = 1024 (the small GPT's qkv, asserted above), nor a product
+// with under 128 rows or columns (the head's 65 rows).
+TEST(GemmRouting, InnerDimsOf2048LeaveOneDnnAtAvx2WhateverTheStrides) {
+  EXPECT_TRUE(cpu::tn_goes_to_openblas(/*avx512=*/false, true, false, 768, 384, 2048, 1536, 384));  // fc's dW
+  EXPECT_TRUE(cpu::tn_goes_to_openblas(false, true, false, 576, 384, 2048, 1152, 384));             // qkv's dW
+  EXPECT_FALSE(cpu::tn_goes_to_openblas(false, true, false, 768, 384, 1024, 1536, 384));            // K 1024
+  EXPECT_FALSE(cpu::tn_goes_to_openblas(false, true, false, 65, 384, 2048, 65, 384));               // the head's dW
+  EXPECT_FALSE(cpu::tn_goes_to_openblas(true, true, false, 768, 384, 2048, 1536, 384));             // AVX-512
+  EXPECT_FALSE(cpu::tn_goes_to_openblas(false, false, false, 768, 384, 2048, 1536, 384));           // A B
+}
+
+// A product routed by its K gives the fp64 product to fp32 rounding of
+// K = 2048 dot products, on 1 and 2 threads.
+TEST(GemmRouting, AMediumGptWeightGradientMatchesTheFloat64Product) {
+  const int before = ops::get_num_threads();
+  Generator gen(6);
+  Tensor a = ops::transpose(randn({2048, 384}, gen), 0, 1), b = randn({2048, 96}, gen);  // Aᵀ B, lda 384, ldb 96
+  for (int threads : {1, 2}) {
+    ops::set_num_threads(threads);
+    expect_close(ops::matmul(a, b), ops::matmul(ops::to(a, kFloat64), ops::to(b, kFloat64)), 1e-5,
+                 threads == 1 ? "one thread" : "two threads");
+  }
+  ops::set_num_threads(before);
 }
 
 // The routed shapes give the fp64 product to fp32 rounding of K = 1024 dot

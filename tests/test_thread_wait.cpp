@@ -154,3 +154,32 @@ TEST(CoreWatch, NotWakingTheThreadsChangesNoNumber) {
   ASSERT_EQ(woken.second.size(), in_turn.second.size());
   EXPECT_EQ(std::memcmp(woken.second.data(), in_turn.second.data(), woken.second.size() * sizeof(float)), 0);
 }
+
+// Whole tasks split evenly, elements at multiples of 16: attention's 48
+// products (medium GPT: batch 8 x 6 heads) go 24 + 24 at 2 threads; split
+// as elements they went 16 + 32, and the 2-thread step waited for the
+// thread with twice the attention.
+TEST(CoreWatch, TasksSplitEvenlyAndElementsAtMultiplesOf16) {
+  const int before = ops::get_num_threads();
+  ops::set_num_threads(2);
+  using Chunks = std::vector<std::pair<int64_t, int64_t>>;
+  auto chunks_of = [](auto split) {
+    Chunks chunks;
+    std::mutex m;
+    split([&](int64_t begin, int64_t end) {
+      std::lock_guard<std::mutex> hold(m);
+      chunks.emplace_back(begin, end);
+    });
+    std::sort(chunks.begin(), chunks.end());
+    return chunks;
+  };
+  const Chunks tasks = chunks_of([](const auto& fn) { parallel_for_tasks(48, fn); });
+  const Chunks odd = chunks_of([](const auto& fn) { parallel_for_tasks(5, fn); });
+  const Chunks elements = chunks_of([](const auto& fn) { parallel_for(48, 1, fn); });
+  const Chunks one = chunks_of([](const auto& fn) { parallel_for_tasks(1, fn); });
+  ops::set_num_threads(before);
+  EXPECT_EQ(tasks, (Chunks{{0, 24}, {24, 48}}));
+  EXPECT_EQ(odd, (Chunks{{0, 2}, {2, 5}}));
+  EXPECT_EQ(elements, (Chunks{{0, 16}, {16, 48}}));
+  EXPECT_EQ(one, (Chunks{{0, 1}}));
+}

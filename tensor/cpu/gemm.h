@@ -98,14 +98,19 @@ inline std::atomic<GemmBackend>& gemm_backend() {
 // bench/README.md "AVX2 weight gradients"). OpenBLAS's Haswell kernel packs
 // it at 80%; it also runs the other power-of-two case of the small GPT,
 // dW [128, 512] = gᵀ @ x [1024, 512], at 85-90% against oneDNN's 74-77%.
-// Other strides (384, 1536), AVX-512, and products under 16 MFLOP (attention's
-// blocks, not measured) stay on oneDNN, as fast or faster there. A pure
-// function of the call, so tests can ask it.
+// At K = 1024 other strides (384, 1536) stay on oneDNN, as fast or faster
+// there; so do AVX-512 and products under 16 MFLOP (attention's blocks, not
+// measured). A pure function of the call, so tests can ask it.
+// The medium GPT's weight gradients (K = 2048 tokens; strides 384, 1152,
+// 1536, each thread's half) went the same way at every stride: oneDNN's AVX2
+// sgemm 58-92 GF/s, OpenBLAS 77-99 (qkv's a tie; bench/README.md "The medium
+// config at 2 threads"), so a K of 2048 or more goes too, for products of
+// at least 128 x 128 (the head's dW [65, 384] ran 100 GF/s on oneDNN, 76 there).
 inline bool aliased_stride(int64_t ld) { return ld >= 512 && (ld & (ld - 1)) == 0; }
 inline bool tn_goes_to_openblas(bool onednn_avx512, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
                                 int64_t ldb) {
   return !onednn_avx512 && ta && !tb && 2 * M * N * K >= (int64_t(1) << 24) &&
-         (aliased_stride(lda) || aliased_stride(ldb));
+         (aliased_stride(lda) || aliased_stride(ldb) || (K >= 2048 && std::min(M, N) >= 128));
 }
 
 #ifdef LOOM_WITH_DNNL

@@ -4,7 +4,11 @@
 // cover [0, n), one chunk per thread, or fn(0, n) on the calling thread when
 // n < 2 * grain (too little work to pay for waking a thread) or when only one
 // thread is allowed (ops::set_num_threads(1)). Chunks start at multiples of
-// 16 so vector loops see the same alignment whatever the split. While other
+// 16 so vector loops see the same alignment whatever the split.
+// parallel_for_tasks(n, fn) splits n whole tasks (attention's or a batched
+// matmul's products, one per batch and head) as evenly as they go: at 2
+// threads B * H = 48 products split 24 + 24, where multiples of 16 gave
+// 16 + 32 and the step waited for the thread with twice the work. While other
 // programs hold the cores the threads would need, the calling thread runs
 // the same chunks one after another (cpu/core_watch.h): the split, and so
 // every number, stays the one --threads chose.
@@ -53,14 +57,16 @@ inline int max_threads() {
 #endif
 }
 
+// Chunks of [0, n) whose inner edges are multiples of `align`.
 template <class F>
-void parallel_for(int64_t n, [[maybe_unused]] int64_t grain, const F& fn) {  // grain: unused without OpenMP
+void parallel_chunks(int64_t n, [[maybe_unused]] int64_t grain, [[maybe_unused]] int64_t align,
+                     const F& fn) {  // grain, align: unused without OpenMP
 #ifdef _OPENMP
   const int threads = max_threads();
   if (threads > 1 && n >= 2 * std::max<int64_t>(grain, 1)) {
     const int64_t chunks = std::min<int64_t>(threads, n / std::max<int64_t>(grain, 1));
     // Chunk t of nt: [edge(t), edge(t + 1)).
-    auto edge = [n](int64_t k, int64_t nt) { return k == nt ? n : std::min(n, (n * k / nt) / 16 * 16); };
+    auto edge = [n, align](int64_t k, int64_t nt) { return k == nt ? n : std::min(n, (n * k / nt) / align * align); };
     if (!wake_math_threads(int(chunks))) {  // the cores are taken: the same chunks, in turn
       for (int64_t t = 0; t < chunks; ++t)
         if (edge(t, chunks) < edge(t + 1, chunks)) fn(edge(t, chunks), edge(t + 1, chunks));
@@ -76,6 +82,18 @@ void parallel_for(int64_t n, [[maybe_unused]] int64_t grain, const F& fn) {  // 
   }
 #endif
   if (n > 0) fn(int64_t(0), n);
+}
+
+// Elements of vector loops: chunks start at multiples of 16.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, const F& fn) {
+  parallel_chunks(n, grain, 16, fn);
+}
+
+// Whole tasks (products), at least one per chunk: as even as n allows.
+template <class F>
+void parallel_for_tasks(int64_t n, const F& fn) {
+  parallel_chunks(n, 1, 1, fn);
 }
 
 }  // namespace loom::cpu

@@ -9,7 +9,9 @@
 // No float atomics, so the order depends only on (rows, rows_per_block): the
 // same bits on every run and every GPU. With one block the result is the
 // row-order sum, bit for bit (the reference's); with more blocks it is the
-// sum of the blocks' sums, a different rounding of the same sum.
+// sum of the blocks' sums, a different rounding of the same sum. The CPU's
+// layer_norm_backward (ops_nn.cpp) sums in this order too, so that its
+// threads can each take whole blocks and still give the same bits.
 #pragma once
 
 #include "tensor/macros.h"
