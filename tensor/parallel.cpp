@@ -8,4 +8,7 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t beg
   cpu::parallel_for(n, grain, fn);
 }
 
+OneCoreGuard::OneCoreGuard() : saved_(cpu::t_one_core) { cpu::t_one_core = true; }
+OneCoreGuard::~OneCoreGuard() { cpu::t_one_core = saved_; }
+
 }  // namespace loom

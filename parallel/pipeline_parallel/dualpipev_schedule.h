@@ -42,9 +42,11 @@ namespace loom::parallel {
 // as B then W. Errors: pp_size < 2, a rank outside it, fewer than 2 pp_size micro-batches.
 std::vector<ScheduledOp> dualpipev_order(int pp_size, int pp_rank, int num_microbatches);
 
-// Runs dualpipev_order on a stage of two chunks laid out in a V. dp may be null.
+// Runs dualpipev_order on a stage of two chunks laid out in a V. dp may be
+// null. overlap_pairs: the pairs' halves compute at once (overlapped_pairs.h).
 ForwardBackwardResult train_step_pipeline_dualpipev(ModelChunks& stage, PipelineP2P& p2p,
                                                     const std::vector<MicroBatch>& micro_batches,
-                                                    const LossFn& loss_fn, DataParallel* dp = nullptr);
+                                                    const LossFn& loss_fn, DataParallel* dp = nullptr,
+                                                    bool overlap_pairs = false);
 
 }  // namespace loom::parallel

@@ -1,0 +1,65 @@
+// --overlap-pairs (parallel/pipeline_parallel/overlapped_pairs.h): DualPipeV
+// with each pair's F on a second thread while B and W run on the first.
+// Every run is bit-identical to DualPipeV one half after the other - losses,
+// grad norms, final weights - with the tied embedding (stage 0's F reads wte
+// while its W accumulates into wte's .grad), at pp 2 and 3, fp32 and bf16,
+// with dp 2 (W's hooks launch the reductions beside a forward). --threads 2
+// and a wider model make the GEMMs and loops split: each half runs the
+// chunks of that split in turn on its own core (OneCoreGuard).
+#include <gtest/gtest.h>
+
+#include "tests/train_gpt_run.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+const char* const kDualPipeV = " --virtual-stages 2 --schedule dualpipev";
+
+void overlapped_equals_one_after_the_other(const std::string& name, int ranks, const std::string& args) {
+  Result overlapped = train(name + "_overlap", ranks, args + kDualPipeV + " --overlap-pairs");
+  expect_bit_identical(overlapped, train(name + "_serial", ranks, args + kDualPipeV), name + " --overlap-pairs",
+                       "dualpipev one half after the other");
+}
+
+}  // namespace
+
+TEST(TrainGptOverlappedPairs, TwoAndThreeStagesAreBitIdenticalToOneHalfAfterTheOther) {
+  overlapped_equals_one_after_the_other("pp2", 2, "--pp 2 --microbatches 6 --batch 4");
+  overlapped_equals_one_after_the_other("pp3", 3, "--pp 3 --layers 4 --microbatches 8 --batch 2");
+}
+
+TEST(TrainGptOverlappedPairs, Bf16AndDataParallelAreBitIdenticalToOneHalfAfterTheOther) {
+  overlapped_equals_one_after_the_other("pp2_bf16", 2, "--pp 2 --microbatches 6 --batch 4 --dtype bf16");
+  overlapped_equals_one_after_the_other("dp2_pp2", 4, "--dp 2 --pp 2 --microbatches 4 --batch 2");
+  overlapped_equals_one_after_the_other("dp2_pp2_zero1_bf16", 4,
+                                        "--dp 2 --pp 2 --microbatches 4 --batch 2 --zero 1 --dtype bf16");
+  overlapped_equals_one_after_the_other("dp2_pp3", 6, "--dp 2 --pp 3 --layers 4 --microbatches 6 --batch 2");
+}
+
+// Width 128, 64 tokens, --threads 2: the products and loops are split over
+// two math threads one after the other, over one core each in the pairs.
+TEST(TrainGptOverlappedPairs, TwoMathThreadsSplitTheSameWayInBothHalves) {
+  overlapped_equals_one_after_the_other(
+      "pp2_wide", 2, "--pp 2 --microbatches 4 --batch 4 --embd 128 --heads 4 --block 64 --threads 2");
+}
+
+TEST(TrainGptOverlappedPairs, RefusesWhatTalksInsideAChunk) {
+  struct Case {
+    int ranks;
+    std::string args, message;
+  };
+  const std::string v = std::string(kDualPipeV) + " --overlap-pairs --microbatches 4";
+  for (const Case& c :
+       {Case{2, "--pp 2 --schedule zb-v --virtual-stages 2 --overlap-pairs",
+             "--overlap-pairs runs DualPipeV's pairs at once; it needs --schedule dualpipev (got --schedule zb-v)"},
+        Case{4, "--pp 2 --tp 2" + v, "--overlap-pairs with --tp 2: the pair's forward and backward would both talk"},
+        Case{4, "--pp 2 --cp 2" + v, "--overlap-pairs with --cp 2: "},
+        Case{4, "--pp 2 --dp 2 --zero 3" + v, "--overlap-pairs with --zero 3: "},
+        Case{4, "--pp 2 --dp 2 --zero 1 --overlap-param-gather" + v, "--overlap-pairs with --overlap-param-gather: "}}) {
+    Result r = train("refused", c.ranks, c.args, /*save=*/false);
+    EXPECT_NE(r.status, 0) << c.args;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
