@@ -8,6 +8,11 @@
 // chunks of that split in turn on its own core (OneCoreGuard).
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
 #include "tests/train_gpt_run.h"
 
 using namespace loom;
@@ -61,5 +66,55 @@ TEST(TrainGptOverlappedPairs, RefusesWhatTalksInsideAChunk) {
     Result r = train("refused", c.ranks, c.args, /*save=*/false);
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+namespace {
+
+// Per rank (the trace's pid): how many of its F spans overlap one of its B spans in time.
+std::map<int, int> forwards_beside_backwards(const fs::path& path) {
+  std::ifstream f(path);
+  const nlohmann::json trace = nlohmann::json::parse(f);
+  std::map<int, std::vector<std::tuple<char, double, double>>> spans;  // pid -> (kind, begin, end)
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string name = e["name"];
+    if (name.size() < 2 || (name[0] != 'F' && name[0] != 'B') || !std::isdigit(name[1])) continue;
+    const double begin = e["ts"].get<double>();
+    spans[e["pid"].get<int>()].push_back({name[0], begin, begin + e["dur"].get<double>()});
+  }
+  std::map<int, int> overlapping;
+  for (const auto& [pid, list] : spans) {
+    overlapping[pid] = 0;
+    for (const auto& [kf, f0, f1] : list)
+      for (const auto& [kb, b0, b1] : list)
+        if (kf == 'F' && kb == 'B' && f0 < b1 && b0 < f1) ++overlapping[pid];
+  }
+  return overlapping;
+}
+
+}  // namespace
+
+// The trace's compute spans: one half after the other no F overlaps a B;
+// overlapped, the pairs' do. Rank 0 has 7 pairs a step at pp 2, m 6, rank 1 8
+// (dualpipev_schedule.h), 10 steps: at most 70 and 80. How many overlap is
+// the machine's: at load average 15 on 2 cores (the CI's neighbours), 10-13
+// and 37-39 did (the worker woke after the other half had finished), so the
+// test asks for one. Width 128: ops of a millisecond or so, not tens of us.
+TEST(TrainGptOverlappedPairs, TheTraceShowsEachPairsHalvesAtOnce) {
+  const std::string args = "--pp 2 --microbatches 6 --batch 4 --embd 128 --heads 4 --block 64" + std::string(kDualPipeV);
+  const fs::path serial = work_dir() / "serial_trace.json", overlapped = work_dir() / "overlap_trace.json";
+  ASSERT_EQ(train("trace_serial", 2, args + " --trace " + serial.string(), false).status, 0);
+  ASSERT_EQ(train("trace_overlap", 2, args + " --overlap-pairs --trace " + overlapped.string(), false).status, 0);
+  const std::map<int, int> one_after_the_other = forwards_beside_backwards(serial);
+  const std::map<int, int> at_once = forwards_beside_backwards(overlapped);
+  ASSERT_EQ(at_once.size(), 2u);
+  const int pairs[2] = {70, 80};
+  for (const auto& [rank, n] : at_once) {
+    std::printf("[ measured ] rank %d: %d of %d pairs' F beside their B (one after the other: %d)\n", rank, n,
+                pairs[rank], one_after_the_other.at(rank));
+    EXPECT_EQ(one_after_the_other.at(rank), 0) << "rank " << rank;
+    EXPECT_GE(n, 1) << "rank " << rank;
+    EXPECT_LE(n, pairs[rank]) << "rank " << rank;
   }
 }
