@@ -28,8 +28,9 @@
 // With F, B and W of equal length on a chunk its bubble is ZB-V's,
 // (p - 1)/(6 m + p - 1); it holds one chunk-micro-batch more, 2p + 1.
 //
-// On the CPU the two halves of a pair run one after the other (F, then B and
-// its W): the order is DualPipeV's, the overlap is not shown. Needs m >= 2p.
+// By default the two halves of a pair run one after the other (F, then B and
+// its W); with overlap_pairs (--overlap-pairs) at once, on two threads, with
+// DeepSeek's order of receives and sends (overlapped_pairs.h). Needs m >= 2p.
 #pragma once
 
 #include <vector>
