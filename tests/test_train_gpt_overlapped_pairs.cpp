@@ -98,7 +98,7 @@ std::map<int, int> forwards_beside_backwards(const fs::path& path) {
 // The trace's compute spans: one half after the other no F overlaps a B;
 // overlapped, the pairs' do. Rank 0 has 7 pairs a step at pp 2, m 6, rank 1 8
 // (dualpipev_schedule.h), 10 steps: at most 70 and 80. How many overlap is
-// the machine's: at load average 15 on 2 cores (the CI's neighbours), 10-13
+// the machine's: at load average 15 on 2 cores (the CI's neighbours), 5-13
 // and 37-39 did (the worker woke after the other half had finished), so the
 // test asks for one. Width 128: ops of a millisecond or so, not tens of us.
 TEST(TrainGptOverlappedPairs, TheTraceShowsEachPairsHalvesAtOnce) {
@@ -117,4 +117,15 @@ TEST(TrainGptOverlappedPairs, TheTraceShowsEachPairsHalvesAtOnce) {
     EXPECT_GE(n, 1) << "rank " << rank;
     EXPECT_LE(n, pairs[rank]) << "rank " << rank;
   }
+}
+
+// --print-schedule lists the table's order, F then B and W, whichever half of a pair ended first.
+TEST(TrainGptOverlappedPairs, PrintScheduleShowsTheTablesOrder) {
+  Result r = train("overlap_print", 2, "--pp 2 --microbatches 4 --batch 4 --print-schedule --overlap-pairs" +
+                                           std::string(kDualPipeV), false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("stage 0 | F0.0 F1.0 F2.0 F0.1 B0.1 W0.1 F1.1 F3.0 B1.1 W1.1 F2.1 B0.0 W0.0 B2.1 W2.1 "
+                          "F3.1 B1.0 W1.0 B3.1 W3.1 B2.0 W2.0"),
+            std::string::npos)
+      << r.output;
 }

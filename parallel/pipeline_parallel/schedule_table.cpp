@@ -1,5 +1,7 @@
 #include "parallel/pipeline_parallel/schedule_table.h"
 
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -93,7 +95,16 @@ ForwardBackwardResult run_schedule_table(const std::vector<std::vector<Scheduled
     send(i + 1, b_out);
     i += 2;
   }
-  return run.finish();
+  ForwardBackwardResult result = run.finish();
+  // A pair's halves end in either order: --print-schedule lists the table's (F, then B, W).
+  if (overlap_pairs) {
+    std::map<std::tuple<char, int, int>, size_t> position;
+    for (size_t i = 0; i < order.size(); ++i) position[{order[i].kind, order[i].mb, order[i].chunk}] = i;
+    std::stable_sort(result.events.begin(), result.events.end(), [&](const ScheduleEvent& a, const ScheduleEvent& b) {
+      return position[{a.kind, a.mb, a.chunk}] < position[{b.kind, b.mb, b.chunk}];
+    });
+  }
+  return result;
 }
 
 }  // namespace loom::parallel
