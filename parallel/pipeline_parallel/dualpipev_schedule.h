@@ -15,7 +15,8 @@
 //   1  F0                        2 (p - r - 1) times
 //   2  F0 F1                     r + 1 times
 //   3  B1 W F1                   p - r - 1 times (W: the oldest queued, if any)
-//   4  F0+B1W1, F1+B0W0          m - 2p + r + 1 times (rank p - 1's first F0, B1W1 not overlapped)
+//   4  F0+B1W1, F1+B0W0          m - 2p + r + 1 times (DeepSeek runs rank p - 1's first pair in turn;
+//                                --overlap-pairs overlaps every pair that cannot stall: overlapped_pairs.h)
 //   5  B1W1, F1+B0W0             p - r - 1 times
 //   6  B1 B0                     r + 1 times, full until half-way, then split
 //   7  W B0                      p - r - 1 times
