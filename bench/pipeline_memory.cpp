@@ -51,6 +51,7 @@
 #include "parallel/comm/distributed.h"
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
+#include "parallel/pipeline_parallel/overlapped_pairs.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
@@ -74,11 +75,13 @@ struct Measured {
 
 Measured measure(const char* name, ModelChunks& stage, PipelineP2P& p2p, const std::vector<MicroBatch>& mbs,
                  int steps, double latency_ms) {
+  const bool overlap = std::string(name) == "dualpipev --overlap-pairs";
+  if (overlap) name = "dualpipev";
   auto schedule = std::string(name) == "afab"      ? train_step_pipeline_afab
                   : std::string(name) == "1f1b"    ? train_step_pipeline_1f1b
                   : std::string(name) == "zb-h1"   ? train_step_pipeline_zb_h1
                   : std::string(name) == "zb-v"    ? train_step_pipeline_zb_v
-                  : std::string(name) == "dualpipev" ? train_step_pipeline_dualpipev
+                  : std::string(name) == "dualpipev" ? nullptr
                                                    : train_step_pipeline_interleaved;
   LossFn loss_fn = [](const Tensor& logits, const Tensor& y) { return nn::cross_entropy_loss(logits, y); };
   std::vector<Tensor> params = stage.parameters();
@@ -89,7 +92,8 @@ Measured measure(const char* name, ModelChunks& stage, PipelineP2P& p2p, const s
     reset_peak_memory_stats();
     const int64_t live_before = memory_stats().live_bytes;
     const auto t0 = std::chrono::steady_clock::now();
-    ForwardBackwardResult r = schedule(stage, p2p, mbs, loss_fn, nullptr);
+    ForwardBackwardResult r = schedule ? schedule(stage, p2p, mbs, loss_fn, nullptr)
+                                       : train_step_pipeline_dualpipev(stage, p2p, mbs, loss_fn, nullptr, overlap);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double peak = double(memory_stats().peak_bytes - live_before) / (1 << 20);
     std::vector<StageEvents> all = gather_schedule(p2p.pp_group(), r.events);
@@ -178,12 +182,13 @@ int main(int argc, char** argv) {
       inter = measure("interleaved 1f1b", *stage, p2p, mbs, steps, latency_ms);
     }
     // The V (zbv_schedule.h): two chunks a rank, its own links (m >= 2p for DualPipeV).
-    Measured zbv, dpv;
+    Measured zbv, dpv, dpv_overlap;
     {
       stage = make_stage(2, ChunkLayout::V);
       PipelineP2P v_links(world, ChunkLayout::V);
       zbv = measure("zb-v", *stage, v_links, mbs, steps, latency_ms);
       if (m >= 2 * p) dpv = measure("dualpipev", *stage, v_links, mbs, steps, latency_ms);
+      if (m >= 2 * p) dpv_overlap = measure("dualpipev --overlap-pairs", *stage, v_links, mbs, steps, latency_ms);
     }
     if (!trace_path.empty()) trace::write(world, trace_path);
     std::vector<double> afab_mb = gather(world, afab.peak_mb), ofob_mb = gather(world, ofob.peak_mb);
@@ -242,6 +247,14 @@ int main(int argc, char** argv) {
                 afab.step_ms, ofob.step_ms, zb.step_ms, zbv.step_ms, dpv.step_ms);
     if (v > 1) std::printf(", interleaved v %d %.3f ms", v, inter.step_ms);
     std::printf("\n");
+    if (m >= 2 * p) {  // overlapped_pairs.h: a pair takes max(F, B + W) = 2 chunk slots instead of 3
+      std::vector<std::vector<ScheduledOp>> orders;
+      for (int r = 0; r < p; ++r) orders.push_back(dualpipev_order(p, r, m));
+      const double serial = step_slots(orders, ChunkLayout::V, false), overlapped = step_slots(orders, ChunkLayout::V, true);
+      std::printf("dualpipev --overlap-pairs %.3f ms: %.3f of one half after the other (slots with F = B = W on a "
+                  "chunk: %.0f of %.0f = %.3f)\n", dpv_overlap.step_ms, dpv_overlap.step_ms / dpv.step_ms, overlapped,
+                  serial, overlapped / serial);
+    }
     // What DualPipeV's pairs change (dualpipev_schedule.h): how much of a slow
     // link each order exposes. The same spans, replayed (schedule_diagram.h).
     std::printf("replayed with every transfer taking %.2f ms (the same spans): 1f1b %.3f ms, zb-h1 %.3f ms, zb-v "

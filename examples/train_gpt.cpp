@@ -102,7 +102,7 @@ int run(const train::Args& a, const std::string& flags) {
     if (teach::broken(teach::Break::MoeAuxUnscaled)) nn::set_aux_loss_backward_scale(opt->backward_scale(), 1);
     parallel::ForwardBackwardResult g =
         parallel::forward_backward(m, mbs, a.schedule, train::scaled_loss(m, *opt, mbs, corpus.eod >= 0, pgm),
-                                   dp.dp.get());
+                                   dp.dp.get(), a.overlap_pairs);
     finalize(dp.dp.get());  // tied embedding and sequence-parallel grads summed
     const double loss = train::global_mean_loss(g.loss, *opt, pgm);
     diag.backward_done();  // --memory-report's activation peak, before the optimizer allocates its state

@@ -22,12 +22,15 @@ ForwardBackwardResult forward_backward_no_pipelining(ModelChunks& model, const s
 }
 
 ForwardBackwardResult forward_backward(Model& model, const std::vector<MicroBatch>& micro_batches,
-                                       const std::string& schedule, const LossFn& loss_fn, DataParallel* dp) {
+                                       const std::string& schedule, const LossFn& loss_fn, DataParallel* dp,
+                                       bool overlap_pairs) {
+  LOOM_CHECK(!overlap_pairs || schedule == "dualpipev", "forward_backward: overlapped pairs are DualPipeV's; schedule '",
+             schedule, "' has none");
   if (!model.p2p) return forward_backward_no_pipelining(*model.chunks, micro_batches, loss_fn, dp);
   ModelChunks& stage = *model.chunks;
   PipelineP2P& p2p = *model.p2p;
   if (schedule == "zb-v") return train_step_pipeline_zb_v(stage, p2p, micro_batches, loss_fn, dp);
-  if (schedule == "dualpipev") return train_step_pipeline_dualpipev(stage, p2p, micro_batches, loss_fn, dp);
+  if (schedule == "dualpipev") return train_step_pipeline_dualpipev(stage, p2p, micro_batches, loss_fn, dp, overlap_pairs);
   if (stage.num_chunks() > 1) return train_step_pipeline_interleaved(stage, p2p, micro_batches, loss_fn, dp);
   if (schedule == "afab") return train_step_pipeline_afab(stage, p2p, micro_batches, loss_fn, dp);
   if (schedule == "zb-h1") return train_step_pipeline_zb_h1(stage, p2p, micro_batches, loss_fn, dp);

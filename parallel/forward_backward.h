@@ -25,8 +25,10 @@ namespace loom::parallel {
 // loss_fn: the loss to back-propagate for one micro-batch (the model's loss,
 // times the loss scale under fp16). dp may be null. The result's loss is the
 // mean of loss_fn over the micro-batches (as computed; divide out a loss scale).
+// overlap_pairs: DualPipeV's pairs compute at once (overlapped_pairs.h).
 ForwardBackwardResult forward_backward(Model& model, const std::vector<MicroBatch>& micro_batches,
-                                       const std::string& schedule, const LossFn& loss_fn, DataParallel* dp);
+                                       const std::string& schedule, const LossFn& loss_fn, DataParallel* dp,
+                                       bool overlap_pairs = false);
 
 // Gradient accumulation on a rank that holds every layer.
 ForwardBackwardResult forward_backward_no_pipelining(ModelChunks& model, const std::vector<MicroBatch>& micro_batches,

@@ -41,16 +41,19 @@ Tensor MicroBatchRunner::forward(int mb, const Tensor& input, int chunk) {
     loss_sum_ += loss.item<double>();
     out = autograd::mul(loss, 1.0 / double(num_microbatches()));
   }
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
   in_flight_[{mb, chunk}] = {in, out};
   return out;
 }
 
 std::pair<Tensor, Tensor> MicroBatchRunner::take_in_flight(int mb, const Tensor& output_grad, int chunk) {
+  std::unique_lock<std::mutex> lock(in_flight_mutex_);
   auto it = in_flight_.find({mb, chunk});
   LOOM_CHECK(it != in_flight_.end(), "schedule: backward of micro-batch ", mb, " (chunk ", chunk,
              ") before its forward");
   auto [input, output] = it->second;
   in_flight_.erase(it);  // the graph is freed by backward; drop our handles too
+  lock.unlock();
   if (!model_.chunk_is_last(chunk)) expect_received("gradient", mb, output_grad, output.shape());
   return {input, output};
 }

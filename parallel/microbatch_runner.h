@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -87,7 +88,9 @@ class MicroBatchRunner {
   const std::vector<MicroBatch>& mbs_;
   const LossFn& loss_fn_;
   DataParallel* dp_;
-  std::map<std::pair<int, int>, std::pair<Tensor, Tensor>> in_flight_;  // (mb, chunk) -> (input, output)
+  // (mb, chunk) -> (input, output); locked: an overlapped pair's F adds one while its B takes another (overlapped_pairs.h)
+  std::mutex in_flight_mutex_;
+  std::map<std::pair<int, int>, std::pair<Tensor, Tensor>> in_flight_;
   std::map<std::pair<int, int>, autograd::WeightGrads> weight_grads_;    // (mb, chunk) -> what B left for W
   double loss_sum_ = 0;
   ScheduleRecorder recorder_;

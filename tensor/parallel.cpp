@@ -12,4 +12,7 @@ void parallel_for_tasks(int64_t n, const std::function<void(int64_t begin, int64
   cpu::parallel_for_tasks(n, fn);
 }
 
+OneCoreGuard::OneCoreGuard() : saved_(cpu::t_one_core) { cpu::t_one_core = true; }
+OneCoreGuard::~OneCoreGuard() { cpu::t_one_core = saved_; }
+
 }  // namespace loom

@@ -25,4 +25,19 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t beg
 // 24 + 24, where parallel_for's multiples of 16 give 16 + 32.
 void parallel_for_tasks(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+// While it lives, this host thread runs every loop's chunks (the split
+// ops::set_num_threads chose) one after another on itself: one core, and the
+// same bits as when the math threads share them. For two host threads that
+// compute at once (parallel/pipeline_parallel/overlapped_pairs.h): one core each.
+class OneCoreGuard {
+ public:
+  OneCoreGuard();
+  ~OneCoreGuard();
+  OneCoreGuard(const OneCoreGuard&) = delete;
+  OneCoreGuard& operator=(const OneCoreGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+
 }  // namespace loom

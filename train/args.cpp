@@ -162,6 +162,9 @@ void add_options(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"uniform", "balanced"}));
   number(app, "--virtual-stages", a.virtual_stages, {1, 4096},
          "model chunks per pipeline rank; > 1: interleaved 1F1B (--microbatches a multiple of --pp)");
+  app.add_flag("--overlap-pairs", a.overlap_pairs,
+               "--schedule dualpipev: run each pair's forward and backward at once, on two threads (DeepSeek's "
+               "overlap)");
   app.add_flag("--print-schedule", a.print_schedule,
                "print the executed pipeline schedule and its bubble after step 2 (step 1 if only one)");
   app.add_option("--schedule-svg", a.schedule_svg, "with --pp: draw step 2's schedule (step 1's if only one), in time, to this SVG file");

@@ -38,6 +38,7 @@ struct Args {
   double bucket_mb = 25.0;
   int64_t grad_accum = 1, microbatches = 0;
   std::string schedule = "1f1b", partition = "uniform";
+  bool overlap_pairs = false;  // dualpipev: each pair's F and B + W compute at once (overlapped_pairs.h)
   bool print_schedule = false;
   std::string schedule_svg;  // the first step's schedule as a picture
   int virtual_stages = 1;  // model chunks per pipeline rank: interleaved 1F1B when > 1

@@ -164,6 +164,19 @@ void validate(const Args& a) {
     LOOM_CHECK(a.device == "cpu", "--schedule ", a.schedule, " with --device ", a.device,
                ": the zero-bubble schedules are tested on the CPU only so far; use --device cpu");
   }
+  if (a.overlap_pairs) {  // DualPipeV's pairs at once (parallel/pipeline_parallel/overlapped_pairs.h)
+    LOOM_CHECK(a.schedule == "dualpipev", "--overlap-pairs runs DualPipeV's pairs at once; it needs --schedule "
+               "dualpipev (got --schedule ", a.schedule, ")");
+    // What talks inside a chunk would post collectives on one group from the pair's two threads, in an order
+    // that differs across ranks.
+    using Flag = std::pair<std::string, bool>;
+    for (const auto& [flag, on] : {Flag{str("--tp ", a.tp), a.tp > 1}, Flag{str("--cp ", a.cp), a.cp > 1},
+                                   Flag{str("--ep ", a.ep), a.ep > 1}, Flag{"--zero 3", a.zero == 3},
+                                   Flag{"--overlap-param-gather", a.overlap_param_gather}})
+      LOOM_CHECK(!on, "--overlap-pairs with ", flag, ": the pair's forward and backward would both talk inside "
+                 "their chunks, on one process group from two threads, in an order that differs across ranks; "
+                 "drop ", flag, " or --overlap-pairs");
+  }
   teach::parse_break(a.teach_break);  // an unknown name lists the known ones
   LOOM_CHECK(!a.overlap_param_gather || a.zero == 1 || a.zero == 2, "--overlap-param-gather overlaps ZeRO-1/2's param "
              "all-gathers; it needs --zero 1 or 2 (ZeRO-3 gathers each unit in its own forward pre-hook)");

@@ -101,6 +101,9 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                                            ? "native (AVX512_BF16 or AMX), no fp32 copies of their operands"
                                            : "through fp32 (no AVX512_BF16 or AMX, or LOOM_GEMM_BF16=fp32), "
                                              "fp32 copies of their operands among the activations");
+    if (rank0_ && a_.overlap_pairs)  // docs/18-zero-bubble.md: the peak under overlap is timing's
+      std::printf(" --overlap-pairs: activ. peak's formula walks the pairs one half after the other; overlapped, a "
+                  "pair's B may peak beside its F's work half done (below it) or its F's temporaries (above it)\n");
     if (rank0_ && dp_.fsdp)
       std::printf(" ZeRO-3: params, grads and optimizer state are this rank's shards; comm buffers: the gathered "
                   "units' full params at their peak (units held through the step + two adjacent units, optim/memory_report.h)\n");

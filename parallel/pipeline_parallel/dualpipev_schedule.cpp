@@ -54,12 +54,12 @@ std::vector<ScheduledOp> dualpipev_order(int p, int r, int m) {
 
 ForwardBackwardResult train_step_pipeline_dualpipev(ModelChunks& stage, PipelineP2P& p2p,
                                                     const std::vector<MicroBatch>& micro_batches,
-                                                    const LossFn& loss_fn, DataParallel* dp) {
+                                                    const LossFn& loss_fn, DataParallel* dp, bool overlap_pairs) {
   LOOM_CHECK(stage.num_chunks() == 2, "dualpipev: a rank holds two chunks in a V, this one ", stage.num_chunks());
   const int m = int(micro_batches.size());
   std::vector<std::vector<ScheduledOp>> orders;
   for (int r = 0; r < p2p.pp_size(); ++r) orders.push_back(dualpipev_order(p2p.pp_size(), r, m));
-  return run_schedule_table(orders, ChunkLayout::V, stage, p2p, micro_batches, loss_fn, dp);
+  return run_schedule_table(orders, ChunkLayout::V, stage, p2p, micro_batches, loss_fn, dp, overlap_pairs);
 }
 
 }  // namespace loom::parallel

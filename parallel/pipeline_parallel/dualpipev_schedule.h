@@ -15,7 +15,8 @@
 //   1  F0                        2 (p - r - 1) times
 //   2  F0 F1                     r + 1 times
 //   3  B1 W F1                   p - r - 1 times (W: the oldest queued, if any)
-//   4  F0+B1W1, F1+B0W0          m - 2p + r + 1 times (rank p - 1's first F0, B1W1 not overlapped)
+//   4  F0+B1W1, F1+B0W0          m - 2p + r + 1 times (DeepSeek runs rank p - 1's first pair in turn;
+//                                --overlap-pairs overlaps every pair that cannot stall: overlapped_pairs.h)
 //   5  B1W1, F1+B0W0             p - r - 1 times
 //   6  B1 B0                     r + 1 times, full until half-way, then split
 //   7  W B0                      p - r - 1 times
@@ -28,8 +29,9 @@
 // With F, B and W of equal length on a chunk its bubble is ZB-V's,
 // (p - 1)/(6 m + p - 1); it holds one chunk-micro-batch more, 2p + 1.
 //
-// On the CPU the two halves of a pair run one after the other (F, then B and
-// its W): the order is DualPipeV's, the overlap is not shown. Needs m >= 2p.
+// By default the two halves of a pair run one after the other (F, then B and
+// its W); with overlap_pairs (--overlap-pairs) at once, on two threads, with
+// DeepSeek's order of receives and sends (overlapped_pairs.h). Needs m >= 2p.
 #pragma once
 
 #include <vector>
@@ -42,9 +44,11 @@ namespace loom::parallel {
 // as B then W. Errors: pp_size < 2, a rank outside it, fewer than 2 pp_size micro-batches.
 std::vector<ScheduledOp> dualpipev_order(int pp_size, int pp_rank, int num_microbatches);
 
-// Runs dualpipev_order on a stage of two chunks laid out in a V. dp may be null.
+// Runs dualpipev_order on a stage of two chunks laid out in a V. dp may be
+// null. overlap_pairs: the pairs' halves compute at once (overlapped_pairs.h).
 ForwardBackwardResult train_step_pipeline_dualpipev(ModelChunks& stage, PipelineP2P& p2p,
                                                     const std::vector<MicroBatch>& micro_batches,
-                                                    const LossFn& loss_fn, DataParallel* dp = nullptr);
+                                                    const LossFn& loss_fn, DataParallel* dp = nullptr,
+                                                    bool overlap_pairs = false);
 
 }  // namespace loom::parallel

@@ -29,9 +29,11 @@ namespace loom::parallel {
 // rank's order by which it is known delivered (send_release.h): what a send
 // holds is alive for a span of the schedule, the same on every run. Errors:
 // an order without every (micro-batch, chunk)'s F, B and W exactly once.
+// overlap_pairs: each F followed by a full backward on the other chunk runs
+// with it at once (overlapped_pairs.h), else one after the other.
 ForwardBackwardResult run_schedule_table(const std::vector<std::vector<ScheduledOp>>& orders, ChunkLayout layout,
                                          ModelChunks& stage, PipelineP2P& p2p,
                                          const std::vector<MicroBatch>& micro_batches, const LossFn& loss_fn,
-                                         DataParallel* dp);
+                                         DataParallel* dp, bool overlap_pairs = false);
 
 }  // namespace loom::parallel

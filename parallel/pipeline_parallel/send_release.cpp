@@ -5,12 +5,6 @@
 
 namespace loom::parallel {
 
-namespace {
-
-struct Link {
-  int stage = -1, chunk = 0;  // stage -1: no transfer over a link (the pipeline's end, or the V's turn in memory)
-};
-
 // Where op `kind` on chunk c of stage s sends its output (F: the activation, B: the input gradient).
 Link sends_to(char kind, int s, int c, int p, ChunkLayout layout) {
   const bool v = layout == ChunkLayout::V;
@@ -27,8 +21,6 @@ Link receives_from(char kind, int s, int c, int p, ChunkLayout layout) {
   const int from = from_above ? s - 1 : s + 1;
   return from >= 0 && from < p ? Link{from, c} : Link{};
 }
-
-}  // namespace
 
 std::vector<int> send_release_points(const std::vector<std::vector<ScheduledOp>>& orders, int stage,
                                      ChunkLayout layout) {

@@ -34,6 +34,16 @@ namespace loom::parallel {
 // goes with the first send on each link of a schedule, and lives as long.
 constexpr double kSendHeaderBytes = 80;
 
+// A link's far end, for op `kind` (F, B, W) on chunk c of stage s of p: the
+// stage it sends its output to / receives its input from, and the chunk
+// there; stage -1 when nothing crosses a link (W, the pipeline's ends, the V's
+// turn in memory).
+struct Link {
+  int stage = -1, chunk = 0;
+};
+Link sends_to(char kind, int s, int c, int p, ChunkLayout layout);
+Link receives_from(char kind, int s, int c, int p, ChunkLayout layout);
+
 // orders: every rank's order (rank r's at [r]); layout: a V (ZB-V, DualPipeV:
 // chunk 1 comes back up, the last rank turns it in memory) or a line (one
 // chunk, ZB-H1). For each op of `stage`'s order: -1 if it sends nothing over

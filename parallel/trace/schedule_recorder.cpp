@@ -12,6 +12,7 @@ ScheduleRecorder::Op::Op(ScheduleRecorder& r, char kind, int mb, int chunk)
 
 ScheduleRecorder::Op::~Op() {
   event_.end_us = schedule_clock_us();
+  std::lock_guard<std::mutex> lock(r_.mutex_);
   r_.events_.push_back(event_);
 }
 

@@ -5,6 +5,7 @@
 // chunks "F3.1" (on chunk 1); on one stage "forward" / "backward".
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -32,12 +33,16 @@ class ScheduleRecorder {
     trace::Span span_;
   };
 
-  StageEvents take_events() { return std::move(events_); }
+  StageEvents take_events() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::move(events_);
+  }
 
  private:
   std::string name(char kind, int mb, int chunk) const;
   bool pipelined_;
   int num_chunks_;
+  std::mutex mutex_;  // DualPipeV's overlapped pairs end ops on two threads (overlapped_pairs.h)
   StageEvents events_;
 };
 

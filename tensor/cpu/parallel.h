@@ -46,6 +46,11 @@ inline std::atomic<int>& thread_setting() {
   return n;
 }
 
+// Set on a host thread that computes beside another (OneCoreGuard in tensor/parallel.h,
+// DualPipeV's overlapped pairs): its loops keep --threads' chunks but run
+// them one after another, as when the cores are taken (core_watch.h).
+inline thread_local bool t_one_core = false;
+
 // How many threads parallel_for may use here (1 inside a parallel region).
 inline int max_threads() {
 #ifdef _OPENMP
@@ -67,7 +72,7 @@ void parallel_chunks(int64_t n, [[maybe_unused]] int64_t grain, [[maybe_unused]]
     const int64_t chunks = std::min<int64_t>(threads, n / std::max<int64_t>(grain, 1));
     // Chunk t of nt: [edge(t), edge(t + 1)).
     auto edge = [n, align](int64_t k, int64_t nt) { return k == nt ? n : std::min(n, (n * k / nt) / align * align); };
-    if (!wake_math_threads(int(chunks))) {  // the cores are taken: the same chunks, in turn
+    if (t_one_core || !wake_math_threads(int(chunks))) {  // one core, or the cores are taken: the same chunks, in turn
       for (int64_t t = 0; t < chunks; ++t)
         if (edge(t, chunks) < edge(t + 1, chunks)) fn(edge(t, chunks), edge(t + 1, chunks));
       return;

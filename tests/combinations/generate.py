@@ -55,6 +55,7 @@ FACTORS = [  # name, values (the first is train_gpt's default where it has one)
     ("grad_accum", [1, 2]),
     ("microbatches", [0, 1, 2, 4]),
     ("overlap_param_gather", [False, True]),
+    ("overlap_pairs", [False, True]),  # --overlap-pairs: DualPipeV's pairs on two threads (overlapped_pairs.h)
     ("zero3_prefetch", ["on", "off"]),
     ("zero3_reshard_after_forward", ["on", "off"]),
     ("dropout", [0.0, 0.1]),
@@ -91,6 +92,7 @@ CONSTRAINTS = [
      lambda c: c["virtual_stages"] == 1 or c["schedule"] != "1f1b" or (c["microbatches"] or c["pp"]) % c["pp"] == 0),
     (("dp", "dp_shard"), lambda c: c["dp_shard"] == 0 or c["dp"] % c["dp_shard"] == 0),
     (("zero", "overlap_param_gather"), lambda c: not c["overlap_param_gather"] or c["zero"] in (1, 2)),
+    (("schedule", "overlap_pairs"), lambda c: not c["overlap_pairs"] or c["schedule"] == "dualpipev"),
     (("zero", "zero3_prefetch"), lambda c: c["zero3_prefetch"] == "on" or c["zero"] == 3),
     (("zero", "zero3_reshard_after_forward"), lambda c: c["zero3_reshard_after_forward"] == "on" or c["zero"] == 3),
     (("dp_mode", "bucket_mb"), lambda c: c["dp_mode"] == "bucket" or c["bucket_mb"] == 25),
@@ -120,6 +122,10 @@ REFUSALS = [
     (("schedule", "microbatches", "pp"),
      lambda c: c["schedule"] == "dualpipev" and (c["microbatches"] or c["pp"]) < 2 * c["pp"],
      "--schedule dualpipev with fewer than 2 pp micro-batches"),
+    # a pair's F and B on two threads would both talk inside their chunks on one group (train/checks.cpp)
+    (("overlap_pairs", "tp", "cp", "ep", "zero", "overlap_param_gather"),
+     lambda c: c["overlap_pairs"] and (c["tp"] * c["cp"] * c["ep"] > 1 or c["zero"] == 3 or c["overlap_param_gather"]),
+     "--overlap-pairs with --tp/--cp/--ep/--zero 3/--overlap-param-gather"),
     (("lifecycle", "arch", "untied"), lambda c: c["lifecycle"] == "export" and c["arch"] == "gpt2" and c["untied"],
      "--export-hf with --arch gpt2 --untied"),
     (("lifecycle", "arch", "kv_heads"),

@@ -311,6 +311,8 @@ def case_args(f, model):
             par += [flag, f[key]]
     if f["overlap_param_gather"]:
         par += ["--overlap-param-gather"]
+    if f.get("overlap_pairs"):
+        par += ["--overlap-pairs"]
     same = ["--dtype", f["dtype"], "--recompute", f["recompute"]]
     same += mask_args(f)  # the reference masks the same targets
     return world, [str(x) for x in par], same, batch, global_batch
