@@ -3,7 +3,8 @@
 // the router's and the experts' activations by optim/moe_activations.h, each
 // against the allocator, read from --memory-json; and the expert-parallel term
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
-// group), which train_gpt --ep will measure.
+// group), and each rank's ledger under --dp and --ep (its E / ep experts, their
+// own gradient buffer, and the rows the all-to-all brought them).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -18,14 +19,15 @@ using namespace loom::test;
 
 namespace {
 
-// Rank 0's ledger of a one-process run: {row: {measured, predicted}}.
-nlohmann::json ledger(const std::string& name, const std::string& flags) {
+// Every rank's ledger of a run on `ranks` processes: [rank]{row: {measured, predicted}}.
+nlohmann::json ledgers(const std::string& name, int ranks, const std::string& flags) {
   const std::string json = (work_dir() / (name + ".memory.json")).string();
-  const Result r = train(name, 1, flags + " --memory-report --memory-json " + json + " --steps 1", false);
+  const Result r = train(name, ranks, flags + " --memory-report --memory-json " + json + " --steps 1", false);
   EXPECT_EQ(r.status, 0) << r.output;
   std::ifstream f(json);
-  return nlohmann::json::parse(f)["ranks"][0];
+  return nlohmann::json::parse(f)["ranks"];
 }
+nlohmann::json ledger(const std::string& name, const std::string& flags) { return ledgers(name, 1, flags)[0]; }
 
 const std::string kLaptop = "--arch llama --experts 4 --experts-per-token 2 --mlp-hidden 88 --layers 2 --heads 4 "
                             "--embd 64 --block 32 --batch 16";
@@ -92,4 +94,54 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
                 100 * (measured / predicted - 1));
     EXPECT_NEAR(measured / predicted, 1.0, c.activation_tolerance) << c.name;
   }
+}
+
+// --dp and --ep, ZeRO 0: each rank holds the dense params and its E / ep experts, their gradients (the
+// experts' in a buffer of their own, its padding in comm) and Adam's moments; its activations keep the
+// rows the dispatch brought its experts (optim/moe_activations.h's ep table, from the routing's counts).
+// Every rank: params and comm to the byte, grads and optimizer state within 1% (AdamW's step counters,
+// the buckets' padding), activations to the byte but the loss's scalars. I 512: the experts' backward
+// (X) is the peak on some ranks, walked over the local experts.
+TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
+  const int64_t whole = ledger("moe_ledger_ep1", kLaptop)["num_params"];
+  struct Case {
+    const char* name;
+    int ranks;
+    std::string flags;
+  } cases[] = {{"moe_ledger_dp2", 2, kLaptop + " --dp 2"},
+               {"moe_ledger_dp2_ep2", 2, kLaptop + " --dp 2 --ep 2"},
+               {"moe_ledger_dp2_ep2_bf16", 2, kLaptop + " --dp 2 --ep 2 --dtype bf16"},
+               {"moe_ledger_dp4_ep2", 4, kLaptop + " --dp 4 --ep 2"},
+               {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"}};
+  // An expert: w1, w3 [88, 64] and w2 [64, 88]; 2 layers of 4: the ep ranks hold half of them each.
+  const int64_t experts = 2 * 4 * 3 * 88 * 64;
+  for (const Case& c : cases) {
+    const nlohmann::json ranks = ledgers(c.name, c.ranks, c.flags);
+    ASSERT_EQ(int(ranks.size()), c.ranks) << c.name;
+    for (const nlohmann::json& r : ranks) {
+      const std::string where = std::string(c.name) + " rank " + std::to_string(r["rank"].get<int>());
+      const bool ep = c.flags.find("--ep 2") != std::string::npos, wide = c.flags.find("512") != std::string::npos;
+      if (!wide) {
+        EXPECT_EQ(r["num_params"].get<int64_t>(), whole - (ep ? experts / 2 : 0)) << where;
+      }
+      for (const char* row : {"params", "comm"})
+        EXPECT_EQ(r[row]["measured"].get<int64_t>(), r[row]["predicted"].get<int64_t>()) << where << " " << row;
+      for (const char* row : {"grads", "optimizer"})
+        EXPECT_NEAR(r[row]["measured"].get<double>() / r[row]["predicted"].get<double>(), 1.0, 0.01)
+            << where << " " << row;
+      const double measured = r["activations"]["measured"], predicted = r["activations"]["predicted"];
+      std::printf("[ measured ] %s: activations %.0f measured, %.0f formula (%+.3f%%)\n", where.c_str(), measured,
+                  predicted, 100 * (measured / predicted - 1));
+      EXPECT_NEAR(measured / predicted, 1.0, 1e-4) << where;
+    }
+  }
+}
+
+// The experts' optimizer state under --ep and ZeRO is stepped whole, not yet sharded over expert-dp as the
+// formula says: refused, naming the flags, before training.
+TEST(MoELedger, ExpertParallelWithZeroIsRefused) {
+  const Result r = train("moe_ledger_ep_zero", 2, kLaptop + " --dp 2 --ep 2 --zero 1 --memory-report --steps 1", false);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--memory-report with --experts 4 and --zero 1 with --ep 2: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << r.output;
 }
