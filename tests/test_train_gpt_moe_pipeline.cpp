@@ -169,8 +169,6 @@ TEST(TrainGptMoEZero3, EqualsOneProcessAloneAndUnderAPipeline) {
 
 TEST(TrainGptMoEPipeline, WhatIsNotTestedYetIsRefusedBeforeTraining) {
   const std::pair<std::string, std::string> cases[] = {
-      {kMoE + "--pp 2 --memory-report", "--memory-report with --experts 4 and --pp 2: the experts' formula is "
-                                        "measured on one process without recomputation only"},
       {kMoE + "--tp 2 --recompute full", "--experts 4 with --tp 2 and --recompute full: experts are tested equal"},
       {kMoE + "--cp 2 --recompute full", "--experts 4 with --cp 2 and --recompute full: "},
       {kMoE + "--dp 2 --ep 2 --zero 3", "--ep 2 with --zero 3: each ep rank holds only its experts / ep experts"}};
