@@ -45,6 +45,7 @@ struct RoutingStats {
   double aux_loss = 0.0;           // Σ over forwards of the load-balancing loss (unweighted)
   int64_t forwards = 0;
   std::vector<int64_t> load;       // [E] slots each expert computed
+  std::vector<int64_t> last_load;  // [E] of them in the latest forward (the memory ledger's, under --ep)
 };
 
 // The ranks that hold the other tokens of this rank's micro-batch (set by

@@ -4,8 +4,6 @@
 
 namespace loom::optim {
 
-namespace {
-
 // The temporaries of one Linear's backward (tensor/ops_linear.cpp) at its last
 // large allocation, for x [M, K], w [n, K], the incoming gradient [M, n]
 // already counted by the caller. fp32: dx [M, K], dW [n, K], and for a bias
@@ -17,6 +15,8 @@ double linear_backward_temporaries(double M, double K, double n, double e, bool 
   if (e == 4 || native) return e * (M * K + n * K) + (bias ? (8 + e) * n : 0);
   return 4 * M * n + e * M * K + 4 * M * K + (4 + e) * n * K;
 }
+
+namespace {
 
 // The temporaries of a norm's backward (tensor/ops_nn.cpp, ops_llama.cpp)
 // over R rows of width h. fp32: dx [R, h], dweight (and dbias) [h]. 16-bit:

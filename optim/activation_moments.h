@@ -49,6 +49,11 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z);
 // The .grad tensors alive at each moment, without a main_grad buffer.
 Moments grads_at(const ActivationCase& c, const Sizes& z);
 
+// One Linear's backward temporaries for x [M, K], w [n, K] (the incoming
+// gradient [M, n] counted by the caller): fp32 or native bf16 dx and dW;
+// other 16-bit on fp32 copies (activation_moments.cpp says which).
+double linear_backward_temporaries(double M, double K, double n, double e, bool bias, bool native);
+
 // One block's attention: the k and v width, whether repeat_kv copies, and q,
 // k, v's kept elements per token (before / t).
 double kv_width(const ActivationCase& c);

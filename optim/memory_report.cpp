@@ -9,6 +9,17 @@
 
 namespace loom::optim {
 
+namespace {
+
+// The elements of dp's params in its main buffer: all but the experts kept apart (expert parallelism).
+int64_t dense_elements(const parallel::DataParallelBucket& dp) {
+  int64_t n = 0;
+  for (const Tensor& p : dp.params()) n += dp.kept_apart(p) ? 0 : p.numel();
+  return n;
+}
+
+}  // namespace
+
 MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
                                const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                int64_t live_before_step) {
@@ -27,21 +38,26 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     // ZeRO-2: the shards (their padding included) and the bucket-sized scratches.
     m.grads = bytes_of(dp->bucket_manager().buffer());
     for (const Tensor& s : dp->bucket_manager().scratches()) m.grads += bytes_of(s);
-    int64_t elements = 0;
-    for (const Tensor& p : dp->params()) elements += p.numel();
+    const int64_t elements = dense_elements(*dp);
     const Tensor& buffer = opt.param_buffer();  // ZeRO's param buffer's padding
     m.comm = int64_t(buffer.storage()->nbytes()) - elements * int64_t(element_size(buffer.dtype()));
   } else if (dp) {
     m.grads = bytes_of(dp->bucket_manager().buffer());
     // What the buffer holds beyond its params' gradients: the buckets' padding.
-    int64_t elements = 0;
-    for (const Tensor& p : dp->params()) elements += p.numel();
+    const int64_t elements = dense_elements(*dp);
     m.comm = m.grads - elements * 4;
     // ZeRO's param buffer, laid out alike: its padding too (undefined without ZeRO).
     if (const Tensor& buffer = opt.param_buffer(); buffer.defined())
       m.comm += int64_t(buffer.storage()->nbytes()) - elements * int64_t(element_size(buffer.dtype()));
   } else {
     for (const Tensor& p : params) m.grads += bytes_of(autograd::grad(p));
+  }
+  if (dp) {  // expert parallelism: the experts' own buffer, all-reduced over expert-dp (data_parallel_bucket.h)
+    int64_t expert_elements = 0, expert_buffer = 0;
+    for (const Tensor& p : dp->params())
+      if (dp->kept_apart(p)) expert_elements += p.numel(), expert_buffer += bytes_of(dp->main_grad(p));
+    m.grads += expert_buffer;
+    m.comm += expert_buffer > 0 ? expert_buffer - 4 * expert_elements : 0;  // its buckets' padding
   }
   for (size_t i = 0; i < opt.main_params().size(); ++i) {
     m.optimizer += bytes_of(opt.main_params()[i].main);  // 0 when it is (a view of) the param

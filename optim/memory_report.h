@@ -50,9 +50,9 @@ struct MemoryBreakdown {
   int64_t num_params = 0;        // parameters on this rank (its pipeline stage)
   int64_t params = 0;            // bytes of the model params (the param buffer under --zero)
   int64_t grads = 0;             // bytes of the fp32 main_grad buffer (or of the .grad tensors;
-                                 // ZeRO-2: of the shards and the scratches)
+                                 // ZeRO-2: of the shards and the scratches; --ep: + the experts' own buffer)
   int64_t optimizer = 0;         // fp32 main params that are not the params themselves, exp_avg, exp_avg_sq, steps
-  int64_t comm = 0;              // bucket padding of the grad buffer (+ ZeRO's param buffer)
+  int64_t comm = 0;              // bucket padding of the grad buffers (+ ZeRO's param buffer)
   int64_t activations_peak = 0;  // peak bytes during step 1's forward + backward above what was live before it
   int64_t live = 0;              // all live bytes now
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "optim/activation_moments.h"
+
 namespace loom::optim {
 
 namespace {
@@ -13,6 +15,29 @@ struct MoESizes {
         I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)), router(c.element_bytes == 2 ? 4 : e) {}
 };
 
+// (X) under ep: the local experts' backward, the last one first (cat's backward), each a candidate at
+// its SwiGLU's product backward (2 e M_j I) and at its w2's backward (its temporaries: 16-bit GEMMs on
+// fp32 copies make this the larger). base: what (X) has freed by then, less the 8 R bytes of the
+// unsort's indices (the combine's index_select backward has run; 8 bytes more alive, measured). Each
+// expert done frees its 4 [M_j, I]; after the first, its input's gradient [R, C] is being summed, and
+// the last frees the experts' output gradient [R, C].
+double local_experts_backward(const ActivationCase& c, const MoESizes& z, double base) {
+  const std::vector<int64_t>& g = c.moe_local_groups;  // [E / ep] rows per local expert
+  double R = 0;
+  for (int64_t m : g) R += double(m);
+  base -= 8 * (R - 1);
+  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
+  double freed = 0, best = base;
+  for (size_t j = g.size(); j-- > 0;) {
+    const bool first = j + 1 == g.size(), last = j == 0;
+    const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? z.e * R * z.C : 0), M_j = double(g[j]);
+    best = std::max({best, alive + 2 * z.e * M_j * z.I,
+                     alive + linear_backward_temporaries(M_j, z.I, z.C, z.e, false, native)});
+    freed += 4 * z.e * M_j * z.I;
+  }
+  return best;
+}
+
 }  // namespace
 
 double moe_kept_bytes(const ActivationCase& c) {
@@ -20,6 +45,10 @@ double moe_kept_bytes(const ActivationCase& c) {
   const double router = z.router * (z.N * z.E + z.N * z.k + z.N) + z.e * z.N * z.k;  // probs, picked, sum; weights
   const double indices = 8 * (z.N * z.k + z.M + z.N * z.k);
   const double rows = z.e * (z.M * z.C + 4 * z.M * z.I + (z.M + 1) * z.C + z.N * z.k * z.C);
+  if (c.moe_ep > 1) {  // the received rows R in the permuted ones' place: arrived, grouped, computed, 2 indices
+    const double R = c.moe_received_rows;
+    return router + indices + 16 * R + z.e * (3 * R * z.C + 4 * R * z.I + (z.M + 1) * z.C + z.N * z.k * z.C);
+  }
   return router + indices + rows;
 }
 
@@ -32,7 +61,8 @@ double moe_backward_bytes(const ActivationCase& c) {
   const double unpermute = std::max(2 * z.e * NkC + (8 + z.e) * z.N * z.k,
                                     4 * NkC + 4 * rows + (z.e == 4 ? 0 : z.e * rows));
   const double group = double(c.moe_largest_group);
-  const double experts = z.e * (2 * group * z.I - 2 * z.M * z.C - 2 * z.M - z.C);
+  const double base = -z.e * (2 * z.M * z.C + z.C) - 8 * z.M;
+  const double experts = c.moe_ep > 1 ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
   return std::max(unpermute, experts);
 }
 
@@ -40,7 +70,8 @@ double moe_forward_bytes(const ActivationCase& c) {
   const MoESizes z(c);
   // the experts' output [M, C] and the logits [N, E] the forward holds; the weighted slots [N, k, C],
   // the sum's float64 accumulator [N, C] and its result [N, C]
-  return z.e * z.M * z.C + z.e * z.N * z.E + z.e * z.N * z.k * z.C + 8 * z.N * z.C + z.e * z.N * z.C;
+  const double permuted = c.moe_ep > 1 ? z.e * z.M * z.C : 0;  // under ep kept by no one, but alive until forward ends
+  return z.e * z.M * z.C + z.e * z.N * z.E + z.e * z.N * z.k * z.C + 8 * z.N * z.C + z.e * z.N * z.C + permuted;
 }
 
 }  // namespace loom::optim

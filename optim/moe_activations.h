@@ -33,7 +33,8 @@
 //       (+ e (M + 1) C)). The peak of bf16 and fp16 there.
 //   (X) the largest group's SwiGLU backward (its M_g rows): w2's dx and the
 //       product's two gradients [M_g, I] each, the product freed, less what
-//       unpermute's backward freed by then: e (2 M_g I - 2 M C - 2 M - C).
+//       unpermute's backward freed by then (its [M + 1, C] input, the
+//       slots [N, k, C], an int64 [M] index): e (2 M_g I - 2 M C - C) - 8 M.
 //       Measured on one layer with E = 1; with several experts and the
 //       experts' .grad tensors (fp32, one process) the formula is 0.8% under
 //       the measurement at I = 512 (the gradients of the experts processed
@@ -41,6 +42,32 @@
 // Measured = formula to the byte (+ the loss's scalars) on --layers 1-2, --embd
 // 32 and 64, --batch 8 and 16, k 1 and 2, E 4 and 8, fp32, bf16, fp16, and
 // --grad-accum 2 (tests/test_memory_ledger_moe.cpp).
+//
+// Expert parallelism (--ep, parallel/expert_parallel/token_dispatcher_all_to_all.h):
+// a rank's E / ep experts compute the R rows the ep group routed to them (the
+// routing's: R_l for block l, M_j for local expert j, summed over the ep
+// group's micro-batches), R = M on average. What the dispatch and combine
+// keep, in the permuted rows' e M C place:
+//   dispatch's sort (index_select)  the received rows [R, C]        e R C
+//   each local expert's w1 and w3   the sorted rows [R, C]          e R C
+//   the unsort (index_select)       the experts' output [R, C]      e R C
+//   the sort and the unsort         their int64 indices [R] each    16 R
+//   each expert's SwiGLU            4 [R, I], over the local groups 4 e R I
+// (the all-to-alls keep only their split sizes). The moments:
+//   (U) + e M C: the permuted rows, sent and kept by no one, alive until the
+//       layer's forward returns.
+//   (M) as on one process (the combine's backward comes after it).
+//   (X) walked over the local experts, the last first (cat's backward): at
+//       expert j's product backward 2 e M_j I, or its w2's backward
+//       temporaries (16-bit on fp32 copies: the larger), above what is alive,
+//       which loses each expert's 4 e M_j I once done, gains the summed input
+//       gradient [R, C] after the first and loses the output gradient [R, C]
+//       at the last; the unsort's indices are freed by then (- 8 R + 8).
+// Measured = formula to the byte on every rank (tests/test_memory_ledger_moe.cpp's
+// ep runs; the laptop config at dp 2 ep 2, dp 4 ep 2 and 4, fp32, bf16 native
+// and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum the
+// formula reads the last micro-batch's routing, and an earlier one that
+// routed more rows here can be the peak: measured up to +1.6% (dp 4 ep 2, I 512).
 #pragma once
 
 #include "optim/activation_memory.h"

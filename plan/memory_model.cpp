@@ -73,8 +73,13 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
     const parallel::Recompute recompute = g.recompute             ? parallel::Recompute::Full
                                           : g.recompute_selective ? parallel::Recompute::Selective
                                                                   : parallel::Recompute::None;
-    const optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
-                                                                 g.sequence_parallel, dtype_bytes(g.dtype), recompute);
+    optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
+                                                           g.sequence_parallel, dtype_bytes(g.dtype), recompute);
+    if (m.experts > 0 && g.ep > 1) {  // --ep: a balanced router brings each rank the N k rows it sends
+      const int64_t rows = c.micro_batch * c.seq * m.experts_per_token;
+      c.moe_ep = g.ep, c.moe_received_rows = double(rows);
+      c.moe_local_groups.assign(size_t(m.experts / g.ep), rows * g.ep / m.experts);
+    }
     return optim::predict_activations(c).per_block + shared_expert_activation_bytes(m, g, micro_batch);
   }
   const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),

@@ -18,8 +18,11 @@
 // each replicated over dp / ep ranks (the expert-dp group), which average their
 // gradients and, under ZeRO, shard their optimizer state:
 //   optimizer = dense params x bytes/param / dp  +  expert params x bytes/param / (dp / ep)
-// (the ep helper's train_gpt --ep measures this; --memory-report's ledger at ep 1 is
-// tests/test_memory_ledger_moe.cpp).
+// (--memory-report's ledger, tests/test_memory_ledger_moe.cpp, measures this at
+// ZeRO 0 and ep 1, 2, 4). Activations: the ledger's count (optim/moe_activations.h)
+// with a balanced router: each rank's experts receive the N k rows it sends, so
+// a block keeps 2 e N k h + 16 N k bytes more than at ep 1 (the received, sorted
+// and computed rows [R, h] and two indices, less the permuted rows).
 //
 // All-to-all, per MoE block and micro-batch, N = b s / cp tokens on the rank
 // (/ tp under sequence parallelism: each tp rank routes its own slice):

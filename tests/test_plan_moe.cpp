@@ -1,11 +1,17 @@
 // The planner's mixture of experts (plan/moe_model.h): Mixtral-8x7B's and
 // DeepSeek-V3's published parameter counts, the experts over ep ranks and
 // their optimizer state over the expert-dp group, and the all-to-all bytes
-// of dispatch and combine, each against its formula worked by hand.
+// of dispatch and combine, each against its formula worked by hand; under ep
+// the planner's ledger against a run's --memory-json.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
 
 #include "plan/check_plan.h"
 #include "plan/moe_model.h"
@@ -183,4 +189,49 @@ TEST(PlanMoE, DeepSeekV3sPublishedGpuHoursAreThePlansWithItsAllToAllsHidden) {
               "(all-to-alls %.0f%% of the step); 1.8e5 published\n", hours, hidden, 100 * s.ep_s / s.step_s);
   EXPECT_GT(hours, 2 * 1.8e5);
   EXPECT_NEAR(hidden / 1.8e5, 1.0, 0.2);
+}
+
+// Under ep a block keeps the received, sorted and computed rows [R, h] and two int64 indices [R] in place
+// of the permuted rows [M, h] (optim/moe_activations.h); the planner's balanced router gives R = M = N k:
+// N 8 x 64 = 512, k 2: M 1024, h 128, fp32: 2 x 4 x 1024 x 128 + 16 x 1024 = 1,064,960 bytes more a block.
+TEST(PlanMoE, ExpertParallelActivationsKeepTheReceivedRows) {
+  const ModelShape m = small_moe();
+  const double ep1 = activation_bytes_per_layer(m, grid(2, 1, 1, 1), 8), ep2 = activation_bytes_per_layer(m, grid(2, 1, 1, 2), 8);
+  EXPECT_DOUBLE_EQ(ep2 - ep1, 1064960);
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, grid(4, 1, 1, 4), 8), ep2);  // R does not depend on ep
+}
+
+// The planner's ledger is --memory-report's: a run at dp 2 ep 2 (the laptop config of
+// tests/test_memory_ledger_moe.cpp), every rank: params and grads to the byte (grads less the buckets'
+// padding, which the planner leaves out), the optimizer state within AdamW's step counters.
+TEST(PlanMoE, ExpertParallelLedgerIsTheRunsEveryRank) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_plan_moe_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "corpus.txt");
+    for (int i = 0; i < 300; ++i) f << "The quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const std::string json = (dir / "memory.json").string();
+  const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
+                          " --allow-run-as-root --oversubscribe -np 2 " + LOOM_TRAIN_GPT +
+                          " --arch llama --experts 4 --experts-per-token 2 --mlp-hidden 88 --layers 2 --heads 4"
+                          " --embd 64 --block 32 --batch 16 --steps 1 --eval-every 0 --sample 0 --dp 2 --ep 2"
+                          " --memory-report --memory-json " + json + " --data " + (dir / "corpus.txt").string() + " 2>&1";
+  const loom::test::Exec run = loom::test::run_command(cmd);
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::ifstream f(json);
+  const nlohmann::json ranks = nlohmann::json::parse(f)["ranks"];
+  std::filesystem::remove_all(dir);
+  std::smatch vocab;
+  ASSERT_TRUE(std::regex_search(run.output, vocab, std::regex("vocab ([0-9]+)"))) << run.output;
+  ModelShape m{2, 64, 4, std::stoll(vocab[1]), 32, true, 0, 88};
+  m.experts = 4, m.experts_per_token = 2;
+  const RankMemory planned = memory_on_stage(m, grid(2, 1, 1, 2), Batch{16, 1}, 0);
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const nlohmann::json& r : ranks) {
+    EXPECT_EQ(r["num_params"].get<int64_t>(), planned.num_params);
+    EXPECT_EQ(r["params"]["measured"].get<int64_t>(), planned.params);
+    EXPECT_EQ(r["grads"]["measured"].get<int64_t>() - r["comm"]["measured"].get<int64_t>(), planned.grads);
+    EXPECT_NEAR(r["optimizer"]["measured"].get<double>() / double(planned.optimizer), 1.0, 0.001);
+  }
 }

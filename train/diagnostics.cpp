@@ -178,11 +178,13 @@ bool Diagnostics::forwards_in_a_row() const {
 
 int64_t Diagnostics::predicted_comm_bytes() const {
   if (!dp_.bucket) return 0;
-  std::vector<int64_t> numels;
-  for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
+  std::vector<int64_t> numels, experts;  // under --ep the experts have a buffer of their own, over expert-dp
+  for (const Tensor& p : dp_.bucket->params()) (dp_.bucket->kept_apart(p) ? experts : numels).push_back(p.numel());
   const int64_t pad = optim::predict_bucket_padding(numels, a_.bucket_mb, sync_ranks());
+  const int64_t expert_pad = optim::predict_bucket_padding(experts, a_.bucket_mb, pgm_.expert_dp_group().size());
   // fp32 grad buffer (under ZeRO-2 in the grads row); under ZeRO also the param buffer, in the model's dtype
-  return pad * ((a_.zero >= 2 ? 0 : 4) + (a_.zero >= 1 ? int64_t(element_size(parse_dtype(a_.dtype))) : 0));
+  return pad * ((a_.zero >= 2 ? 0 : 4) + (a_.zero >= 1 ? int64_t(element_size(parse_dtype(a_.dtype))) : 0)) +
+         4 * expert_pad;
 }
 
 double Diagnostics::predicted_activation_bytes() const {
@@ -198,6 +200,7 @@ double Diagnostics::predicted_activation_bytes() const {
     // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h).
     const nn::RoutingStats& st = moe.back()->stats;
     c.moe_largest_group = *std::max_element(st.load.begin(), st.load.end()) / st.forwards;
+    if (pgm_.ep_size() > 1) received_rows(moe, c);
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
@@ -237,6 +240,23 @@ double Diagnostics::predicted_activation_bytes() const {
     return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size(), pgm_.pp_rank(), a_.schedule).total;
   }
   return optim::predict_activations(c).total;
+}
+
+// Expert parallelism: the rows each of this rank's experts computed in the latest micro-batch, from
+// every rank of its ep group (collective over ep): per block R, averaged over the blocks (what they
+// keep), and the last block's per expert (its backward runs first).
+void Diagnostics::received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c) const {
+  c.moe_ep = pgm_.ep_size();
+  double rows = 0;
+  for (nn::MoE* layer : moe) {
+    Tensor load = from_vector(layer->stats.last_load);  // [E] rows this rank sent to each expert
+    pgm_.ep_group().all_reduce(load, parallel::ReduceOp::Sum);
+    const std::vector<int64_t> all = load.to_vector<int64_t>();
+    const auto first = all.begin() + layer->experts->first();
+    c.moe_local_groups.assign(first, first + int64_t(layer->experts->size()));
+    for (int64_t g : c.moe_local_groups) rows += double(g);
+  }
+  c.moe_received_rows = rows / double(moe.size());
 }
 
 void Diagnostics::end_progress_line() {

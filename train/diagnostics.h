@@ -8,6 +8,8 @@
 #include <chrono>
 #include <fstream>
 
+#include "nn/moe.h"
+#include "optim/activation_memory.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/wrap.h"
 #include "parallel/model.h"
@@ -51,6 +53,7 @@ class Diagnostics {
   // The chunk holding this rank's last layer runs two or more forwards before their backwards (ZeRO-3's working set).
   bool forwards_in_a_row() const;
   double predicted_activation_bytes() const;
+  void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c) const;
 
   const Args& a_;
   const Device device_;  // where the model lives: its memory is what the report and the log count
