@@ -49,8 +49,8 @@ TEST(ExpertParallel, EpAndExpertDpGroupsAreTheGridsRanks) {
   Ranks want_edp;
   for (int s = r % 2; s < n; s += 2) want_edp.push_back(s);
   EXPECT_EQ(edp, want_edp);
-  EXPECT_EQ(ep, pgm.grid().ep_group_ranks(r));
-  EXPECT_EQ(edp, pgm.grid().expert_dp_group_ranks(r));
+  EXPECT_EQ(ep, pgm.grid().ranks_along(r, ProcessGrid::kEp));
+  EXPECT_EQ(edp, pgm.grid().ranks_along(r, ProcessGrid::kExpertDp | ProcessGrid::kCp));
   EXPECT_EQ(pgm.ep_group().rank(), pgm.ep_rank());
   EXPECT_EQ(pgm.ep_rank(), r % 2);
 }
