@@ -1,6 +1,7 @@
 #include "parallel/process_group_manager.h"
 
 #include <algorithm>
+#include <array>
 
 namespace loom::parallel {
 
@@ -21,21 +22,24 @@ ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp, int dp_shard
 
 ProcessGrid::Coords ProcessGrid::coords(int rank) const {
   LOOM_CHECK(rank >= 0 && rank < world_size, "ProcessGrid: rank ", rank, " is outside a world of ", world_size);
-  const int dp_rank = (rank / (tp_size * cp_size)) % dp_size;
-  return {rank % tp_size, dp_rank, rank / (tp_size * cp_size * dp_size), (rank / tp_size) % cp_size,
-          dp_rank % dp_shard_size, dp_rank / dp_shard_size};
+  return {rank % tp_size, (rank / tp_size) % cp_size, (rank / (tp_size * cp_size)) % dp_size,
+          rank / (tp_size * cp_size * dp_size)};
 }
 
 std::vector<int> ProcessGrid::ranks_along(int rank, int axes) const {
-  const Coords me = coords(rank);
-  auto same = [&](int axis, int a, int b) { return (axes & axis) || a == b; };
+  (void)coords(rank);  // checks that rank is in the world
+  const int inner = axes & (kEp | kExpertDp) ? ep_size : dp_shard_size;
+  const std::array<int, 5> sizes = {tp_size, cp_size, inner, dp_size / inner, pp_size};  // fastest first
+  const std::array<int, 5> axis = {kTp, kCp, kDpShard | kEp, kDpReplicate | kExpertDp, kPp};
+  auto fixed = [&](int r) {  // r's coordinates off `axes` (0 along them)
+    std::array<int, 5> c{};
+    for (size_t a = 0; a < sizes.size(); r /= sizes[a], ++a)
+      if (!(axes & axis[a])) c[a] = r % sizes[a];
+    return c;
+  };
   std::vector<int> ranks;
-  for (int r = 0; r < world_size; ++r) {
-    const Coords c = coords(r);
-    if (same(kTp, c.tp_rank, me.tp_rank) && same(kCp, c.cp_rank, me.cp_rank) && same(kPp, c.pp_rank, me.pp_rank) &&
-        same(kDpShard, c.dp_shard_rank, me.dp_shard_rank) && same(kDpReplicate, c.dp_replicate_rank, me.dp_replicate_rank))
-      ranks.push_back(r);
-  }
+  for (int r = 0; r < world_size; ++r)
+    if (fixed(r) == fixed(rank)) ranks.push_back(r);
   return ranks;
 }
 
@@ -45,25 +49,9 @@ std::vector<int> ProcessGrid::embedding_group_ranks(int rank) const {
   return stages.size() == 1 ? stages : std::vector<int>{stages.front(), stages.back()};
 }
 
-std::vector<int> ProcessGrid::ep_group_ranks(int rank, int axes) const {
-  std::vector<int> ranks;
-  for (int r : ranks_along(rank, kDp | axes))
-    if (coords(r).dp_rank / ep_size == coords(rank).dp_rank / ep_size) ranks.push_back(r);
-  return ranks;
-}
-
-std::vector<int> ProcessGrid::expert_dp_group_ranks(int rank) const {
-  std::vector<int> ranks;  // with its cp ranks: each holds a part of every sequence, as dp_cp averages the rest
-  for (int r : ranks_along(rank, kDp | kCp))
-    if (coords(r).dp_rank % ep_size == coords(rank).dp_rank % ep_size) ranks.push_back(r);
-  return ranks;
-}
-
-ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_size, ProcessGroup& world, int dp_shard,
-                                         int ep)
-    : world_(world), grid_(world.size(), dp, pp, tp_size, cp_size, dp_shard, ep), coords_(grid_.coords(world.rank())) {
-  // The group of this rank's `members` (empty: none): a split of the world in which the ranks
-  // of one list share a colour (the list's first rank) and take their places in it as keys.
+ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp, int cp, ProcessGroup& world, int dp_shard, int ep)
+    : world_(world), grid_(world.size(), dp, pp, tp, cp, dp_shard, ep), coords_(grid_.coords(world.rank())) {
+  // A split of the world: one list's ranks share a colour (its first rank), their places are the keys.
   auto group_of = [&](const std::vector<int>& members, const char* name) {
     const auto me = std::find(members.begin(), members.end(), world.rank());
     return world.split(members.empty() ? -1 : members.front(), int(me - members.begin()), name);
@@ -75,7 +63,7 @@ ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_siz
   pp_group_ = along(G::kPp, "pp");
   mp_group_ = along(G::kPp | G::kTp, "model_parallel");
   embedding_group_ = group_of(grid_.embedding_group_ranks(world.rank()), "embedding");
-  if (cp_size > 1) {  // with cp = 1 no extra communicators: dp_cp_group() is the dp group
+  if (cp > 1) {  // with cp = 1 no extra communicators: dp_cp_group() is the dp group
     cp_group_ = along(G::kCp, "cp");
     dp_cp_group_ = along(G::kDp | G::kCp, "dp_cp");
   }
@@ -84,28 +72,12 @@ ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp_size, int cp_siz
     dp_replicate_group_ = along(G::kDpReplicate, "dp_replicate");
     instance_group_ = along(G::kTp | G::kCp | G::kDpShard | G::kPp, "instance");
   }
-  if (ep > 1) {  // expert parallelism: dp cut in two (the header's layout)
-    ep_group_ = group_of(grid_.ep_group_ranks(world.rank()), "ep");
-    expert_dp_group_ = group_of(grid_.expert_dp_group_ranks(world.rank()), "expert_dp");
-    if (pp * tp_size > 1)
-      ep_mp_group_ = group_of(grid_.ep_group_ranks(world.rank(), G::kTp | G::kPp), "ep_model_parallel");
+  if (ep > 1) {  // the experts' gradients are summed over their holders' cp ranks too, as dp_cp's are
+    ep_group_ = along(G::kEp, "ep");
+    expert_dp_group_ = along(G::kExpertDp | G::kCp, "expert_dp");
+    if (pp * tp > 1)  // one replica's tp x pp ranks with its ep ranks: the grad norm of held experts sums here
+      ep_mp_group_ = along(G::kEp | G::kTp | G::kPp, "ep_model_parallel");
   }
-}
-
-ProcessGroup& ProcessGroupManager::ep_group() {
-  LOOM_CHECK(ep_group_, "ProcessGroupManager: no ep group with ep = 1 (expert parallelism is off)");
-  return *ep_group_;
-}
-
-ProcessGroup& ProcessGroupManager::cp_group() {
-  LOOM_CHECK(cp_group_, "ProcessGroupManager: no cp group with cp = 1 (context parallelism is off)");
-  return *cp_group_;
-}
-
-ProcessGroup& ProcessGroupManager::embedding_group() {
-  LOOM_CHECK(embedding_group_, "ProcessGroupManager: rank ", global_rank(), " is pipeline stage ", pp_rank(), " of ",
-             pp_size(), "; only the first and last stage are in the embedding group");
-  return *embedding_group_;
 }
 
 }  // namespace loom::parallel

@@ -125,8 +125,7 @@ TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
 //   cp 0 / cp 1   0 / 1  2 / 3  4 / 5  6 / 7
 TEST(ProcessGrid, HybridShardingSplitsDpIntoShardAndReplicateGroups) {
   ProcessGrid g(8, 4, 1, 1, 2, /*dp_shard=*/2);
-  EXPECT_EQ(g.coords(6).dp_shard_rank, 1);
-  EXPECT_EQ(g.coords(6).dp_replicate_rank, 1);
+  EXPECT_EQ(g.coords(6).dp_rank, 3);  // dp_shard rank 1 of dp_replicate rank 1
   EXPECT_EQ(g.ranks_along(0, kDpShard | kCp), (Ranks{0, 1, 2, 3}));
   EXPECT_EQ(g.ranks_along(5, kDpShard | kCp), (Ranks{4, 5, 6, 7}));
   EXPECT_EQ(g.ranks_along(0, kDpReplicate), (Ranks{0, 4}));
@@ -156,28 +155,28 @@ TEST(ProcessGrid, RejectsADpShardThatDoesNotDivideDp) {
 TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
   // dp 4 x pp 2, ep 2 on 8 ranks: rank = dp_rank + 4 pp_rank.
   const ProcessGrid g(8, 4, 2, 1, 1, 0, /*ep=*/2);
-  EXPECT_EQ(g.ep_group_ranks(0), (Ranks{0, 1}));
-  EXPECT_EQ(g.ep_group_ranks(3), (Ranks{2, 3}));
-  EXPECT_EQ(g.ep_group_ranks(5), (Ranks{4, 5}));
-  EXPECT_EQ(g.expert_dp_group_ranks(0), (Ranks{0, 2}));
-  EXPECT_EQ(g.expert_dp_group_ranks(5), (Ranks{5, 7}));
-  EXPECT_EQ(g.expert_dp_group_ranks(6), (Ranks{4, 6}));
+  EXPECT_EQ(g.ranks_along(0, kEp), (Ranks{0, 1}));
+  EXPECT_EQ(g.ranks_along(3, kEp), (Ranks{2, 3}));
+  EXPECT_EQ(g.ranks_along(5, kEp), (Ranks{4, 5}));
+  EXPECT_EQ(g.ranks_along(0, kExpertDp | kCp), (Ranks{0, 2}));
+  EXPECT_EQ(g.ranks_along(5, kExpertDp | kCp), (Ranks{5, 7}));
+  EXPECT_EQ(g.ranks_along(6, kExpertDp | kCp), (Ranks{4, 6}));
   // tp 2 x dp 4, ep 4: rank = tp_rank + 2 dp_rank; one ep group per tp rank, expert-dp groups of one.
   const ProcessGrid t(8, 4, 1, 2, 1, 0, /*ep=*/4);
-  EXPECT_EQ(t.ep_group_ranks(3), (Ranks{1, 3, 5, 7}));
-  EXPECT_EQ(t.ep_group_ranks(4), (Ranks{0, 2, 4, 6}));
-  EXPECT_EQ(t.expert_dp_group_ranks(3), (Ranks{3}));
+  EXPECT_EQ(t.ranks_along(3, kEp), (Ranks{1, 3, 5, 7}));
+  EXPECT_EQ(t.ranks_along(4, kEp), (Ranks{0, 2, 4, 6}));
+  EXPECT_EQ(t.ranks_along(3, kExpertDp | kCp), (Ranks{3}));
   // dp 4, ep 2 on 4 ranks (the chapter's picture): ep {0,1} {2,3}, expert-dp {0,2} {1,3}.
   const ProcessGrid d(4, 4, 1, 1, 1, 0, /*ep=*/2);
-  EXPECT_EQ(d.ep_group_ranks(2), (Ranks{2, 3}));
-  EXPECT_EQ(d.expert_dp_group_ranks(1), (Ranks{1, 3}));
+  EXPECT_EQ(d.ranks_along(2, kEp), (Ranks{2, 3}));
+  EXPECT_EQ(d.ranks_along(1, kExpertDp | kCp), (Ranks{1, 3}));
   // cp 2 x dp 4, ep 2: rank = cp_rank + 2 dp_rank; the ep group within one cp coordinate, the expert-dp
   // group with both cp ranks (each holds a part of every sequence: the experts' gradient sums over them).
   const ProcessGrid c(8, 4, 1, 1, 2, 0, /*ep=*/2);
-  EXPECT_EQ(c.ep_group_ranks(0), (Ranks{0, 2}));
-  EXPECT_EQ(c.ep_group_ranks(3), (Ranks{1, 3}));
-  EXPECT_EQ(c.expert_dp_group_ranks(0), (Ranks{0, 1, 4, 5}));
-  EXPECT_EQ(c.expert_dp_group_ranks(3), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(c.ranks_along(0, kEp), (Ranks{0, 2}));
+  EXPECT_EQ(c.ranks_along(3, kEp), (Ranks{1, 3}));
+  EXPECT_EQ(c.ranks_along(0, kExpertDp | kCp), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(c.ranks_along(3, kExpertDp | kCp), (Ranks{2, 3, 6, 7}));
   try {
     ProcessGrid bad(4, 4, 1, 1, 1, 0, /*ep=*/3);
     ADD_FAILURE() << "ep 3 of dp 4 was accepted";
@@ -192,14 +191,14 @@ TEST(ProcessGrid, EpModelParallelGroupIsTheReplicasTpAndPpRanksWithItsEpRanks) {
   using G = ProcessGrid;
   // tp 2 x dp 4, ep 2: rank = tp_rank + 2 dp_rank; ep groups {0,2} {4,6} (tp 0), {1,3} {5,7} (tp 1).
   const ProcessGrid t(8, 4, 1, 2, 1, 0, /*ep=*/2);
-  EXPECT_EQ(t.ep_group_ranks(0, G::kTp), (Ranks{0, 1, 2, 3}));
-  EXPECT_EQ(t.ep_group_ranks(5, G::kTp), (Ranks{4, 5, 6, 7}));
+  EXPECT_EQ(t.ranks_along(0, G::kEp | G::kTp), (Ranks{0, 1, 2, 3}));
+  EXPECT_EQ(t.ranks_along(5, G::kEp | G::kTp), (Ranks{4, 5, 6, 7}));
   // dp 4 x pp 2, ep 2: rank = dp_rank + 4 pp_rank; an ep group on each stage, {0,1} and {4,5}.
   const ProcessGrid p(8, 4, 2, 1, 1, 0, /*ep=*/2);
-  EXPECT_EQ(p.ep_group_ranks(0, G::kTp | G::kPp), (Ranks{0, 1, 4, 5}));
-  EXPECT_EQ(p.ep_group_ranks(6, G::kTp | G::kPp), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(p.ranks_along(0, G::kEp | G::kTp | G::kPp), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(p.ranks_along(6, G::kEp | G::kTp | G::kPp), (Ranks{2, 3, 6, 7}));
   // tp 2 x cp 2 x dp 2, ep 2: rank = tp_rank + 2 (cp_rank + 2 dp_rank); each cp coordinate its own.
   const ProcessGrid c(8, 2, 1, 2, 2, 0, /*ep=*/2);
-  EXPECT_EQ(c.ep_group_ranks(0, G::kTp | G::kPp), (Ranks{0, 1, 4, 5}));
-  EXPECT_EQ(c.ep_group_ranks(3, G::kTp | G::kPp), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(c.ranks_along(0, G::kEp | G::kTp | G::kPp), (Ranks{0, 1, 4, 5}));
+  EXPECT_EQ(c.ranks_along(3, G::kEp | G::kTp | G::kPp), (Ranks{2, 3, 6, 7}));
 }

@@ -80,21 +80,12 @@ void BucketManager::allocate() {
 
 int64_t BucketManager::numel() const { return buckets_.empty() ? 0 : buckets_.back().offset + buckets_.back().numel; }
 
-const std::vector<Tensor>& BucketManager::scratches() const {
-  static const std::vector<Tensor> none;
-  return none;
-}
-
 const BucketManager::Slot& BucketManager::slot(const Tensor& p) const {
   auto it = slots_.find(p.impl());
   LOOM_CHECK(it != slots_.end(), "BucketManager: ", p.describe(),
              " is not one of the wrapped parameters that require grad");
   return it->second;
 }
-
-int BucketManager::bucket_of(const Tensor& p) const { return slot(p).bucket; }
-
-int64_t BucketManager::offset_of(const Tensor& p) const { return slot(p).offset; }
 
 void BucketManager::mark_param_ready(const Tensor& p) {
   const Slot& s = slot(p);

@@ -14,15 +14,11 @@
 // b opens bucket 1 (a param larger than the cap gets a bucket of its own); a
 // would push bucket 1 past the cap and opens bucket 2:
 //   buffer: | c 0..50  pad..128 | b 128..3128  pad..3200 | a 3200..3300  pad..3328 |
-// Each bucket ends padded to a multiple of dp × 64 elements, so a later
-// reduce-scatter (ZeRO-1, the distributed optimizer) splits every bucket - and
-// so the whole buffer - into dp equal shards, each starting 256-byte aligned.
-// (Megatron pads buckets to a multiple of lcm(dp, 128) for the same reason.)
-// Padding stays zero and travels with the all-reduce.
-//
-// Each bucket is all-reduced here: every rank ends with the average of the
-// whole bucket (DDP). ZeRO-1 and ZeRO-2 reduce-scatter it instead, each rank
-// keeping its shard: ShardedBuckets and GradShards (grad_shards.h).
+// Each bucket ends padded to a multiple of dp × 64 elements, so that ZeRO's
+// reduce-scatter splits every bucket into dp equal shards, each starting
+// 256-byte aligned (Megatron pads to lcm(dp, 128)). Padding stays zero.
+// Here each bucket is all-reduced (DDP); ZeRO-1 and ZeRO-2 reduce-scatter it,
+// each rank keeping its shard (grad_shards.h, through the virtual points below).
 #pragma once
 
 #include <functional>
@@ -39,17 +35,13 @@ struct Bucket {
   int64_t offset = 0;          // first element in the buffer
   int64_t numel = 0;           // elements, padding included (a multiple of dp × 64)
   std::vector<Tensor> params;  // in buffer order (reverse module order)
-  Tensor grad_data;            // [numel] fp32 view into the buffer (ZeRO-2: into a scratch while
-                               // backward fills it and its reduce-scatter runs, else undefined)
+  Tensor grad_data;            // [numel] fp32 view into the buffer (ZeRO-2: into a scratch, or undefined)
   Tensor shard_grad;           // [numel / dp] fp32: this rank's shard of the bucket's gradient
   std::vector<bool> ready;     // ready[i]: params[i]'s gradient is in for this backward
   int num_ready = 0;
   std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
   bool all_reduce = true;      // false: reduce-scattered into this rank's shard (grad_shards.h)
 };
-
-// How DataParallelBucket reduces its buckets: BucketManager, ShardedBuckets, GradShards.
-enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
 
 class BucketManager {
  public:
@@ -60,37 +52,31 @@ class BucketManager {
 
   // p's gradient buffer: fp32, p's shape, a view into buffer().
   virtual Tensor main_grad(const Tensor& p) const { return slot(p).main_grad; }
-  // The main_grad a backward hook adds p's gradient into.
-  virtual Tensor main_grad_to_fill(const Tensor& p) { return main_grad(p); }
   // p's gradient is in main_grad for this backward; if it completes its bucket,
   // launch the bucket's async reduction (the average over dp).
   void mark_param_ready(const Tensor& p);
-  // After backward: launch any bucket not launched yet (its params got no
-  // gradient this time; the same on every rank, as the graph is), then wait
-  // for every bucket's reduction; on_reduced(i), if given, runs as soon as
-  // bucket i's is done, while later buckets may still be in flight.
+  // After backward: launch any bucket not launched yet (its params got no gradient
+  // this time, on every rank alike), then wait for each; on_reduced(i) runs as soon
+  // as bucket i's is done, while later ones may still be in flight.
   void wait(const std::function<void(int bucket)>& on_reduced = nullptr);
-  // After a backward that does not sync (no_sync): nothing here (ZeRO-2 reduces its shards).
-  virtual void finish_micro_batch() {}
-  // This bucket is reduced in every backward, no_sync or not (ZeRO-2's).
-  virtual bool reduces_every_micro_batch(const Tensor&) const { return false; }
-  // Zeroes the buffer and forgets readiness, for the next step (Megatron's
-  // zero_grad_buffer).
+  // Zeroes the buffer and forgets readiness, for the next step (Megatron's zero_grad_buffer).
   void reset();
-  // fn(b) runs as bucket b's reduction is launched, before it reads the
-  // gradients: the last moment they are whole on every rank
-  // (DataParallelBucket sums sequence parallelism's partial ones over tp there).
+  // fn(b) runs as bucket b's reduction is launched: the last moment its gradients are whole.
   void set_before_reduce(std::function<void(int bucket)> fn) { before_reduce_ = std::move(fn); }
 
   ProcessGroup& group() const { return group_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // [sum of the stored buckets' numels] fp32 (ZeRO-2 stores shards)
-  const Tensor& buffer() const { return buffer_; }
+  const Tensor& buffer() const { return buffer_; }  // [sum of the stored buckets' numels] fp32
   int64_t numel() const;  // elements of the layout: the sum of the buckets' numels, padding included
-  // The scratches the buckets are reduced through (ZeRO-2's; empty here).
-  virtual const std::vector<Tensor>& scratches() const;
-  int bucket_of(const Tensor& p) const;
-  int64_t offset_of(const Tensor& p) const;  // p's first element in the buffer
+  int bucket_of(const Tensor& p) const { return slot(p).bucket; }
+  int64_t offset_of(const Tensor& p) const { return slot(p).offset; }  // p's first element in the buffer
+
+  // The virtual points ZeRO-2 (GradShards, grad_shards.h) fills in: the main_grad a hook adds into,
+  // what ends a no_sync backward, whether a param's bucket is reduced every micro-batch, its scratches.
+  virtual Tensor main_grad_to_fill(const Tensor& p) { return main_grad(p); }
+  virtual void finish_micro_batch() {}
+  virtual bool reduces_every_micro_batch(const Tensor&) const { return false; }
+  virtual const std::vector<Tensor>& scratches() const { return no_scratches_; }
 
  protected:
   // all_reduce false: every bucket starts reduce-scattered, and the subclass calls allocate().
@@ -104,8 +90,8 @@ class BucketManager {
   const Slot& slot(const Tensor& p) const;
   // The buffer, each bucket's grad_data / shard_grad and the stored buckets' main_grads.
   void allocate();
-  // What a subclass changes: which buckets are stored whole (else [numel / dp]),
-  // how bucket b's reduction is launched, and how it is waited for.
+  // And what the reduce-scattering subclasses change: which buckets are stored whole
+  // (else [numel / dp]), how bucket b's reduction is launched, and how it is waited for.
   virtual bool stores_whole(const Bucket&) const { return true; }
   virtual std::shared_ptr<Work> launch_reduction(int b);
   virtual void wait_for(int b) { buckets_[size_t(b)].work->wait(); }
@@ -118,6 +104,7 @@ class BucketManager {
   Tensor buffer_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
   std::function<void(int)> before_reduce_;
+  std::vector<Tensor> no_scratches_;
   Device device_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
+#include "parallel/data_parallel/tp_partial_grads.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
@@ -34,20 +35,18 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
 }
 
 void DataParallelBucket::sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group) {
-  tp_partial_grads_ = std::move(partial), tp_group_ = &tp_group;
-  buckets_->set_before_reduce([this](int b) { sum_tp_partial_grads(b); });
+  parallel::sum_tp_partial_grads_before_reduce(*buckets_, std::move(partial), tp_group);
+  sums_tp_partial_grads_ = true;
 }
 
 void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
   // 1. picotron: param.main_grad.add_(param.grad.data); param.grad = None.
   move_grad_to_main_grad(param);
-  // no_sync: just accumulate - except under ZeRO-2, whose shards accumulate
-  // every micro-batch's reduce-scatter (grad_shards.h).
+  // no_sync: just accumulate - except under ZeRO-2, whose shards sum every micro-batch's reduce-scatter.
   const bool sync = require_backward_grad_sync_;
   if (!sync && !buckets_of(param).reduces_every_micro_batch(param)) return;
-  // 2. After this backward, wait for the buckets (queued once per backward; the
-  //    engine runs it before backward() returns, so `this` is still there) -
-  //    unless the caller finishes the sync itself (defer_grad_sync()).
+  // 2. After this backward, wait for the buckets (queued once per backward; the engine runs it
+  //    before backward() returns, so `this` is still there), unless defer_grad_sync() is on.
   if (!callback_queued_ && (finish_sync_in_backward_ || !sync)) {
     autograd::Engine::queue_callback([this, sync] {
       if (sync) return finish_grad_sync();
@@ -62,27 +61,12 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
 }
 
 void DataParallelBucket::move_grad_to_main_grad(const Tensor& param) {
-  // After a sync, .grad of an fp32 param *is* its main_grad view, so this
-  // backward's AccumulateGrad has just added into the averaged buffer.
+  // After a sync an fp32 param's .grad *is* its main_grad: a backward now would add into the average.
   LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
              "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
   Tensor g = autograd::grad(param);
   if (g.defined()) ops::add_(buckets_of(param).main_grad_to_fill(param), ops::to(g, kFloat32));
   autograd::set_grad(param, Tensor());
-}
-
-// Sequence parallelism: the whole gradient of a layernorm is the sum of the tp
-// ranks' partial ones; taken before the dp reduction cuts the bucket into
-// shards (sum and average commute). Synchronous: they are a few C-sized
-// vectors. The tp ranks' buckets hold the same params in the same order.
-void DataParallelBucket::sum_tp_partial_grads(int b) {
-  const Bucket& bucket = buckets_->buckets()[size_t(b)];
-  if (!bucket.grad_data.defined()) return;  // ZeRO-2: no gradient reached it (on every tp rank alike)
-  std::vector<Tensor> grads;  // main_grad views of the bucket's partial params
-  for (const Tensor& p : bucket.params)
-    for (const Tensor& partial : tp_partial_grads_)
-      if (p.impl() == partial.impl()) grads.push_back(buckets_->main_grad(p));
-  all_reduce_coalesced(grads, *tp_group_);
 }
 
 void DataParallelBucket::finish_grad_sync() {
@@ -93,8 +77,7 @@ void DataParallelBucket::finish_grad_sync() {
     buckets_->wait(on_bucket_reduced_);
     if (expert_buckets_) expert_buckets_->wait();
   }
-  // Hand the averaged gradient to the optimizer as .grad (unless it reads main_grad itself).
-  if (options_.grads_to_params) {
+  if (options_.grads_to_params) {  // picotron: param.grad = param.main_grad
     for (const Tensor& p : params_) {
       const Tensor main_grad = buckets_of(p).main_grad(p);
       autograd::set_grad(p, p.dtype() == kFloat32 ? main_grad : ops::to(main_grad, p.dtype()));

@@ -49,6 +49,10 @@
 
 namespace loom::parallel {
 
+// How DataParallelBucket reduces its buckets: all-reduced (BucketManager), reduce-scattered
+// with the whole buffer kept (ZeRO-1, ShardedBuckets) or with only the shards (ZeRO-2, GradShards).
+enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
+
 class ShardedBuckets : public BucketManager {
  public:
   ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)

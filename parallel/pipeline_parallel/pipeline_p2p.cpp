@@ -24,45 +24,20 @@ PipelineP2P::PipelineP2P(ProcessGroup& pp_group, ChunkLayout layout)
   }
 }
 
-Tensor PipelineP2P::recv_forward(int mb) {
-  return is_first_stage() ? Tensor() : channels_.recv(*act_in_, "recv_forward", mb, -1);
-}
-
-void PipelineP2P::send_forward(const Tensor& output, int mb) {
-  if (!is_last_stage()) channels_.send(*act_out_, output, "send_forward", mb, -1);
-}
-
-uint64_t PipelineP2P::post_forward(const Tensor& output, int mb) {
-  return is_last_stage() ? 0 : channels_.post(*act_out_, output, "send_forward", mb, -1, /*hold=*/true);
-}
-
-uint64_t PipelineP2P::post_backward(const Tensor& input_grad, int mb) {
-  return is_first_stage() ? 0 : channels_.post(*grad_out_, input_grad, "send_backward", mb, -1, /*hold=*/true);
-}
-
-Tensor PipelineP2P::recv_backward(int mb) {
-  return is_last_stage() ? Tensor() : channels_.recv(*grad_in_, "recv_backward", mb, -1);
-}
-
-void PipelineP2P::send_backward(const Tensor& input_grad, int mb) {
-  if (!is_first_stage()) channels_.send(*grad_out_, input_grad, "send_backward", mb, -1);
-}
-
 // The send and the receive run on different channels, so the next stage's
-// send_bwd_recv_fwd (gradient send, activation receive) meets both, whatever
-// order they run in.
+// send_bwd_recv_fwd (gradient send, activation receive) meets both in either order.
 Tensor PipelineP2P::send_fwd_recv_bwd(const Tensor& output, int send_mb, int recv_mb) {
   if (is_last_stage()) return Tensor();
-  channels_.post(*act_out_, output, "send_forward", send_mb, -1);
-  Tensor grad = channels_.recv(*grad_in_, "recv_backward", recv_mb, -1);
+  post_forward(output, send_mb, false);
+  Tensor grad = recv_backward(recv_mb);
   channels_.finish_sends();
   return grad;
 }
 
 Tensor PipelineP2P::send_bwd_recv_fwd(const Tensor& input_grad, int send_mb, int recv_mb) {
   if (is_first_stage()) return Tensor();
-  channels_.post(*grad_out_, input_grad, "send_backward", send_mb, -1);
-  Tensor input = channels_.recv(*act_in_, "recv_forward", recv_mb, -1);
+  post_backward(input_grad, send_mb, false);
+  Tensor input = recv_forward(recv_mb);
   channels_.finish_sends();
   return input;
 }
@@ -73,28 +48,14 @@ Channel& PipelineP2P::way(int chunk, Channel* down, Channel* up, const char* ver
   return *c;
 }
 
-Tensor PipelineP2P::take(Handoff& h, const char* verb, int mb) {
-  LOOM_CHECK(!h.empty() && h.front().first == mb, verb, ": stage ", rank_, " turns the V with micro-batch ", mb,
-             " but holds ", h.empty() ? std::string("nothing") : str("micro-batch ", h.front().first),
-             " (a schedule out of order)");
-  Tensor t = h.front().second;
-  h.pop_front();
-  return t;
-}
-
 Tensor PipelineP2P::recv_activation(int mb, int chunk) {
-  if (turns_here(chunk - 1)) return take(turn_activations_, "recv_activation", mb);  // chunk 1 <- chunk 0
+  if (turns_here(chunk - 1)) return turn_activations_.take("recv_activation", rank_, mb);  // chunk 1 <- chunk 0
   return channels_.recv(way(chunk, act_in_, act_up_in_, "recv_activation"), "recv_activation", mb, chunk);
-}
-
-void PipelineP2P::send_activation(const Tensor& output, int mb, int chunk) {
-  post_activation(output, mb, chunk, /*hold=*/false);
-  channels_.finish_sends();
 }
 
 uint64_t PipelineP2P::post_activation(const Tensor& output, int mb, int chunk, bool hold) {
   if (turns_here(chunk)) {  // chunk 0 -> chunk 1: a leaf of its own, as a received tensor would be
-    turn_activations_.emplace_back(mb, autograd::detach(output));
+    turn_activations_.put(mb, autograd::detach(output));
     return 0;
   }
   return channels_.post(way(chunk, act_out_, act_up_out_, "send_activation"), output, "send_activation", mb, chunk,
@@ -102,18 +63,13 @@ uint64_t PipelineP2P::post_activation(const Tensor& output, int mb, int chunk, b
 }
 
 Tensor PipelineP2P::recv_gradient(int mb, int chunk) {
-  if (turns_here(chunk)) return take(turn_gradients_, "recv_gradient", mb);  // chunk 0 <- chunk 1
+  if (turns_here(chunk)) return turn_gradients_.take("recv_gradient", rank_, mb);  // chunk 0 <- chunk 1
   return channels_.recv(way(chunk, grad_in_, grad_up_in_, "recv_gradient"), "recv_gradient", mb, chunk);
-}
-
-void PipelineP2P::send_gradient(const Tensor& input_grad, int mb, int chunk) {
-  post_gradient(input_grad, mb, chunk, /*hold=*/false);
-  channels_.finish_sends();
 }
 
 uint64_t PipelineP2P::post_gradient(const Tensor& input_grad, int mb, int chunk, bool hold) {
   if (turns_here(chunk - 1)) {  // chunk 1 -> chunk 0
-    turn_gradients_.emplace_back(mb, input_grad);
+    turn_gradients_.put(mb, input_grad);
     return 0;
   }
   return channels_.post(way(chunk, grad_out_, grad_up_out_, "send_gradient"), input_grad, "send_gradient", mb, chunk,

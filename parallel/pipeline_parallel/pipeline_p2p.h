@@ -12,22 +12,18 @@
 // Each link and direction is a channel of its own (pipeline_channels.h: how a
 // tensor and its shape travel, and why in a schedule no send waits for its receive).
 //
-// The interleaved schedule (interleaved_schedule.h) also crosses the ends: the
-// last rank's chunk c feeds the first rank's chunk c + 1. Its verbs take the
-// ring, rank p - 1's next being rank 0, and always transfer:
+// The interleaved schedule's verbs take the ring (rank p - 1's chunk c feeds
+// rank 0's chunk c + 1) and always transfer:
 //   recv_activation / send_activation (<- prev, -> next)   recv_gradient / send_gradient (<- next, -> prev)
 // In the V of ZB-V and DualPipeV (ChunkLayout::V, partition.h) chunk 0 goes
 // down the ranks as above and chunk 1 comes back up on links of its own, its
-// activations to the previous rank, its gradients to the next. On the last
-// rank the V turns in memory: chunk 0's output is chunk 1's input, and chunk
-// 1's input gradient is chunk 0's output gradient.
+// activations to the previous rank, its gradients to the next; the last rank
+// turns the V in memory (v_turn.h).
 #pragma once
-
-#include <deque>
-#include <utility>
 
 #include "parallel/pipeline_parallel/partition.h"
 #include "parallel/pipeline_parallel/pipeline_channels.h"
+#include "parallel/pipeline_parallel/v_turn.h"
 
 namespace loom::parallel {
 
@@ -47,27 +43,31 @@ class PipelineP2P {
   void set_device(const Device& device) { channels_.set_device(device); }
 
   // mb: the micro-batch the tensor belongs to (for LOOM_VERBOSE and the trace).
-  Tensor recv_forward(int mb);                                   // undefined on the first stage
-  void send_forward(const Tensor& output, int mb);               // no-op on the last stage
-  Tensor recv_backward(int mb);                                  // undefined on the last stage
-  void send_backward(const Tensor& input_grad, int mb);          // no-op on the first stage
+  Tensor recv_forward(int mb) { return is_first_stage() ? Tensor() : channels_.recv(*act_in_, "recv_forward", mb, -1); }
+  void send_forward(const Tensor& output, int mb) { sent(post_forward(output, mb, false)); }
+  Tensor recv_backward(int mb) { return is_last_stage() ? Tensor() : channels_.recv(*grad_in_, "recv_backward", mb, -1); }
+  void send_backward(const Tensor& input_grad, int mb) { sent(post_backward(input_grad, mb, false)); }
   Tensor send_fwd_recv_bwd(const Tensor& output, int send_mb, int recv_mb);
   Tensor send_bwd_recv_fwd(const Tensor& input_grad, int send_mb, int recv_mb);
 
   // The ring, or the V (chunk: the model chunk the tensor belongs to; in the V also its way).
-  Tensor recv_activation(int mb, int chunk);                     // <- previous rank
-  void send_activation(const Tensor& output, int mb, int chunk);  // -> next rank
-  Tensor recv_gradient(int mb, int chunk);                       // <- next rank
-  void send_gradient(const Tensor& input_grad, int mb, int chunk);  // -> previous rank
+  Tensor recv_activation(int mb, int chunk);  // <- previous rank
+  void send_activation(const Tensor& output, int mb, int chunk) { sent(post_activation(output, mb, chunk, false)); }
+  Tensor recv_gradient(int mb, int chunk);  // <- next rank
+  void send_gradient(const Tensor& input_grad, int mb, int chunk) { sent(post_gradient(input_grad, mb, chunk, false)); }
 
-  // A table schedule's sends (schedule_table.h): posted and held, each until
-  // the schedule waits for it at a point of its order (send_release.h), not
-  // whenever a later send finds it delivered. Return the ticket for wait_send;
-  // 0 for the V's turn, which sends nothing.
+  // The sends alone. A table schedule's (schedule_table.h) are held, each until the schedule
+  // waits for it at a point of its order (send_release.h), not whenever a later send finds it
+  // delivered. Each returns the ticket for wait_send; 0 where nothing is sent (the V's turn,
+  // post_forward on the last stage, post_backward on the first).
+  uint64_t post_forward(const Tensor& output, int mb, bool hold = true) {
+    return is_last_stage() ? 0 : channels_.post(*act_out_, output, "send_forward", mb, -1, hold);
+  }
+  uint64_t post_backward(const Tensor& input_grad, int mb, bool hold = true) {
+    return is_first_stage() ? 0 : channels_.post(*grad_out_, input_grad, "send_backward", mb, -1, hold);
+  }
   uint64_t post_activation(const Tensor& output, int mb, int chunk, bool hold = true);
   uint64_t post_gradient(const Tensor& input_grad, int mb, int chunk, bool hold = true);
-  uint64_t post_forward(const Tensor& output, int mb);       // the line's (ZB-H1): 0 on the last stage
-  uint64_t post_backward(const Tensor& input_grad, int mb);  // 0 on the first stage
   void wait_send(uint64_t ticket) {
     if (ticket) channels_.wait_send(ticket);
   }
@@ -82,10 +82,8 @@ class PipelineP2P {
   void end_schedule() { channels_.end_schedule(); }
 
  private:
-  // The turn of the V, on its last rank: one chunk's tensor kept for the other's (mb checks the order).
-  using Handoff = std::deque<std::pair<int, Tensor>>;
+  void sent(uint64_t /*ticket*/) { channels_.finish_sends(); }  // a send verb returns once sent (in a schedule: posted)
   bool turns_here(int chunk_from) const { return layout_ == ChunkLayout::V && rank_ == size_ - 1 && chunk_from == 0; }
-  Tensor take(Handoff& h, const char* verb, int mb);
   // The channel of a ring or V transfer (chunk 1 of a V goes the other way); an error when pp is 1.
   Channel& way(int chunk, Channel* down, Channel* up, const char* verb) const;
 
@@ -95,7 +93,7 @@ class PipelineP2P {
   PipelineChannels channels_;
   Channel *act_out_ = nullptr, *act_in_ = nullptr, *grad_out_ = nullptr, *grad_in_ = nullptr;
   Channel *act_up_out_ = nullptr, *act_up_in_ = nullptr, *grad_up_out_ = nullptr, *grad_up_in_ = nullptr;  // the V's way back
-  Handoff turn_activations_, turn_gradients_;
+  VTurn turn_activations_, turn_gradients_;  // on the V's last rank: chunk 0 -> chunk 1, and back
 };
 
 }  // namespace loom::parallel

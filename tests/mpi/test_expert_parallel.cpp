@@ -49,8 +49,8 @@ TEST(ExpertParallel, EpAndExpertDpGroupsAreTheGridsRanks) {
   Ranks want_edp;
   for (int s = r % 2; s < n; s += 2) want_edp.push_back(s);
   EXPECT_EQ(edp, want_edp);
-  EXPECT_EQ(ep, pgm.grid().ep_group_ranks(r));
-  EXPECT_EQ(edp, pgm.grid().expert_dp_group_ranks(r));
+  EXPECT_EQ(ep, pgm.grid().ranks_along(r, ProcessGrid::kEp));
+  EXPECT_EQ(edp, pgm.grid().ranks_along(r, ProcessGrid::kExpertDp | ProcessGrid::kCp));
   EXPECT_EQ(pgm.ep_group().rank(), pgm.ep_rank());
   EXPECT_EQ(pgm.ep_rank(), r % 2);
 }
@@ -62,7 +62,8 @@ TEST(ExpertParallel, EpModelParallelGroupIsTheGridsRanks) {
   if (n != 4) GTEST_SKIP() << "tp 2 x dp 2 needs 4 ranks";
   ProcessGroupManager tp(2, 1, 2, 1, parallel::world(), 0, /*ep=*/2);
   const int r = tp.global_rank();
-  EXPECT_EQ(members(tp.ep_model_parallel_group()), tp.grid().ep_group_ranks(r, ProcessGrid::kTp | ProcessGrid::kPp));
+  EXPECT_EQ(members(tp.ep_model_parallel_group()),
+            tp.grid().ranks_along(r, ProcessGrid::kEp | ProcessGrid::kTp | ProcessGrid::kPp));
   EXPECT_EQ(members(tp.ep_model_parallel_group()), (Ranks{0, 1, 2, 3}));
   EXPECT_EQ(members(tp.ep_group()), (Ranks{r % 2, r % 2 + 2}));  // rank = tp_rank + 2 dp_rank
   ProcessGroupManager dp(4, 1, 1, 1, parallel::world(), 0, /*ep=*/2);

@@ -38,6 +38,15 @@ void expect_groups_match_grid(ProcessGroupManager& pgm) {
     EXPECT_EQ(pgm.cp_group().rank(), pgm.cp_rank());
   }
   EXPECT_EQ(members(pgm.dp_cp_group()), g.ranks_along(r, kDp | kCp));
+  if (pgm.hybrid_sharded()) {
+    EXPECT_EQ(members(pgm.dp_shard_cp_group()), g.ranks_along(r, kDpShard | kCp));
+    EXPECT_EQ(members(*pgm.dp_replicate_group()), g.ranks_along(r, kDpReplicate));
+    EXPECT_EQ(members(pgm.instance_group()), g.ranks_along(r, kTp | kCp | kDpShard | kPp));
+  }
+  if (pgm.ep_size() > 1) {
+    EXPECT_EQ(members(pgm.ep_group()), g.ranks_along(r, kEp));
+    EXPECT_EQ(members(pgm.expert_dp_group()), g.ranks_along(r, kExpertDp | kCp));
+  }
 }
 
 }  // namespace
@@ -155,5 +164,16 @@ TEST(ProcessGroupManager, HybridShardingGroupsOnFourRanks) {
   ASSERT_NE(pgm.dp_replicate_group(), nullptr);
   EXPECT_EQ(members(*pgm.dp_replicate_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
   EXPECT_EQ(members(pgm.instance_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  expect_groups_match_grid(pgm);
+}
+
+// dp 2 × cp 2, ep 2 on 4 ranks (rank = cp_rank + 2 dp_rank): a cp rank's two dp ranks split the
+// experts; an expert's holders are one dp rank with its two cp ranks (each saw part of every sequence).
+TEST(ProcessGroupManager, ExpertGroupsWithContextParallelOnFourRanks) {
+  if (parallel::world().size() != 4) GTEST_SKIP() << "a 4-rank grid";
+  ProcessGroupManager pgm(/*dp=*/2, /*pp=*/1, /*tp=*/1, /*cp=*/2, parallel::world(), /*dp_shard=*/0, /*ep=*/2);
+  int r = pgm.global_rank();
+  EXPECT_EQ(members(pgm.ep_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
+  EXPECT_EQ(members(pgm.expert_dp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
   expect_groups_match_grid(pgm);
 }
