@@ -62,8 +62,8 @@ void check_moe_flags(const Args& a) {
   // --pp and selective recomputation. Not yet: under tp the experts are whole on every tp rank (the
   // formula's activations are 43% under); full recomputation reruns the MoE block's forward, its (U),
   // inside backward (fp32 9.6% under); cp's ring attention (0.3%, as the dense ledger's cp); ZeRO-3
-  // (5-7%); and under --ep with ZeRO the experts are stepped whole, not sharded over expert-dp as the
-  // formula (predict_memory_moe) has them.
+  // (5-7%); and --ep with ZeRO-1/2, whose experts' shards over expert-dp (tests/test_train_gpt_expert_zero.cpp)
+  // neither the measurement nor the formula's expert grads yet follow.
   const std::pair<std::string, bool> not_measured[] = {{str("--tp ", a.tp), a.tp > 1},
                                                        {str("--cp ", a.cp), a.cp > 1},
                                                        {"--recompute full", a.recompute == "full"},
