@@ -9,7 +9,8 @@
 #         meet (tsan() lists them): the communication queues under bucketed DP
 #         and ZeRO-1/2/3 with prefetch and overlapped param gathers, the
 #         pipeline's async p2p, the ring attention's overlapped sends, the
-#         watchdog and peer-status threads, the math threads' wake and sleep;
+#         watchdog and peer-status threads, the math threads' wake and sleep, DualPipeV's
+#         pair worker (two host threads computing at once);
 #         2 ranks over shared memory; only those targets are built, in build-tsan.
 #   fuzz  libFuzzer (clang) on what a stranger's model folder holds: the
 #         safetensors header reader, config.json, the shard index and
@@ -115,6 +116,9 @@ asan() {
     'TrainGptExpertParallel\.EpTwoEqualsOneProcessWithEveryRoutingOption' 'mpi_expert_parallel_np2'
     'TrainGptMoETensorParallel\.SequenceParallelEqualsOneProcessDropless'
     'TrainGptMoEPipeline\.ZeroBubbleSchedulesEqualOneProcess'
+    'TrainGptExpertZero\.ZeroOneAndTwoShardingExpertsOverExpertDpEqualOneProcess'
+    'TrainGptExpertGrid\.TpTimesEpEqualsOneProcessWithEveryRoutingOption'
+    'TrainGptOverlappedPairs\.TwoMathThreadsSplitTheSameWayInBothHalves'
     'Zero2\.(TwoRanksMatchesOneProcess|WithTensorParallelMatchesOneProcess|CheckpointResumesAtZero1OnOtherRanks|Bf16EqualsZero1BitForBit)'
     'TrainGptContextParallel\.(TwoRanksMatchOneProcessInTrainingAndEvaluation|WithRecomputationMatchesOneProcess|LlamaWithTheTokensTruePositionsMatchesOneProcess|CheckpointResumesAcrossCpSizes)'
     'TrainLlamaParallel\.(BucketDataParallelTwoRanksMatchesOneProcess|PipelineTwoStagesMatchesOneProcess|TensorParallelWithSequenceParallelMatchesOneProcess|SingleProcessRunHasTheLlamaParameters)'
@@ -149,6 +153,7 @@ tsan() {
     "mpi_ring_attention:RingAttention.EqualsOneProcessFp32:RingAttention.AsTheCoreOfCausalSelfAttention:the ring's overlapped sends"
     "mpi_watchdog_slow:-:the watchdog and peer-status threads, 12 slow all-reduces under a 2 s watchdog"
     "test_thread_wait:*:the math threads' spin, sleep and wake"
+    "test_overlapped_pairs:PairWorker.*:DualPipeV's pair worker, two host threads computing at once"
   )
   local targets=() c
   for c in "${cases[@]}"; do targets+=("${c%%:*}"); done
