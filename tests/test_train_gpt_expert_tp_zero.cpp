@@ -1,7 +1,7 @@
 // train_gpt --ep beside tensor parallelism under ZeRO-1/2/3 (issue 45), each configuration against one
 // process through tests/train_gpt_run.h's helpers: tp 2 x dp 2, ep 2 (4 ranks). ep groups {0,2} {1,3},
 // one per tp rank; expert-dp groups of one rank, so each rank keeps its two experts' optimizer state
-// whole and the rest's over dp (optim/distributed_optimizer.h).
+// whole and its half of the rest's, sharded over dp (optim/distributed_optimizer.h).
 //
 // What tp adds to ZeRO under ep:
 //   sequence parallel   the experts are whole on every tp rank, so their gradients are partial sums over
