@@ -6,6 +6,7 @@
 #include "nn/moe.h"
 #include "nn/moe_bias_state.h"
 #include "optim/checkpoint_tensor_parallel.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/tensor_parallel/replicas.h"
 #include "tensor/ops.h"
@@ -44,10 +45,15 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   if (m.tp) {
     // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
     parallel::check_tp_replicas_identical(m.tp->replicated_params(*m.chunks), pgm.tp_group());
-    nn::NamedTensors joined =
-        full_optimizer_fragments(opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &holders, shards != nullptr});
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
-                    first_replica && pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
+    // Under ep the experts are joined over expert-dp, where they are replicated or (ZeRO) sharded; each
+    // ep rank's first returns them, beside dp rank 0's joined dense state under ZeRO.
+    const bool ep = pgm.ep_size() > 1;
+    nn::NamedTensors joined = full_optimizer_fragments(
+        opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &holders, shards != nullptr,
+                      ep ? parallel::expert_params(*m.chunks) : std::vector<Tensor>{},
+                      ep ? &pgm.expert_dp_group() : nullptr});
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), first_replica && !joined.empty(),
+                    &joined);
   } else {
     // Under ZeRO every rank its own shard; else one copy of the replicated state (under ep one per ep rank).
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
