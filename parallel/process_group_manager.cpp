@@ -18,6 +18,8 @@ ProcessGrid::ProcessGrid(int world, int dp, int pp, int tp, int cp, int dp_shard
              " does not divide --dp ", dp, " (ZeRO-3 shards over groups of dp-shard dp ranks, replicated dp / dp-shard times)");
   LOOM_CHECK(ep >= 1 && dp % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp ", dp,
              " (the ep group is ep consecutive dp ranks)");
+  LOOM_CHECK(dp_shard_size % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp-shard ", dp_shard_size,
+             " (the ep group is ep consecutive ranks of one shard group)");
 }
 
 ProcessGrid::Coords ProcessGrid::coords(int rank) const {
@@ -28,11 +30,12 @@ ProcessGrid::Coords ProcessGrid::coords(int rank) const {
 
 std::vector<int> ProcessGrid::ranks_along(int rank, int axes) const {
   (void)coords(rank);  // checks that rank is in the world
-  const int inner = axes & (kEp | kExpertDp) ? ep_size : dp_shard_size;
-  const std::array<int, 5> sizes = {tp_size, cp_size, inner, dp_size / inner, pp_size};  // fastest first
-  const std::array<int, 5> axis = {kTp, kCp, kDpShard | kEp, kDpReplicate | kExpertDp, kPp};
+  const std::array<int, 6> sizes = {tp_size, cp_size, ep_size, dp_shard_size / ep_size, dp_size / dp_shard_size,
+                                    pp_size};  // fastest first; dp in three parts (ep 1: no first, no HSDP: no last)
+  const std::array<int, 6> axis = {kTp, kCp, kDpShard | kEp, kDpShard | kExpertDp | kExpertDpShard,
+                                   kDpReplicate | kExpertDp, kPp};
   auto fixed = [&](int r) {  // r's coordinates off `axes` (0 along them)
-    std::array<int, 5> c{};
+    std::array<int, 6> c{};
     for (size_t a = 0; a < sizes.size(); r /= sizes[a], ++a)
       if (!(axes & axis[a])) c[a] = r % sizes[a];
     return c;
@@ -75,6 +78,8 @@ ProcessGroupManager::ProcessGroupManager(int dp, int pp, int tp, int cp, Process
   if (ep > 1) {  // the experts' gradients are summed over their holders' cp ranks too, as dp_cp's are
     ep_group_ = along(G::kEp, "ep");
     expert_dp_group_ = along(G::kExpertDp | G::kCp, "expert_dp");
+    if (hybrid_sharded())  // ZeRO-3 shards the experts inside the shard group, replicated over dp_replicate
+      expert_dp_shard_cp_group_ = along(G::kExpertDpShard | G::kCp, "expert_dp_shard_cp");
     if (pp * tp > 1)  // one replica's tp x pp ranks with its ep ranks: the grad norm of held experts sums here
       ep_mp_group_ = along(G::kEp | G::kTp | G::kPp, "ep_model_parallel");
   }

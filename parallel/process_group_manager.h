@@ -7,8 +7,14 @@
 // dp is cut in two, the inner part consecutive dp ranks, for HSDP's shards (dp 4,
 // dp_shard 2: shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}) and for the
 // experts (dp 4, ep 2: ep groups {0,1} {2,3} split the experts, expert-dp groups
-// {0,2} {1,3} hold the same ones). Every group is one rank list, ranks_along: the
-// ranks that share this rank's coordinates off the group's axes; the world is split by them.
+// {0,2} {1,3} hold the same ones). With both, ep is cut inside each shard group (torchtitan's
+// dp_shard_in_ep; --ep divides --dp-shard) and dp is ep x (dp_shard / ep) x replicas, fastest first:
+// the experts are sharded over the shard group's ranks holding the same ones (torchtitan's
+// dp_shard_mod_ep) and replicated as every shard is. dp 4, dp_shard 2, ep 2: ep {0,1} {2,3}, expert
+// shards {0} {1} {2} {3}, replicas {0,2} {1,3}; dp 8, dp_shard 4, ep 2: ep {0,1} {2,3} {4,5} {6,7},
+// expert shards {0,2} {1,3} {4,6} {5,7}, replicas {0,4} {1,5} {2,6} {3,7}, expert-dp {0,2,4,6} {1,3,5,7}.
+// Every group is one rank list, ranks_along: the ranks that share this rank's coordinates off the
+// group's axes; the world is split by them.
 #pragma once
 
 #include <memory>
@@ -29,8 +35,11 @@ struct ProcessGrid {
 
   struct Coords { int tp_rank, cp_rank, dp_rank, pp_rank; };
   Coords coords(int rank) const;
-  // The axes of the grid reshaped tp × cp × (inner × outer = dp) × pp, dp cut at dp_shard or at ep.
-  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64 };
+  // The axes of the grid reshaped tp × cp × (ep × dp_shard / ep × dp / dp_shard = dp) × pp: a shard group
+  // is the first two dp parts, expert-dp the last two, the experts' shards (HSDP) the middle one.
+  enum Axes {
+    kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64, kExpertDpShard = 128
+  };
   // The ranks that share rank's coordinates off `axes`, in rank order (= group-rank order).
   std::vector<int> ranks_along(int rank, int axes) const;
   // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
@@ -79,6 +88,10 @@ class ProcessGroupManager {
   // cp ranks, where their gradients are reduced (the dp group when ep = 1).
   ProcessGroup& ep_group() { return present(ep_group_, "no ep group with ep = 1 (expert parallelism is off)"); }
   ProcessGroup& expert_dp_group() { return expert_dp_group_ ? *expert_dp_group_ : *dp_group_; }
+  // HSDP: the experts' shard group, expert-dp's ranks inside this rank's shard group (expert-dp without HSDP).
+  ProcessGroup& expert_dp_shard_cp_group() {
+    return expert_dp_shard_cp_group_ ? *expert_dp_shard_cp_group_ : expert_dp_group();
+  }
   // One model replica (pp × tp): found-inf and the grad norm are reduced here.
   ProcessGroup& model_parallel_group() { return *mp_group_; }
   // The same with its ep ranks (pp × tp × ep: together they hold every expert once; Megatron's
@@ -101,6 +114,7 @@ class ProcessGroupManager {
   std::unique_ptr<ProcessGroup> tp_group_, dp_group_, pp_group_, mp_group_, embedding_group_, cp_group_, dp_cp_group_;
   std::unique_ptr<ProcessGroup> dp_shard_cp_group_, dp_replicate_group_, instance_group_;  // HSDP only
   std::unique_ptr<ProcessGroup> ep_group_, expert_dp_group_;                               // ep > 1 only
+  std::unique_ptr<ProcessGroup> expert_dp_shard_cp_group_;                                 // ep > 1 with HSDP
   std::unique_ptr<ProcessGroup> ep_mp_group_;                                              // ep > 1, pp × tp > 1
 };
 
