@@ -5,6 +5,7 @@
 // tests/cuda/test_cuda_launch_count.cpp's (it needs a GPU).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -37,13 +38,20 @@ TEST(LaunchCount, RestartGivesOneStepsCountThenTheNext) {
 
 TEST(LaunchCount, ThreadsAddUpWithoutLosingCounts) {
   // train_gpt --backend mpi launches from the compute thread and the communication thread.
+  // All start together (a spin on `go`), so their increments interleave: a lost update would show.
   cuda::LaunchWindow w;
-  constexpr int kThreads = 4, kEach = 20000;
+  constexpr int kThreads = 4, kEach = 200000;
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([] {
+    threads.emplace_back([&] {
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
       for (int i = 0; i < kEach; ++i) cuda::count_launch();
     });
+  while (ready.load() < kThreads) std::this_thread::yield();
+  go.store(true);
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(w.count(), int64_t(kThreads) * kEach);
 }
