@@ -126,6 +126,9 @@ TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
 TEST(ProcessGrid, HybridShardingSplitsDpIntoShardAndReplicateGroups) {
   ProcessGrid g(8, 4, 1, 1, 2, /*dp_shard=*/2);
   EXPECT_EQ(g.coords(6).dp_rank, 3);  // dp_shard rank 1 of dp_replicate rank 1
+  EXPECT_EQ(g.coords(6).dp_replicate_rank, 1);
+  EXPECT_EQ(g.coords(3).dp_replicate_rank, 0);  // dp_rank 1
+  EXPECT_EQ(g.coords(6).global_rank, 6);
   EXPECT_EQ(g.ranks_along(0, kDpShard | kCp), (Ranks{0, 1, 2, 3}));
   EXPECT_EQ(g.ranks_along(5, kDpShard | kCp), (Ranks{4, 5, 6, 7}));
   EXPECT_EQ(g.ranks_along(0, kDpReplicate), (Ranks{0, 4}));
@@ -170,6 +173,8 @@ TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
   const ProcessGrid d(4, 4, 1, 1, 1, 0, /*ep=*/2);
   EXPECT_EQ(d.ranks_along(2, kEp), (Ranks{2, 3}));
   EXPECT_EQ(d.ranks_along(1, kExpertDp | kCp), (Ranks{1, 3}));
+  EXPECT_EQ(d.coords(2).ep_rank, 0);
+  EXPECT_EQ(d.coords(3).ep_rank, 1);
   // cp 2 x dp 4, ep 2: rank = cp_rank + 2 dp_rank; the ep group within one cp coordinate, the expert-dp
   // group with both cp ranks (each holds a part of every sequence: the experts' gradient sums over them).
   const ProcessGrid c(8, 4, 1, 1, 2, 0, /*ep=*/2);
@@ -177,6 +182,8 @@ TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
   EXPECT_EQ(c.ranks_along(3, kEp), (Ranks{1, 3}));
   EXPECT_EQ(c.ranks_along(0, kExpertDp | kCp), (Ranks{0, 1, 4, 5}));
   EXPECT_EQ(c.ranks_along(3, kExpertDp | kCp), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(c.coords(3).ep_rank, 1);  // cp_rank 1, dp_rank 1
+  EXPECT_EQ(c.coords(5).ep_rank, 0);  // dp_rank 2
   try {
     ProcessGrid bad(4, 4, 1, 1, 1, 0, /*ep=*/3);
     ADD_FAILURE() << "ep 3 of dp 4 was accepted";
