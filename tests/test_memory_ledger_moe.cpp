@@ -4,12 +4,14 @@
 // against the allocator, read from --memory-json; and the expert-parallel term
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
 // group), and each rank's ledger under --dp and --ep (its E / ep experts, their
-// own gradient buffer, and the rows the all-to-all brought them).
+// own gradient buffer, and the rows the all-to-all brought them), ZeRO-1/2 over
+// expert-dp, --tp (+SP) and --recompute full.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "optim/memory_report.h"
@@ -197,14 +199,16 @@ TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
 
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
 // gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
-// ledger's cp) and the shared experts (a dense MLP beside the routed ones, not in the MoE block's count).
+// ledger's cp), the shared experts (a dense MLP beside the routed ones, not in the MoE block's count) and
+// --ep with --tp and ZeRO-1/2 (the experts' partial gradients summed over tp before the reduce-scatter).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
-  const std::pair<std::string, std::string> cases[] = {
-      {" --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
-      {" --cp 2", "--memory-report with --experts 4 and --cp 2: "},
-      {" --dp 2 --shared-experts 1", "--memory-report with --shared-experts 1: "}};
-  for (const auto& [flags, want] : cases) {
-    const Result r = train("moe_ledger_refused", 2, kLaptop + flags + " --memory-report --steps 1", false);
+  const std::tuple<int, std::string, std::string> cases[] = {
+      {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
+      {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
+      {2, " --dp 2 --shared-experts 1", "--memory-report with --shared-experts 1: "},
+      {4, " --dp 2 --ep 2 --tp 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2 and --tp 2: "}};
+  for (const auto& [ranks, flags, want] : cases) {
+    const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
     EXPECT_EQ(r.output.find("| loss "), std::string::npos) << flags << ": trained before refusing\n" << r.output;
