@@ -94,10 +94,15 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   o.experts = parallel::expert_data_parallel_params(*m.chunks, pgm);  // --ep: the experts over expert-dp
   parallel::DataParallelWrap w =
       parallel::wrap_data_parallel(*m.chunks, pgm.dp_shard_cp_group(), o, finalize.needs_whole_grad());
+  // --ep under HSDP: the ep group and the experts' shards lie inside each shard group (process_group_manager.h).
+  const std::string experts = pgm.ep_size > 1 ? str("; in each group the experts split over ep ", pgm.ep_size,
+                                                     ", sharded over expert-dp groups of ",
+                                                     pgm.expert_dp_shard_cp_group().size())
+                                               : "";
   if (a.zero == 3 && pgm.hybrid_sharded() && pgm.global_rank == 0)
     std::printf("data parallel: %d ranks, hybrid sharded (HSDP): ZeRO-3 over groups of %d ranks, each shard replicated "
-                "%d times (its gradient shard all-reduced over the replicas)\n", pgm.dp_size, pgm.dp_shard_size,
-                pgm.dp_size / pgm.dp_shard_size);
+                "%d times (its gradient shard all-reduced over the replicas)%s\n", pgm.dp_size, pgm.dp_shard_size,
+                pgm.dp_size / pgm.dp_shard_size, experts.c_str());
   else if (a.zero == 3 && pgm.global_rank == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
                 "backward, its gradient reduce-scattered\n", pgm.dp_size);
@@ -119,9 +124,11 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   // --ep under ZeRO: the experts' state is sharded over their expert-dp group instead (distributed_optimizer.h).
-  const std::string experts = a.zero && pgm.ep_size > 1
-                                  ? str(", the experts' over expert-dp groups of ", pgm.expert_dp_group().size())
-                                  : "";
+  // (HSDP: over the expert-dp ranks inside each shard group, expert_dp_shard_cp.)
+  const int holders = pgm.ep_size > 1 ? pgm.expert_dp_shard_cp_group().size() : 0;
+  const char* where = pgm.hybrid_sharded() ? " inside each shard group" : "";
+  const std::string experts =
+      a.zero && pgm.ep_size > 1 ? str(", the experts' over expert-dp groups of ", holders, where) : "";
   if (pgm.global_rank == 0)
     std::printf("optimizer: AdamW on fp32 main params%s%s%s%s\n",
                 a.zero == 3   ? ", on the dp shards (ZeRO-3)"

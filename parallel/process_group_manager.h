@@ -5,8 +5,11 @@
 // dp's all-reduces) are neighbours, on one node when a hostfile fills nodes in order; pipeline stages pass
 // only activations. dp is cut in two, the inner part consecutive dp ranks, for HSDP's shards (dp 4, dp_shard 2:
 // shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}) and for the experts (dp 4, ep 2: ep groups {0,1}
-// {2,3} split the experts, expert-dp groups {0,2} {1,3} hold the same ones). Every group is one rank list,
-// ranks_along: the ranks that share this rank's coordinates off the group's axes; the world is split by them.
+// {2,3} split the experts, expert-dp groups {0,2} {1,3} hold the same ones). With both, ep is cut inside each shard
+// group (torchtitan's dp_shard_in_ep): dp = ep × dp_shard / ep × replicas, fastest first, the experts sharded over the
+// middle part (dp_shard_mod_ep). dp 8, dp_shard 4, ep 2: ep {0,1} {2,3} {4,5} {6,7}, expert shards {0,2} {1,3} {4,6}
+// {5,7}, replicas {0,4} {1,5} {2,6} {3,7}. Every group is one rank list, ranks_along: the ranks that share this
+// rank's coordinates off the group's axes; the world is split by them.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +35,8 @@ struct ProcessGrid {  // the grid arithmetic alone, with no communication
                " does not divide --dp ", dp, " (ZeRO-3 shards over dp-shard dp ranks, dp / dp-shard replicas)");
     LOOM_CHECK(ep >= 1 && dp % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp ", dp,
                " (the ep group is ep consecutive dp ranks)");
+    LOOM_CHECK(dp_shard_size % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp-shard ",
+               dp_shard_size, " (the ep group is ep consecutive ranks of one shard group)");
   }
   bool hybrid_sharded() const { return dp_shard_size < dp_size; }
 
@@ -44,16 +49,19 @@ struct ProcessGrid {  // the grid arithmetic alone, with no communication
             dp_rank % ep_size, dp_rank / dp_shard_size};
   }
 
-  // The axes of the grid reshaped tp × cp × (inner × outer = dp) × pp, dp cut at dp_shard or at ep.
-  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64 };
+  // The axes of the grid reshaped tp × cp × (ep × dp_shard / ep × replicas = dp) × pp: a shard group is dp's first
+  // two parts, expert-dp its last two, the experts' shards (HSDP) the middle one.
+  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64,
+              kExpertDpShard = 128 };
   // The ranks that share rank's coordinates off `axes`, in rank order (= group-rank order).
   std::vector<int> ranks_along(int rank, int axes) const {
     (void)coords(rank);  // checks that rank is in the world
-    const int inner = axes & (kEp | kExpertDp) ? ep_size : dp_shard_size;
-    const std::array<int, 5> sizes = {tp_size, cp_size, inner, dp_size / inner, pp_size};  // fastest first
-    const std::array<int, 5> axis = {kTp, kCp, kDpShard | kEp, kDpReplicate | kExpertDp, kPp};
+    const std::array<int, 6> sizes = {tp_size, cp_size, ep_size, dp_shard_size / ep_size, dp_size / dp_shard_size,
+                                      pp_size};  // fastest first
+    const std::array<int, 6> axis = {kTp, kCp, kDpShard | kEp, kDpShard | kExpertDp | kExpertDpShard,
+                                     kDpReplicate | kExpertDp, kPp};
     auto fixed = [&](int r) {  // r's coordinates off `axes` (0 along them)
-      std::array<int, 5> c{};
+      std::array<int, 6> c{};
       for (size_t a = 0; a < sizes.size(); r /= sizes[a], ++a)
         if (!(axes & axis[a])) c[a] = r % sizes[a];
       return c;
@@ -95,6 +103,7 @@ class ProcessGroupManager : public ProcessGrid, public ProcessGrid::Coords {
   ProcessGroup& instance_group() { return *instance_; }
   ProcessGroup& ep_group() { return present(ep_, "no ep group with ep = 1 (expert parallelism is off)"); }
   ProcessGroup& expert_dp_group() { return *expert_dp_; }
+  ProcessGroup& expert_dp_shard_cp_group() { return *expert_dp_shard_cp_; }
   ProcessGroup& ep_model_parallel_group() { return present(ep_mp_, "no ep group with ep = 1"); }
 
  private:
@@ -124,10 +133,13 @@ class ProcessGroupManager : public ProcessGrid, public ProcessGrid::Coords {
   ProcessGroup* dp_replicate_ = hybrid_sharded() ? along(kDpReplicate, "dp_replicate") : nullptr;
   ProcessGroup* instance_ = hybrid_sharded() ? along(kTp | kCp | kDpShard | kPp, "instance") : &world_;
   // Experts: the ranks splitting them (the all-to-alls); those holding this rank's, with their cp ranks, where
-  // their gradients are summed (dp when ep = 1); one replica's tp x pp ranks with its ep ranks, every expert once:
-  // the grad norm's group (Megatron's expert-tensor-model-pipeline group; the ep group when pp x tp = 1).
+  // their gradients are summed (dp when ep = 1), and under HSDP those of them inside the shard group, where ZeRO-3
+  // shards them; one replica's tp x pp ranks with its ep ranks, every expert once: the grad norm's group
+  // (Megatron's expert-tensor-model-pipeline group; the ep group when pp x tp = 1).
   ProcessGroup* ep_ = ep_size > 1 ? along(kEp, "ep") : nullptr;
   ProcessGroup* expert_dp_ = ep_size > 1 ? along(kExpertDp | kCp, "expert_dp") : dp_;
+  ProcessGroup* expert_dp_shard_cp_ =
+      ep_size > 1 && hybrid_sharded() ? along(kExpertDpShard | kCp, "expert_dp_shard_cp") : expert_dp_;
   ProcessGroup* ep_mp_ = ep_size > 1 && pp_size * tp_size > 1 ? along(kEp | kTp | kPp, "ep_model_parallel") : ep_;
 };
 

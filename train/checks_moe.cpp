@@ -10,7 +10,8 @@
 // (tests/test_train_gpt_moe_combined.cpp). --ep (each rank holding E / ep
 // experts) trains under dp, ZeRO-1/2/3, cp, recomputation, and tp or pp
 // (tests/test_train_gpt_expert_grid.cpp), tp with ZeRO-1/2/3
-// (tests/test_train_gpt_expert_tp_zero.cpp); not yet with tp and pp together.
+// (tests/test_train_gpt_expert_tp_zero.cpp), ZeRO-3 with hybrid sharding
+// (tests/test_train_gpt_expert_hsdp.cpp); not yet with tp and pp together, or pp and ZeRO-3.
 #include "train/args.h"
 
 namespace loom::train {
@@ -77,23 +78,27 @@ void check_moe_flags(const Args& a) {
              ": each ep rank computes experts / ep of them");
   LOOM_CHECK(a.dp % a.ep == 0, "--ep ", a.ep, " does not divide --dp ", a.dp,
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
+  // HSDP: the ep group lies inside one shard group (torchtitan's dp_shard_in_ep), whose ranks holding the same
+  // experts shard them; the replicas hold copies, as of every shard (parallel/process_group_manager.h).
+  LOOM_CHECK(a.ep == 1 || a.dp_shard == 0 || a.dp_shard % a.ep == 0, "--ep ", a.ep, " with --dp-shard ", a.dp_shard,
+             ": the ep group is ep consecutive ranks of one shard group (the experts are split inside it and sharded "
+             "over its ranks that hold the same ones), so --ep must divide --dp-shard");
   // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h), tested equal to one
-  // process under dp, ZeRO-1/2/3 (sharded over their expert-dp group: tests/test_train_gpt_expert_zero.cpp), cp,
-  // recomputation, tp (+SP) or pp (tests/test_train_gpt_expert_grid.cpp), and tp (+SP) with ZeRO-1/2/3
-  // (tests/test_train_gpt_expert_tp_zero.cpp). Not yet: tp and pp together; pp and ZeRO-3 together; hybrid
-  // sharding (--dp-shard) of the experts.
+  // process under dp, ZeRO-1/2/3 (sharded over their expert-dp group: tests/test_train_gpt_expert_zero.cpp;
+  // HSDP: tests/test_train_gpt_expert_hsdp.cpp), cp, recomputation, tp (+SP) or pp
+  // (tests/test_train_gpt_expert_grid.cpp), and tp (+SP) with ZeRO-1/2/3 (tests/test_train_gpt_expert_tp_zero.cpp).
+  // Not yet: tp and pp together; pp and ZeRO-3 together.
   struct NotWithEp {
     std::string flags, drop;
     bool given;
   };
   const NotWithEp not_with_ep[] = {{str("--tp ", a.tp, " and --pp ", a.pp), "--tp or --pp", a.tp > 1 && a.pp > 1},
-                                   {str("--pp ", a.pp, " and --zero 3"), "--pp or --zero 3", a.pp > 1 && a.zero == 3},
-                                   {str("--dp-shard ", a.dp_shard), "--dp-shard", a.dp_shard > 0}};
+                                   {str("--pp ", a.pp, " and --zero 3"), "--pp or --zero 3", a.pp > 1 && a.zero == 3}};
   for (const NotWithEp& n : not_with_ep)
     LOOM_CHECK(a.ep == 1 || !n.given, "--ep ", a.ep, " with ", n.flags, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2/3, cp, recomputation, and tp (with "
-               "or without ZeRO) or pp (not tp with pp, not pp with ZeRO-3, not hybrid sharding) so far; drop ", n.drop,
-               " or --ep");
+               "experts, tested equal to one process under data parallel, ZeRO-1/2/3 (hybrid sharding too), cp, "
+               "recomputation, and tp (with or without ZeRO) or pp (not tp with pp, not pp with ZeRO-3) so far; "
+               "drop ", n.drop, " or --ep");
 }
 
 }  // namespace loom::train

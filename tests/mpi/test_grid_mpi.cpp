@@ -54,6 +54,7 @@ void expect_groups_match_grid(ProcessGroupManager& pgm) {
     EXPECT_EQ(members(pgm.ep_group()), g.ranks_along(r, kEp));
     EXPECT_EQ(pgm.ep_group().rank(), pgm.ep_rank);
     EXPECT_EQ(members(pgm.expert_dp_group()), g.ranks_along(r, kExpertDp | kCp));
+    EXPECT_EQ(members(pgm.expert_dp_shard_cp_group()), g.ranks_along(r, kExpertDpShard | kCp));
     EXPECT_EQ(members(pgm.ep_model_parallel_group()), g.ranks_along(r, kEp | kTp | kPp));
   } else {  // the experts' gradients are reduced over dp; every rank holds every expert
     EXPECT_EQ(&pgm.expert_dp_group(), &pgm.dp_group());
@@ -187,5 +188,17 @@ TEST(ProcessGroupManager, ExpertGroupsWithContextParallelOnFourRanks) {
   int r = pgm.global_rank;
   EXPECT_EQ(members(pgm.ep_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
   EXPECT_EQ(members(pgm.expert_dp_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  expect_groups_match_grid(pgm);
+}
+
+// HSDP with ep, dp 4, dp_shard 2, ep 2 on 4 ranks: ep {0,1} {2,3} inside the shard groups; one rank of each
+// shard group holds each expert (expert shard groups of one), replicated over {0,2} {1,3}.
+TEST(ProcessGroupManager, HybridShardingWithExpertGroupsOnFourRanks) {
+  if (parallel::world().size() != 4) GTEST_SKIP() << "a 4-rank grid";
+  ProcessGroupManager pgm(/*dp=*/4, /*pp=*/1, /*tp=*/1, /*cp=*/1, parallel::world(), /*dp_shard=*/2, /*ep=*/2);
+  int r = pgm.global_rank;
+  EXPECT_EQ(members(pgm.ep_group()), r < 2 ? (Ranks{0, 1}) : (Ranks{2, 3}));
+  EXPECT_EQ(members(pgm.expert_dp_shard_cp_group()), (Ranks{r}));
+  EXPECT_EQ(members(*pgm.dp_replicate_group()), r % 2 == 0 ? (Ranks{0, 2}) : (Ranks{1, 3}));
   expect_groups_match_grid(pgm);
 }
