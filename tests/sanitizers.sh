@@ -124,6 +124,7 @@ asan() {
     'TrainGptMoEPipeline\.ZeroBubbleSchedulesEqualOneProcess'
     'TrainGptExpertZero\.ZeroOneAndTwoShardingExpertsOverExpertDpEqualOneProcess'
     'TrainGptExpertGrid\.TpTimesEpEqualsOneProcessWithEveryRoutingOption'
+    'TrainGptExpertTpZero\.ZeroOneAndThreeEqualOneProcessWithEveryRoutingOptionAndResume'
     'TrainGptOverlappedPairs\.TwoMathThreadsSplitTheSameWayInBothHalves'
     'Zero2\.(TwoRanksMatchesOneProcess|WithTensorParallelMatchesOneProcess)'
     'TrainGptContextParallel\.(TwoRanksMatchOneProcessInTrainingAndEvaluation|WithRecomputationMatchesOneProcess|LlamaWithTheTokensTruePositionsMatchesOneProcess|CheckpointResumesAcrossCpSizes)'
