@@ -11,13 +11,13 @@ bool ZeroOverlap::applies(const MixedPrecisionOptions& options, const parallel::
 }
 
 ZeroOverlap::ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket& dp) : opt_(opt), dp_(dp) {
-  dp_.set_on_bucket_reduced([this](int b) {
+  dp_.sharded_buckets().set_after_reduce([this](int b) {
     opt_.step_bucket(opt_.dense_, b);
     ++stepped_;
   });
 }
 
-ZeroOverlap::~ZeroOverlap() { dp_.set_on_bucket_reduced(nullptr); }
+ZeroOverlap::~ZeroOverlap() { dp_.sharded_buckets().set_after_reduce(nullptr); }
 
 bool ZeroOverlap::take_all_stepped() {
   const int stepped = stepped_, buckets = int(opt_.dense_.bucket_mains.size());

@@ -8,7 +8,7 @@
 namespace loom::parallel {
 
 BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
-                             bool all_reduce)
+                             bool allocate)
     : group_(dp_group), device_(params.empty() ? kCPU : params.front().device()) {
   // Bounded: the element count below is an int64 (1e30 MiB would overflow it).
   LOOM_CHECK(bucket_cap_mb > 0 && bucket_cap_mb <= 1e6, "BucketManager: bucket_cap_mb must be in (0, 1e6], got ",
@@ -18,11 +18,11 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
 
   // 1. Assign params to buckets, walking them in reverse (the order backward
   //    produces their gradients); remember each param's offset in the buffer.
-  int64_t end = 0;          // end of the last param placed
-  int64_t bucket_used = 0;  // elements of params in the open bucket
+  int64_t end = 0;  // end of the last param placed
   auto close_bucket = [&] {
     Bucket& b = buckets_.back();
     b.numel = (end - b.offset + pad_to - 1) / pad_to * pad_to;
+    b.reset_readiness();
     end = b.offset + b.numel;
   };
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
@@ -32,53 +32,30 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
     // the hook's main_grad += grad stays on the device.
     LOOM_CHECK(p.device() == device_, "BucketManager: parameters on two devices (", device_.str(), " and ",
                p.describe(), " on ", p.device().str(), "); one gradient buffer serves one device");
-    if (buckets_.empty() || (bucket_used > 0 && bucket_used + p.numel() > cap)) {
+    const int64_t used = buckets_.empty() ? 0 : end - buckets_.back().offset;  // elements in the open bucket
+    if (buckets_.empty() || (used > 0 && used + p.numel() > cap)) {
       if (!buckets_.empty()) close_bucket();
-      buckets_.push_back(Bucket{});
-      buckets_.back().offset = end;
-      buckets_.back().all_reduce = all_reduce;
-      bucket_used = 0;
+      buckets_.emplace_back().offset = end;
     }
     Bucket& b = buckets_.back();
-    bool fresh = slots_.emplace(p.impl(), Slot{int(buckets_.size()) - 1, int(b.params.size()), end, Tensor()}).second;
-    LOOM_CHECK(fresh, "BucketManager: parameter ", p.describe(), " is listed twice");
+    const Slot s{int(buckets_.size()) - 1, int(b.params.size()), end, Tensor()};
+    LOOM_CHECK(slots_.emplace(p.impl(), s).second, "BucketManager: parameter ", p.describe(), " is listed twice");
     b.params.push_back(p);
     end += p.numel();
-    bucket_used += p.numel();
   }
   if (!buckets_.empty()) close_bucket();
-  for (Bucket& b : buckets_) b.ready.assign(b.params.size(), false);
-  if (all_reduce) allocate();
-}
+  if (!allocate) return;
 
-void BucketManager::allocate() {
-  // 2. One zeroed fp32 buffer; buckets and main_grads are views into it. (A
-  //    bucket ZeRO-2 keeps only this rank's [numel / dp] of fills a scratch
-  //    during backward: grad_shards.h.)
-  const int64_t dp = group_.size(), r = group_.rank();
-  auto whole = [&](const Bucket& b) { return stores_whole(b); };
-  auto stored = [&](const Bucket& b) { return whole(b) ? b.numel : b.numel / dp; };
-  int64_t total = 0;
-  for (const Bucket& b : buckets_) total += stored(b);
-  buffer_ = zeros({total}, kFloat32, device_);
-  int64_t at = 0;  // the bucket's first element in buffer_ (== b.offset when all are stored whole)
+  // 2. One zeroed fp32 buffer; each bucket's grad_data and each param's main_grad are views into it.
+  buffer_ = zeros({numel()}, kFloat32, device_);
   for (Bucket& b : buckets_) {
-    Tensor kept = ops::narrow(buffer_, 0, at, stored(b));
-    at += stored(b);
-    const int64_t n = b.numel / dp;
-    b.grad_data = whole(b) ? kept : Tensor();
-    b.shard_grad = whole(b) ? ops::narrow(kept, 0, r * n, n) : kept;
-  }
-  for (auto& [impl, s] : slots_) {
-    const Bucket& b = buckets_[size_t(s.bucket)];
-    const Tensor& p = b.params[size_t(s.index)];
-    s.main_grad = b.grad_data.defined()
-                      ? ops::view(ops::narrow(b.grad_data, 0, s.offset - b.offset, p.numel()), p.shape())
-                      : Tensor();
+    const int64_t n = b.numel / dp_group.size();  // this rank's shard, the part ZeRO-1 keeps (grad_shards.h)
+    b.grad_data = ops::narrow(buffer_, 0, b.offset, b.numel);
+    b.shard_grad = ops::narrow(b.grad_data, 0, dp_group.rank() * n, n);
+    for (const Tensor& p : b.params)
+      slots_.at(p.impl()).main_grad = ops::view(ops::narrow(buffer_, 0, offset_of(p), p.numel()), p.shape());
   }
 }
-
-int64_t BucketManager::numel() const { return buckets_.empty() ? 0 : buckets_.back().offset + buckets_.back().numel; }
 
 const BucketManager::Slot& BucketManager::slot(const Tensor& p) const {
   auto it = slots_.find(p.impl());
@@ -111,12 +88,12 @@ std::shared_ptr<Work> BucketManager::launch_reduction(int b) {
   return group_.all_reduce_async(buckets_[size_t(b)].grad_data, ReduceOp::Avg);
 }
 
-void BucketManager::wait(const std::function<void(int bucket)>& on_reduced) {
+void BucketManager::wait() {
   for (Bucket& b : buckets_)
     if (!b.work) launch(b);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     wait_for(int(i));
-    if (on_reduced) on_reduced(int(i));
+    if (after_reduce_) after_reduce_(int(i));
   }
 }
 
@@ -124,9 +101,7 @@ void BucketManager::reset() {
   for (Bucket& b : buckets_) {
     LOOM_CHECK(!b.work || b.work->is_completed(), "BucketManager::reset: a bucket's all-reduce is still running "
                "(reset after wait())");
-    b.work = nullptr;
-    b.ready.assign(b.params.size(), false);
-    b.num_ready = 0;
+    b.reset_readiness();
   }
   ops::zero_(buffer_);
 }

@@ -41,13 +41,14 @@ struct Bucket {
   int num_ready = 0;
   std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
   bool all_reduce = true;      // false: reduce-scattered into this rank's shard (grad_shards.h)
+  void reset_readiness() { work = nullptr; ready.assign(params.size(), false); num_ready = 0; }  // next backward
 };
 
 class BucketManager {
  public:
-  // params: those that require grad, in module order.
-  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
-      : BucketManager(params, dp_group, bucket_cap_mb, /*all_reduce=*/true) {}
+  // params: those that require grad, in module order. allocate false: the subclass allocates
+  // (ZeRO-2 keeps only shards, grad_shards.h).
+  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, bool allocate = true);
   virtual ~BucketManager() = default;
 
   // p's gradient buffer: fp32, p's shape, a view into buffer().
@@ -56,56 +57,46 @@ class BucketManager {
   // launch the bucket's async reduction (the average over dp).
   void mark_param_ready(const Tensor& p);
   // After backward: launch any bucket not launched yet (its params got no gradient
-  // this time, on every rank alike), then wait for each; on_reduced(i) runs as soon
-  // as bucket i's is done, while later ones may still be in flight.
-  void wait(const std::function<void(int bucket)>& on_reduced = nullptr);
+  // this time, on every rank alike), then wait for each.
+  void wait();
   // Zeroes the buffer and forgets readiness, for the next step (Megatron's zero_grad_buffer).
   void reset();
   // fn(b) runs as bucket b's reduction is launched: the last moment its gradients are whole.
   void set_before_reduce(std::function<void(int bucket)> fn) { before_reduce_ = std::move(fn); }
+  const std::function<void(int bucket)>& before_reduce() const { return before_reduce_; }
+  // fn(b) runs in wait() once bucket b's is done, while later ones may still be in flight (ZeRO's early step).
+  void set_after_reduce(std::function<void(int bucket)> fn) { after_reduce_ = std::move(fn); }
 
   ProcessGroup& group() const { return group_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const Tensor& buffer() const { return buffer_; }  // [sum of the stored buckets' numels] fp32
-  int64_t numel() const;  // elements of the layout: the sum of the buckets' numels, padding included
+  int64_t numel() const { return buckets_.empty() ? 0 : buckets_.back().offset + buckets_.back().numel; }
+  bool holds(const Tensor& p) const { return slots_.count(p.impl()) > 0; }
   int bucket_of(const Tensor& p) const { return slot(p).bucket; }
   int64_t offset_of(const Tensor& p) const { return slot(p).offset; }  // p's first element in the buffer
 
-  // The virtual points ZeRO-2 (GradShards, grad_shards.h) fills in: the main_grad a hook adds into,
-  // what ends a no_sync backward, whether a param's bucket is reduced every micro-batch, its scratches.
+  // What ZeRO-2 (GradShards, grad_shards.h) changes: the main_grad a hook adds into, whether p's
+  // bucket is reduced in a no_sync backward too, what ends that backward, its scratches.
   virtual Tensor main_grad_to_fill(const Tensor& p) { return main_grad(p); }
-  virtual void finish_micro_batch() {}
   virtual bool reduces_every_micro_batch(const Tensor&) const { return false; }
-  virtual const std::vector<Tensor>& scratches() const { return no_scratches_; }
+  virtual void finish_micro_batch() {}
+  virtual std::vector<Tensor> scratches() const { return {}; }
 
  protected:
-  // all_reduce false: every bucket starts reduce-scattered, and the subclass calls allocate().
-  BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, bool all_reduce);
-  struct Slot {
-    int bucket;      // index into buckets_
-    int index;       // position in the bucket's params
-    int64_t offset;  // first element in the buffer
-    Tensor main_grad;
-  };
+  // Where p is: buckets_[bucket].params[index], elements [offset, offset + p.numel()) of the layout.
+  struct Slot { int bucket, index; int64_t offset; Tensor main_grad; };
   const Slot& slot(const Tensor& p) const;
-  // The buffer, each bucket's grad_data / shard_grad and the stored buckets' main_grads.
-  void allocate();
-  // And what the reduce-scattering subclasses change: which buckets are stored whole
-  // (else [numel / dp]), how bucket b's reduction is launched, and how it is waited for.
-  virtual bool stores_whole(const Bucket&) const { return true; }
+  // How bucket b's reduction is launched and waited for (ZeRO-1/2: a reduce-scatter).
   virtual std::shared_ptr<Work> launch_reduction(int b);
   virtual void wait_for(int b) { buckets_[size_t(b)].work->wait(); }
   void launch(Bucket& b);  // before_reduce, then launch_reduction
 
   ProcessGroup& group_;
   std::vector<Bucket> buckets_;
-
- private:
   Tensor buffer_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
-  std::function<void(int)> before_reduce_;
-  std::vector<Tensor> no_scratches_;
   Device device_;
+  std::function<void(int)> before_reduce_, after_reduce_;
 };
 
 }  // namespace loom::parallel

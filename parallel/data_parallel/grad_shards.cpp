@@ -10,9 +10,9 @@ namespace loom::parallel {
 // ---- ZeRO-1: the buckets reduce-scattered -------------------------------------------
 
 ShardedBuckets::ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
-                               bool allocate_now)
-    : BucketManager(params, dp_group, bucket_cap_mb, /*all_reduce=*/false) {
-  if (allocate_now) allocate();
+                               bool allocate)
+    : BucketManager(params, dp_group, bucket_cap_mb, allocate) {
+  for (Bucket& b : buckets_) b.all_reduce = false;
 }
 
 ShardedBuckets::Shard ShardedBuckets::shard(int b) const {
@@ -40,9 +40,28 @@ std::shared_ptr<Work> ShardedBuckets::launch_reduction(int b) {
 // ---- ZeRO-2: only the shards kept -----------------------------------------------------
 
 GradShards::GradShards(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
-    : ShardedBuckets(params, dp_group, bucket_cap_mb, /*allocate_now=*/false) {
+    : ShardedBuckets(params, dp_group, bucket_cap_mb, /*allocate=*/false) {
   allocate();
   allocate_scratches();
+}
+
+void GradShards::allocate() {
+  const int64_t dp = group_.size(), r = group_.rank();
+  auto stored = [&](const Bucket& b) { return b.all_reduce ? b.numel : b.numel / dp; };
+  int64_t total = 0;
+  for (const Bucket& b : buckets_) total += stored(b);
+  buffer_ = zeros({total}, kFloat32, device_);
+  int64_t at = 0;  // the bucket's first element in buffer_
+  for (Bucket& b : buckets_) {
+    Tensor kept = ops::narrow(buffer_, 0, at, stored(b));
+    at += stored(b);
+    const int64_t n = b.numel / dp;
+    b.grad_data = b.all_reduce ? kept : Tensor();  // a scattered bucket's fills a scratch during backward
+    b.shard_grad = b.all_reduce ? ops::narrow(kept, 0, r * n, n) : kept;
+    for (const Tensor& p : b.params)
+      slots_.at(p.impl()).main_grad =
+          b.all_reduce ? ops::view(ops::narrow(kept, 0, offset_of(p) - b.offset, p.numel()), p.shape()) : Tensor();
+  }
 }
 
 void GradShards::allocate_scratches() {
@@ -133,12 +152,8 @@ void GradShards::finish_micro_batch() {
   for (Bucket& b : buckets_)
     if (!b.all_reduce && !b.work) launch(b);
   while (!in_flight_.empty()) finish(in_flight_.front());
-  for (Bucket& b : buckets_) {
-    if (b.all_reduce) continue;
-    b.work = nullptr;
-    b.ready.assign(b.params.size(), false);
-    b.num_ready = 0;
-  }
+  for (Bucket& b : buckets_)
+    if (!b.all_reduce) b.reset_readiness();
 }
 
 std::unique_ptr<BucketManager> make_buckets(GradReduce reduce, const std::vector<Tensor>& params, ProcessGroup& group,

@@ -55,8 +55,9 @@ enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
 
 class ShardedBuckets : public BucketManager {
  public:
-  ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb)
-      : ShardedBuckets(params, dp_group, bucket_cap_mb, /*allocate_now=*/true) {}
+  // Every bucket starts reduce-scattered. allocate false: the subclass allocates (GradShards).
+  ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
+                 bool allocate = true);
 
   // This rank's shard of bucket b: [offset, offset + numel) in the buffer, a
   // contiguous 1/dp of the bucket (the part a distributed optimizer owns).
@@ -72,8 +73,6 @@ class ShardedBuckets : public BucketManager {
   void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
 
  protected:
-  // allocate_now false: the subclass calls allocate() in its constructor.
-  ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, bool allocate_now);
   // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
   // reduced into this rank's [n] shard of itself, in place.
   std::shared_ptr<Work> launch_reduction(int b) override;
@@ -99,14 +98,15 @@ class GradShards : public ShardedBuckets {
   // yet, wait for them, and forget their readiness for the next micro-batch.
   void finish_micro_batch() override;
   bool reduces_every_micro_batch(const Tensor& p) const override;
-  const std::vector<Tensor>& scratches() const override { return scratch_; }
+  std::vector<Tensor> scratches() const override { return scratch_; }
 
  private:
-  bool stores_whole(const Bucket& b) const override { return b.all_reduce; }
   // All of b's gradients are in: reduce-scatter its scratch in place, async.
   std::shared_ptr<Work> launch_reduction(int b) override;
   void wait_for(int b) override;
   void bucket_now_all_reduced() override;  // stored whole now (all still zero: before any backward)
+  // The buffer: of a reduce-scattered bucket only this rank's [numel / dp], an all-reduced one whole.
+  void allocate();
   void allocate_scratches();
   // Bucket b's first gradient of this backward: b.grad_data becomes a zeroed
   // scratch (waiting for the oldest reduce-scatter in flight if none is free).
