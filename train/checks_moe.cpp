@@ -8,9 +8,9 @@
 // parallelism) and cp (tests/test_train_gpt_moe_tensor_parallel.cpp),
 // and under tp or cp together with pp, ZeRO-3 or recomputation
 // (tests/test_train_gpt_moe_combined.cpp). --ep (each rank holding E / ep
-// experts) trains under dp, ZeRO-1/2, cp, recomputation, and tp or pp
-// (tests/test_train_gpt_expert_grid.cpp); not yet with ZeRO-3, with tp and
-// ZeRO-1/2, or with tp and pp together.
+// experts) trains under dp, ZeRO-1/2/3, cp, recomputation, and tp or pp
+// (tests/test_train_gpt_expert_grid.cpp), tp and pp together, pp and ZeRO-3
+// together (tests/test_train_gpt_expert_pipeline_grid.cpp); not yet with tp and ZeRO.
 #include "train/args.h"
 
 namespace loom::train {
@@ -81,21 +81,20 @@ void check_moe_flags(const Args& a) {
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
   // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h), tested equal to one
   // process under dp, ZeRO-1/2/3 (sharded over their expert-dp group: tests/test_train_gpt_expert_zero.cpp), cp,
-  // recomputation, and tp (+SP) or pp (tests/test_train_gpt_expert_grid.cpp). Not yet: the optimizer checkpoint
-  // of ZeRO's tp-joined shards, whose layout differs between ep ranks (optim/checkpoint_tensor_parallel.h); tp
-  // and pp together; pp and ZeRO-3 together; hybrid sharding (--dp-shard) of the experts.
+  // recomputation, and tp (+SP) or pp (tests/test_train_gpt_expert_grid.cpp), tp and pp together, pp and ZeRO-3
+  // together (tests/test_train_gpt_expert_pipeline_grid.cpp). Not yet: the optimizer checkpoint of ZeRO's
+  // tp-joined shards, whose layout differs between ep ranks (optim/checkpoint_tensor_parallel.h); hybrid
+  // sharding (--dp-shard) of the experts.
   struct NotWithEp {
     std::string flags, drop;
     bool given;
   };
   const NotWithEp not_with_ep[] = {{str("--tp ", a.tp, " and --zero ", a.zero), "--zero", a.tp > 1 && a.zero > 0},
-                                   {str("--tp ", a.tp, " and --pp ", a.pp), "--tp or --pp", a.tp > 1 && a.pp > 1},
-                                   {str("--pp ", a.pp, " and --zero 3"), "--pp or --zero 3", a.pp > 1 && a.zero == 3},
                                    {str("--dp-shard ", a.dp_shard), "--dp-shard", a.dp_shard > 0}};
   for (const NotWithEp& n : not_with_ep)
     LOOM_CHECK(a.ep == 1 || !n.given, "--ep ", a.ep, " with ", n.flags, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2/3, cp, recomputation, and tp or "
-               "pp (not tp with ZeRO, not tp with pp, not pp with ZeRO-3, not hybrid sharding) so far; drop ", n.drop,
+               "experts, tested equal to one process under data parallel, ZeRO-1/2/3, cp, recomputation, tp and "
+               "pp, alone or together (not tp with ZeRO, not hybrid sharding) so far; drop ", n.drop,
                " or --ep");
 }
 

@@ -139,13 +139,10 @@ REFUSALS = [
     # and recomputation too (train/checks_moe.cpp; the sweep's experts are dropless, so
     # --capacity-factor's refusal under --sequence-parallel and --cp does not arise)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
-    # --ep: each ep rank holds only its experts, equal to one process under tp or pp (the grad norm over
-    # pp x tp x ep) and ZeRO-1/2/3 (sharded over their expert-dp group); not yet with tp and ZeRO (the
-    # optimizer checkpoint of tp-joined shards), tp and pp together, pp and ZeRO-3 together, or hybrid
-    # sharding (train/checks_moe.cpp)
-    (("ep", "tp", "pp", "zero"),
-     lambda c: c["ep"] > 1 and ((c["tp"] > 1 and (c["zero"] > 0 or c["pp"] > 1)) or (c["pp"] > 1 and c["zero"] == 3)),
-     "--ep with --tp and --zero/--pp, or with --pp and --zero 3"),
+    # --ep: each ep rank holds only its experts, equal to one process under tp and pp, alone or together
+    # (the grad norm over pp x tp x ep), and ZeRO-1/2/3 (sharded over their expert-dp group, pp too); not
+    # yet with tp and ZeRO (the optimizer checkpoint of tp-joined shards) or hybrid sharding (train/checks_moe.cpp)
+    (("ep", "tp", "zero"), lambda c: c["ep"] > 1 and c["tp"] > 1 and c["zero"] > 0, "--ep with --tp and --zero"),
     (("ep", "dp_shard"), lambda c: c["ep"] > 1 and c["dp_shard"] > 0, "--ep with --dp-shard"),
 ]
 
