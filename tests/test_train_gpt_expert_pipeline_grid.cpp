@@ -46,14 +46,6 @@ const Exported& one_process_exportable() {
   static const Exported e = train_exporting("eppp_ref", 1, kExportable + "--grad-accum 4");
   return e;
 }
-const Exported& tp_pp_ep() {
-  static const Exported e = train_exporting("eppp_tp2_pp2_ep2", 8, kExportable + kTpPpEp);
-  return e;
-}
-const Exported& pp_ep_zero3() {
-  static const Exported e = train_exporting("eppp_pp2_ep2_zero3", 4, kExportable + kPpEpZero3);
-  return e;
-}
 
 // The run, its routing log and its export against one process's (every expert whole, by Mixtral's names).
 void expect_one_process_through_export(const Exported& got, const std::string& what) {
@@ -98,8 +90,10 @@ void expect_resumes_like(const Exported& straight, const std::string& name, int 
 
 // ---- tp 2 x pp 2 x dp 2, ep 2: 8 ranks ----
 
-TEST(TrainGptExpertPipelineGrid, TpTimesPpTimesEpEqualsOneProcessThroughExport) {
-  expect_one_process_through_export(tp_pp_ep(), kTpPpEp + " (1f1b)");
+TEST(TrainGptExpertPipelineGrid, TpTimesPpTimesEpEqualsOneProcessThroughSaveResumeAndExport) {
+  const Exported got = train_exporting("eppp_tp2_pp2_ep2", 8, kExportable + kTpPpEp);
+  expect_one_process_through_export(got, kTpPpEp + " (1f1b)");
+  expect_resumes_like(got, "eppp_tp2_pp2_ep2", 8, kTpPpEp);
 }
 
 // Sequence parallel under zb-h1: each stage's tp ranks route and dispatch their T / tp tokens, the experts'
@@ -112,16 +106,20 @@ TEST(TrainGptExpertPipelineGrid, SequenceParallelTimesPpTimesEpUnderZeroBubbleEq
   expect_same_routing_log(got, one, flags);
 }
 
-TEST(TrainGptExpertPipelineGrid, TpTimesPpTimesEpSaveResumesThereAndAtOneProcess) {
-  expect_resumes_like(tp_pp_ep(), "eppp_tp2_pp2_ep2", 8, kTpPpEp);
-}
-
 // ---- pp 2 x dp 2, ep 2, ZeRO-3: 4 ranks ----
 
-TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeEqualsOneProcessThroughExport) {
-  expect_one_process_through_export(pp_ep_zero3(), kPpEpZero3 + " (1f1b)");
+TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeEqualsOneProcessThroughSaveResumeAndExport) {
+  const Exported got = train_exporting("eppp_pp2_ep2_zero3", 4, kExportable + kPpEpZero3);
+  expect_one_process_through_export(got, kPpEpZero3 + " (1f1b)");
+  expect_resumes_like(got, "eppp_pp2_ep2_zero3", 4, kPpEpZero3);
 }
 
-TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeSavesResumesThereAndAtOneProcess) {
-  expect_resumes_like(pp_ep_zero3(), "eppp_pp2_ep2_zero3", 4, kPpEpZero3);
+// zb-v: each stage's chunks are the two ends of a V (stage 0 the embedding and the head, stage 1 both blocks,
+// so stage 0's ep group holds no experts); every routing option, the experts' weight gradients in W.
+TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeAndZeroBubbleVEqualsOneProcess) {
+  const std::string flags = kPpEpZero3 + " --schedule zb-v --virtual-stages 2";
+  const Result got = train("eppp_pp2_ep2_zero3_zbv", 4, kMoE + kRouting + flags);
+  const Result one = train("eppp_ref_routing", 1, kMoE + kRouting + "--grad-accum 4");
+  expect_same_run(got, one, flags.c_str());
+  expect_same_routing_log(got, one, flags);
 }
