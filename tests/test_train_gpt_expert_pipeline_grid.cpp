@@ -66,8 +66,9 @@ void expect_resumes_like(const Exported& straight, const std::string& name, int 
   ASSERT_EQ(straight.run.status, 0) << straight.run.output;
   const Result first = train(name + "_first", ranks, kExportable + parallel + " --stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
-  const Result resumed = train(name + "_resumed", ranks, kExportable + parallel + " --resume " + checkpoint(name + "_first"));
-  const Result one = train(name + "_resumed_1", 1, kExportable + "--grad-accum 4 --resume " + checkpoint(name + "_first"));
+  const std::string resume = " --resume " + checkpoint(name + "_first");
+  const Result resumed = train(name + "_resumed", ranks, kExportable + parallel + resume);
+  const Result one = train(name + "_resumed_1", 1, kExportable + "--grad-accum 4" + resume);
   const Result& s = straight.run;
   for (const Result* r : {&resumed, &one}) {
     ASSERT_EQ(r->status, 0) << r->output;
