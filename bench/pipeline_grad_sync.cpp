@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     LOOM_CHECK(world % 2 == 0 && world >= 4, "bench_pipeline_grad_sync: run on 2 x pp ranks (4, 8, ...)");
     const int dp = 2, pp = world / 2;
     ProcessGroupManager pgm(dp, pp);
-    LayerRange range = partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0];
+    LayerRange range = partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank)][0];
     std::unique_ptr<ModelChunks> stage_ptr =
         bench::simulated_stage(cfg, {range}, std::chrono::microseconds(int64_t(simulate_ms * 1000)));
     ModelChunks& stage = *stage_ptr;

@@ -96,7 +96,7 @@ int run(const train::Args& a, const std::string& flags) {
     // multiplied by the loss scale before backward.
     data::Batch global = corpus.ds.sample("train", plan.global_batch, data_gen);
     if (corpus.eod >= 0) global = data::TextDataset::mask_loss_after(global, corpus.eod);  // --eod-mask-loss
-    auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches, pgm.cp_size(), pgm.cp_rank());
+    auto mbs = train::micro_batches(global, plan.first_row, a.batch, plan.micro_batches, pgm.cp_size, pgm.cp_rank);
     train::to_device(mbs, a);  // --device cuda: the tokens go to the GPU; the loss comes back in .item()
     nn::set_aux_loss_backward_scale(opt->backward_scale(), plan.micro_batches);  // --experts: as the loss is scaled
     if (teach::broken(teach::Break::MoeAuxUnscaled)) nn::set_aux_loss_backward_scale(opt->backward_scale(), 1);

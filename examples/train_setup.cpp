@@ -14,11 +14,11 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
   parallel::Model m = parallel::build_model(cfg, pgm, {a.partition, a.virtual_stages, a.sequence_parallel, a.recompute,
                                                       parallel::schedule_chunk_layout(a.schedule)});
   move_to_device(m, a);
-  const bool rank0 = pgm.global_rank() == 0;
-  const std::string where = pgm.pp_size() > 1 && pgm.tp_size() > 1 ? " on pipeline stage 0, tp rank 0"
-                            : pgm.pp_size() > 1                    ? " on pipeline stage 0"
-                            : pgm.tp_size() > 1                    ? " on tp rank 0"
-                                                                   : "";
+  const bool rank0 = pgm.global_rank == 0;
+  const std::string where = pgm.pp_size > 1 && pgm.tp_size > 1 ? " on pipeline stage 0, tp rank 0"
+                            : pgm.pp_size > 1                  ? " on pipeline stage 0"
+                            : pgm.tp_size > 1                  ? " on tp rank 0"
+                                                               : "";
   say(rank0, "model: GPT %lld layers, %lld heads, %lld embd, block %lld: %lld parameters%s, %s\n",
       (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd, (long long)cfg.block_size,
       (long long)m.chunks->num_parameters(), where.c_str(), dtype_name(parse_dtype(a.dtype)));
@@ -48,23 +48,23 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
                            a.cuda_kernels.empty() ? cuda::kernel_choice_name(cuda::kernel_choice()) : a.cuda_kernels.c_str(),
                            a.backend.empty() ? "nccl" : a.backend.c_str());
     if (pgm.world().size() > 1) {
-      std::printf("rank %d: %s\n", pgm.global_rank(), rank_device(a).str().c_str());
+      std::printf("rank %d: %s\n", pgm.global_rank, rank_device(a).str().c_str());
       std::fflush(stdout);
     }
   }
-  if (pgm.pp_size() > 1)
-    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size(),
+  if (pgm.pp_size > 1)
+    say(rank0, "pipeline: %d stages, %s schedule, %s partition\n", pgm.pp_size,
         a.virtual_stages > 1 && a.schedule == "1f1b"
             ? str("interleaved 1f1b (", a.virtual_stages, " chunks per stage)").c_str()
         : a.virtual_stages > 1 ? str(a.schedule, " (2 chunks per stage in a V)").c_str()
                                : a.schedule.c_str(),
         a.partition.c_str());
-  if (pgm.cp_size() > 1)
+  if (pgm.cp_size > 1)
     say(rank0, "context parallel: %d ranks, %lld of each sequence's %lld tokens per rank (zig-zag chunks), "
-        "attention as a ring\n", pgm.cp_size(), (long long)(cfg.block_size / pgm.cp_size()), (long long)cfg.block_size);
-  if (pgm.tp_size() > 1)
+        "attention as a ring\n", pgm.cp_size, (long long)(cfg.block_size / pgm.cp_size), (long long)cfg.block_size);
+  if (pgm.tp_size > 1)
     say(rank0, "tensor parallel: %d ranks (heads, MLP and vocabulary split; vocab padded to %lld)%s\n",
-        pgm.tp_size(), (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size()),
+        pgm.tp_size, (long long)parallel::padded_vocab_size(cfg.vocab_size, pgm.tp_size),
         a.sequence_parallel ? ", sequence parallel" : "");
   return m;
 }
@@ -72,7 +72,7 @@ parallel::Model build_model(const nn::GPTConfig& cfg, const Args& a, parallel::P
 parallel::ProcessGroup* expert_parallel(parallel::Model& m, const Args& a, parallel::ProcessGroupManager& pgm) {
   if (a.ep == 1) return nullptr;
   parallel::use_expert_parallel(*m.chunks, pgm.ep_group());
-  say(pgm.global_rank() == 0, "expert parallel: ep %d (groups of %d consecutive dp ranks), %lld of %lld experts "
+  say(pgm.global_rank == 0, "expert parallel: ep %d (groups of %d consecutive dp ranks), %lld of %lld experts "
       "held and computed per rank, their gradients reduced over expert-dp groups of %d; tokens dispatched and "
       "combined by all-to-all\n", a.ep, a.ep, (long long)(m.chunks->config().moe.experts / a.ep),
       (long long)m.chunks->config().moe.experts, pgm.expert_dp_group().size());
@@ -94,15 +94,20 @@ parallel::DataParallelWrap wrap_data_parallel(parallel::Model& m, const parallel
   o.experts = parallel::expert_data_parallel_params(*m.chunks, pgm);  // --ep: the experts over expert-dp
   parallel::DataParallelWrap w =
       parallel::wrap_data_parallel(*m.chunks, pgm.dp_shard_cp_group(), o, finalize.needs_whole_grad());
-  if (a.zero == 3 && pgm.hybrid_sharded() && pgm.global_rank() == 0)
+  // --ep under HSDP: the ep group and the experts' shards lie inside each shard group (process_group_manager.h).
+  const std::string experts = pgm.ep_size > 1 ? str("; in each group the experts split over ep ", pgm.ep_size,
+                                                     ", sharded over expert-dp groups of ",
+                                                     pgm.expert_dp_shard_cp_group().size())
+                                               : "";
+  if (a.zero == 3 && pgm.hybrid_sharded() && pgm.global_rank == 0)
     std::printf("data parallel: %d ranks, hybrid sharded (HSDP): ZeRO-3 over groups of %d ranks, each shard replicated "
-                "%d times (its gradient shard all-reduced over the replicas)\n", pgm.dp_size(), pgm.dp_shard_size(),
-                pgm.dp_size() / pgm.dp_shard_size());
-  else if (a.zero == 3 && pgm.global_rank() == 0)
+                "%d times (its gradient shard all-reduced over the replicas)%s\n", pgm.dp_size, pgm.dp_shard_size,
+                pgm.dp_size / pgm.dp_shard_size, experts.c_str());
+  else if (a.zero == 3 && pgm.global_rank == 0)
     std::printf("data parallel: %d ranks, fully sharded (ZeRO-3): each layer's params gathered for its forward and "
-                "backward, its gradient reduce-scattered\n", pgm.dp_size());
-  else if (pgm.dp_size() > 1 && pgm.global_rank() == 0)
-    std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size(), a.dp_mode.c_str(),
+                "backward, its gradient reduce-scattered\n", pgm.dp_size);
+  else if (pgm.dp_size > 1 && pgm.global_rank == 0)
+    std::printf("data parallel: %d ranks, %s %s%s\n", pgm.dp_size, a.dp_mode.c_str(),
                 a.zero >= 2 ? "reduce-scatter into gradient shards (ZeRO-2)" : a.zero ? "reduce-scatter" : "all-reduce",
                 a.dp_mode == "bucket" ? (", buckets of " + str(a.bucket_mb) + " MiB").c_str() : "");
   return w;
@@ -119,10 +124,12 @@ std::unique_ptr<optim::MixedPrecisionOptimizer> make_optimizer(parallel::Model& 
   o.zero = a.zero, o.overlap_param_gather = a.overlap_param_gather;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt = optim::build_optimizer(m, dp, finalize, o);
   // --ep under ZeRO: the experts' state is sharded over their expert-dp group instead (distributed_optimizer.h).
-  const std::string experts = a.zero && pgm.ep_size() > 1
-                                  ? str(", the experts' over expert-dp groups of ", pgm.expert_dp_group().size())
-                                  : "";
-  if (pgm.global_rank() == 0)
+  // (HSDP: over the expert-dp ranks inside each shard group, expert_dp_shard_cp.)
+  const int holders = pgm.ep_size > 1 ? pgm.expert_dp_shard_cp_group().size() : 0;
+  const char* where = pgm.hybrid_sharded() ? " inside each shard group" : "";
+  const std::string experts =
+      a.zero && pgm.ep_size > 1 ? str(", the experts' over expert-dp groups of ", holders, where) : "";
+  if (pgm.global_rank == 0)
     std::printf("optimizer: AdamW on fp32 main params%s%s%s%s\n",
                 a.zero == 3   ? ", on the dp shards (ZeRO-3)"
                 : a.zero >= 1 ? str(", sharded over dp (ZeRO-", a.zero, ")").c_str()

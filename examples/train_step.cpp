@@ -7,12 +7,12 @@
 namespace loom::train {
 
 BatchPlan plan_batches(const Args& a, const nn::GPTConfig& cfg, parallel::ProcessGroupManager& pgm) {
-  LOOM_CHECK(pgm.pp_size() == 1 || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
-  const int64_t K = micro_batches_per_step(a, pgm.pp_size());
-  const BatchPlan plan{K, int64_t(pgm.dp_size()) * a.batch * K, int64_t(pgm.dp_rank()) * a.batch * K};
-  say(pgm.global_rank() == 0,
+  LOOM_CHECK(pgm.pp_size == 1 || a.grad_accum == 1, "--grad-accum does not combine with --pp; use --microbatches");
+  const int64_t K = micro_batches_per_step(a, pgm.pp_size);
+  const BatchPlan plan{K, int64_t(pgm.dp_size) * a.batch * K, int64_t(pgm.dp_rank) * a.batch * K};
+  say(pgm.global_rank == 0,
       "batch: %lld sequences x %lld tokens per step (dp %d x micro-batch %lld x micro-batches %lld)\n",
-      (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size(), (long long)a.batch, (long long)K);
+      (long long)plan.global_batch, (long long)cfg.block_size, pgm.dp_size, (long long)a.batch, (long long)K);
   return plan;
 }
 

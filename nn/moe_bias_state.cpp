@@ -11,7 +11,7 @@ namespace {
 
 // Every MoE layer under m with its path ("blocks.0.moe"), in module order.
 void collect(Module& m, const std::string& path, std::vector<std::pair<std::string, MoE*>>& out) {
-  if (auto* moe = dynamic_cast<MoE*>(&m)) out.push_back({path, moe});
+  if (MoE* moe = m.as_moe()) out.push_back({path, moe});
   for (const auto& [name, child] : m.named_children()) collect(*child, path.empty() ? name : path + "." + name, out);
 }
 

@@ -2,15 +2,19 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
 
-nn::NamedTensors full_optimizer_fragments(const MixedPrecisionOptimizer& opt, const nn::NamedTensors& params,
-                                          const TensorParallelShards& tp) {
-  NoGradGuard no_grad;
+namespace {
+
+// The state of `params` (some of this rank's) as full tensors, joined over tp and over `holders` (their
+// replicas, or under ZeRO their shards); on tp rank 0 of holders' rank 0, else nothing. Collective over both.
+nn::NamedTensors join_over(const MixedPrecisionOptimizer& opt, const nn::NamedTensors& params,
+                           const TensorParallelShards& tp, parallel::ProcessGroup& holders) {
   // 1. The layout: param i's kind k at offset[i] + k (numel_i + 1) (the last slot: padding).
   std::unordered_map<const TensorImpl*, size_t> index_of;
   std::vector<int64_t> offset, numel;
@@ -26,10 +30,12 @@ nn::NamedTensors full_optimizer_fragments(const MixedPrecisionOptimizer& opt, co
   Tensor steps = zeros({int64_t(params.size())}, kFloat64);  // AdamW's step count of each param
 
   // 2. This rank's elements at their full positions.
-  const bool dp_writes = tp.zero || tp.dp->rank() == 0;  // without ZeRO the dp replicas are equal
+  const bool dp_writes = tp.zero || holders.rank() == 0;  // without ZeRO the replicas are equal
   for (size_t j = 0; j < opt.main_params().size(); ++j) {
     const MainParam& m = opt.main_params()[j];
-    const size_t i = index_of.at(m.model_param.impl());
+    const auto found = index_of.find(m.model_param.impl());
+    if (found == index_of.end()) continue;  // joined in the other call (an expert, or not one)
+    const size_t i = found->second;
     const parallel::ShardMap& map = tp.maps->at(params[i].first);
     if (!dp_writes || (map.replicated && tp.tp->rank() != 0)) continue;
     const AdamWState& st = opt.adam_state(j);
@@ -42,14 +48,14 @@ nn::NamedTensors full_optimizer_fragments(const MixedPrecisionOptimizer& opt, co
     ops::fill_(ops::narrow(steps, 0, int64_t(i), 1), st.step.item<double>());
   }
 
-  // 3. Joined: over tp, and over dp where its ranks own disjoint ranges.
+  // 3. Joined: over tp, and over the holders where they own disjoint ranges.
   tp.tp->all_reduce(placed, parallel::ReduceOp::Sum);
   tp.tp->all_reduce(steps, parallel::ReduceOp::Max);
   if (tp.zero) {
-    tp.dp->all_reduce(placed, parallel::ReduceOp::Sum);
-    tp.dp->all_reduce(steps, parallel::ReduceOp::Max);
+    holders.all_reduce(placed, parallel::ReduceOp::Sum);
+    holders.all_reduce(steps, parallel::ReduceOp::Max);
   }
-  if (tp.tp->rank() != 0 || tp.dp->rank() != 0) return {};
+  if (tp.tp->rank() != 0 || holders.rank() != 0) return {};
 
   const char* kinds[] = {"main", "exp_avg", "exp_avg_sq"};
   const std::vector<double> step_values = steps.to_vector<double>();
@@ -61,6 +67,23 @@ nn::NamedTensors full_optimizer_fragments(const MixedPrecisionOptimizer& opt, co
                                              kFloat32)});
     out.push_back({"step" + key, full({}, step_values[i], kInt64)});
   }
+  return out;
+}
+
+}  // namespace
+
+nn::NamedTensors full_optimizer_fragments(const MixedPrecisionOptimizer& opt, const nn::NamedTensors& params,
+                                          const TensorParallelShards& tp) {
+  NoGradGuard no_grad;
+  // Under ep the experts apart: the same slots of two ep ranks hold other experts (the header).
+  std::unordered_set<const TensorImpl*> is_expert;
+  for (const Tensor& p : tp.experts) is_expert.insert(p.impl());
+  nn::NamedTensors dense, experts;
+  for (const auto& [name, p] : params) (is_expert.count(p.impl()) ? experts : dense).push_back({name, p});
+  nn::NamedTensors out = join_over(opt, dense, tp, *tp.dp);
+  if (experts.empty()) return out;  // no ep, or a stage without MoE layers (as its whole expert-dp and tp groups)
+  LOOM_CHECK(tp.expert_dp, "full_optimizer_fragments: ", experts.size(), " experts and no expert-dp group");
+  for (auto& fragment : join_over(opt, experts, tp, *tp.expert_dp)) out.push_back(std::move(fragment));
   return out;
 }
 

@@ -13,6 +13,11 @@
 // zeros elsewhere; a sum over tp (and, under ZeRO, over dp, whose ranks own
 // disjoint ranges) joins them. Replicated params are placed by tp rank 0 only,
 // replicas without ZeRO by dp rank 0 only, so every element is one value plus zeros.
+// Under expert parallelism the ep ranks of one dp group hold other experts in
+// the same slots (blocks.1.moe.experts.0 on ep rank 0, .2 on ep rank 1), so a
+// sum over dp would add them up: the experts are joined in a buffer of their
+// own, over the ranks holding the same ones (expert-dp x cp, where ZeRO shards
+// them), and each ep rank's tp rank 0 of expert-dp rank 0 returns its experts.
 #pragma once
 
 #include <string>
@@ -33,11 +38,16 @@ struct TensorParallelShards {
   // or the replicas. A cp rank owns ranges too: the dp group alone would miss them.
   parallel::ProcessGroup* dp;
   bool zero;  // the optimizer is sharded over dp (ZeRO)
+  // --ep: the routed experts (whole on every tp rank, other ones on each ep rank), joined over
+  // expert_dp (pgm.expert_dp_group(): their replicas, or under ZeRO their shards) instead of dp.
+  std::vector<Tensor> experts = {};
+  parallel::ProcessGroup* expert_dp = nullptr;
 };
 
-// Collective over tp and dp. Returns, on tp rank 0 of dp rank 0, this stage's
-// optimizer state as full tensors (fp32, flat): main/<name>/0,
-// exp_avg/<name>/0, exp_avg_sq/<name>/0 and step/<name>/0; elsewhere nothing.
+// Collective over tp and dp (and expert_dp). Returns, on tp rank 0 of dp rank 0,
+// this stage's optimizer state as full tensors (fp32, flat): main/<name>/0,
+// exp_avg/<name>/0, exp_avg_sq/<name>/0 and step/<name>/0 (under ep, the
+// experts' on tp rank 0 of each expert_dp rank 0 instead); elsewhere nothing.
 nn::NamedTensors full_optimizer_fragments(const MixedPrecisionOptimizer& opt, const nn::NamedTensors& params,
                                           const TensorParallelShards& tp);
 

@@ -6,6 +6,7 @@
 #include "nn/moe.h"
 #include "nn/moe_bias_state.h"
 #include "optim/checkpoint_tensor_parallel.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/pipeline_parallel/gather_model.h"
 #include "parallel/tensor_parallel/replicas.h"
 #include "tensor/ops.h"
@@ -21,11 +22,11 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   // The routing biases, beside the weights: replicated over dp, so rank 0's
   // copies; in a pipeline each stage's, gathered on pp rank 0 as its weights are.
   nn::NamedTensors biases = nn::router_biases(*m.chunks);
-  if (pgm.pp_size() > 1 && cfg.moe.bias_update_rate > 0)
+  if (pgm.pp_size > 1 && cfg.moe.bias_update_rate > 0)
     biases = parallel::gather_stage_states(*m.chunks, pgm.pp_group(), &biases);
-  if (pgm.global_rank() == 0)
+  if (pgm.global_rank == 0)
     for (const auto& [name, b] : biases) full.push_back({name, ops::clone(ops::to(b, kCPU))});
-  if (pgm.global_rank() == 0) {
+  if (pgm.global_rank == 0) {
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);
   }
@@ -38,16 +39,21 @@ void save_model_checkpoint(const std::string& path, parallel::Model& m, MixedPre
   // under ep the replicas of this rank's experts (expert-dp x cp), each ep rank's first one
   // writing its experts and a copy of the replicated state, by global name.
   parallel::ProcessGroup* shards = opt.shard_group();
-  parallel::ProcessGroup& holders = shards ? *shards : pgm.ep_size() > 1 ? pgm.expert_dp_group() : pgm.dp_cp_group();
+  parallel::ProcessGroup& holders = shards ? *shards : pgm.ep_size > 1 ? pgm.expert_dp_group() : pgm.dp_cp_group();
   // HSDP: the shard group's state is replicated dp / dp-shard times; the first replica writes it.
-  const bool first_replica = pgm.dp_replicate_rank() == 0;
+  const bool first_replica = pgm.dp_replicate_rank == 0;
   if (m.tp) {
     // tp rank 0's copies are saved: first, that the other ranks' are the same bits.
     parallel::check_tp_replicas_identical(m.tp->replicated_params(*m.chunks), pgm.tp_group());
-    nn::NamedTensors joined =
-        full_optimizer_fragments(opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &holders, shards != nullptr});
-    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),
-                    first_replica && pgm.tp_rank() == 0 && holders.rank() == 0, &joined);
+    // Under ep the experts are joined over expert-dp, where they are replicated or (ZeRO) sharded; each
+    // ep rank's first returns them, beside dp rank 0's joined dense state under ZeRO.
+    const bool ep = pgm.ep_size > 1;
+    nn::NamedTensors joined = full_optimizer_fragments(
+        opt, params, {&m.tp->shard_maps(), &pgm.tp_group(), &holders, shards != nullptr,
+                      ep ? parallel::expert_params(*m.chunks) : std::vector<Tensor>{},
+                      ep ? &pgm.expert_dp_group() : nullptr});
+    save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(), first_replica && !joined.empty(),
+                    &joined);
   } else {
     // Under ZeRO every rank its own shard; else one copy of the replicated state (under ep one per ep rank).
     save_checkpoint(path, full, cfg, vocab_utf8, opt, params, state, pgm.world(),

@@ -11,7 +11,8 @@
 //                 both (tp rank 0's replicated params are saved, after checking
 //                 that every tp rank's are the same bits); under ep each ep
 //                 rank of the first expert-dp replica writes (its experts, and a
-//                 copy of the replicated state)
+//                 copy of the replicated state; under tp and ZeRO the experts are
+//                 joined over expert-dp, the rest over dp and written once)
 //   train state   steps done, the data generator, the dropout offset
 // Loading reads the shards this rank needs and reshards when dp, pp, tp or
 // ZeRO changed (optim/checkpoint.h).

@@ -27,7 +27,7 @@ ProcessGroup* FinalizeModelGrads::grad_stats_group(bool zero) const {
   if (teach::broken(teach::Break::FoundInfWrongGroup)) return &pgm_.dp_group();
   if (zero) return &pgm_.instance_group();  // every dp shard too (HSDP: once, not once per replica)
   // Each ep rank holds other experts: their squares add up over ep, with the replica's stages and tp shards.
-  if (pgm_.ep_size() > 1) return &pgm_.ep_model_parallel_group();
+  if (pgm_.ep_size > 1) return &pgm_.ep_model_parallel_group();
   return pgm_.model_parallel_group().size() > 1 ? &pgm_.model_parallel_group() : nullptr;
 }
 
@@ -37,12 +37,12 @@ std::vector<Tensor> FinalizeModelGrads::not_counted(bool zero) const {
   const ModelChunks& m = *model_.chunks;
   if (m.is_last_stage() && !m.is_first_stage() && m.embedding_weight().defined()) out.push_back(m.embedding_weight());
   // Tensor parallelism's replicated params once: tp rank 0's copies (all tp ranks' are equal).
-  if (model_.tp && pgm_.tp_rank() != 0)
+  if (model_.tp && pgm_.tp_rank != 0)
     for (const auto& [name, p] : model_.tp->replicated_params(m)) out.push_back(p);
   // Expert parallelism's replicated params (all but the experts) once: ep rank 0's (the norm is summed over ep).
   // Under ZeRO (the norm over the world) each element is on one rank: the rest sharded over dp, the
   // experts over their expert-dp group.
-  if (pgm_.ep_size() > 1 && !zero && pgm_.ep_rank() != 0) {
+  if (pgm_.ep_size > 1 && !zero && pgm_.ep_rank != 0) {
     std::unordered_set<const TensorImpl*> experts;
     for (const Tensor& p : expert_params(*model_.chunks)) experts.insert(p.impl());
     for (const auto& [name, p] : m.named_parameters())

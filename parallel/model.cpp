@@ -49,27 +49,27 @@ Model build_model(const nn::GPTConfig& cfg, ProcessGroupManager& pgm, const Mode
   Model m;
   // Tensor parallelism: each layer this rank's shard (checks the split first).
   LayerBuilder layers;
-  if (pgm.tp_size() > 1) {
+  if (pgm.tp_size > 1) {
     m.tp = std::make_unique<TensorParallelSharding>(cfg, pgm.tp_group(), o.sequence_parallel);
     layers = m.tp->layer_builder();
   }
-  if (pgm.cp_size() > 1) layers = context_parallel(layers, cfg, pgm.cp_group());
+  if (pgm.cp_size > 1) layers = context_parallel(layers, cfg, pgm.cp_group());
   // Pipeline parallelism: this stage's ranges of layers; without it, all of them.
   std::vector<LayerRange> ranges{{0, cfg.num_layers()}};
-  if (pgm.pp_size() > 1) {
+  if (pgm.pp_size > 1) {
     const StagePartition parts =
         o.partition == "balanced"
-            ? partition_balanced(gpt_layer_param_counts(cfg), pgm.pp_size(), o.virtual_stages, o.layout)
-            : partition_uniform(cfg.num_layers(), pgm.pp_size(), o.virtual_stages, o.layout);
-    ranges = parts[size_t(pgm.pp_rank())];
+            ? partition_balanced(gpt_layer_param_counts(cfg), pgm.pp_size, o.virtual_stages, o.layout)
+            : partition_uniform(cfg.num_layers(), pgm.pp_size, o.virtual_stages, o.layout);
+    ranges = parts[size_t(pgm.pp_rank)];
     m.p2p = std::make_unique<PipelineP2P>(pgm.pp_group(), o.layout);
   }
   // Activation recomputation: blocks, or their attention cores, rerun in backward.
   layers = with_recompute(std::move(layers), cfg, parse_recompute(o.recompute));
   m.chunks = std::make_shared<ModelChunks>(cfg, ranges, layers);
   // Experts over a micro-batch split along T: its counts summed over the ranks holding its tokens.
-  use_moe_token_shards(*m.chunks, o.sequence_parallel && pgm.tp_size() > 1 ? &pgm.tp_group() : nullptr,
-                       pgm.cp_size() > 1 ? &pgm.cp_group() : nullptr);
+  use_moe_token_shards(*m.chunks, o.sequence_parallel && pgm.tp_size > 1 ? &pgm.tp_group() : nullptr,
+                       pgm.cp_size > 1 ? &pgm.cp_group() : nullptr);
   return m;
 }
 
@@ -77,10 +77,10 @@ nn::NamedTensors gather_full_state(Model& m, ProcessGroupManager& pgm) {
   // Every tp rank joins its shards into the full tensors (collective over tp);
   // tp rank 0's stages then send theirs to the first stage.
   nn::NamedTensors state = m.tp ? m.tp->full_state_dict(*m.chunks) : m.chunks->state_dict();
-  if (pgm.tp_rank() != 0) return {};
+  if (pgm.tp_rank != 0) return {};
   // Each ep rank holds E / ep of its stage's experts: every rank's joined in first (collective over
   // ep, whose ranks share the (tp, pp) coordinate), so each stage sends all of its experts.
-  if (pgm.ep_size() > 1) state = gather_experts(*m.chunks, state, pgm.ep_group());
+  if (pgm.ep_size > 1) state = gather_experts(*m.chunks, state, pgm.ep_group());
   return gather_stage_states(*m.chunks, pgm.pp_group(), &state);
 }
 

@@ -1,107 +1,146 @@
-// ProcessGroupManager (picotron's `pgm`): the world's ranks on a grid, tp
-// fastest, then cp, dp, pp (Megatron's order; picotron's is dp, pp, cp, tp):
+// ProcessGroupManager (picotron's `pgm`): the world's ranks on a grid, tp fastest, then cp, dp, pp
+// (Megatron's order; picotron's is dp, pp, cp, tp):
 //     rank = tp_rank + tp_size * (cp_rank + cp_size * (dp_rank + dp_size * pp_rank))
-// e.g. dp 2 × pp 2: dp groups {0,1} {2,3}, pp groups {0,2} {1,3}. The ranks that
-// talk most (tp, cp's ring, dp's all-reduces) are neighbours, on one node when a
-// hostfile fills nodes in order; pipeline stages pass only activations.
-// dp is cut in two, the inner part consecutive dp ranks, for HSDP's shards (dp 4,
-// dp_shard 2: shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}) and for the
-// experts (dp 4, ep 2: ep groups {0,1} {2,3} split the experts, expert-dp groups
-// {0,2} {1,3} hold the same ones). Every group is one rank list, ranks_along: the
-// ranks that share this rank's coordinates off the group's axes; the world is split by them.
+// e.g. dp 2 × pp 2: dp groups {0,1} {2,3}, pp groups {0,2} {1,3}. The ranks that talk most (tp, cp's ring,
+// dp's all-reduces) are neighbours, on one node when a hostfile fills nodes in order; pipeline stages pass
+// only activations. dp is cut in two, the inner part consecutive dp ranks, for HSDP's shards (dp 4, dp_shard 2:
+// shard groups {0,1} {2,3}, replicate groups {0,2} {1,3}) and for the experts (dp 4, ep 2: ep groups {0,1}
+// {2,3} split the experts, expert-dp groups {0,2} {1,3} hold the same ones). With both, ep is cut inside each shard
+// group (torchtitan's dp_shard_in_ep): dp = ep × dp_shard / ep × replicas, fastest first, the experts sharded over the
+// middle part (dp_shard_mod_ep). dp 8, dp_shard 4, ep 2: ep {0,1} {2,3} {4,5} {6,7}, expert shards {0,2} {1,3} {4,6}
+// {5,7}, replicas {0,4} {1,5} {2,6} {3,7}. Every group is one rank list, ranks_along: the ranks that share this
+// rank's coordinates off the group's axes; the world is split by them.
 #pragma once
 
-#include <memory>
-#include <vector>
+#include <algorithm>
+#include <array>
 
-#include "parallel/comm/distributed.h"
-#include "parallel/comm/process_group.h"
+#include "parallel/comm/distributed.h"  // parallel::world(), ProcessGroup
 
 namespace loom::parallel {
 
-// The grid arithmetic alone, with no communication.
-struct ProcessGrid {
-  int world_size, dp_size, pp_size, tp_size, cp_size;
-  int dp_shard_size;  // HSDP's inner part of dp (= dp_size: no replicas)
-  int ep_size;        // the experts' inner part of dp (1: every rank holds every expert)
-  // Throws for an invalid grid ("world size 4 is not dp 3 × pp 1"; dp_shard 0: dp).
-  ProcessGrid(int world_size, int dp, int pp, int tp = 1, int cp = 1, int dp_shard = 0, int ep = 1);
+struct ProcessGrid {  // the grid arithmetic alone, with no communication
+  const int world_size, dp_size, pp_size, tp_size, cp_size, dp_shard_size, ep_size;  // the last two: dp's inner parts
+  // dp_shard 0 means dp. An invalid grid throws, naming the sizes ("world size 4 is not dp 3 × pp 1").
+  ProcessGrid(int world, int dp, int pp, int tp = 1, int cp = 1, int dp_shard = 0, int ep = 1)
+      : world_size(world), dp_size(dp), pp_size(pp), tp_size(tp), cp_size(cp), dp_shard_size(dp_shard ? dp_shard : dp),
+        ep_size(ep) {
+    LOOM_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && cp >= 1, "ProcessGroupManager: sizes must be >= 1, got dp ", dp,
+               " × pp ", pp, " × tp ", tp, " × cp ", cp);
+    const int64_t n = int64_t(dp) * pp * tp * cp;
+    LOOM_CHECK(n == world, "ProcessGroupManager: world size ", world, " is not dp ", dp, " × pp ", pp,
+               tp == 1 ? std::string() : str(" × tp ", tp), cp == 1 ? std::string() : str(" × cp ", cp), " (= ", n,
+               "); launch with mpirun -np ", n, " or change the sizes");
+    LOOM_CHECK(dp_shard_size >= 1 && dp % dp_shard_size == 0, "ProcessGroupManager: --dp-shard ", dp_shard_size,
+               " does not divide --dp ", dp, " (ZeRO-3 shards over dp-shard dp ranks, dp / dp-shard replicas)");
+    LOOM_CHECK(ep >= 1 && dp % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp ", dp,
+               " (the ep group is ep consecutive dp ranks)");
+    LOOM_CHECK(dp_shard_size % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp-shard ",
+               dp_shard_size, " (the ep group is ep consecutive ranks of one shard group)");
+  }
+  bool hybrid_sharded() const { return dp_shard_size < dp_size; }
 
-  struct Coords { int tp_rank, cp_rank, dp_rank, pp_rank; };
-  Coords coords(int rank) const;
-  // The axes of the grid reshaped tp × cp × (inner × outer = dp) × pp, dp cut at dp_shard or at ep.
-  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64 };
-  // The ranks that share rank's coordinates off `axes`, in rank order (= group-rank order).
-  std::vector<int> ranks_along(int rank, int axes) const;
-  // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
-  std::vector<int> embedding_group_ranks(int rank) const;
-};
-
-class ProcessGroupManager {
- public:
-  // Collective over `world` (the same sizes on every rank); an invalid grid throws before any communication.
-  ProcessGroupManager(int dp, int pp, int tp = 1, int cp = 1, ProcessGroup& world = parallel::world(),
-                      int dp_shard = 0, int ep = 1);
-
-  const ProcessGrid& grid() const { return grid_; }
-  int global_rank() const { return world_.rank(); }
-  int world_size() const { return world_.size(); }
-  int dp_rank() const { return coords_.dp_rank; }
-  int dp_size() const { return grid_.dp_size; }
-  int pp_rank() const { return coords_.pp_rank; }
-  int pp_size() const { return grid_.pp_size; }
-  int tp_rank() const { return coords_.tp_rank; }
-  int tp_size() const { return grid_.tp_size; }
-  int cp_rank() const { return coords_.cp_rank; }
-  int cp_size() const { return grid_.cp_size; }
-  int dp_shard_size() const { return grid_.dp_shard_size; }
-  int dp_replicate_rank() const { return coords_.dp_rank / grid_.dp_shard_size; }
-  bool hybrid_sharded() const { return grid_.dp_shard_size < grid_.dp_size; }
-  int ep_size() const { return grid_.ep_size; }
-  int ep_rank() const { return coords_.dp_rank % grid_.ep_size; }
-  bool is_first_stage() const { return coords_.pp_rank == 0; }
-  bool is_last_stage() const { return coords_.pp_rank == grid_.pp_size - 1; }
-
-  // The groups (the axes each spans are in the constructor).
-  ProcessGroup& world() { return world_; }
-  ProcessGroup& tp_group() { return *tp_group_; }  // split each matmul (tensor_parallel/)
-  ProcessGroup& dp_group() { return *dp_group_; }  // the replicas
-  ProcessGroup& pp_group() { return *pp_group_; }  // one replica's stages, in stage order
-  ProcessGroup& cp_group() { return present(cp_group_, "no cp group with cp = 1 (context parallelism is off)"); }
-  // Gradients are averaged over dp x cp (each cp rank saw other tokens of the same sequences).
-  ProcessGroup& dp_cp_group() { return dp_cp_group_ ? *dp_cp_group_ : *dp_group_; }
-  // HSDP: ZeRO-3 shards over dp_shard x cp, the shards' replicas (null without HSDP), and one replica's
-  // ranks, where grad norm and found_inf are reduced (Megatron's intra-instance group; else the world).
-  ProcessGroup& dp_shard_cp_group() { return dp_shard_cp_group_ ? *dp_shard_cp_group_ : dp_cp_group(); }
-  ProcessGroup* dp_replicate_group() { return dp_replicate_group_.get(); }
-  ProcessGroup& instance_group() { return instance_group_ ? *instance_group_ : world_; }
-  // Experts: the ranks splitting them (the all-to-alls), and those holding this rank's with their
-  // cp ranks, where their gradients are reduced (the dp group when ep = 1).
-  ProcessGroup& ep_group() { return present(ep_group_, "no ep group with ep = 1 (expert parallelism is off)"); }
-  ProcessGroup& expert_dp_group() { return expert_dp_group_ ? *expert_dp_group_ : *dp_group_; }
-  // One model replica (pp × tp): found-inf and the grad norm are reduced here.
-  ProcessGroup& model_parallel_group() { return *mp_group_; }
-  // The same with its ep ranks (pp × tp × ep: together they hold every expert once; Megatron's
-  // expert-tensor-model-pipeline group): the grad norm's group under ep. The ep group when pp × tp = 1.
-  ProcessGroup& ep_model_parallel_group() { return ep_mp_group_ ? *ep_mp_group_ : ep_group(); }
-  // The first and last stage: the tied embedding's gradients are summed here (Megatron).
-  bool in_embedding_group() const { return embedding_group_ != nullptr; }
-  ProcessGroup& embedding_group() {
-    return present(embedding_group_, "a middle pipeline stage: only the first and last stage are in the embedding group");
+  // A rank's coordinates (the formula above read back), and its dp_rank's inner ep and outer HSDP parts.
+  struct Coords { const int global_rank, tp_rank, cp_rank, dp_rank, pp_rank, ep_rank, dp_replicate_rank; };
+  Coords coords(int rank) const {
+    LOOM_CHECK(rank >= 0 && rank < world_size, "ProcessGrid: rank ", rank, " is outside a world of ", world_size);
+    const int dp_rank = rank / (tp_size * cp_size) % dp_size;
+    return {rank, rank % tp_size, rank / tp_size % cp_size, dp_rank, rank / (tp_size * cp_size * dp_size),
+            dp_rank % ep_size, dp_rank / dp_shard_size};
   }
 
+  // The axes of the grid reshaped tp × cp × (ep × dp_shard / ep × replicas = dp) × pp: a shard group is dp's first
+  // two parts, expert-dp its last two, the experts' shards (HSDP) the middle one.
+  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64,
+              kExpertDpShard = 128 };
+  // The ranks that share rank's coordinates off `axes`, in rank order (= group-rank order).
+  std::vector<int> ranks_along(int rank, int axes) const {
+    (void)coords(rank);  // checks that rank is in the world
+    const std::array<int, 6> sizes = {tp_size, cp_size, ep_size, dp_shard_size / ep_size, dp_size / dp_shard_size,
+                                      pp_size};  // fastest first
+    const std::array<int, 6> axis = {kTp, kCp, kDpShard | kEp, kDpShard | kExpertDp | kExpertDpShard,
+                                     kDpReplicate | kExpertDp, kPp};
+    auto fixed = [&](int r) {  // r's coordinates off `axes` (0 along them)
+      std::array<int, 6> c{};
+      for (size_t a = 0; a < sizes.size(); r /= sizes[a], ++a)
+        if (!(axes & axis[a])) c[a] = r % sizes[a];
+      return c;
+    };
+    std::vector<int> ranks;
+    for (int r = 0; r < world_size; ++r)
+      if (fixed(r) == fixed(rank)) ranks.push_back(r);
+    return ranks;
+  }
+  // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
+  std::vector<int> embedding_group_ranks(int rank) const {
+    const std::vector<int> stages = ranks_along(rank, kPp);
+    if (rank != stages.front() && rank != stages.back()) return {};
+    return stages.size() == 1 ? stages : std::vector<int>{stages.front(), stages.back()};
+  }
+};
+
+// The grid seen from this rank: picotron's attributes (pgm.tp_size, pgm.tp_rank) and Megatron's groups, each split
+// along the axes at its declaration. Collective over `world`; an invalid grid throws before any communication.
+class ProcessGroupManager : public ProcessGrid, public ProcessGrid::Coords {
+ public:
+  ProcessGroupManager(int dp, int pp, int tp = 1, int cp = 1, ProcessGroup& world = parallel::world(),
+                      int dp_shard = 0, int ep = 1)
+      : ProcessGrid(world.size(), dp, pp, tp, cp, dp_shard, ep), ProcessGrid::Coords(coords(world.rank())),
+        world_(world) {}
+  bool is_first_stage() const { return pp_rank == 0; }
+  bool is_last_stage() const { return pp_rank == pp_size - 1; }
+  bool in_embedding_group() const { return embedding_ != nullptr; }
+  ProcessGroup& world() { return world_; }
+  ProcessGroup& tp_group() { return *tp_; }
+  ProcessGroup& dp_group() { return *dp_; }
+  ProcessGroup& pp_group() { return *pp_; }
+  ProcessGroup& model_parallel_group() { return *mp_; }
+  ProcessGroup& embedding_group() { return present(embedding_, "a middle pipeline stage has no embedding group"); }
+  ProcessGroup& cp_group() { return present(cp_, "no cp group with cp = 1 (context parallelism is off)"); }
+  ProcessGroup& dp_cp_group() { return *dp_cp_; }
+  ProcessGroup& dp_shard_cp_group() { return *dp_shard_cp_; }
+  ProcessGroup* dp_replicate_group() { return dp_replicate_; }
+  ProcessGroup& instance_group() { return *instance_; }
+  ProcessGroup& ep_group() { return present(ep_, "no ep group with ep = 1 (expert parallelism is off)"); }
+  ProcessGroup& expert_dp_group() { return *expert_dp_; }
+  ProcessGroup& expert_dp_shard_cp_group() { return *expert_dp_shard_cp_; }
+  ProcessGroup& ep_model_parallel_group() { return present(ep_mp_, "no ep group with ep = 1"); }
+
  private:
-  static ProcessGroup& present(const std::unique_ptr<ProcessGroup>& g, const char* why) {
+  static ProcessGroup& present(ProcessGroup* g, const char* why) {
     LOOM_CHECK(g, "ProcessGroupManager: ", why);
     return *g;
   }
+  // A split of the world: one list's ranks share a colour (its first rank), their places are the keys.
+  ProcessGroup* group_of(const std::vector<int>& ranks, const char* name) {
+    const int key = int(std::find(ranks.begin(), ranks.end(), global_rank) - ranks.begin());
+    return groups_.emplace_back(world_.split(ranks.empty() ? -1 : ranks.front(), key, name)).get();
+  }
+  ProcessGroup* along(int axes, const char* name) { return group_of(ranks_along(global_rank, axes), name); }
   ProcessGroup& world_;
-  ProcessGrid grid_;
-  ProcessGrid::Coords coords_;
-  std::unique_ptr<ProcessGroup> tp_group_, dp_group_, pp_group_, mp_group_, embedding_group_, cp_group_, dp_cp_group_;
-  std::unique_ptr<ProcessGroup> dp_shard_cp_group_, dp_replicate_group_, instance_group_;  // HSDP only
-  std::unique_ptr<ProcessGroup> ep_group_, expert_dp_group_;                               // ep > 1 only
-  std::unique_ptr<ProcessGroup> ep_mp_group_;                                              // ep > 1, pp × tp > 1
+  std::vector<std::unique_ptr<ProcessGroup>> groups_;  // owns the groups below, split in this order on every rank
+  ProcessGroup* tp_ = along(kTp, "tp");                  // splits each matmul (tensor_parallel/)
+  ProcessGroup* dp_ = along(kDp, "dp");                  // the replicas
+  ProcessGroup* pp_ = along(kPp, "pp");                  // one replica's stages, in stage order
+  ProcessGroup* mp_ = along(kPp | kTp, "model_parallel");  // one replica: found-inf and the grad norm reduce here
+  ProcessGroup* embedding_ = group_of(embedding_group_ranks(global_rank), "embedding");  // sums tied embedding grads
+  // cp's ring; dp x cp, where gradients are averaged (each cp rank saw other tokens), is dp's when cp = 1.
+  ProcessGroup* cp_ = cp_size > 1 ? along(kCp, "cp") : nullptr;
+  ProcessGroup* dp_cp_ = cp_size > 1 ? along(kDp | kCp, "dp_cp") : dp_;
+  // HSDP: ZeRO-3 shards over dp_shard x cp, the shards' replicas (null without HSDP), and one replica's
+  // ranks, where grad norm and found_inf are reduced (Megatron's intra-instance group; else the world).
+  ProcessGroup* dp_shard_cp_ = hybrid_sharded() ? along(kDpShard | kCp, "dp_shard_cp") : dp_cp_;
+  ProcessGroup* dp_replicate_ = hybrid_sharded() ? along(kDpReplicate, "dp_replicate") : nullptr;
+  ProcessGroup* instance_ = hybrid_sharded() ? along(kTp | kCp | kDpShard | kPp, "instance") : &world_;
+  // Experts: the ranks splitting them (the all-to-alls); those holding this rank's, with their cp ranks, where
+  // their gradients are summed (dp when ep = 1), and under HSDP those of them inside the shard group, where ZeRO-3
+  // shards them; one replica's tp x pp ranks with its ep ranks, every expert once: the grad norm's group
+  // (Megatron's expert-tensor-model-pipeline group; the ep group when pp x tp = 1).
+  ProcessGroup* ep_ = ep_size > 1 ? along(kEp, "ep") : nullptr;
+  ProcessGroup* expert_dp_ = ep_size > 1 ? along(kExpertDp | kCp, "expert_dp") : dp_;
+  ProcessGroup* expert_dp_shard_cp_ =
+      ep_size > 1 && hybrid_sharded() ? along(kExpertDpShard | kCp, "expert_dp_shard_cp") : expert_dp_;
+  ProcessGroup* ep_mp_ = ep_size > 1 && pp_size * tp_size > 1 ? along(kEp | kTp | kPp, "ep_model_parallel") : ep_;
 };
 
 }  // namespace loom::parallel

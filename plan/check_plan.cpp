@@ -45,8 +45,8 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
     check_range("--experts-per-token", m.experts_per_token, 1, m.experts, " (each token goes to k different experts)");
     LOOM_CHECK(m.experts % g.ep == 0 && g.dp % g.ep == 0, "--ep ", g.ep, " splits the ", m.experts, " experts over ep "
                "of the ", g.dp, " dp ranks: it must divide both --experts and --dp");
-    LOOM_CHECK(g.ep == 1 || g.zero != 3 || g.dp_shard == 0, "--ep ", g.ep, " with --zero 3 --dp-shard ", g.dp_shard,
-               ": hybrid sharding of the experts is not built (train_gpt refuses it); drop --dp-shard");
+    LOOM_CHECK(g.ep == 1 || g.dp_shard == 0 || g.dp_shard % g.ep == 0, "--ep ", g.ep, " with --dp-shard ", g.dp_shard,
+               ": the ep group is ep consecutive ranks of one shard group, so --ep must divide --dp-shard");
   }
   LOOM_CHECK(g.ep == 1 || m.experts > 0, "--ep ", g.ep, " splits experts over ranks; it needs --experts E");
   LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp ", g.pp, " x --virtual-stages ",

@@ -103,13 +103,15 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
   const DType dt = g.dtype == "fp32" ? kFloat32 : g.dtype == "bf16" ? kBFloat16 : kFloat16;
   const std::vector<int64_t> items = items_on_stages(m, g)[size_t(stage)];
   // ZeRO-3 shards over its shard group (HSDP: dp_shard x cp), ZeRO-1/2 over dp x cp; the experts'
-  // state over their expert-dp group, dp x cp / ep (plan/moe_model.h).
+  // state over their expert-dp group, dp x cp / ep (HSDP: its dp_shard x cp / ep in a shard group; plan/moe_model.h).
   int64_t experts = 0;
   for (int64_t i : items)
     if (i >= 1 && i <= m.layers) experts += expert_params(m, g, i - 1);
   const optim::MemoryPrediction p =
       optim::predict_memory(r.num_params - experts, dt, g.zero == 3 ? g.shard_ranks() : g.dp * g.cp, g.zero);
-  const optim::MemoryPrediction e = optim::predict_memory(experts, dt, g.dp * g.cp / g.ep, g.zero);
+  const Grid edp = expert_dp_grid(g);
+  const optim::MemoryPrediction e =
+      optim::predict_memory(experts, dt, g.zero == 3 ? edp.shard_ranks() : edp.dp * g.cp, g.zero);
   r.params = p.params + e.params, r.grads = p.grads + e.grads, r.optimizer = p.optimizer + e.optimizer;
   r.expert_params = experts;
 

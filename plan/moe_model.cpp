@@ -65,6 +65,13 @@ double shared_expert_activation_bytes(const ModelShape& m, const Grid& g, int64_
   return 4 * tokens * double(m.shared_experts * expert_width(m)) / g.tp * dtype_bytes(g.dtype);
 }
 
+Grid expert_dp_grid(const Grid& g) {
+  Grid e = g;
+  e.dp = g.dp / g.ep;
+  if (g.dp_shard) e.dp_shard = g.dp_shard / g.ep;
+  return e;
+}
+
 double all_to_all_seconds(double bytes, int n, const Link& l) {
   if (n <= 1) return 0;
   return double(n - 1) * l.latency_s + double(n - 1) / n * bytes / l.bytes_per_s;

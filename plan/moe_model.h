@@ -61,6 +61,9 @@ bool is_moe_block(const ModelShape& m, int64_t block);
 int64_t mlp_params(const ModelShape& m, const Grid& g, int64_t block);
 // Of those, the routed experts' (sharded over ep, reduced over expert-dp).
 int64_t expert_params(const ModelShape& m, const Grid& g, int64_t block);
+// The experts' data-parallel grid: each expert on dp / ep ranks, its expert-dp group; under HSDP
+// (--dp-shard, ep inside a shard group) dp_shard / ep of them in each shard group, replicated as the rest.
+Grid expert_dp_grid(const Grid& g);
 
 // Parameters a token's forward multiplies by (both embeddings counted, as
 // Mixtral's 12.9B does): the whole model for a dense one.

@@ -120,8 +120,7 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   const StagePlan& big = s.stages[size_t(biggest)];
   // The experts' gradients go over their expert-dp group (dp / ep ranks; its span taken as if contiguous).
   const int64_t dense = big.memory.num_params - big.memory.expert_params, experts = big.memory.expert_params;
-  Grid edp = g;
-  edp.dp = g.dp / g.ep;
+  const Grid edp = expert_dp_grid(g);
   s.dp = dp_per_step(dense, g, mc);
   if (experts > 0) {
     s.expert_dp = dp_per_step(experts, edp, mc);

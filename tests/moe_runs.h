@@ -34,10 +34,12 @@ inline void expect_same_routing_log(const Result& got, const Result& ref, const 
 // Save at `parallel` (`ranks` ranks) at step 5; resume there (the same bits as straight through) and in one
 // process run with `one_process` added (within 1e-5): the checkpoint holds one process's names, every
 // expert whole, so it reshards (under --ep each rank's experts' optimizer state is found by name).
-// `saved`, if given, gets the run that saved (its weights are the checkpoint's model file).
+// `saved`, if given, gets the run that saved (its weights are the checkpoint's model file); `straight_run`,
+// if given, is the run of flags + parallel straight through, already made (one run fewer).
 inline void expect_save_resumes(const std::string& name, const std::string& flags, const std::string& parallel,
-                                const std::string& one_process, Result* saved = nullptr, int ranks = 2) {
-  const Result straight = train(name + "_straight", ranks, flags + parallel);
+                                const std::string& one_process, Result* saved = nullptr, int ranks = 2,
+                                const Result* straight_run = nullptr) {
+  const Result straight = straight_run ? *straight_run : train(name + "_straight", ranks, flags + parallel);
   const Result first = train(name + "_first", ranks, flags + parallel + " --stop-at 5");
   ASSERT_EQ(first.status, 0) << first.output;
   if (saved) *saved = first;

@@ -15,7 +15,7 @@
 #   fuzz  libFuzzer (clang) on what a stranger's model folder holds: the
 #         safetensors header reader, config.json, the shard index and
 #         tokenizer.json, and on the UTF-8 decoder, FUZZ_SECONDS each (default
-#         30) from the seeds in fuzz/corpus.
+#         15) from the seeds in fuzz/corpus.
 # Usage: bash tests/sanitizers.sh [asan] [tsan] [fuzz]   (none: all three)
 # Each stage prints its wall time; builds go through ccache when it is installed.
 set -euo pipefail
@@ -96,22 +96,28 @@ asan() {
   # normal suite cover). Of the multi-rank tests (label mpi), each code path
   # once: every mpi_* binary at one rank count (2, and 3 where a rank count
   # that does not divide matters), and train_gpt in each mode - bucketed and
-  # naive dp, each pipeline schedule, tp with and without SP, cp (GPT, Llama,
+  # naive dp, each pipeline schedule (mpi_pipeline's; train_gpt at 1F1B,
+  # interleaved and zero-bubble), tp with and without SP, cp (GPT, Llama,
   # recompute), ZeRO-1/2/3 with tp, fp16's overflow, bf16, a checkpoint
-  # resumed across a reshard at each rung, the trace and the teach-breaks -
+  # resumed across a reshard at each rung (ZeRO-2's state is laid out as
+  # ZeRO-1's, so ZeRO-1's reshard stands for both), the trace and the teach-breaks -
   # and the memory ledger on one case per kind (dp, ZeRO-1/2, pp, tp+SP, Llama,
   # recompute). The normal suite runs the rest: more ranks, more grids, the
-  # same modes again in other combinations.
+  # same modes again in other combinations. Cut on 2026-12-06 (issue 51: CI's
+  # cold time) by the runs that repeated a path already here: AFAB and the
+  # interleaved schedule with dp beside 1F1B and the all-axes run, ZeRO-2's
+  # resume and bf16 beside ZeRO-1's, ZeRO-3 with SP and fp16 beside ZeRO-3 with
+  # tp and ZeRO-1's fp16, the pipeline+ZeRO resume, the --zero flag's parsing.
   local catalogs='TrainGpt\.(BadInputFailsWithAClearMessage|DeviceIsCheckedUpFront|EveryFlagIsCheckedBeforeTrainingWithItsRange|DropoutRunsAreTheSameOnOneAndTwoThreads)'
   local representative=(
     'mpi_(collectives|grid|handshake|tensor_parallel|ring_attention|process_group_by_device|pipeline|finalize_model_grads|pipeline_io|distributed_optimizer|fully_sharded|param_gather_overlap|grad_sync_edges|all_to_all)_np2'
     'mpi_(data_parallel|distributed_optimizer)_np3' 'mpi_(watchdog|rank_that_throws|train_gpt_ranks)_.*'
     'Plan(Memory|Step|Checks|Communication|Compute|ContextParallel|Llama|Pipeline|Program|Recompute)\..*' 'Typos\..*'
-    '(ActivationFormula|CommBuffers|Dp234|ZeroFlag|TeachBreak|TrainGptRecompute|Modes/RecomputeModel)\..*'
+    '(ActivationFormula|CommBuffers|Dp234|TeachBreak|TrainGptRecompute|Modes/RecomputeModel)\..*'
     'PlanAgainstRun\.(MemoryOfDataParallelZeroBf16|RingBytesOfAContextParallelRunAreThePlans)'
-    'TrainGptParallel\.((BucketDataParallel|NaiveDataParallel|TensorParallel|SequenceParallel|Zero)TwoRanks|PipelineTwoStages(Afab|1F1B)|InterleavedPipelineWithDataParallel|ZeroOverlapParamGather|ZeroWithPipeline|AllAxesInterleavedWithZeroOverlap)MatchesOneProcess'
-    'TrainGptParallel\.(GradientAccumulationEqualsTheLargerBatch|ZeroPipelineResumeIsBitExact|ZeroCheckpointReshardsFromTwoToFourRanks|TensorParallelCheckpointResumesAtDataAndTensorParallel|Fp16OverflowSkipsTheStepOnEveryRank|Bf16TracksFp32|TraceHasARowPerRankWithComputeAndCommunication|MemoryReportShowsTheShardedOptimizerState|MemoryReportUnderTensorParallelShowsTheSplit|InvalidGridFailsOnEveryRankWithTheSizes)'
-    'TrainGptZero3\.(TwoRanksMatchOneProcess|WithTensorParallelMatchesOneProcess|WithSequenceParallelMatchesOneProcess|CheckpointResumesAtZero1OnTwoRanks|Fp16WithAnOverflowMatchesZero1)'
+    'TrainGptParallel\.((BucketDataParallel|NaiveDataParallel|TensorParallel|SequenceParallel|Zero)TwoRanks|PipelineTwoStages1F1B|ZeroOverlapParamGather|ZeroWithPipeline|AllAxesInterleavedWithZeroOverlap)MatchesOneProcess'
+    'TrainGptParallel\.(GradientAccumulationEqualsTheLargerBatch|ZeroCheckpointReshardsFromTwoToFourRanks|TensorParallelCheckpointResumesAtDataAndTensorParallel|Fp16OverflowSkipsTheStepOnEveryRank|Bf16TracksFp32|TraceHasARowPerRankWithComputeAndCommunication|MemoryReportShowsTheShardedOptimizerState|MemoryReportUnderTensorParallelShowsTheSplit|InvalidGridFailsOnEveryRankWithTheSizes)'
+    'TrainGptZero3\.(TwoRanksMatchOneProcess|WithTensorParallelMatchesOneProcess|CheckpointResumesAtZero1OnTwoRanks)'
     'TrainGptZero3Trace\.EachUnitsGathers.*' 'TrainGptZero3Tied\.PipelineMatchesOneProcess'
     'TrainGptExpertParallel\.EpTwoEqualsOneProcessWithEveryRoutingOption' 'mpi_expert_parallel_np2'
     'TrainGptMoETensorParallel\.SequenceParallelEqualsOneProcessDropless'
@@ -119,7 +125,7 @@ asan() {
     'TrainGptExpertZero\.ZeroOneAndTwoShardingExpertsOverExpertDpEqualOneProcess'
     'TrainGptExpertGrid\.TpTimesEpEqualsOneProcessWithEveryRoutingOption'
     'TrainGptOverlappedPairs\.TwoMathThreadsSplitTheSameWayInBothHalves'
-    'Zero2\.(TwoRanksMatchesOneProcess|WithTensorParallelMatchesOneProcess|CheckpointResumesAtZero1OnOtherRanks|Bf16EqualsZero1BitForBit)'
+    'Zero2\.(TwoRanksMatchesOneProcess|WithTensorParallelMatchesOneProcess)'
     'TrainGptContextParallel\.(TwoRanksMatchOneProcessInTrainingAndEvaluation|WithRecomputationMatchesOneProcess|LlamaWithTheTokensTruePositionsMatchesOneProcess|CheckpointResumesAcrossCpSizes)'
     'TrainLlamaParallel\.(BucketDataParallelTwoRanksMatchesOneProcess|PipelineTwoStagesMatchesOneProcess|TensorParallelWithSequenceParallelMatchesOneProcess|SingleProcessRunHasTheLlamaParameters)'
     'CheckpointCommit\.(APieceFromAnotherRunIsRefusedNamingIt|KeepsOnlyTheLastStepsPiecesAndNoTemporaries|MetadataIsParsedStrictly)'
@@ -181,7 +187,7 @@ tsan() {
 }
 
 fuzz() {
-  local seconds=${FUZZ_SECONDS:-30}
+  local seconds=${FUZZ_SECONDS:-15}
   # The libraries get coverage instrumentation (fuzzer-no-link); only the two
   # fuzz targets link libFuzzer's main.
   timed fuzz-configure cmake -S . -B build-fuzz "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ \

@@ -126,6 +126,9 @@ TEST(ProcessGrid, ContextParallelAxisSitsBetweenTpAndDp) {
 TEST(ProcessGrid, HybridShardingSplitsDpIntoShardAndReplicateGroups) {
   ProcessGrid g(8, 4, 1, 1, 2, /*dp_shard=*/2);
   EXPECT_EQ(g.coords(6).dp_rank, 3);  // dp_shard rank 1 of dp_replicate rank 1
+  EXPECT_EQ(g.coords(6).dp_replicate_rank, 1);
+  EXPECT_EQ(g.coords(3).dp_replicate_rank, 0);  // dp_rank 1
+  EXPECT_EQ(g.coords(6).global_rank, 6);
   EXPECT_EQ(g.ranks_along(0, kDpShard | kCp), (Ranks{0, 1, 2, 3}));
   EXPECT_EQ(g.ranks_along(5, kDpShard | kCp), (Ranks{4, 5, 6, 7}));
   EXPECT_EQ(g.ranks_along(0, kDpReplicate), (Ranks{0, 4}));
@@ -170,6 +173,8 @@ TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
   const ProcessGrid d(4, 4, 1, 1, 1, 0, /*ep=*/2);
   EXPECT_EQ(d.ranks_along(2, kEp), (Ranks{2, 3}));
   EXPECT_EQ(d.ranks_along(1, kExpertDp | kCp), (Ranks{1, 3}));
+  EXPECT_EQ(d.coords(2).ep_rank, 0);
+  EXPECT_EQ(d.coords(3).ep_rank, 1);
   // cp 2 x dp 4, ep 2: rank = cp_rank + 2 dp_rank; the ep group within one cp coordinate, the expert-dp
   // group with both cp ranks (each holds a part of every sequence: the experts' gradient sums over them).
   const ProcessGrid c(8, 4, 1, 1, 2, 0, /*ep=*/2);
@@ -177,11 +182,43 @@ TEST(ProcessGrid, ExpertParallelCutsDpIntoEpAndExpertDpGroups) {
   EXPECT_EQ(c.ranks_along(3, kEp), (Ranks{1, 3}));
   EXPECT_EQ(c.ranks_along(0, kExpertDp | kCp), (Ranks{0, 1, 4, 5}));
   EXPECT_EQ(c.ranks_along(3, kExpertDp | kCp), (Ranks{2, 3, 6, 7}));
+  EXPECT_EQ(c.coords(3).ep_rank, 1);  // cp_rank 1, dp_rank 1
+  EXPECT_EQ(c.coords(5).ep_rank, 0);  // dp_rank 2
   try {
     ProcessGrid bad(4, 4, 1, 1, 1, 0, /*ep=*/3);
     ADD_FAILURE() << "ep 3 of dp 4 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--ep 3 does not divide --dp 4"), std::string::npos) << e.what();
+  }
+}
+
+// HSDP with ep: dp cut ep x (dp_shard / ep) x replicas, fastest first (torchtitan's dp_shard_in_ep,
+// dp_shard_mod_ep, dp_replicate). The experts shard over the middle part (with cp), the ranks of one shard
+// group holding the same experts, and replicate over the last, as every shard does.
+TEST(ProcessGrid, HybridShardingWithEpShardsTheExpertsInsideEachShardGroup) {
+  // dp 8, dp_shard 4, ep 2 (rank = dp_rank): shard groups {0-3} {4-7}, ep {0,1} {2,3} {4,5} {6,7}.
+  const ProcessGrid g(8, 8, 1, 1, 1, /*dp_shard=*/4, /*ep=*/2);
+  EXPECT_EQ(g.ranks_along(5, kEp), (Ranks{4, 5}));
+  EXPECT_EQ(g.ranks_along(0, kExpertDpShard | kCp), (Ranks{0, 2}));
+  EXPECT_EQ(g.ranks_along(7, kExpertDpShard | kCp), (Ranks{5, 7}));
+  EXPECT_EQ(g.ranks_along(6, kDpReplicate), (Ranks{2, 6}));  // the experts' replicas: the dense shards' too
+  EXPECT_EQ(g.ranks_along(1, kExpertDp | kCp), (Ranks{1, 3, 5, 7}));  // = expert shards x replicas
+  EXPECT_EQ(g.ranks_along(6, kDpShard | kCp), (Ranks{4, 5, 6, 7}));
+  EXPECT_EQ(g.ranks_along(3, kDp), (Ranks{0, 1, 2, 3, 4, 5, 6, 7}));
+  // dp 4 x cp 2, dp_shard 2, ep 2 (rank = cp_rank + 2 dp_rank): one expert holder per shard group and cp
+  // coordinate, so the experts shard over the cp ranks alone.
+  const ProcessGrid c(8, 4, 1, 1, 2, /*dp_shard=*/2, /*ep=*/2);
+  EXPECT_EQ(c.ranks_along(0, kEp), (Ranks{0, 2}));
+  EXPECT_EQ(c.ranks_along(2, kExpertDpShard | kCp), (Ranks{2, 3}));
+  EXPECT_EQ(c.ranks_along(2, kDpReplicate), (Ranks{2, 6}));
+  // Without HSDP the middle part is all of expert-dp.
+  const ProcessGrid plain(4, 4, 1, 1, 1, 0, /*ep=*/2);
+  EXPECT_EQ(plain.ranks_along(1, kExpertDpShard | kCp), plain.ranks_along(1, kExpertDp | kCp));
+  try {
+    ProcessGrid bad(4, 4, 1, 1, 1, /*dp_shard=*/1, /*ep=*/2);
+    ADD_FAILURE() << "ep 2 across shard groups of 1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ep 2 does not divide --dp-shard 1"), std::string::npos) << e.what();
   }
 }
 

@@ -109,6 +109,13 @@ TEST(PlanMoE, ZeroThreeShardsTheExpertsOverTheExpertDpGroup) {
   EXPECT_EQ(r.params, 4 * dense / 4 + 4 * r.expert_params / 2);
   EXPECT_EQ(r.grads, 4 * dense / 4 + 4 * r.expert_params / 2);
   EXPECT_EQ(r.optimizer, 8 * dense / 4 + 8 * r.expert_params / 2);
+  // HSDP, dp 8 in shard groups of 4: the dense params over the 4, the experts over the dp_shard / ep = 2 of
+  // them holding the same ones (train_gpt's expert_dp_shard_cp group); the replicas hold copies.
+  Grid h = grid(8, 1, 1, 2);
+  h.zero = 3, h.dp_shard = 4;
+  const RankMemory hr = memory_on_stage(m, h, Batch{8, 1}, 0);
+  EXPECT_EQ(hr.expert_params, r.expert_params);
+  EXPECT_EQ(hr.optimizer, 8 * dense / 4 + 8 * hr.expert_params / 2);
 }
 
 // Per MoE block and micro-batch, dispatch and combine move [N k, h] each way, forward and backward:
@@ -151,7 +158,7 @@ TEST(PlanMoE, RefusesWhatDoesNotSplitNamingTheFlags) {
       {"--arch llama --experts 8 --ep 4 --dp 2", "it must divide both --experts and --dp"},
       {"--experts 4", "--experts 4 with --arch gpt2"},
       {"--arch llama --experts 4 --experts-per-token 5", "--experts-per-token must be in [1, 4]"},
-      {"--arch llama --experts 4 --dp 4 --ep 2 --zero 3 --dp-shard 2", "--ep 2 with --zero 3 --dp-shard 2: hybrid"}};
+      {"--arch llama --experts 4 --dp 4 --ep 2 --zero 3 --dp-shard 1", "--ep 2 with --dp-shard 1: the ep group is ep"}};
   for (const auto& [args, want] : cases) {
     const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --machine h100 " + args + " 2>&1");
     EXPECT_EQ(run.status, 1) << args << "\n" << run.output;

@@ -117,19 +117,5 @@ TEST(TrainGptExpertGrid, PipelineTimesEpExportEqualsOneProcessExport) {
                                    "--grad-accum 4");
 }
 
-// Under ZeRO the tp-joined optimizer shards of one stage are summed over dp in one layout
-// (optim/checkpoint_tensor_parallel.h), which differs between ep ranks (other experts). (tp with pp, and pp
-// with ZeRO-3, train: tests/test_train_gpt_expert_pipeline_grid.cpp.)
-TEST(TrainGptExpertGrid, WhatIsNotEqualYetIsRefusedBeforeTraining) {
-  const std::pair<std::string, std::string> cases[] = {
-      {"--tp 2 --dp 2 --ep 2 --zero 1", "--ep 2 with --tp 2 and --zero 1: each ep rank holds only its experts / ep "
-                                        "experts"},
-      {"--tp 2 --dp 2 --ep 2 --zero 2", "--ep 2 with --tp 2 and --zero 2: "},
-      {"--tp 2 --dp 2 --ep 2 --zero 3", "--ep 2 with --tp 2 and --zero 3: "}};
-  for (const auto& [flags, want] : cases) {
-    const Result r = train("epgrid_refused", 4, kMoE + flags, false);
-    EXPECT_NE(r.status, 0) << flags;
-    EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
-    EXPECT_EQ(r.output.find("| loss "), std::string::npos) << flags << ": trained before refusing\n" << r.output;
-  }
-}
+// No ep layout is refused any more: tp with ZeRO trains (tests/test_train_gpt_expert_tp_zero.cpp), tp with pp
+// and pp with ZeRO-3 too (tests/test_train_gpt_expert_pipeline_grid.cpp).

@@ -193,7 +193,8 @@ TEST(TrainGptExpertParallel, WhatEpCannotMeanOrDoesNotComposeWithYetIsRefusedBef
       {"--arch llama --ep 2 --dp 2", "--ep tunes a mixture of experts; it needs --experts E"},
       {kMoE + "--dp 3 --ep 3", "--ep 3 does not divide --experts 4"},
       {kMoE + "--dp 2 --ep 4", "--ep 4 does not divide --dp 2: the ep group is ep consecutive data-parallel ranks"},
-      {kMoE + "--dp 2 --ep 2 --zero 3 --dp-shard 1", "--ep 2 with --dp-shard 1: each ep rank holds only its experts"}};
+      {kMoE + "--dp 2 --ep 2 --zero 3 --dp-shard 1",
+       "--ep 2 with --dp-shard 1: the ep group is ep consecutive ranks of one shard group"}};
   for (const auto& [flags, want] : cases) {
     const int ranks = flags.find("--dp 3") != std::string::npos ? 3 : 2;
     const Result r = train("ep_refused", ranks, flags, false);

@@ -170,7 +170,7 @@ TEST(TrainGptMoEZero3, EqualsOneProcessAloneAndUnderAPipeline) {
 TEST(TrainGptMoEPipeline, WhatIsNotTestedYetIsRefusedBeforeTraining) {
   const std::pair<std::string, std::string> cases[] = {
       {kMoE + "--dp 2 --ep 2 --zero 3 --dp-shard 1",
-       "--ep 2 with --dp-shard 1: each ep rank holds only its experts / ep experts"}};
+       "--ep 2 with --dp-shard 1: the ep group is ep consecutive ranks of one shard group"}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moepp_refused", 2, flags, false);
     EXPECT_NE(r.status, 0) << flags;

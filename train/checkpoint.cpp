@@ -23,7 +23,7 @@ void init_from_hf(const Args& a, parallel::Model& m, parallel::ProcessGroupManag
   if (a.init_from.empty()) return;
   const nn::HfCheckpoint hf = nn::load_hf_checkpoint(a.init_from);  // every rank reads it: no communication
   parallel::load_full_state(m, hf.state);                          // its stage's layers, its tp shards
-  say(pgm.global_rank() == 0, "init: %s (Hugging Face %s, vocab %lld)\n", a.init_from.c_str(),
+  say(pgm.global_rank == 0, "init: %s (Hugging Face %s, vocab %lld)\n", a.init_from.c_str(),
       family_title(hf.cfg).c_str(), (long long)hf.cfg.vocab_size);
 }
 
@@ -34,7 +34,7 @@ void export_hf(const Args& a, const Corpus& c, parallel::Model& m, optim::MixedP
   // them (--overlap-param-gather waits in the next forward), ZeRO-3 keeps only shards.
   opt.finish_param_sync();
   const nn::NamedTensors state = parallel::gather_full_state(m, pgm);  // collective; the whole GPT on rank 0
-  if (pgm.global_rank() != 0) return;
+  if (pgm.global_rank != 0) return;
   parallel::watchdog::LocalWork writing(str("writing --export-hf ", a.export_hf));  // the disk may be slow (watchdog.h)
   nn::save_hf_checkpoint(a.export_hf, c.cfg, state, int64_t(a.export_hf_shard_mb * 1024 * 1024), a.tokenizer);
   std::printf("exported %s (Hugging Face %s%s)\n", a.export_hf.c_str(),
@@ -61,7 +61,7 @@ void save(const Args& a, int64_t steps_done, const Corpus& c, parallel::Model& m
           const Generator& data_gen, parallel::ProcessGroupManager& pgm) {
   if (a.save.empty()) return;
   optim::save_model_checkpoint(a.save, m, opt, c.cfg, c.tok.record(), steps_done, data_gen.state(), pgm);
-  say(pgm.global_rank() == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
+  say(pgm.global_rank == 0, "%ssaved %s (step %lld)\n", isatty(fileno(stdout)) ? "\n" : "", a.save.c_str(),
       (long long)steps_done);
 }
 

@@ -9,8 +9,10 @@
 // and under tp or cp together with pp, ZeRO-3 or recomputation
 // (tests/test_train_gpt_moe_combined.cpp). --ep (each rank holding E / ep
 // experts) trains under dp, ZeRO-1/2/3, cp, recomputation, and tp or pp
-// (tests/test_train_gpt_expert_grid.cpp), tp and pp together, pp and ZeRO-3
-// together (tests/test_train_gpt_expert_pipeline_grid.cpp); not yet with tp and ZeRO.
+// (tests/test_train_gpt_expert_grid.cpp), tp with ZeRO-1/2/3
+// (tests/test_train_gpt_expert_tp_zero.cpp), ZeRO-3 with hybrid sharding
+// (tests/test_train_gpt_expert_hsdp.cpp), tp and pp together, and pp with
+// ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp).
 #include "train/args.h"
 
 namespace loom::train {
@@ -79,23 +81,16 @@ void check_moe_flags(const Args& a) {
              ": each ep rank computes experts / ep of them");
   LOOM_CHECK(a.dp % a.ep == 0, "--ep ", a.ep, " does not divide --dp ", a.dp,
              ": the ep group is ep consecutive data-parallel ranks (Megatron's layout), so dp must be a multiple of ep");
+  // HSDP: the ep group lies inside one shard group (torchtitan's dp_shard_in_ep), whose ranks holding the same
+  // experts shard them; the replicas hold copies, as of every shard (parallel/process_group_manager.h).
+  LOOM_CHECK(a.ep == 1 || a.dp_shard == 0 || a.dp_shard % a.ep == 0, "--ep ", a.ep, " with --dp-shard ", a.dp_shard,
+             ": the ep group is ep consecutive ranks of one shard group (the experts are split inside it and sharded "
+             "over its ranks that hold the same ones), so --ep must divide --dp-shard");
   // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h), tested equal to one
-  // process under dp, ZeRO-1/2/3 (sharded over their expert-dp group: tests/test_train_gpt_expert_zero.cpp), cp,
-  // recomputation, and tp (+SP) or pp (tests/test_train_gpt_expert_grid.cpp), tp and pp together, pp and ZeRO-3
-  // together (tests/test_train_gpt_expert_pipeline_grid.cpp). Not yet: the optimizer checkpoint of ZeRO's
-  // tp-joined shards, whose layout differs between ep ranks (optim/checkpoint_tensor_parallel.h); hybrid
-  // sharding (--dp-shard) of the experts.
-  struct NotWithEp {
-    std::string flags, drop;
-    bool given;
-  };
-  const NotWithEp not_with_ep[] = {{str("--tp ", a.tp, " and --zero ", a.zero), "--zero", a.tp > 1 && a.zero > 0},
-                                   {str("--dp-shard ", a.dp_shard), "--dp-shard", a.dp_shard > 0}};
-  for (const NotWithEp& n : not_with_ep)
-    LOOM_CHECK(a.ep == 1 || !n.given, "--ep ", a.ep, " with ", n.flags, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2/3, cp, recomputation, tp and "
-               "pp, alone or together (not tp with ZeRO, not hybrid sharding) so far; drop ", n.drop,
-               " or --ep");
+  // process under dp, ZeRO-1/2/3 (sharded over their expert-dp group: tests/test_train_gpt_expert_zero.cpp;
+  // HSDP: tests/test_train_gpt_expert_hsdp.cpp), cp, recomputation, tp (+SP) or pp
+  // (tests/test_train_gpt_expert_grid.cpp), tp (+SP) with ZeRO-1/2/3 (tests/test_train_gpt_expert_tp_zero.cpp),
+  // tp and pp together, and pp with ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp): nothing left to refuse.
 }
 
 }  // namespace loom::train

@@ -49,7 +49,7 @@ Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, cons
                          int64_t tokens_per_step)
     : a_(a), device_(rank_device(a)), pgm_(pgm), c_(c), m_(m), dp_(dp), opt_(opt), start_(start), end_(end),
       tokens_per_step_(tokens_per_step),
-      rank0_(pgm.global_rank() == 0), tty_(rank0_ && stdout_is_a_terminal()) {
+      rank0_(pgm.global_rank == 0), tty_(rank0_ && stdout_is_a_terminal()) {
   if (rank0_ && !a.log.empty()) {
     log_.open(a.log, start > 0 ? std::ios::app : std::ios::trunc);
     LOOM_CHECK(log_.good(), "--log: cannot open '", a.log, "' for writing");
@@ -70,7 +70,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   // one-time work (oneDNN's kernel JIT, first allocations) that would fill its measured bubble.
   const int64_t svg_step = std::min(start_ + 1, end_ - 1);
   const bool text_now = a_.print_schedule && step == svg_step, svg_now = !a_.schedule_svg.empty() && step == svg_step;
-  if ((text_now || svg_now) && pgm_.pp_size() > 1) {
+  if ((text_now || svg_now) && pgm_.pp_size > 1) {
     std::string svg;
     std::string report = parallel::schedule_report(
         pgm_.pp_group(), events, a_.virtual_stages > 1 && a_.schedule == "1f1b" ? "interleaved 1f1b" : a_.schedule, &svg);
@@ -110,7 +110,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     if (rank0_ && !a_.memory_json.empty()) write_file_atomically(a_.memory_json, json, "--memory-json");
     if (rank0_ && m_.tp) {
       // Where a tp rank's parameter count comes from: 1/tp of the split tensors, all of the replicated ones.
-      const parallel::TensorParallelParamCount c = parallel::count_params(m_.tp->shard_maps(), pgm_.tp_size());
+      const parallel::TensorParallelParamCount c = parallel::count_params(m_.tp->shard_maps(), pgm_.tp_size);
       std::printf("tensor parallel, rank 0's stage: params per rank = (split %lld + vocab padding %lld) / tp %d "
                   "+ replicated %lld = %lld (measured %lld)\n",
                   (long long)c.split, (long long)c.padding, c.tp, (long long)c.replicated, (long long)c.per_rank(),
@@ -126,7 +126,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
   if (eval_now) {
     opt_.finish_param_sync();
     val = evaluate(m_, c_.ds, {a_.batch, a_.eval_batches, a_.seed + 7919 * uint64_t(step + 1), c_.eod},
-                   pgm_.cp_size() > 1 ? &pgm_.cp_group() : nullptr);
+                   pgm_.cp_size > 1 ? &pgm_.cp_group() : nullptr);
   }
   StepReport rep{step, a_.steps, loss, lr, double(tokens_per_step_) / (ms / 1000.0), ms, stepped.grad_norm,
                  stepped.loss_scale, stepped.skipped, opt_.scaler() ? opt_.scaler()->scale() : 1.0, eval_now, val,
@@ -163,7 +163,7 @@ int64_t Diagnostics::expert_params() const {
 }
 
 // The experts split over this many of the dp ranks (--ep).
-int Diagnostics::expert_parallel_ranks() const { return pgm_.ep_size(); }
+int Diagnostics::expert_parallel_ranks() const { return pgm_.ep_size; }
 
 // The ranks the gradients are reduced and ZeRO shards over: dp x cp (each cp rank holds a
 // part of every sequence, so its gradient is partial too: process_group_manager.h's dp_cp_group).
@@ -172,7 +172,7 @@ int Diagnostics::sync_ranks() const { return pgm_.dp_cp_group().size(); }
 bool Diagnostics::forwards_in_a_row() const {
   // Of the chunk holding this rank's last layer: AFAB, every stage; 1F1B (and
   // interleaved), every chunk but the model's last, in its warm-up.
-  if (pgm_.pp_size() == 1 || micro_batches_per_step(a_, pgm_.pp_size()) < 2) return false;
+  if (pgm_.pp_size == 1 || micro_batches_per_step(a_, pgm_.pp_size) < 2) return false;
   return a_.schedule == "afab" || !m_.chunks->is_last_stage();
 }
 
@@ -193,14 +193,14 @@ double Diagnostics::predicted_activation_bytes() const {
   // its out and lse where the fused op keeps the scores, which the formula
   // does not model (measured within 3% at cp 2 and 4: docs/14-context-parallel.md).
   optim::ActivationCase c = optim::block_activation_case(
-      cfg, a_.batch, cfg.block_size / pgm_.cp_size(), pgm_.tp_size(), a_.sequence_parallel,
+      cfg, a_.batch, cfg.block_size / pgm_.cp_size, pgm_.tp_size, a_.sequence_parallel,
       int64_t(element_size(parse_dtype(a_.dtype))), parallel::parse_recompute(a_.recompute));
-  c.vocab = pgm_.tp_size() > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size()) : cfg.vocab_size;
+  c.vocab = pgm_.tp_size > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size) : cfg.vocab_size;
   if (const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks); !moe.empty() && moe.back()->stats.forwards > 0) {
     // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h).
     const nn::RoutingStats& st = moe.back()->stats;
     c.moe_largest_group = *std::max_element(st.load.begin(), st.load.end()) / st.forwards;
-    if (pgm_.ep_size() > 1) received_rows(moe, c);
+    if (pgm_.ep_size > 1) received_rows(moe, c);
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
@@ -210,10 +210,10 @@ double Diagnostics::predicted_activation_bytes() const {
     for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
   c.has_head = m_.chunks->is_last_stage();
   c.has_embedding = m_.chunks->is_first_stage();
-  c.pp_stage = pgm_.pp_size() > 1;
-  c.micro_batches = micro_batches_per_step(a_, pgm_.pp_size());
-  c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size(),
-                                               pgm_.pp_rank(), a_.virtual_stages);
+  c.pp_stage = pgm_.pp_size > 1;
+  c.micro_batches = micro_batches_per_step(a_, pgm_.pp_size);
+  c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size,
+                                               pgm_.pp_rank, a_.virtual_stages);
   if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
   if (m_.chunks->num_chunks() > 1 || a_.schedule == "zb-h1") {
     // Interleaved or split (ZB-H1's one chunk): each chunk's blocks, ends and
@@ -237,7 +237,7 @@ double Diagnostics::predicted_activation_bytes() const {
     for (size_t k = chunks.size(); k-- > 0 && !dp_.bucket;)
       for (const Tensor& t : params[k])
         if (counted.insert(t.impl()).second) chunks[k].grad_bytes += 4 * t.numel();
-    return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size(), pgm_.pp_rank(), a_.schedule).total;
+    return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size, pgm_.pp_rank, a_.schedule).total;
   }
   return optim::predict_activations(c).total;
 }
@@ -246,7 +246,7 @@ double Diagnostics::predicted_activation_bytes() const {
 // every rank of its ep group (collective over ep): per block R, averaged over the blocks (what they
 // keep), and the last block's per expert (its backward runs first).
 void Diagnostics::received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c) const {
-  c.moe_ep = pgm_.ep_size();
+  c.moe_ep = pgm_.ep_size;
   double rows = 0;
   for (nn::MoE* layer : moe) {
     Tensor load = from_vector(layer->stats.last_load);  // [E] rows this rank sent to each expert

@@ -52,8 +52,7 @@ void stop_if_diverged(int64_t step, double loss, const optim::StepResult& s) {
 void inject_overflow(const parallel::DataParallelWrap& dp, parallel::ProcessGroupManager& pgm) {
   // Rank 0 and, under HSDP, its replicas: the inf is put into the reduced
   // grad shard, past the all-reduce over the replicas that would have carried it.
-  const parallel::ProcessGrid::Coords c = pgm.grid().coords(pgm.global_rank());
-  if (c.tp_rank || c.cp_rank || c.pp_rank || c.dp_rank % pgm.dp_shard_size()) return;
+  if (pgm.tp_rank || pgm.cp_rank || pgm.pp_rank || pgm.dp_rank % pgm.dp_shard_size) return;
   // The gradient sync carries the inf only as far as its bucket's reduction
   // does (an all-reduce: the dp group; a ZeRO reduce-scatter: the element's
   // owner alone; never to other pipeline stages); found_inf's all-reduce must

@@ -25,16 +25,20 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
   if (experts.group) {  // the experts' buffer: averaged over expert-dp (ZeRO: sharded over it), times 1 / ep before
     for (const Tensor& p : expert) expert_impls_.insert(p.impl());
     expert_buckets_ = make_buckets(options_.reduce, expert, *experts.group, options_.bucket_cap_mb, &expert_shards_);
-    expert_buckets_->set_before_reduce([this, scale = experts.grad_scale](int b) {
+    scale_experts_ = [this, scale = experts.grad_scale](int b) {
       const Tensor& g = expert_buckets_->buckets()[size_t(b)].grad_data;
       if (g.defined()) ops::mul_(g, scale);  // ZeRO-2: undefined when no gradient reached it (zeros are reduced)
-    });
+    };
+    expert_buckets_->set_before_reduce(scale_experts_);
   }
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }
 
 void DataParallelBucket::sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group) {
+  // The experts are whole on every tp rank: under sequence parallelism their gradients are partial sums too.
+  if (expert_buckets_)
+    parallel::sum_tp_partial_grads_before_reduce(*expert_buckets_, partial, tp_group, scale_experts_);
   parallel::sum_tp_partial_grads_before_reduce(*buckets_, std::move(partial), tp_group);
   sums_tp_partial_grads_ = true;
 }

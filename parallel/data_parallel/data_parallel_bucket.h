@@ -103,6 +103,7 @@ class DataParallelBucket : public DataParallel {
   std::unique_ptr<BucketManager> buckets_;
   std::unique_ptr<BucketManager> expert_buckets_;  // ExpertParams' buffer, over their group; null without
   std::unordered_set<const TensorImpl*> expert_impls_;
+  std::function<void(int)> scale_experts_;  // before each expert bucket's reduction: x 1 / ep (ExpertParams)
   ShardedBuckets* sharded_ = nullptr;  // buckets_, when it reduce-scatters
   ShardedBuckets* expert_shards_ = nullptr;  // expert_buckets_, when it reduce-scatters
   bool sums_tp_partial_grads_ = false;

@@ -25,14 +25,15 @@ FullyShardedDataParallel::FullyShardedDataParallel(const std::vector<std::shared
   LOOM_CHECK(options_.chunk_sizes.empty() || chunk_of_.size() == layers.size(), "FullyShardedDataParallel: the chunks "
              "hold ", chunk_of_.size(), " layers, the model ", layers.size());
   chunk_of_.resize(layers.size(), 0);
-  LOOM_CHECK(!options_.experts.group || !options_.replicate_group, "FullyShardedDataParallel: hybrid sharding "
-             "(a replicate group) with expert parallelism's experts is not built");
   std::vector<Tensor> all, experts;
   for (const auto& layer : layers)
     for (const Tensor& p : layer->parameters()) (options_.experts.holds(p) ? experts : all).push_back(p);
   // Every replica starts from dp rank 0's weights (HSDP: the replicas' first, then the shard group's);
-  // the experts from their expert-dp group's rank 0 (the ep ranks hold different ones).
-  if (options_.replicate_group) broadcast_params(unique_params(all), *options_.replicate_group);
+  // the experts from their group's rank 0 (the ep ranks hold different ones; HSDP: the replicas' first too).
+  if (options_.replicate_group) {
+    broadcast_params(unique_params(all), *options_.replicate_group);
+    broadcast_params(unique_params(experts), *options_.replicate_group);
+  }
   broadcast_params(unique_params(all), dp_group_);
   if (options_.experts.group) broadcast_params(unique_params(experts), *options_.experts.group);
 
@@ -173,7 +174,8 @@ void FullyShardedDataParallel::reduce_scatter_grad(size_t u) {
     autograd::set_grad(p, Tensor());  // the full gradient goes
   }
   sum_tp_partial_grads(unit, full_grad);  // sequence parallelism: the layernorms' partial sums, over tp first
-  // The experts' average over expert-dp, times 1 / ep: (1 / dp) x the sum over every rank's tokens.
+  // The experts' average over expert-dp (HSDP: over their shard group here, its replicas after), times
+  // 1 / ep: (1 / dp) x the sum over every rank's tokens.
   if (unit.group != &dp_group_) ops::mul_(full_grad, options_.experts.grad_scale);
   Tensor grad_out = empty(unit.grad_shard.shape(), kFloat32, unit.grad_shard.device());
   const auto scope = observer_->launching(u);  // the collective below is for unit u

@@ -57,7 +57,10 @@
 // each layer's experts form a unit cut over their expert-dp group (the dp / ep
 // ranks holding them), gathered with the layer's unit and reduce-scattered over
 // that group, times 1 / ep (ExpertParams::grad_scale) - per rank 1 / dp of one
-// process's experts, as of every other param.
+// process's experts, as of every other param. Under HSDP that group is the
+// expert-dp ranks inside this rank's shard group (the ep group lies inside it
+// too), and the experts' grad shards are averaged over the replicate group as
+// every other unit's: replicas hold the same experts at the same offsets.
 //
 // Tied weights: a param read by two layers belongs to the first layer's unit;
 // the later layer gathers that unit too (the head reads wte, the embedding

@@ -35,8 +35,9 @@ std::vector<Tensor> expert_params(nn::Module& model) {
 }
 
 ExpertParams expert_data_parallel_params(nn::Module& model, ProcessGroupManager& pgm) {
-  if (pgm.ep_size() == 1) return {};
-  return {expert_params(model), &pgm.expert_dp_group(), 1.0 / double(pgm.ep_size())};
+  if (pgm.ep_size == 1) return {};
+  // HSDP (ZeRO-3 only): over the expert-dp ranks of this rank's shard group; the replicas average after.
+  return {expert_params(model), &pgm.expert_dp_shard_cp_group(), 1.0 / double(pgm.ep_size)};
 }
 
 namespace {

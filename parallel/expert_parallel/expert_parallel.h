@@ -16,6 +16,9 @@
 //                 replicated params counted on ep rank 0 only (finalize_model_grads.h)
 //   ZeRO-1/2      the experts' buffer is reduce-scattered over expert-dp and
 //                 their optimizer state sharded over it (optim/distributed_optimizer.h)
+//   ZeRO-3        each block's experts one unit cut over expert-dp; under HSDP
+//                 (--dp-shard) over its ranks inside the shard group, the grad
+//                 shards averaged over the replicas (fully_sharded.h)
 //   checkpoints   the model file gathers every expert (gather_experts); each ep
 //                 rank of expert-dp rank 0 writes its experts' optimizer state
 //                 (under ZeRO every rank its shard), by global name, so ep 2
@@ -41,7 +44,8 @@ void use_expert_parallel(nn::Module& model, ProcessGroup& ep);
 std::vector<Tensor> expert_params(nn::Module& model);
 
 // What the data-parallel wrapper keeps apart (data_parallel_common.h): model's
-// experts over pgm's expert-dp group, scaled by 1 / ep. Empty when ep = 1.
+// experts over pgm's expert-dp group (HSDP: its ranks in this rank's shard
+// group, expert_dp_shard_cp_group), scaled by 1 / ep. Empty when ep = 1.
 ExpertParams expert_data_parallel_params(nn::Module& model, ProcessGroupManager& pgm);
 
 // state: this rank's named state (nn::Module::state_dict order), holding its

@@ -91,7 +91,7 @@ void SharedWeightGradHandler::all_reduce_grads(DataParallel* dp) {
 
 SharedWeightGradHandler tied_embedding_handler(ModelChunks& stage, ProcessGroupManager& pgm) {
   SharedWeightGradHandler handler;
-  if (pgm.pp_size() == 1 || !pgm.in_embedding_group()) return handler;
+  if (pgm.pp_size == 1 || !pgm.in_embedding_group()) return handler;
   if (!stage.embedding_weight().defined()) return handler;  // untied (Llama): nothing shared
   if (stage.is_first_stage() && stage.is_last_stage()) return handler;  // a V: both ends here, one tensor
   // The embedding group is [first stage, last stage]: group rank 0 is the first.

@@ -73,7 +73,7 @@ std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel
     std::snprintf(line, sizeof line,
                   "teach-break dp-divide-twice: step %lld: grad norm %.4g, the true one %.4g (%d x): AdamW cancels a "
                   "factor that is the same every step, but clipping rescales some steps and not others\n",
-                  (long long)step + 1, grad_norm, grad_norm * pgm.dp_size(), pgm.dp_size());
+                  (long long)step + 1, grad_norm, grad_norm * pgm.dp_size, pgm.dp_size);
   } else if (broken(Break::RingNoMaxCorrection)) {
     Tensor moved = full({1}, g_max_moved, kFloat64);
     pgm.world().all_reduce(moved, parallel::ReduceOp::Max);
@@ -84,7 +84,7 @@ std::string symptom(int64_t step, double grad_norm, parallel::Model& m, parallel
                   "blocks: what was summed under the older max weighs e^%.3f = %.4g times too much\n",
                   (long long)step + 1, d, d, std::exp(d));
   }
-  return pgm.global_rank() == 0 ? std::string(line) : std::string();
+  return pgm.global_rank == 0 ? std::string(line) : std::string();
 }
 
 }  // namespace loom::teach

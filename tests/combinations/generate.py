@@ -105,6 +105,8 @@ CONSTRAINTS = [
     # (two rules, so that the search prunes on dp as soon as it is set)
     (("ep", "dp"), lambda c: c["dp"] % c["ep"] == 0),
     (("ep", "experts"), lambda c: c["ep"] == 1 or c["experts"] > 0),
+    # ... of one shard group under --dp-shard (HSDP: the experts shard inside it, torchtitan's layout)
+    (("ep", "dp_shard"), lambda c: c["ep"] == 1 or c["dp_shard"] == 0 or c["dp_shard"] % c["ep"] == 0),
 ]
 
 # (factors it reads, predicate: train_gpt refuses, reason). The prediction only.
@@ -140,10 +142,8 @@ REFUSALS = [
     # --capacity-factor's refusal under --sequence-parallel and --cp does not arise)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
     # --ep: each ep rank holds only its experts, equal to one process under tp and pp, alone or together
-    # (the grad norm over pp x tp x ep), and ZeRO-1/2/3 (sharded over their expert-dp group, pp too); not
-    # yet with tp and ZeRO (the optimizer checkpoint of tp-joined shards) or hybrid sharding (train/checks_moe.cpp)
-    (("ep", "tp", "zero"), lambda c: c["ep"] > 1 and c["tp"] > 1 and c["zero"] > 0, "--ep with --tp and --zero"),
-    (("ep", "dp_shard"), lambda c: c["ep"] > 1 and c["dp_shard"] > 0, "--ep with --dp-shard"),
+    # (the grad norm over pp x tp x ep), and ZeRO-1/2/3 (sharded over their expert-dp group; under --dp-shard
+    # over its ranks in the shard group), with tp and with pp too: nothing refused (train/checks_moe.cpp)
 ]
 
 

@@ -43,16 +43,16 @@ TEST(ExpertParallel, EpAndExpertDpGroupsAreTheGridsRanks) {
   const int n = parallel::world().size();
   if (n % 2 != 0) GTEST_SKIP() << "ep 2 needs an even world";
   ProcessGroupManager pgm(n, 1, 1, 1, parallel::world(), 0, /*ep=*/2);
-  const int r = pgm.global_rank();
+  const int r = pgm.global_rank;
   const Ranks ep = members(pgm.ep_group()), edp = members(pgm.expert_dp_group());
   EXPECT_EQ(ep, (Ranks{r - r % 2, r - r % 2 + 1}));
   Ranks want_edp;
   for (int s = r % 2; s < n; s += 2) want_edp.push_back(s);
   EXPECT_EQ(edp, want_edp);
-  EXPECT_EQ(ep, pgm.grid().ranks_along(r, ProcessGrid::kEp));
-  EXPECT_EQ(edp, pgm.grid().ranks_along(r, ProcessGrid::kExpertDp | ProcessGrid::kCp));
-  EXPECT_EQ(pgm.ep_group().rank(), pgm.ep_rank());
-  EXPECT_EQ(pgm.ep_rank(), r % 2);
+  EXPECT_EQ(ep, pgm.ranks_along(r, ProcessGrid::kEp));
+  EXPECT_EQ(edp, pgm.ranks_along(r, ProcessGrid::kExpertDp | ProcessGrid::kCp));
+  EXPECT_EQ(pgm.ep_group().rank(), pgm.ep_rank);
+  EXPECT_EQ(pgm.ep_rank, r % 2);
 }
 
 // The grad norm's group under ep: one replica's tp x pp ranks with its ep ranks (tests/test_grid.cpp has
@@ -61,9 +61,9 @@ TEST(ExpertParallel, EpModelParallelGroupIsTheGridsRanks) {
   const int n = parallel::world().size();
   if (n != 4) GTEST_SKIP() << "tp 2 x dp 2 needs 4 ranks";
   ProcessGroupManager tp(2, 1, 2, 1, parallel::world(), 0, /*ep=*/2);
-  const int r = tp.global_rank();
+  const int r = tp.global_rank;
   EXPECT_EQ(members(tp.ep_model_parallel_group()),
-            tp.grid().ranks_along(r, ProcessGrid::kEp | ProcessGrid::kTp | ProcessGrid::kPp));
+            tp.ranks_along(r, ProcessGrid::kEp | ProcessGrid::kTp | ProcessGrid::kPp));
   EXPECT_EQ(members(tp.ep_model_parallel_group()), (Ranks{0, 1, 2, 3}));
   EXPECT_EQ(members(tp.ep_group()), (Ranks{r % 2, r % 2 + 2}));  // rank = tp_rank + 2 dp_rank
   ProcessGroupManager dp(4, 1, 1, 1, parallel::world(), 0, /*ep=*/2);
@@ -94,8 +94,8 @@ TEST(ExpertParallel, EachRankHoldsEOverEpOfTheExpertParams) {
     const size_t at = name.find(".experts.");
     if (at == std::string::npos) continue;
     const int64_t e = std::stoll(name.substr(at + 9));
-    EXPECT_GE(e, pgm.ep_rank() * L) << name;
-    EXPECT_LT(e, (pgm.ep_rank() + 1) * L) << name;
+    EXPECT_GE(e, pgm.ep_rank * L) << name;
+    EXPECT_LT(e, (pgm.ep_rank + 1) * L) << name;
     ++experts_seen;
   }
   EXPECT_EQ(experts_seen, layers * L * 3);

@@ -54,10 +54,10 @@ std::map<std::string, Tensor> reference_grads(const nn::GPTConfig& cfg) {
 // This dp rank's rows as m micro-batches.
 std::vector<MicroBatch> my_micro_batches(ProcessGroupManager& pgm, int m) {
   const Batch b = global_batch();
-  const int64_t per_rank = kRows / pgm.dp_size(), rows = per_rank / m;
+  const int64_t per_rank = kRows / pgm.dp_size, rows = per_rank / m;
   std::vector<MicroBatch> mbs;
   for (int i = 0; i < m; ++i) {
-    const int64_t r = pgm.dp_rank() * per_rank + i * rows;
+    const int64_t r = pgm.dp_rank * per_rank + i * rows;
     mbs.push_back({ops::contiguous(ops::narrow(b.x, 0, r, rows)), ops::contiguous(ops::narrow(b.y, 0, r, rows))});
   }
   return mbs;
@@ -107,7 +107,7 @@ TEST(FinalizeModelGrads, TiedEmbeddingGradientIsTheWholeModelsOnBothStages) {
   }
   finalize(w.dp.get());
   for (auto& [name, p] : m.chunks->named_parameters())
-    EXPECT_LT(relative_error(grad(p), want.at(name)), 1e-5) << name << " on pp rank " << pgm.pp_rank();
+    EXPECT_LT(relative_error(grad(p), want.at(name)), 1e-5) << name << " on pp rank " << pgm.pp_rank;
   if (pgm.in_embedding_group()) {
     EXPECT_TRUE(same_bits_over(pgm.embedding_group(), grad(m.chunks->embedding_weight())))
         << "both copies take the same step";
@@ -178,5 +178,5 @@ TEST(FinalizeModelGrads, NormGroupAndCountedOnceFollowTheGrid) {
   const bool last_copy = m.chunks->is_last_stage();
   EXPECT_EQ(left_out.count(m.chunks->embedding_weight().impl()), last_copy ? 1u : 0u) << "the tied copy once";
   for (auto& [name, p] : m.tp->replicated_params(*m.chunks))
-    EXPECT_EQ(left_out.count(p.impl()), pgm.tp_rank() == 0 ? 0u : 1u) << name << ": tp replicas once";
+    EXPECT_EQ(left_out.count(p.impl()), pgm.tp_rank == 0 ? 0u : 1u) << name << ": tp replicas once";
 }

@@ -117,7 +117,7 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   ProcessGroupManager pgm(s.dp, s.pp);
   StagePartition part = s.partition == "uniform" ? partition_uniform(cfg.num_layers(), s.pp, s.v)
                                                  : partition_balanced(gpt_layer_param_counts(cfg), s.pp, s.v);
-  ModelChunks stage(cfg, part[size_t(pgm.pp_rank())]);
+  ModelChunks stage(cfg, part[size_t(pgm.pp_rank)]);
   PipelineP2P p2p(pgm.pp_group());
   SharedWeightGradHandler shared = tied_embedding_handler(stage, pgm);
   std::unique_ptr<DataParallel> dp;
@@ -139,7 +139,7 @@ Run pipeline(const Setup& s, const nn::GPTConfig& cfg, int64_t global_rows) {
   for (int step = 0; step < kSteps; ++step) {
     Batch b = global_batch(step, global_rows);
     std::vector<MicroBatch> mbs;
-    const int64_t first_row = int64_t(pgm.dp_rank()) * s.m * kRowsPerMicroBatch;
+    const int64_t first_row = int64_t(pgm.dp_rank) * s.m * kRowsPerMicroBatch;
     for (int i = 0; i < s.m; ++i) {
       int64_t r = first_row + i * kRowsPerMicroBatch;
       mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
@@ -430,10 +430,10 @@ constexpr auto kSlowSync = std::chrono::milliseconds(300);
 
 // Step 0's global batch, this dp rank's rows as m micro-batches of kRowsPerMicroBatch.
 std::vector<MicroBatch> my_micro_batches(ProcessGroupManager& pgm, int m) {
-  Batch b = global_batch(0, int64_t(pgm.dp_size()) * m * kRowsPerMicroBatch);
+  Batch b = global_batch(0, int64_t(pgm.dp_size) * m * kRowsPerMicroBatch);
   std::vector<MicroBatch> mbs;
   for (int i = 0; i < m; ++i) {
-    int64_t r = (int64_t(pgm.dp_rank()) * m + i) * kRowsPerMicroBatch;
+    int64_t r = (int64_t(pgm.dp_rank) * m + i) * kRowsPerMicroBatch;
     mbs.push_back({rows(b.x, r, kRowsPerMicroBatch), rows(b.y, r, kRowsPerMicroBatch)});
   }
   return mbs;
@@ -472,7 +472,7 @@ TEST(Pipeline, GradientSyncFinishesAfterTheLastSendBackward) {
   const int dp = world_size() >= 4 ? 2 : 1, pp = world_size() / dp;
   ProcessGroupManager pgm(dp, pp);
   nn::GPTConfig cfg = config(6);
-  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank())][0]);
+  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), pp)[size_t(pgm.pp_rank)][0]);
   PipelineP2P p2p(pgm.pp_group());
   DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
   RecordingDataParallel dp_wrap(bucket);
@@ -516,7 +516,7 @@ TEST(Pipeline, InterleavedLaunchesTheBucketReductionsInsideTheLastBackward) {
   const int dp = world_size() >= 4 ? 2 : 1, pp = world_size() / dp;
   ProcessGroupManager pgm(dp, pp);
   nn::GPTConfig cfg = config(6);
-  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), pp, 2)[size_t(pgm.pp_rank())]);
+  ModelChunks stage(cfg, partition_uniform(cfg.num_layers(), pp, 2)[size_t(pgm.pp_rank)]);
   PipelineP2P p2p(pgm.pp_group());
   DataParallelBucket bucket(stage.named_parameters(), pgm.dp_group(), BucketOptions{.bucket_cap_mb = 0.02});
   ASSERT_GT(bucket.bucket_manager().buckets().size(), 2u) << "several buckets, so that some could be left behind";
