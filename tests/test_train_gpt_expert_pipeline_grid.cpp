@@ -1,5 +1,6 @@
-// train_gpt --ep with a pipeline and one more axis (issue 45): tp 2 x pp 2 x dp 2, ep 2 (8 ranks) and
-// pp 2 x dp 2, ep 2 under ZeRO-3 (4 ranks), each against one process through tests/train_gpt_run.h.
+// train_gpt --ep with a pipeline and one more axis (issue 45): tp 2 x pp 2 x dp 2, ep 2 (8 ranks; under ZeRO-1
+// and ZeRO-3 too) and pp 2 x dp 2, ep 2 under ZeRO-3 (4 ranks), each against one process through
+// tests/train_gpt_run.h.
 //
 // Nothing new is built for them: the ep group is ep consecutive dp ranks of one (tp, cp, pp) coordinate
 // (parallel/process_group_manager.h), so each stage's tp rank r has an ep group of its own
@@ -97,17 +98,18 @@ TEST(TrainGptExpertPipelineGrid, TpTimesPpTimesEpEqualsOneProcessThroughSaveResu
   expect_resumes_like(got, "eppp_tp2_pp2_ep2", 8, kTpPpEp);
 }
 
-// Sequence parallel under zb-h1: each stage's tp ranks route and dispatch their T / tp tokens, the experts'
-// partial sums over tp added on every stage before expert-dp; the weight gradients wait for W.
-TEST(TrainGptExpertPipelineGrid, SequenceParallelTimesPpTimesEpUnderZeroBubbleEqualsOneProcess) {
-  const std::string flags = kTpPpEp + " --sequence-parallel --schedule zb-h1";
+// Sequence parallel under zb-h1 and ZeRO-1: each stage's tp ranks route and dispatch their T / tp tokens, the
+// experts' partial sums over tp added on every stage before their reduce-scatter over expert-dp; the weight
+// gradients wait for W.
+TEST(TrainGptExpertPipelineGrid, SequenceParallelTimesPpTimesEpUnderZeroBubbleAndZeroOneEqualsOneProcess) {
+  const std::string flags = kTpPpEp + " --sequence-parallel --schedule zb-h1 --zero 1";
   const Result got = train("eppp_sp2_pp2_ep2_zbh1", 8, kMoE + kDropless + flags);
   const Result one = train("eppp_ref_dropless", 1, kMoE + kDropless + "--grad-accum 4");
   expect_same_run(got, one, flags.c_str());
   expect_same_routing_log(got, one, flags);
 }
 
-// ---- pp 2 x dp 2, ep 2, ZeRO-3: 4 ranks ----
+// ---- pp 2 x dp 2, ep 2, ZeRO-3: 4 ranks (and tp 2 on top: 8) ----
 
 TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeEqualsOneProcessThroughSaveResumeAndExport) {
   const Exported got = train_exporting("eppp_pp2_ep2_zero3", 4, kExportable + kPpEpZero3);
@@ -115,11 +117,12 @@ TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeEqualsOneProcessThroughS
   expect_resumes_like(got, "eppp_pp2_ep2_zero3", 4, kPpEpZero3);
 }
 
-// zb-v: each stage's chunks are the two ends of a V (stage 0 the embedding and the head, stage 1 both blocks,
-// so stage 0's ep group holds no experts); every routing option, the experts' weight gradients in W.
-TEST(TrainGptExpertPipelineGrid, PpTimesEpUnderZeroThreeAndZeroBubbleVEqualsOneProcess) {
-  const std::string flags = kPpEpZero3 + " --schedule zb-v --virtual-stages 2";
-  const Result got = train("eppp_pp2_ep2_zero3_zbv", 4, kMoE + kRouting + flags);
+// With tp too (8 ranks), under zb-v: each stage's chunks are the two ends of a V (stage 0 the embedding and the
+// head, stage 1 both blocks, so stage 0's ep groups hold no experts); every routing option, the experts' weight
+// gradients in W.
+TEST(TrainGptExpertPipelineGrid, TpTimesPpTimesEpUnderZeroThreeAndZeroBubbleVEqualsOneProcess) {
+  const std::string flags = "--tp 2 " + kPpEpZero3 + " --schedule zb-v --virtual-stages 2";
+  const Result got = train("eppp_tp2_pp2_ep2_zero3_zbv", 8, kMoE + kRouting + flags);
   const Result one = train("eppp_ref_routing", 1, kMoE + kRouting + "--grad-accum 4");
   expect_same_run(got, one, flags.c_str());
   expect_same_routing_log(got, one, flags);
