@@ -23,15 +23,16 @@ namespace {
 // What one micro-batch keeps until its backward: per block and around the blocks.
 ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   const double N = z.N, h = z.h, t = z.t, s = z.s, unit = z.unit, local = z.local, stats = z.stats;
-  // Split over tp, per token: q, k, v, the merged heads, the softmax, the MLP's.
-  const double split = (attention_qkv_elements(c) + h + z.a * s + z.mlp_kept) / t;
+  // Split over tp, per token: q, k, v, the merged heads, the softmax (the MLP's: z.mlp_bytes).
+  const double split = (attention_qkv_elements(c) + h + z.a * s) / t;
   // x and h, and the norms' outputs; under SP x and h are sharded and each
-  // column-parallel linear keeps the all-gathered input it made: SwiGLU's
-  // c_gate and c_fc gather ln_2's output once each.
-  const double replicated = c.sequence_parallel ? 2 / t + (c.swiglu ? 3 : 2) : 4;
+  // column-parallel linear keeps the all-gathered input it made: c_attn
+  // ln_1's, the MLP ln_2's (z.gathers: SwiGLU's c_gate and c_fc once each;
+  // a MoE block, which gathers nothing, its sharded input).
+  const double replicated = c.sequence_parallel ? 2 / t + 1 + z.gathers : 4;
   ActivationPrediction p;
   // Each norm also keeps its rows' statistics: two per block.
-  p.per_block = unit * replicated + N * split * z.e + 2 * stats;
+  p.per_block = unit * replicated + N * split * z.e + z.mlp_bytes + 2 * stats;
   // Recomputation (parallel/recompute.h) keeps less per block and rebuilds it
   // in backward: selective drops the attention core's softmax [b, a/t, s, s]
   // (q, k, v stay: they are its saved inputs); full keeps only the block's
@@ -64,7 +65,8 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   ActivationPrediction p = kept(c, z);
   const Moments m = backward_moments(c, z), g = grads_at(c, z);
   p.backward_extra = std::max({m.head, m.ln_f + g.ln_f, m.block + g.block, c.swiglu ? m.gate + g.gate : 0.0,
-                               m.ln_2 + g.ln_2, m.attention + g.attention, m.rerun_collective + g.rerun_collective});
+                               m.ln_2 + g.ln_2, m.attention + g.attention, m.rerun_collective + g.rerun_collective,
+                               m.moe_rerun != 0 ? m.moe_rerun + g.block : 0.0});
   // A mixture of experts: the last block's forward, at unpermute's sum, before the stage's output and
   // the head's tensors exist (optim/moe_activations.h; one process: this rank has the head).
   const double moe_forward = c.moe_experts > 0 && c.blocks > 0 ? moe_forward_bytes(c) - z.head - z.local : 0;
@@ -77,7 +79,8 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   if (double(c.micro_batches) > c.in_flight) {
     const double sent = c.pp_stage && !c.has_embedding ? z.local : 0;
     p.backward_extra = std::max(p.backward_extra, std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0,
-                                                            m.ln_2, m.attention, m.rerun_collective, moe_forward}) +
+                                                            m.ln_2, m.attention, m.rerun_collective, moe_forward,
+                                                            m.moe_rerun}) +
                                                       double(c.grad_bytes) + sent);
   }
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;

@@ -125,7 +125,7 @@ double at_attention(const ActivationCase& c, const Sizes& z) {
   const double scores = N * z.a * z.s / t;  // [b, a/t, s, s] elements
   // Freed by now: the head and the stage's output, the block's h, ln_2's
   // output and statistics, the MLP's kept tensors, the merged heads.
-  const double freed = freed_head(c, z) + local + z.gathers * unit + z.stats + N * (z.mlp_kept + h) / t * e;
+  const double freed = freed_head(c, z) + local + z.gathers * unit + z.stats + z.mlp_bytes + N * h / t * e;
   // att @ v's backward has freed v, and with it the tensor v lives in when
   // nothing else holds it: repeat_kv's copy [N, h/t], or (RoPE: q and k are
   // new tensors) c_attn's output; not under selective recomputation, whose
@@ -151,7 +151,7 @@ double at_attention(const ActivationCase& c, const Sizes& z) {
 //     the norm's backward temporaries (16-bit: on fp32 copies). The peak
 //     of full recomputation under tp in 16-bit, with native GEMMs.
 double at_ln_2(const ActivationCase& c, const Sizes& z) {
-  return -freed_head(c, z) + z.local + z.wte_grad - z.N * z.mlp_kept / z.t * z.e - z.gathers * z.unit +
+  return -freed_head(c, z) + z.local + z.wte_grad - z.mlp_bytes - z.gathers * z.unit +
          (c.sequence_parallel ? z.local : z.unit) + norm_backward_temporaries(z.Ns, z.h, z.e, c.rmsnorm);
 }
 
@@ -165,7 +165,9 @@ double at_ln_2(const ActivationCase& c, const Sizes& z) {
 //     in fp32 buffers (parallel/comm: [N, h], and SP's result [Ns, h]);
 //     fp32 SP, in place, peaks after it: the result laid back out [Ns, h].
 double at_rerun_collective(const ActivationCase& c, const Sizes& z) {
-  if (c.blocks == 0 || c.tp == 1 || c.recompute != parallel::Recompute::Full) return 0;
+  // A MoE block has no MLP collective: its rerun's last is attention's, before the MoE's rerun (U), the
+  // larger (moe_rerun below; measured = formula at tp 2 fp32 and SP bf16, tests/test_memory_ledger_moe.cpp).
+  if (c.blocks == 0 || c.tp == 1 || c.recompute != parallel::Recompute::Full || c.moe_experts > 0) return 0;
   const double local = z.local, sp = c.sequence_parallel ? local : 0;
   return -freed_head(c, z) + local + z.wte_grad + z.block_kept - local + sp + 2 * z.unit + sp +
          (z.e == 4 ? sp : 4 * z.N * z.h + (c.sequence_parallel ? 4 * z.Ns * z.h : 0));
@@ -197,6 +199,10 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
   //   is held too (on a stage without the head the pipeline holds it already).
   if (c.recompute == parallel::Recompute::Selective) m.attention += z.scores_kept + 2 * z.unit / z.t;
   if (c.recompute == parallel::Recompute::Full) {
+    // A MoE block's rerun passes its (U): the head's tensors and the stage's output freed; alive the
+    // block's output gradient (+ local) and the rebuilt block but x, the kept input it shares (- local).
+    if (c.moe_experts > 0 && c.blocks > 0)
+      m.moe_rerun = -freed_head(c, z) + z.wte_grad + z.block_kept + moe_forward_bytes(c);
     m.block += z.block_kept, m.attention += z.block_kept + (c.has_head ? z.local : 0);
     if (c.swiglu) m.gate += z.block_kept;
     m.ln_2 += z.block_kept;
@@ -240,7 +246,9 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
   // larger, the peak moves to the FIRST block's rerun, blocks - 1 such blocks later.
   if (c.recompute == parallel::Recompute::Full && grads_kept && c.blocks > 1) {
     const double kv = kv_width(c);
-    const double matrices = (2 * h * h + 2 * h * kv + mlp_matrices * h * F) / t;
+    // A MoE block's: its router's and every expert's, whole on every tp rank (not / t).
+    const double mlp = c.moe_experts > 0 ? double(c.moe_experts) * (h + 3 * h * F) : mlp_matrices * h * F / t;
+    const double matrices = (2 * h * h + 2 * h * kv) / t + mlp;
     const double biases = c.bias ? (h + 2 * kv + mlp_columns * F) / t + 2 * h : 0;
     const double block_grads = 4 * (matrices + biases + 2 * norm_weights);
     const double later = double(c.blocks - 1) * std::max(0.0, block_grads - z.local);

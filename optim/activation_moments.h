@@ -20,8 +20,11 @@ struct Sizes {
   double unit;      // one [b, s, h] tensor
   double local;     // one replicated [b, s, h] (sharded under SP)
   double stats;     // a norm's rows' 1/rms, or mean and 1/std, fp32
-  double mlp_kept;  // per token: gate, silu, up, product; or fc, gelu; a MoE block's bytes / (N e)
-  double gathers;   // ln_2's output as the MLP keeps it (units)
+  double mlp_kept;  // per token: gate, silu, up, product; or fc, gelu (split over tp)
+  double mlp_bytes; // what one block's MLP keeps: N mlp_kept / t x e; a MoE block's own count
+                    // (moe_activations.h: its router and experts are whole on every tp rank, not / t)
+  double gathers;   // ln_2's output as the MLP keeps it (units): under SP gathered, SwiGLU's two column
+                    // linears a copy each; a MoE block routes the tokens this rank holds (SP: 1 / t)
   double block_kept = 0;   // every activation of one block
   double scores_kept = 0;  // the softmax one block keeps
   double logits = 0;       // the fp32 logits the loss keeps [N, V'/t]
@@ -33,14 +36,15 @@ struct Sizes {
         V(double(c.vocab)), e(double(c.element_bytes)), native(c.native_bf16_gemm && c.element_bytes == 2),
         F(c.mlp_hidden > 0 ? double(c.mlp_hidden) : 4 * h), N(b * s), Ns(c.sequence_parallel ? N / t : N),
         unit(N * h * e), local(Ns * h * e), stats(c.rmsnorm ? Ns * 4 : 2 * Ns * 4),
-        mlp_kept(c.moe_experts > 0 ? moe_kept_bytes(c) / (N * e) : c.swiglu ? 4 * F : 2 * F),
-        gathers(c.sequence_parallel && c.swiglu ? 2 : 1) {}
+        mlp_kept(c.swiglu ? 4 * F : 2 * F), mlp_bytes(c.moe_experts > 0 ? moe_kept_bytes(c) : N * mlp_kept / t * e),
+        gathers(c.moe_experts > 0 ? Ns / N : c.sequence_parallel && c.swiglu ? 2 : 1) {}
 };
 
 // The backward's peak above what is kept, at each of the moments (A) to (F)
 // of the header: the largest counts.
 struct Moments {
   double head = 0, ln_f = 0, block = 0, gate = 0, attention = 0, ln_2 = 0, rerun_collective = 0;
+  double moe_rerun = 0;  // (U) again, in full recomputation's rerun of the last MoE block (moe_activations.h)
 };
 
 // Each moment's bytes above what is kept (Sizes::block_kept and the head's

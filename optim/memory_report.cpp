@@ -52,12 +52,22 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
   } else {
     for (const Tensor& p : params) m.grads += bytes_of(autograd::grad(p));
   }
-  if (dp) {  // expert parallelism: the experts' own buffer, all-reduced over expert-dp (data_parallel_bucket.h)
-    int64_t expert_elements = 0, expert_buffer = 0;
+  if (dp) {  // expert parallelism: the experts' own buffers, over their expert-dp group (data_parallel_bucket.h)
+    int64_t elements = 0;
+    const Tensor* expert = nullptr;  // any of them: under ZeRO a view of the experts' param buffer
     for (const Tensor& p : dp->params())
-      if (dp->kept_apart(p)) expert_elements += p.numel(), expert_buffer += bytes_of(dp->main_grad(p));
-    m.grads += expert_buffer;
-    m.comm += expert_buffer > 0 ? expert_buffer - 4 * expert_elements : 0;  // its buckets' padding
+      if (dp->kept_apart(p)) elements += p.numel(), expert = expert ? expert : &p;
+    const parallel::ShardedBuckets* shards = dp->expert_shards();  // ZeRO-1/2; null: all-reduced
+    if (expert && shards && dp->options().reduce == parallel::GradReduce::ShardGrads) {
+      m.grads += bytes_of(shards->buffer());  // ZeRO-2: their shards (padding included) and scratches
+      for (const Tensor& s : shards->scratches()) m.grads += bytes_of(s);
+    } else if (expert) {
+      const int64_t buffer = bytes_of(dp->main_grad(*expert));  // the whole fp32 buffer
+      m.grads += buffer;
+      m.comm += buffer - 4 * elements;  // its buckets' padding
+    }
+    if (expert && opt.param_buffer().defined())  // ZeRO: the experts' param buffer's padding
+      m.comm += int64_t(expert->storage()->nbytes()) - elements * int64_t(element_size(expert->dtype()));
   }
   for (size_t i = 0; i < opt.main_params().size(); ++i) {
     m.optimizer += bytes_of(opt.main_params()[i].main);  // 0 when it is (a view of) the param
@@ -112,6 +122,18 @@ int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_
   int64_t shards = 0, largest = 0;
   for (int64_t n : buckets) shards += n / dp, largest = std::max(largest, n);
   return 4 * (shards + largest * std::min<int64_t>(2, int64_t(buckets.size())));
+}
+
+int64_t predict_comm_bytes(const BucketedParams& b, DType dtype, int zero) {
+  const int64_t pad = predict_bucket_padding(b.dense, b.cap_mb, b.dp) +
+                      predict_bucket_padding(b.experts, b.cap_mb, b.expert_dp);
+  // fp32 grad buffers (under ZeRO-2 in the grads row); under ZeRO also the param buffers, in the model's dtype
+  return pad * ((zero >= 2 ? 0 : 4) + (zero >= 1 ? int64_t(element_size(dtype)) : 0));
+}
+
+int64_t predict_zero2_grad_bytes(const BucketedParams& b) {
+  return predict_zero2_grad_bytes(b.dense, b.cap_mb, b.dp) +
+         (b.experts.empty() ? 0 : predict_zero2_grad_bytes(b.experts, b.cap_mb, b.expert_dp));
 }
 
 MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,

@@ -50,9 +50,9 @@ struct MemoryBreakdown {
   int64_t num_params = 0;        // parameters on this rank (its pipeline stage)
   int64_t params = 0;            // bytes of the model params (the param buffer under --zero)
   int64_t grads = 0;             // bytes of the fp32 main_grad buffer (or of the .grad tensors;
-                                 // ZeRO-2: of the shards and the scratches; --ep: + the experts' own buffer)
+                                 // ZeRO-2: of the shards and the scratches; --ep: + the experts' own, alike)
   int64_t optimizer = 0;         // fp32 main params that are not the params themselves, exp_avg, exp_avg_sq, steps
-  int64_t comm = 0;              // bucket padding of the grad buffers (+ ZeRO's param buffer)
+  int64_t comm = 0;              // bucket padding of the grad buffers (+ ZeRO's param buffers; --ep: the experts' too)
   int64_t activations_peak = 0;  // peak bytes during step 1's forward + backward above what was live before it
   int64_t live = 0;              // all live bytes now
 };
@@ -87,6 +87,20 @@ int64_t predict_bucket_padding(const std::vector<int64_t>& numels, double cap_mb
 std::vector<int64_t> predict_bucket_numels(const std::vector<int64_t>& numels, double cap_mb, int dp);
 // ZeRO-2's gradient bytes on a rank: its shards and the scratches (the formula above).
 int64_t predict_zero2_grad_bytes(const std::vector<int64_t>& numels, double cap_mb, int dp);
+// A rank's gradient buckets as DataParallelBucket lays them out: its params over
+// dp (x cp) and, under --ep, the experts kept apart in buffers of their own over
+// their expert-dp group (data_parallel_bucket.h), each padded, sharded under
+// ZeRO-1/2 and given ZeRO-2's scratches alike (over expert-dp: dp / ep x cp).
+struct BucketedParams {
+  std::vector<int64_t> dense, experts;  // element counts, module order (experts: empty without --ep)
+  double cap_mb = 25;
+  int dp = 1, expert_dp = 1;
+};
+// The comm row: both grad buffers' padding x 4 (ZeRO-2: in the grads row
+// instead), + x the model's bytes in both ZeRO param buffers.
+int64_t predict_comm_bytes(const BucketedParams& b, DType dtype, int zero);
+// ZeRO-2's grads row: each buffer's shards and its own scratches.
+int64_t predict_zero2_grad_bytes(const BucketedParams& b);
 
 // ZeRO-3 (parallel/data_parallel/fully_sharded.h): every row is a shard. Per
 // unit u of N_u params, padded to P_u = ceil(N_u / dp) dp, with b bytes per

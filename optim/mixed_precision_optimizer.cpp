@@ -4,6 +4,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/variable.h"
+#include "optim/adamw_updates.h"
 #include "optim/clip_grad.h"
 #include "tensor/grad_mode.h"
 #include "tensor/ops.h"
@@ -148,10 +149,14 @@ StepResult MixedPrecisionOptimizer::step() {
   std::vector<Tensor> grads(mains_.size());  // 1.
   for (size_t i = 0; i < mains_.size(); ++i) grads[i] = main_grad(i);
   if (!unscale_and_clip(grads, result)) return result;  // 2-4.
-  for (size_t i = 0; i < mains_.size(); ++i) {
-    adam_step(i, grads[i]);  // 5.
-    copy_to_model(i);        // 6.
-  }
+  // 5. adam_step's updates, in one launch on a GPU with LOOM_CUDA_KERNELS=fast (adamw_updates.h).
+  std::vector<AdamWUpdate> updates;
+  for (size_t i = 0; i < mains_.size(); ++i)
+    if (grads[i].defined())
+      updates.push_back({mains_[i].main, &adam_[i], ops::contiguous(grads[i]), groups_[mains_[i].group].lr,
+                         groups_[mains_[i].group].weight_decay});
+  adamw_updates(updates, options_.adam);
+  for (size_t i = 0; i < mains_.size(); ++i) copy_to_model(i);  // 6.
   return result;
 }
 

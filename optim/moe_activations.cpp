@@ -11,7 +11,7 @@ namespace {
 struct MoESizes {
   double N, k, M, E, I, C, e, router;  // router: the router's element bytes (fp32 for 16-bit models)
   explicit MoESizes(const ActivationCase& c)
-      : N(double(c.micro_batch * c.seq)), k(double(c.moe_experts_per_token)), M(N * k), E(double(c.moe_experts)),
+      : N(double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1)), k(double(c.moe_experts_per_token)), M(N * k), E(double(c.moe_experts)),
         I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)), router(c.element_bytes == 2 ? 4 : e) {}
 };
 

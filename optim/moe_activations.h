@@ -68,6 +68,19 @@
 // and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum the
 // formula reads the last micro-batch's routing, and an earlier one that
 // routed more rows here can be the peak: measured up to +1.6% (dp 4 ep 2, I 512).
+// ZeRO-1/2 change none of it (dp 4 ep 2, ZeRO-1 bf16 and ZeRO-2 fp32: to the byte).
+//
+// Tensor parallelism (parallel/tensor_parallel/block.h): the router and the
+// experts are whole on every tp rank, so is all of the above (not / t, as
+// the dense MLP's tensors are); a rank routes the tokens it holds, N = b s,
+// or b s / t under sequence parallelism, where the router keeps its sharded
+// input [N, C] in place of the MLP's gathered copies. Full recomputation
+// reruns the last block's forward inside its backward: (U) again, the head's
+// tensors and the stage's output freed, the block's output gradient alive and
+// the whole block rebuilt beside its kept input (activation_moments.cpp's
+// moe_rerun). Measured = formula to the byte on every rank: tp 2 fp32, tp 2
+// SP bf16, each also with --recompute full, tp 2 SP with dp 2 ep 2, and
+// --recompute full fp32 and bf16 on one process.
 #pragma once
 
 #include "optim/activation_memory.h"

@@ -76,7 +76,8 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
     optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
                                                            g.sequence_parallel, dtype_bytes(g.dtype), recompute);
     if (m.experts > 0 && g.ep > 1) {  // --ep: a balanced router brings each rank the N k rows it sends
-      const int64_t rows = c.micro_batch * c.seq * m.experts_per_token;
+      const int64_t tokens = c.micro_batch * c.seq / (g.sequence_parallel ? g.tp : 1);  // SP: this tp rank's
+      const int64_t rows = tokens * m.experts_per_token;
       c.moe_ep = g.ep, c.moe_received_rows = double(rows);
       c.moe_local_groups.assign(size_t(m.experts / g.ep), rows * g.ep / m.experts);
     }
@@ -133,12 +134,17 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
     u.last_held = g.pp > 1 && b.micro_batches >= 2 && (g.schedule == "afab" || items.back() != m.layers + 1);
     r.gathered = optim::zero3_gathered_elements(u) * int64_t(dtype_bytes(g.dtype));
   }
-  if (g.zero == 2) {  // + the two scratches (the header)
+  if (g.zero == 2) {  // + the two scratches (the header) of each buffer: under --ep the experts' own too
     const int64_t V = g.tp > 1 ? parallel::padded_vocab_size(m.vocab, g.tp) : m.vocab;
     const bool embedding = items.front() == 0 || items.back() == m.layers + 1;
     const double largest_param = double(embedding ? std::max(V, 4 * m.width) : 4 * m.width) * double(m.width) / g.tp;
-    const double bucket = std::min(double(r.num_params), std::max(25.0 * 1024 * 1024 / 4, largest_param));
-    r.grads += int64_t((bucket < double(r.num_params) ? 2 : 1) * 4 * bucket);  // one bucket: one scratch
+    auto scratches = [](double n, double largest) {  // one bucket: one scratch
+      const double bucket = std::min(n, std::max(25.0 * 1024 * 1024 / 4, largest));
+      return n > 0 ? int64_t((bucket < n ? 2 : 1) * 4 * bucket) : 0;
+    };
+    const double apart = g.ep > 1 ? double(experts) : 0;  // in the experts' buffer, over expert-dp
+    const double expert_width = double(m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width());
+    r.grads += scratches(double(r.num_params) - apart, largest_param) + scratches(apart, expert_width * double(m.width));
   }
   const int64_t blocks = int64_t(std::count_if(items.begin(), items.end(),
                                                [&](int64_t i) { return i >= 1 && i <= m.layers; }));

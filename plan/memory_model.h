@@ -24,7 +24,8 @@
 // bytes, B the largest bucket - train_gpt's default 25 MiB of fp32, or the
 // largest param if bigger (a bucket of its own: the embedding V' h / tp on a
 // stage holding it, else the MLP's 4 h^2 / tp), at most the stage's params
-// (then one bucket, one scratch).
+// (then one bucket, one scratch). Under --ep the experts' buffer has scratches
+// of its own (its largest param an expert's h I), its shards over expert-dp.
 // --zero 3 (FSDP) divides the params by dp too, and adds the units gathered
 // at once (parallel/data_parallel/fully_sharded.h): the embedding unit (its
 // wte is read by the head, so it stays gathered) and the two largest

@@ -4,12 +4,14 @@
 // against the allocator, read from --memory-json; and the expert-parallel term
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
 // group), and each rank's ledger under --dp and --ep (its E / ep experts, their
-// own gradient buffer, and the rows the all-to-all brought them).
+// own gradient buffer, and the rows the all-to-all brought them), ZeRO-1/2 over
+// expert-dp, --tp (+SP) and --recompute full.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "optim/memory_report.h"
@@ -74,7 +76,8 @@ TEST(MoELedger, ExpertStateIsShardedOverTheExpertDpGroup) {
 // the laptop config and its variants - (U) the last block's forward is the fp32 peak, (M) unpermute's
 // backward the bf16 one, and --grad-accum 2 adds the first micro-batch's .grad tensors to (U); with
 // wide experts (I 512 against C 64) (X) is an approximation, within 1% (measured -0.28% here, +0.82% on
-// the default corpus).
+// the default corpus). --recompute full: the last block's forward runs again inside its backward, its
+// (U) with the whole block rebuilt beside the kept inputs (optim/activation_moments.cpp's moe_rerun).
 TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   struct Case {
     const char* name;
@@ -85,7 +88,9 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
                {"moe_ledger_k1", kLaptop + " --experts-per-token 1", 1e-4},
                {"moe_ledger_c32", kLaptop + " --embd 32 --heads 2", 1e-4},
                {"moe_ledger_accum", kLaptop + " --batch 8 --grad-accum 2", 1e-4},
-               {"moe_ledger_wide", kLaptop + " --mlp-hidden 512", 0.01}};
+               {"moe_ledger_wide", kLaptop + " --mlp-hidden 512", 0.01},
+               {"moe_ledger_full", kLaptop + " --recompute full", 1e-4},
+               {"moe_ledger_full_bf16", kLaptop + " --recompute full --dtype bf16", 1e-4}};
   for (const Case& c : cases) {
     const nlohmann::json r = ledger(c.name, c.flags);
     for (const char* row : {"params", "grads", "optimizer"})
@@ -98,63 +103,112 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   }
 }
 
+namespace {
+
+// Every rank of a run against the formula: comm (the buckets' padding) to the byte, and params and
+// grads the formula's plus that padding, to the byte: the grad buffers' (ZeRO-2's shards have theirs in
+// the grads formula) and under ZeRO the param buffers'; so params alone at ZeRO 0, grads alone at ZeRO-2.
+// The optimizer state within 1% (AdamW's step counters; a shard holding padding has less state).
+// Activations to the byte but the loss's scalars (and a pipeline send's 80-byte header), or less the
+// input gradient a stage sent (`sent`) when its isend completed first.
+struct RankCase {
+  const char* name;
+  int ranks;
+  std::string flags;
+  int64_t params = 0;  // each rank's (0: not checked)
+  double sent = 0;     // a pipeline's: the input gradient a stage sent, counted, gone when its isend completed first
+  int zero = 0;        // --zero
+};
+
+void expect_every_rank_is_the_formula(const RankCase& c) {
+  const nlohmann::json ranks = ledgers(c.name, c.ranks, c.flags);
+  ASSERT_EQ(int(ranks.size()), c.ranks) << c.name;
+  for (const nlohmann::json& r : ranks) {
+    const std::string where = std::string(c.name) + " rank " + std::to_string(r["rank"].get<int>());
+    if (c.params > 0) {
+      EXPECT_EQ(r["num_params"].get<int64_t>(), c.params) << where;
+    }
+    auto beyond = [&](const char* row) { return r[row]["measured"].get<int64_t>() - r[row]["predicted"].get<int64_t>(); };
+    const int64_t comm = r["comm"]["predicted"];
+    EXPECT_EQ(r["comm"]["measured"].get<int64_t>(), comm) << where << " comm";
+    EXPECT_EQ(beyond("params") + beyond("grads"), comm) << where << " params and grads beyond the formula";
+    if (c.zero == 0) {
+      EXPECT_EQ(beyond("params"), 0) << where << " params";
+    }
+    if (c.zero == 2) {
+      EXPECT_EQ(beyond("grads"), 0) << where << " grads";
+    }
+    EXPECT_NEAR(r["optimizer"]["measured"].get<double>() / r["optimizer"]["predicted"].get<double>(), 1.0, 0.01)
+        << where << " optimizer";
+    const double measured = r["activations"]["measured"], predicted = r["activations"]["predicted"];
+    std::printf("[ measured ] %s: activations %.0f measured, %.0f formula (%+.3f%%)\n", where.c_str(), measured,
+                predicted, 100 * (measured / predicted - 1));
+    const double off = std::min(std::abs(measured / predicted - 1), std::abs((measured + c.sent) / predicted - 1));
+    EXPECT_LT(off, 1e-4) << where;
+  }
+}
+
+}  // namespace
+
+// An expert: w1, w3 [88, 64] and w2 [64, 88]; 2 layers of 4: an ep rank holds half of them.
+constexpr int64_t kExperts = 2 * 4 * 3 * 88 * 64;
+
 // --dp and --ep, ZeRO 0: each rank holds the dense params and its E / ep experts, their gradients (the
 // experts' in a buffer of their own, its padding in comm) and Adam's moments; its activations keep the
 // rows the dispatch brought its experts (optim/moe_activations.h's ep table, from the routing's counts).
-// Every rank: params and comm to the byte, grads and optimizer state within 1% (AdamW's step counters,
-// the buckets' padding), activations to the byte but the loss's scalars (and a pipeline send's 80-byte
-// header). I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts.
+// I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts.
 // --recompute selective (the attention core rebuilt) and --pp 2 too, where the last stage measures the
 // formula less the gradient it sent when that isend completed first (optim/activation_memory.h).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
   const int64_t whole = ledger("moe_ledger_ep1", kLaptop)["num_params"];
-  // An expert: w1, w3 [88, 64] and w2 [64, 88]; 2 layers of 4: an ep rank holds half of them.
-  const int64_t experts = 2 * 4 * 3 * 88 * 64;
-  struct Case {
-    const char* name;
-    int ranks;
-    std::string flags;
-    int64_t params;  // each rank's (0: not checked)
-    double sent = 0;  // a pipeline's: the input gradient a stage sent, counted, gone when its isend completed first
-  } cases[] = {{"moe_ledger_dp2", 2, kLaptop + " --dp 2", whole},
-               {"moe_ledger_dp2_ep2", 2, kLaptop + " --dp 2 --ep 2", whole - experts / 2},
-               {"moe_ledger_dp2_ep2_bf16", 2, kLaptop + " --dp 2 --ep 2 --dtype bf16", whole - experts / 2},
-               {"moe_ledger_dp4_ep2", 4, kLaptop + " --dp 4 --ep 2", whole - experts / 2},
-               {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512", 0},
-               {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - experts / 2},
-               {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4}};
-  for (const Case& c : cases) {
-    const nlohmann::json ranks = ledgers(c.name, c.ranks, c.flags);
-    ASSERT_EQ(int(ranks.size()), c.ranks) << c.name;
-    for (const nlohmann::json& r : ranks) {
-      const std::string where = std::string(c.name) + " rank " + std::to_string(r["rank"].get<int>());
-      if (c.params > 0) {
-        EXPECT_EQ(r["num_params"].get<int64_t>(), c.params) << where;
-      }
-      for (const char* row : {"params", "comm"})
-        EXPECT_EQ(r[row]["measured"].get<int64_t>(), r[row]["predicted"].get<int64_t>()) << where << " " << row;
-      for (const char* row : {"grads", "optimizer"})
-        EXPECT_NEAR(r[row]["measured"].get<double>() / r[row]["predicted"].get<double>(), 1.0, 0.01)
-            << where << " " << row;
-      const double measured = r["activations"]["measured"], predicted = r["activations"]["predicted"];
-      std::printf("[ measured ] %s: activations %.0f measured, %.0f formula (%+.3f%%)\n", where.c_str(), measured,
-                  predicted, 100 * (measured / predicted - 1));
-      const double off = std::min(std::abs(measured / predicted - 1), std::abs((measured + c.sent) / predicted - 1));
-      EXPECT_LT(off, 1e-4) << where;
-    }
-  }
+  const RankCase cases[] = {
+      {"moe_ledger_dp2", 2, kLaptop + " --dp 2", whole},
+      {"moe_ledger_dp2_ep2", 2, kLaptop + " --dp 2 --ep 2", whole - kExperts / 2},
+      {"moe_ledger_dp2_ep2_bf16", 2, kLaptop + " --dp 2 --ep 2 --dtype bf16", whole - kExperts / 2},
+      {"moe_ledger_dp4_ep2", 4, kLaptop + " --dp 4 --ep 2", whole - kExperts / 2},
+      {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"},
+      {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
+      {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
-// What the formula does not count yet is refused, naming the flags, before training: the experts'
-// optimizer state under --ep and ZeRO (stepped whole, not sharded over expert-dp as the formula says),
-// ZeRO-3, and full recomputation (the MoE block's forward rerun inside backward).
+// --ep under ZeRO-1/2 (optim/distributed_optimizer.h): the experts' buffers are reduce-scattered over
+// their expert-dp group (dp / ep = 2 ranks here), the dense ones over dp (4): each rank keeps 1/2 of its
+// experts' optimizer state and 1/4 of the rest; ZeRO-2 also only their gradients' shards and each
+// buffer's own scratches (two here: --bucket-mb 0.12 cuts both into several buckets). The experts' param
+// buffer's padding joins comm: I 89 makes an expert's matrices 89 x 64 = 44.5 x 128 elements, and a
+// bucket of five of them (0.12 MiB holds 31457 fp32) is padded by 64 to a multiple of expert-dp x 64 = 128.
+TEST(MoELedger, ExpertShardsUnderZeroAreTheFormulas) {
+  const std::string odd = kLaptop + " --mlp-hidden 89 --dp 4 --ep 2 --bucket-mb 0.12";
+  const RankCase cases[] = {{"moe_ledger_dp4_ep2_zero1", 4, odd + " --zero 1 --dtype bf16", 0, 0, 1},
+                            {"moe_ledger_dp4_ep2_zero2", 4, odd + " --zero 2", 0, 0, 2}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
+
+// Tensor parallelism: the router and the routed experts are whole on every tp rank (parallel/tensor_parallel/
+// block.h), so the MoE block keeps all of its tensors there, not 1 / tp; under sequence parallelism each tp
+// rank routes its T / tp tokens, and keeps its sharded input rather than a gathered copy.
+TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
+  const RankCase cases[] = {{"moe_ledger_tp2", 2, kLaptop + " --tp 2"},
+                            {"moe_ledger_tp2_sp_bf16", 2, kLaptop + " --tp 2 --sequence-parallel --dtype bf16"},
+                            {"moe_ledger_tp2_full", 2, kLaptop + " --tp 2 --recompute full"},
+                            {"moe_ledger_tp2_sp_full_bf16", 2, kLaptop + " --tp 2 --sequence-parallel --recompute full --dtype bf16"},
+                            {"moe_ledger_dp2_ep2_tp2_sp", 4, kLaptop + " --dp 2 --ep 2 --tp 2 --sequence-parallel"}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
+
+// What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
+// gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
+// ledger's cp), the shared experts (a dense MLP beside the routed ones, not in the MoE block's count) and
+// --ep with --tp and ZeRO-1/2 (the experts' partial gradients summed over tp before the reduce-scatter).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
-  const std::pair<std::string, std::string> cases[] = {
-      {" --dp 2 --ep 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2: "},
-      {" --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
-      {" --dp 2 --recompute full", "--memory-report with --experts 4 and --recompute full: "}};
-  for (const auto& [flags, want] : cases) {
-    const Result r = train("moe_ledger_refused", 2, kLaptop + flags + " --memory-report --steps 1", false);
+  const std::tuple<int, std::string, std::string> cases[] = {
+      {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
+      {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
+      {2, " --dp 2 --shared-experts 1", "--memory-report with --shared-experts 1: "},
+      {4, " --dp 2 --ep 2 --tp 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2 and --tp 2: "}};
+  for (const auto& [ranks, flags, want] : cases) {
+    const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
     EXPECT_EQ(r.output.find("| loss "), std::string::npos) << flags << ": trained before refusing\n" << r.output;

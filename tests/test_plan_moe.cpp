@@ -97,6 +97,18 @@ TEST(PlanMoE, TheExpertsOptimizerStateIsShardedOverTheExpertDpGroup) {
   EXPECT_EQ(r.grads, 4 * r.num_params);
 }
 
+// ZeRO-2, fp32: the grads too are shards, each buffer's over its group, and each buffer has its own
+// scratches (optim/memory_report.h): one bucket each here (25 MiB), so one scratch of its size.
+TEST(PlanMoE, ZeroTwoShardsTheExpertsGradientsInABufferOfTheirOwn) {
+  const ModelShape m = small_moe();
+  Grid g = grid(4, 1, 1, 2);
+  g.zero = 2;
+  const RankMemory r = memory_on_stage(m, g, Batch{8, 1}, 0);
+  const int64_t dense = r.num_params - r.expert_params;
+  EXPECT_EQ(r.grads, 4 * dense / 4 + 4 * r.expert_params / 2 + 4 * dense + 4 * r.expert_params);
+  EXPECT_EQ(r.optimizer, 8 * dense / 4 + 8 * r.expert_params / 2);
+}
+
 // ZeRO-3, fp32: params (4), grads (4) and optimizer state (8) all sharded, the dense params' over dp, the
 // experts' over their expert-dp group (train_gpt: each block's experts a unit of their own over it).
 TEST(PlanMoE, ZeroThreeShardsTheExpertsOverTheExpertDpGroup) {
@@ -206,6 +218,16 @@ TEST(PlanMoE, ExpertParallelActivationsKeepTheReceivedRows) {
   const double ep1 = activation_bytes_per_layer(m, grid(2, 1, 1, 1), 8), ep2 = activation_bytes_per_layer(m, grid(2, 1, 1, 2), 8);
   EXPECT_DOUBLE_EQ(ep2 - ep1, 1064960);
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, grid(4, 1, 1, 4), 8), ep2);  // R does not depend on ep
+}
+
+// Under tp the router and the routed experts are whole on every tp rank (parallel/tensor_parallel/block.h),
+// and so are the MoE block's tensors; only the attention's split. small_moe at b 8: N = 512 tokens, fp32;
+// per token q, k, v (Llama: RoPE, kv = h, 5h), the merged heads h and the softmax a s: 5 x 128 + 128 + 4 x 64
+// = 1024 elements, of which tp 2 keeps half: 512 x 1024 x 4 / 2 = 1,048,576 bytes a block less.
+TEST(PlanMoE, TensorParallelSplitsTheAttentionNotTheExperts) {
+  const ModelShape m = small_moe();
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(m, grid(1, 1, 1, 1), 8) - activation_bytes_per_layer(m, grid(1, 1, 2, 1), 8),
+                   1048576);
 }
 
 // The planner's ledger is --memory-report's: a run at dp 2 ep 2 (the laptop config of

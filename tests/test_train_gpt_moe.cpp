@@ -132,7 +132,7 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--capacity-factor 1.0", "--capacity-factor tunes a mixture of experts; it needs --experts E"},
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
-      {kMoE + "--recompute full --memory-report", "--memory-report with --experts 4 and --recompute full: "},
+      {kMoE + "--zero 3 --memory-report", "--memory-report with --experts 4 and --zero 3: "},
       {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
                                                      "formula counts dropless routed experts only"},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
@@ -146,9 +146,9 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
   // A checkpoint with experts, resumed with no --experts flag: still refused under what the experts refuse.
   ASSERT_EQ(train("moe_ckpt", 1, kMoE + "--batch 4 --stop-at 1").status, 0);
   const Result resumed =
-      train("moe_refused_resume", 1, "--recompute full --memory-report --resume " + checkpoint("moe_ckpt"), false);
+      train("moe_refused_resume", 1, "--zero 3 --memory-report --resume " + checkpoint("moe_ckpt"), false);
   EXPECT_NE(resumed.status, 0);
-  EXPECT_NE(resumed.output.find("has 4 experts per block: --memory-report with --experts 4 and --recompute full: "),
+  EXPECT_NE(resumed.output.find("has 4 experts per block: --memory-report with --experts 4 and --zero 3: "),
             std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << resumed.output;
 }

@@ -98,8 +98,8 @@ TEST(TrainGptMoETensorParallel, WhatDoesNotComposeYetIsRefusedBeforeTraining) {
       {kMoE + "--tp 2 --sequence-parallel --capacity-factor 1.0",
        "--capacity-factor 1 with --tp 2 --sequence-parallel: the micro-batch's tokens are split over ranks"},
       {kMoE + "--cp 2 --capacity-factor 1.0", "--capacity-factor 1 with --cp 2: the micro-batch's tokens are split"},
-      {kMoE + "--tp 2 --memory-report", "--memory-report with --experts 4 and --tp 2: the experts' formula is "
-                                        "measured on one process without recomputation only"}};
+      {kMoE + "--cp 2 --memory-report", "--memory-report with --experts 4 and --cp 2: the experts' formula is "
+                                        "measured on one process and under --dp, --ep (ZeRO 0-2), --tp"}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moetp_refused", 2, flags, false);
     EXPECT_NE(r.status, 0) << flags;

@@ -60,22 +60,20 @@ void check_moe_flags(const Args& a) {
              a.shared_experts > 0 ? str("--shared-experts ", a.shared_experts) : str("--capacity-factor ",
              a.capacity_factor), ": the activation formula counts dropless routed experts only "
              "(optim/moe_activations.h); drop the flag or --memory-report");
-  // Measured = formula (tests/test_memory_ledger_moe.cpp): one process, --dp (ZeRO 0-2), --ep (ZeRO 0),
-  // --pp and selective recomputation. Not yet: under tp the experts are whole on every tp rank (the
-  // formula's activations are 43% under); full recomputation reruns the MoE block's forward, its (U),
-  // inside backward (fp32 9.6% under); cp's ring attention (0.3%, as the dense ledger's cp); ZeRO-3
-  // (5-7%); and --ep with ZeRO-1/2, whose experts' shards over expert-dp (tests/test_train_gpt_expert_zero.cpp)
-  // neither the measurement nor the formula's expert grads yet follow.
-  const std::pair<std::string, bool> not_measured[] = {{str("--tp ", a.tp), a.tp > 1},
-                                                       {str("--cp ", a.cp), a.cp > 1},
-                                                       {"--recompute full", a.recompute == "full"},
-                                                       {str("--zero ", a.zero), a.zero == 3},
-                                                       {str("--zero ", a.zero, " with --ep ", a.ep), a.zero >= 1 && a.ep > 1}};
+  // Measured = formula (tests/test_memory_ledger_moe.cpp): one process, --dp (ZeRO 0-2), --ep (ZeRO 0-2:
+  // the experts' gradients and optimizer state sharded over their expert-dp group), --tp (with or without
+  // sequence parallelism: the router and the experts whole on every tp rank), --pp and --recompute
+  // selective and full (the MoE block's forward rerun inside backward). Not yet: cp's ring attention
+  // (0.3% off, as the dense ledger's cp); ZeRO-3 (5-7%); --ep with --tp and ZeRO-1/2 (the experts'
+  // partial gradients summed over tp before the reduce-scatter, not measured).
+  const std::pair<std::string, bool> not_measured[] = {
+      {str("--cp ", a.cp), a.cp > 1},
+      {str("--zero ", a.zero), a.zero == 3},
+      {str("--zero ", a.zero, " with --ep ", a.ep, " and --tp ", a.tp), a.zero > 0 && a.ep > 1 && a.tp > 1}};
   for (const auto& [flag, given] : not_measured)
     LOOM_CHECK(!a.memory_report || !given, "--memory-report with --experts ", a.experts, " and ", flag,
-               ": the experts' formula is measured on one process without recomputation only, and under --dp "
-               "(ZeRO 0-2), --ep (ZeRO 0), --pp and --recompute selective (tests/test_memory_ledger_moe.cpp); drop ",
-               flag, " or --memory-report");
+               ": the experts' formula is measured on one process and under --dp, --ep (ZeRO 0-2), --tp, --pp "
+               "and recomputation (tests/test_memory_ledger_moe.cpp); drop ", flag, " or --memory-report");
   // --ep N: N consecutive dp ranks share the experts' compute, E / N experts each (Megatron's layout).
   LOOM_CHECK(a.experts % a.ep == 0, "--ep ", a.ep, " does not divide --experts ", a.experts,
              ": each ep rank computes experts / ep of them");

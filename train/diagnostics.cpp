@@ -86,12 +86,11 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
         dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), forwards_in_a_row())
                  : optim::predict_memory_moe(m_.chunks->num_parameters() - expert_params(), expert_params(),
                                              parse_dtype(a_.dtype), sync_ranks(), expert_parallel_ranks(), a_.zero);
-    if (a_.zero == 2 && dp_.bucket) {  // ZeRO-2: the shards and the scratches (memory_report.h)
-      std::vector<int64_t> numels;
-      for (const Tensor& p : dp_.bucket->params()) numels.push_back(p.numel());
-      predicted.grads = optim::predict_zero2_grad_bytes(numels, a_.bucket_mb, sync_ranks());
+    if (dp_.bucket) {  // the buckets' padding; ZeRO-2's grads are the shards and the scratches (memory_report.h)
+      const optim::BucketedParams b = bucketed_params();
+      if (a_.zero == 2) predicted.grads = optim::predict_zero2_grad_bytes(b);
+      predicted.comm = optim::predict_comm_bytes(b, parse_dtype(a_.dtype), a_.zero);
     }
-    if (!dp_.fsdp) predicted.comm = predicted_comm_bytes();
     predicted.activations = int64_t(predicted_activation_bytes());
     std::string json;
     std::string table = optim::memory_report(mine, predicted, pgm_.world(), &json);
@@ -176,15 +175,10 @@ bool Diagnostics::forwards_in_a_row() const {
   return a_.schedule == "afab" || !m_.chunks->is_last_stage();
 }
 
-int64_t Diagnostics::predicted_comm_bytes() const {
-  if (!dp_.bucket) return 0;
-  std::vector<int64_t> numels, experts;  // under --ep the experts have a buffer of their own, over expert-dp
-  for (const Tensor& p : dp_.bucket->params()) (dp_.bucket->kept_apart(p) ? experts : numels).push_back(p.numel());
-  const int64_t pad = optim::predict_bucket_padding(numels, a_.bucket_mb, sync_ranks());
-  const int64_t expert_pad = optim::predict_bucket_padding(experts, a_.bucket_mb, pgm_.expert_dp_group().size());
-  // fp32 grad buffer (under ZeRO-2 in the grads row); under ZeRO also the param buffer, in the model's dtype
-  return pad * ((a_.zero >= 2 ? 0 : 4) + (a_.zero >= 1 ? int64_t(element_size(parse_dtype(a_.dtype))) : 0)) +
-         4 * expert_pad;
+optim::BucketedParams Diagnostics::bucketed_params() const {
+  optim::BucketedParams b{{}, {}, a_.bucket_mb, sync_ranks(), pgm_.expert_dp_group().size()};
+  for (const Tensor& p : dp_.bucket->params()) (dp_.bucket->kept_apart(p) ? b.experts : b.dense).push_back(p.numel());
+  return b;
 }
 
 double Diagnostics::predicted_activation_bytes() const {
@@ -197,9 +191,13 @@ double Diagnostics::predicted_activation_bytes() const {
       int64_t(element_size(parse_dtype(a_.dtype))), parallel::parse_recompute(a_.recompute));
   c.vocab = pgm_.tp_size > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size) : cfg.vocab_size;
   if (const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks); !moe.empty() && moe.back()->stats.forwards > 0) {
-    // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h).
+    // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h):
+    // this rank's own (the latest micro-batch's) where its tokens are a part of the micro-batch's, whose
+    // loads are summed over the ranks holding the others (sequence parallel: parallel/moe_token_shards.h).
     const nn::RoutingStats& st = moe.back()->stats;
-    c.moe_largest_group = *std::max_element(st.load.begin(), st.load.end()) / st.forwards;
+    const bool split = a_.sequence_parallel && pgm_.tp_size > 1;
+    const std::vector<int64_t>& load = split ? st.last_load : st.load;
+    c.moe_largest_group = *std::max_element(load.begin(), load.end()) / (split ? 1 : st.forwards);
     if (pgm_.ep_size > 1) received_rows(moe, c);
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);

@@ -10,6 +10,7 @@
 
 #include "nn/moe.h"
 #include "optim/activation_memory.h"
+#include "optim/memory_report.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/wrap.h"
 #include "parallel/model.h"
@@ -45,8 +46,8 @@ class Diagnostics {
   void finish();
 
  private:
-  // --memory-report's formulas for this rank: the buckets' padding, the activations' peak.
-  int64_t predicted_comm_bytes() const;
+  // --memory-report's formulas for this rank: its buckets (their padding, ZeRO-2's shards), the activations' peak.
+  optim::BucketedParams bucketed_params() const;
   int64_t expert_params() const;
   int expert_parallel_ranks() const;
   int sync_ranks() const;

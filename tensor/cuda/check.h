@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "tensor/cuda/launch_count.h"
 #include "tensor/error.h"
 
 namespace loom::cuda {
@@ -52,5 +53,10 @@ inline cudaError_t query_event(cudaEvent_t e) {
 
 // After a kernel launch: launch-configuration errors surface here, at the
 // launch that caused them (no synchronisation: errors inside the kernel show
-// at the next synchronising call).
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+// at the next synchronising call). Every launch passes here once, so this is
+// where launches are counted (launch_count.h).
+#define CUDA_CHECK_LAUNCH()          \
+  do {                               \
+    ::loom::cuda::count_launch();    \
+    CUDA_CHECK(cudaGetLastError());  \
+  } while (0)

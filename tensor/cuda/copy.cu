@@ -85,8 +85,10 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
   DeviceGuard guard(dst.device());
   cudaStream_t s = stream(dst.device());
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && dst.shape() == src.shape()) {
-    if (dst.raw_data() != src.raw_data())
+    if (dst.raw_data() != src.raw_data()) {
       CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, s));
+      count_launch();  // the GPU runs a device copy as a kernel (launch_count.h)
+    }
     return;
   }
   auto ix = make_offsets<2>("copy_", dst.shape(), {dst.strides(), broadcast_strides(src, dst.shape())});
@@ -117,6 +119,7 @@ void zero_(const Tensor& t) {
   if (t.numel() == 0) return;
   DeviceGuard guard(t.device());
   CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream(t.device())));  // all-zero bits are 0 in every dtype
+  count_launch();  // a memset is a kernel on the GPU (launch_count.h)
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, const Shape& shape) {

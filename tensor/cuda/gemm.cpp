@@ -46,6 +46,7 @@ void run_gemm(const Device& d, DType cd, const Gemm& g) {
   cublasHandle_t h = cublas_handle(d);
   DeviceGuard guard(d);
   const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  count_launch();  // one cuBLAS call, whichever branch makes it (launch_count.h)
   if (cd == kFloat64) {
     const double alpha = 1, beta = g.beta;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, int(g.N), int(g.M), int(g.K), &alpha, g.b, CUDA_R_64F,

@@ -4,6 +4,7 @@
 // ops' `if (x.device().is_cuda())` branches to link.
 #include "tensor/cuda/cuda.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/cuda/fast/adamw_multi_tensor.h"
 #include "tensor/error.h"
 
 namespace loom::cuda {
@@ -77,6 +78,10 @@ void adamw_update(const Tensor&, const Tensor&, const Tensor&, const Tensor&, co
   no_cuda("AdamW");
 }
 bool unscale_(const std::vector<Tensor>&, double) { no_cuda("unscale_"); }
+void adamw_multi_tensor(const std::vector<Tensor>&, const std::vector<Tensor>&, const std::vector<Tensor>&,
+                        const std::vector<Tensor>&, const std::vector<kernels::AdamWScalars<float>>&) {
+  no_cuda("adamw_multi_tensor");
+}
 Tensor index_select(const Tensor&, int64_t, const Tensor&) { no_cuda("index_select"); }
 Tensor index_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { no_cuda("index_add"); }
 Tensor gather(const Tensor&, int64_t, const Tensor&) { no_cuda("gather"); }
