@@ -117,16 +117,5 @@ TEST(TrainGptExpertGrid, PipelineTimesEpExportEqualsOneProcessExport) {
                                    "--grad-accum 4");
 }
 
-// tp with pp, and pp with ZeRO-3, are not tested yet (8 ranks for tp x pp x ep: left to
-// train/checks_moe.cpp's list). (tp with ZeRO: tests/test_train_gpt_expert_tp_zero.cpp.)
-TEST(TrainGptExpertGrid, WhatIsNotEqualYetIsRefusedBeforeTraining) {
-  const std::pair<std::string, std::string> cases[] = {
-      {"--pp 2 --dp 2 --ep 2 --zero 3", "--ep 2 with --pp 2 and --zero 3: each ep rank holds only its experts / ep "
-                                        "experts"}};
-  for (const auto& [flags, want] : cases) {
-    const Result r = train("epgrid_refused", 4, kMoE + flags, false);
-    EXPECT_NE(r.status, 0) << flags;
-    EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
-    EXPECT_EQ(r.output.find("| loss "), std::string::npos) << flags << ": trained before refusing\n" << r.output;
-  }
-}
+// No ep layout is refused any more: tp with ZeRO trains (tests/test_train_gpt_expert_tp_zero.cpp), tp with pp
+// and pp with ZeRO-3 too (tests/test_train_gpt_expert_pipeline_grid.cpp).

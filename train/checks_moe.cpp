@@ -11,7 +11,8 @@
 // experts) trains under dp, ZeRO-1/2/3, cp, recomputation, and tp or pp
 // (tests/test_train_gpt_expert_grid.cpp), tp with ZeRO-1/2/3
 // (tests/test_train_gpt_expert_tp_zero.cpp), ZeRO-3 with hybrid sharding
-// (tests/test_train_gpt_expert_hsdp.cpp); not yet with tp and pp together, or pp and ZeRO-3.
+// (tests/test_train_gpt_expert_hsdp.cpp), tp and pp together, and pp with
+// ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp).
 #include "train/args.h"
 
 namespace loom::train {
@@ -86,19 +87,8 @@ void check_moe_flags(const Args& a) {
   // Each ep rank holds only its E / ep experts (parallel/expert_parallel/expert_parallel.h), tested equal to one
   // process under dp, ZeRO-1/2/3 (sharded over their expert-dp group: tests/test_train_gpt_expert_zero.cpp;
   // HSDP: tests/test_train_gpt_expert_hsdp.cpp), cp, recomputation, tp (+SP) or pp
-  // (tests/test_train_gpt_expert_grid.cpp), and tp (+SP) with ZeRO-1/2/3 (tests/test_train_gpt_expert_tp_zero.cpp).
-  // Not yet: tp and pp together; pp and ZeRO-3 together.
-  struct NotWithEp {
-    std::string flags, drop;
-    bool given;
-  };
-  const NotWithEp not_with_ep[] = {{str("--tp ", a.tp, " and --pp ", a.pp), "--tp or --pp", a.tp > 1 && a.pp > 1},
-                                   {str("--pp ", a.pp, " and --zero 3"), "--pp or --zero 3", a.pp > 1 && a.zero == 3}};
-  for (const NotWithEp& n : not_with_ep)
-    LOOM_CHECK(a.ep == 1 || !n.given, "--ep ", a.ep, " with ", n.flags, ": each ep rank holds only its experts / ep "
-               "experts, tested equal to one process under data parallel, ZeRO-1/2/3 (hybrid sharding too), cp, "
-               "recomputation, and tp (with or without ZeRO) or pp (not tp with pp, not pp with ZeRO-3) so far; "
-               "drop ", n.drop, " or --ep");
+  // (tests/test_train_gpt_expert_grid.cpp), tp (+SP) with ZeRO-1/2/3 (tests/test_train_gpt_expert_tp_zero.cpp),
+  // tp and pp together, and pp with ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp): nothing left to refuse.
 }
 
 }  // namespace loom::train

@@ -141,13 +141,9 @@ REFUSALS = [
     # and recomputation too (train/checks_moe.cpp; the sweep's experts are dropless, so
     # --capacity-factor's refusal under --sequence-parallel and --cp does not arise)
     (("experts", "arch"), lambda c: c["experts"] > 0 and c["arch"] == "gpt2", "--experts with --arch gpt2"),
-    # --ep: each ep rank holds only its experts, equal to one process under tp or pp (the grad norm over
-    # pp x tp x ep) and ZeRO-1/2/3 (sharded over their expert-dp group; under --dp-shard over its ranks in
-    # the shard group), tp with ZeRO too; not yet tp and pp together, or pp and ZeRO-3 together
-    # (train/checks_moe.cpp)
-    (("ep", "tp", "pp", "zero"),
-     lambda c: c["ep"] > 1 and ((c["tp"] > 1 and c["pp"] > 1) or (c["pp"] > 1 and c["zero"] == 3)),
-     "--ep with --tp and --pp, or with --pp and --zero 3"),
+    # --ep: each ep rank holds only its experts, equal to one process under tp and pp, alone or together
+    # (the grad norm over pp x tp x ep), and ZeRO-1/2/3 (sharded over their expert-dp group; under --dp-shard
+    # over its ranks in the shard group), with tp and with pp too: nothing refused (train/checks_moe.cpp)
 ]
 
 
