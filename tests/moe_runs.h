@@ -63,4 +63,21 @@ inline void expect_save_resumes(const std::string& name, const std::string& flag
   }
 }
 
+// A model that Hugging Face's Mixtral reads (capacity and aux loss, no routing bias), exported from `ranks`
+// ranks under `parallel` and from one process under `one_process`: the same tensors, each within 1e-5 (l2).
+inline const std::string kExportable = kMoE + "--capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
+inline void expect_export_equals_one_process(const std::string& name, int ranks, const std::string& parallel,
+                                             const std::string& one_process) {
+  const Result got = train_and_export(name, ranks, kExportable + parallel);
+  const Result one = train_and_export(name + "_1", 1, kExportable + one_process);
+  ASSERT_EQ(got.status, 0) << got.output;
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_EQ(got.weights.tensors.size(), one.weights.tensors.size());
+  EXPECT_TRUE(got.weights.contains("model.layers.1.block_sparse_moe.experts.3.w2.weight"));
+  for (const auto& [tensor, t] : one.weights.tensors) {
+    const Diff d = diff_of(got.weights.at(tensor), t);
+    EXPECT_LE(d.l2_diff, 1e-5 * d.l2_ref) << tensor;
+  }
+}
+
 }  // namespace loom::test::moe

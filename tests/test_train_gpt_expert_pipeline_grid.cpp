@@ -27,7 +27,6 @@ namespace {
 
 // What Mixtral exports (no shared experts, no routing bias): capacity and the aux loss. The other routing
 // options (shared experts, z-loss, DeepSeek's bias) run dropless under sequence parallelism below.
-const std::string kExportable = kMoE + "--capacity-factor 1.0 --router-aux-loss-coef 0.05 ";
 const std::string kTpPpEp = "--tp 2 --pp 2 --dp 2 --ep 2 --microbatches 2";
 const std::string kPpEpZero3 = "--pp 2 --dp 2 --ep 2 --microbatches 2 --zero 3";
 
