@@ -37,7 +37,6 @@
 #include "parallel/forward_backward.h"
 #include "parallel/teach/teach_break.h"
 #include "parallel/trace/trace.h"
-#include "tensor/cuda/launch_count.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
@@ -80,14 +79,9 @@ int run(const train::Args& a, const std::string& flags) {
   const train::BatchPlan plan = train::plan_batches(a, corpus.cfg, pgm);
   train::Diagnostics diag(a, pgm, corpus, m, dp, *opt, start, end, plan.global_batch * corpus.cfg.block_size);
 
-  // --trace on a GPU: the kernels, cuBLAS calls, memsets and device copies each step
-  // enqueued (tensor/cuda/launch_count.h), printed after the loop.
-  std::vector<int64_t> launches_per_step;
-  cuda::LaunchWindow launches;
   // ---- the training loop ----------------------------------------------------------------
   for (int64_t step = start; step < end; ++step) {
     diag.step_begins(step);
-    launches.restart();
     const double lr = optim::lr_at(step, a.lr, std::min(a.warmup, a.steps), a.steps, a.lr * a.min_lr_ratio);
     opt->set_lr(lr);
     // ZeRO: last step's all-gathered params are in place before this forward
@@ -119,7 +113,6 @@ int run(const train::Args& a, const std::string& flags) {
     }
     parallel::update_router_biases(*m.chunks, pgm.dp_group());  // --router-bias-update-rate: the load over every replica
     // ---- TRAINING SECTION END: what follows reports, evaluates and saves; no number of the run changes
-    launches_per_step.push_back(launches.count());  // before the diagnostics launch anything (eval, reports)
     diag.step_done(step, loss, lr, stepped, g.events);
     train::check_ranks_agree_on_skip(step, stepped, *opt, pgm);  // fp16: every rank skipped, or none did
     train::stop_if_diverged(step, loss, stepped);                // NaN never reaches a checkpoint
@@ -127,11 +120,6 @@ int run(const train::Args& a, const std::string& flags) {
       train::save(a, step + 1, corpus, m, *opt, data_gen, pgm);
   }
   diag.end_progress_line();
-  if (!a.trace.empty() && train::rank_device(a).is_cuda() && pgm.world().rank() == 0) {
-    std::printf("GPU launches per step (rank 0):");
-    for (int64_t n : launches_per_step) std::printf(" %lld", (long long)n);
-    std::printf("\n");
-  }
   train::save(a, end, corpus, m, *opt, data_gen, pgm);  // --save: a no-op without it
   train::export_hf(a, corpus, m, *opt, pgm);            // --export-hf: a no-op without it
   diag.finish();                                        // --trace, and a sample of generated text

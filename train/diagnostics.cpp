@@ -58,6 +58,7 @@ Diagnostics::Diagnostics(const Args& a, parallel::ProcessGroupManager& pgm, cons
 
 void Diagnostics::step_begins(int64_t step) {
   t0_ = std::chrono::steady_clock::now();
+  launches_.restart();
   live_before_ = memory_stats(device_).live_bytes;
   if (a_.memory_report && step == start_) reset_peak_memory_stats(device_);
 }
@@ -66,6 +67,7 @@ void Diagnostics::backward_done() { peak_ = memory_stats(device_).peak_bytes; }
 
 void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::StepResult& stepped,
                             const parallel::StageEvents& events) {
+  launches_per_step_.push_back(launches_.count());  // the step's own launches: none of the reports' below
   // The schedule (text and picture) is of the second step when there is one: the first is slowed by
   // one-time work (oneDNN's kernel JIT, first allocations) that would fill its measured bubble.
   const int64_t svg_step = std::min(start_ + 1, end_ - 1);
@@ -266,6 +268,11 @@ void Diagnostics::finish() {
   if (!a_.trace.empty()) {
     parallel::trace::write(pgm_.world(), a_.trace);
     if (rank0_) std::printf("trace: %s (open in ui.perfetto.dev or chrome://tracing)\n", a_.trace.c_str());
+    if (rank0_ && device_.is_cuda()) {
+      std::printf("GPU launches per step (rank 0):");
+      for (int64_t n : launches_per_step_) std::printf(" %lld", (long long)n);
+      std::printf("\n");
+    }
   }
   if (a_.sample <= 0) return;
   // The whole model on rank 0 (the stages gathered, tp shards joined), on this rank's device and dtype.

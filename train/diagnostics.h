@@ -17,6 +17,7 @@
 #include "parallel/process_group_manager.h"
 #include "parallel/trace/schedule_diagram.h"
 #include "train/args.h"
+#include "tensor/cuda/launch_count.h"
 #include "train/corpus.h"
 
 namespace loom::train {
@@ -69,6 +70,10 @@ class Diagnostics {
   std::chrono::steady_clock::time_point t0_;
   double total_ms_ = 0;
   int64_t live_before_ = 0, peak_ = 0;
+  // --trace on a GPU: the kernels, cuBLAS calls, memsets and device copies each step enqueued
+  // (tensor/cuda/launch_count.h), taken before the diagnostics launch anything, printed by finish().
+  cuda::LaunchWindow launches_;
+  std::vector<int64_t> launches_per_step_;
 };
 
 }  // namespace loom::train
