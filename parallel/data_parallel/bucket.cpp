@@ -75,7 +75,7 @@ void BucketManager::mark_param_ready(const Tensor& p) {
 
 void BucketManager::launch(Bucket& b) {
   const int index = int(&b - buckets_.data());
-  if (before_reduce_) before_reduce_(index);
+  for (const auto& fn : before_reduce_) fn(index);
   // The bug: dividing by dp here as well (as if the loss were already divided by the world size).
   if (teach::broken(teach::Break::DpDivideTwice) && b.grad_data.defined())
     ops::mul_(b.grad_data, 1.0 / double(group_.size()));

@@ -61,9 +61,9 @@ class BucketManager {
   void wait();
   // Zeroes the buffer and forgets readiness, for the next step (Megatron's zero_grad_buffer).
   void reset();
-  // fn(b) runs as bucket b's reduction is launched: the last moment its gradients are whole.
-  void set_before_reduce(std::function<void(int bucket)> fn) { before_reduce_ = std::move(fn); }
-  const std::function<void(int bucket)>& before_reduce() const { return before_reduce_; }
+  // fn(b) runs as bucket b's reduction is launched, after those added before: the last moment its
+  // gradients are whole (the experts' x 1 / ep, then sequence parallelism's sum over tp).
+  void add_before_reduce(std::function<void(int bucket)> fn) { before_reduce_.push_back(std::move(fn)); }
   // fn(b) runs in wait() once bucket b's is done, while later ones may still be in flight (ZeRO's early step).
   void set_after_reduce(std::function<void(int bucket)> fn) { after_reduce_ = std::move(fn); }
 
@@ -96,7 +96,8 @@ class BucketManager {
   Tensor buffer_;
   std::unordered_map<const TensorImpl*, Slot> slots_;
   Device device_;
-  std::function<void(int)> before_reduce_, after_reduce_;
+  std::vector<std::function<void(int)>> before_reduce_;
+  std::function<void(int)> after_reduce_;
 };
 
 }  // namespace loom::parallel

@@ -75,9 +75,7 @@ class DataParallelBucket : public DataParallel {
   // reduction is launched, while they are whole (tp_partial_grads.h). The experts are whole on every
   // tp rank, so theirs are partial sums too: summed after their 1 / ep scale (expert_buckets.h).
   void sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group) {
-    if (expert_buckets_)
-      parallel::sum_tp_partial_grads_before_reduce(*expert_buckets_, partial, tp_group,
-                                                   expert_buckets_->before_reduce());
+    if (expert_buckets_) parallel::sum_tp_partial_grads_before_reduce(*expert_buckets_, partial, tp_group);
     parallel::sum_tp_partial_grads_before_reduce(*buckets_, std::move(partial), tp_group);
     sums_tp_partial_grads_ = true;
   }

@@ -4,10 +4,8 @@
 
 namespace loom::parallel {
 
-void sum_tp_partial_grads_before_reduce(BucketManager& buckets, std::vector<Tensor> partial, ProcessGroup& tp_group,
-                                        std::function<void(int bucket)> then) {
-  buckets.set_before_reduce([&buckets, partial = std::move(partial), &tp_group, then = std::move(then)](int b) {
-    if (then) then(b);  // a scale: it and the sum over tp commute
+void sum_tp_partial_grads_before_reduce(BucketManager& buckets, std::vector<Tensor> partial, ProcessGroup& tp_group) {
+  buckets.add_before_reduce([&buckets, partial = std::move(partial), &tp_group](int b) {
     const Bucket& bucket = buckets.buckets()[size_t(b)];
     if (!bucket.grad_data.defined()) return;  // ZeRO-2: no gradient reached it (on every tp rank alike)
     std::vector<Tensor> grads;  // main_grad views of the bucket's partial params; a few C-sized vectors

@@ -7,17 +7,15 @@
 // under ZeRO-3). The sum and dp's average commute.
 #pragma once
 
-#include <functional>
 #include <vector>
 
 #include "parallel/data_parallel/bucket.h"
 
 namespace loom::parallel {
 
-// From now on, before each of buckets' reductions: the partial params' main_grads in that
-// bucket, summed over tp_group in one coalesced all-reduce, and `then` (what ran there
-// before: the experts' x 1 / ep). The tp ranks' buckets hold the same params in the same order.
-void sum_tp_partial_grads_before_reduce(BucketManager& buckets, std::vector<Tensor> partial, ProcessGroup& tp_group,
-                                        std::function<void(int bucket)> then = nullptr);
+// From now on, before each of buckets' reductions (after what was added there before, e.g. the
+// experts' x 1 / ep, which commutes with it): the partial params' main_grads in that bucket, summed
+// over tp_group in one coalesced all-reduce. The tp ranks' buckets hold the same params in the same order.
+void sum_tp_partial_grads_before_reduce(BucketManager& buckets, std::vector<Tensor> partial, ProcessGroup& tp_group);
 
 }  // namespace loom::parallel
