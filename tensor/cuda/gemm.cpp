@@ -9,6 +9,9 @@
 //
 // TF32: off unless cuda::set_allow_tf32(true) (--tf32). CUBLAS_COMPUTE_32F
 // keeps full fp32 products, so a GPU run can match the CPU run to rounding.
+//
+// LOOM_CUDA_KERNELS=fast: bf16/fp16 GEMMs go to cuBLASLt instead (fast/gemm_lt.h:
+// operands read natively, the bias and its gradient in the GEMM's epilogues).
 #include <algorithm>
 #include <climits>
 
@@ -16,29 +19,12 @@
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/cuda/fast/gemm_lt.h"
 
 namespace loom::cuda {
-namespace {
 
-DType compute_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
-
-// batch x [C [M, N] = beta C + op(A) @ op(B)], all row-major with leading dims
-// lda/ldb/ldc and element strides between consecutive matrices (0: the same
-// matrix for every product, a broadcast operand).
-struct Gemm {
-  bool ta = false, tb = false;
-  int64_t M = 0, N = 0, K = 0;
-  const void* a = nullptr;
-  int64_t lda = 0, stride_a = 0;
-  const void* b = nullptr;
-  int64_t ldb = 0, stride_b = 0;
-  void* c = nullptr;
-  int64_t ldc = 0, stride_c = 0;
-  int64_t batch = 1;
-  double beta = 0;
-};
-
-void run_gemm(const Device& d, DType cd, const Gemm& g) {
+// One cuBLAS call (gemm_desc.h). t: the dtype of A, B and C.
+void cublas_gemm(const Device& d, DType t, const Gemm& g) {
   LOOM_CHECK(g.M < INT_MAX && g.N < INT_MAX && g.K < INT_MAX && g.lda < INT_MAX && g.ldb < INT_MAX &&
                  g.ldc < INT_MAX && g.batch < INT_MAX,
              "matmul: [", g.M, ", ", g.K, "] @ [", g.K, ", ", g.N, "] x ", g.batch,
@@ -47,21 +33,27 @@ void run_gemm(const Device& d, DType cd, const Gemm& g) {
   DeviceGuard guard(d);
   const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   count_launch();  // one cuBLAS call, whichever branch makes it (launch_count.h)
-  if (cd == kFloat64) {
+  if (t == kFloat64) {
     const double alpha = 1, beta = g.beta;
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, int(g.N), int(g.M), int(g.K), &alpha, g.b, CUDA_R_64F,
                                             int(g.ldb), g.stride_b, g.a, CUDA_R_64F, int(g.lda), g.stride_a, &beta,
                                             g.c, CUDA_R_64F, int(g.ldc), g.stride_c, int(g.batch), CUBLAS_COMPUTE_64F,
                                             CUBLAS_GEMM_DEFAULT));
-  } else {
+  } else {  // fp32 products; bf16/fp16 operands (the cuBLASLt path's fallback, fast/gemm_lt.cpp) read natively
     const float alpha = 1, beta = float(g.beta);
-    const cublasComputeType_t compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, int(g.N), int(g.M), int(g.K), &alpha, g.b, CUDA_R_32F,
-                                            int(g.ldb), g.stride_b, g.a, CUDA_R_32F, int(g.lda), g.stride_a, &beta,
-                                            g.c, CUDA_R_32F, int(g.ldc), g.stride_c, int(g.batch), compute,
+    const cudaDataType_t ty = t == kBFloat16 ? CUDA_R_16BF : t == kFloat16 ? CUDA_R_16F : CUDA_R_32F;
+    const cublasComputeType_t compute =
+        allow_tf32() && t == kFloat32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, int(g.N), int(g.M), int(g.K), &alpha, g.b, ty,
+                                            int(g.ldb), g.stride_b, g.a, ty, int(g.lda), g.stride_a, &beta,
+                                            g.c, ty, int(g.ldc), g.stride_c, int(g.batch), compute,
                                             CUBLAS_GEMM_DEFAULT));
   }
 }
+
+namespace {
+
+DType compute_of(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
 // A [rows, cols] matrix with element strides (rs, cs) that BLAS can read in
 // place: row-major (cs == 1) or a transposed view of a row-major block (rs == 1).
@@ -99,7 +91,9 @@ Shape with_last(Shape s, int64_t last) {
 // a: [..., M, K], b: [..., K, N] (checked by ops::matmul) -> [batch..., M, N]
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const int64_t M = a_in.size(-2), K = a_in.size(-1), N = b_in.size(-1);
-  const DType out_dtype = a_in.dtype(), cd = compute_of(out_dtype);
+  const DType out_dtype = a_in.dtype();
+  const bool lt = fast::use_lt(out_dtype);  // bf16/fp16 stay themselves on cuBLASLt
+  const DType cd = lt ? out_dtype : compute_of(out_dtype);
   Tensor a = ops::to(a_in, cd), b = ops::to(b_in, cd);
   if (b.dim() == 2 && a.dim() > 2)  // [..., M, K] @ [K, N]: the batch dims folded into M, one GEMM
     return ops::reshape(ops::to(matmul(ops::reshape(a, {-1, K}), b), out_dtype), with_last(a.shape(), N));
@@ -128,12 +122,14 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   g.b = be.raw_data(), g.ldb = ldb, g.stride_b = batch_stride(be, nd);
   g.c = out.raw_data(), g.ldc = N, g.stride_c = M * N;
   g.batch = numel_of(batch);
-  run_gemm(a.device(), cd, g);
+  if (lt) fast::gemm(a.device(), cd, g);
+  else cublas_gemm(a.device(), cd, g);
   return ops::to(out, out_dtype);
 }
 
 // x: [..., K], w: [N, K], b: [N] or undefined (checked by ops::linear) -> [..., N]
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (fast::use_lt(x.dtype())) return fast::linear(x, w, b);
   const DType cd = compute_of(x.dtype());
   Tensor x2 = ops::reshape(ops::contiguous(ops::to(x, cd)), {-1, x.size(-1)}), wc = ops::contiguous(ops::to(w, cd));
   const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
@@ -148,13 +144,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   } else if (M > 0 && N > 0) {
     g.tb = true, g.M = M, g.N = N, g.K = K;
     g.a = x2.raw_data(), g.lda = K, g.b = wc.raw_data(), g.ldb = K, g.c = out.raw_data(), g.ldc = N;
-    run_gemm(x.device(), cd, g);
+    cublas_gemm(x.device(), cd, g);
   }
   return ops::reshape(ops::to(out, x.dtype()), with_last(x.shape(), N));
 }
 
 ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                                  bool need_b) {
+  if (fast::use_lt(x.dtype())) return fast::linear_backward(grad, x, w, need_x, need_w, need_b);
   const DType cd = compute_of(x.dtype());
   Tensor g2 = ops::reshape(ops::contiguous(ops::to(grad, cd)), {-1, grad.size(-1)});
   const int64_t M = g2.size(0), N = g2.size(1), K = w.size(1);
@@ -168,7 +165,7 @@ ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tens
       Gemm g;
       g.M = M, g.N = K, g.K = N;
       g.a = g2.raw_data(), g.lda = N, g.b = wc.raw_data(), g.ldb = K, g.c = r.dx.raw_data(), g.ldc = K;
-      run_gemm(x.device(), cd, g);
+      cublas_gemm(x.device(), cd, g);
     }
     r.dx = ops::reshape(ops::to(r.dx, x.dtype()), x.shape());
   }
@@ -181,7 +178,7 @@ ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tens
       Gemm g;
       g.ta = true, g.M = N, g.N = K, g.K = M;
       g.a = g2.raw_data(), g.lda = N, g.b = x2.raw_data(), g.ldb = K, g.c = r.dw.raw_data(), g.ldc = K;
-      run_gemm(x.device(), cd, g);
+      cublas_gemm(x.device(), cd, g);
     }
     r.dw = ops::to(r.dw, w.dtype());
   }
