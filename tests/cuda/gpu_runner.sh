@@ -9,14 +9,16 @@
 #   1 device    nvidia-smi; an ldd scan of the bundle (a missing library's folder is looked
 #               for and added to LD_LIBRARY_PATH); test_cuda_device
 #   2 ops       each op test binary once, as a whole process (test_cuda_rows_fast: the fast row kernels;
-#               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW)
+#               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW;
+#               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt)
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
 #   4 e2e       test_cuda_train_gpt(_parallel), gtest-sharded over several processes at once
 #   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32 with the
 #               fast row kernels, LOOM_CUDA_KERNELS=fast); losses compared
 #   6 bench     bench_attention (composition vs flash); the row kernels fast vs reference;
 #               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
-#               gpt124m again with LOOM_CUDA_KERNELS=fast; train_gpt --trace's launches per step
+#               gpt124m again with LOOM_CUDA_KERNELS=fast; gpt124m bf16 reference vs fast (cuBLASLt);
+#               train_gpt --trace's launches per step (fp32 and bf16, reference and fast)
 #   7 memcheck  compute-sanitizer --tool memcheck over three op test binaries
 # Logs: $OUT/<phase>.log (7 files) and $OUT/summary.txt, which lists each step
 # as passed / failed / skipped (reason) / not run (one GPU) / not run (deadline).
@@ -150,6 +152,7 @@ phase_ops() {
   step ops test_cuda_optim_multi_tensor 60 "$bin/test_cuda_optim_multi_tensor"  # one-launch AdamW vs the per-param kernel
   step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
   step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
+  step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (fast/gemm_lt.h)
 }
 
 phase_comm() {
@@ -242,13 +245,21 @@ phase_bench() {
   else note "  bench_allreduce: not run (plan B: no MPI)"; fi
   step bench "bench_gpt_step gpt124m, fast row kernels" 120 env LOOM_CUDA_KERNELS=fast "$bin/bench_gpt_step" \
     --config gpt124m --device cuda --warmup 3 --steps 10  # the step with tensor/cuda/fast/ (beside the reference's above)
-  # Launches per step (tensor/cuda/launch_count.h): the reference kernels, then the fast ones (one-launch AdamW).
-  local k
+  # The bf16 step both ways: the fast kernels' GEMMs on cuBLASLt (fast/gemm_lt.h) vs the reference's widen-sgemm-round.
   for k in reference fast; do
-    step bench "train_gpt --trace launches, $k kernels" 60 env LOOM_CUDA_KERNELS=$k "$bin/train_gpt" --device cuda \
-      --data tests/data/tiny_corpus.txt --steps 3 --batch 16 --block 64 --layers 4 --heads 4 --embd 128 \
-      --eval-every 0 --sample 0 --trace "$tmp/launches.$k.json"
-    grep -h "GPU launches per step" "$out/bench.log" | tail -n 1 | sed "s/^/  $k kernels: /" | tee -a "$summary"
+    step bench "bench_gpt_step gpt124m bf16, $k kernels" 90 env LOOM_CUDA_KERNELS=$k "$bin/bench_gpt_step" \
+      --config gpt124m --device cuda --dtype bf16 --warmup 3 --steps 10
+  done
+  # Launches per step (tensor/cuda/launch_count.h): the reference kernels, then the fast ones (one-launch AdamW;
+  # in bf16 also the cuBLASLt GEMMs: no conversions, bias and bias gradient in the epilogues).
+  local k dt
+  for dt in fp32 bf16; do
+    for k in reference fast; do
+      step bench "train_gpt --trace launches, $dt, $k kernels" 60 env LOOM_CUDA_KERNELS=$k "$bin/train_gpt" \
+        --device cuda --dtype $dt --data tests/data/tiny_corpus.txt --steps 3 --batch 16 --block 64 --layers 4 \
+        --heads 4 --embd 128 --eval-every 0 --sample 0 --trace "$tmp/launches.$dt.$k.json"
+      grep -h "GPU launches per step" "$out/bench.log" | tail -n 1 | sed "s/^/  $dt, $k kernels: /" | tee -a "$summary"
+    done
   done
 }
 
