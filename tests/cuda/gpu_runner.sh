@@ -152,7 +152,7 @@ phase_ops() {
   step ops test_cuda_optim_multi_tensor 60 "$bin/test_cuda_optim_multi_tensor"  # one-launch AdamW vs the per-param kernel
   step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
   step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
-  step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (fast/gemm_lt.h)
+  step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (tensor/cuda/fast/gemm_lt.h)
 }
 
 phase_comm() {
@@ -245,7 +245,7 @@ phase_bench() {
   else note "  bench_allreduce: not run (plan B: no MPI)"; fi
   step bench "bench_gpt_step gpt124m, fast row kernels" 120 env LOOM_CUDA_KERNELS=fast "$bin/bench_gpt_step" \
     --config gpt124m --device cuda --warmup 3 --steps 10  # the step with tensor/cuda/fast/ (beside the reference's above)
-  # The bf16 step both ways: the fast kernels' GEMMs on cuBLASLt (fast/gemm_lt.h) vs the reference's widen-sgemm-round.
+  # The bf16 step both ways: the fast kernels' GEMMs on cuBLASLt (tensor/cuda/fast/gemm_lt.h) vs the reference's widen-sgemm-round.
   for k in reference fast; do
     step bench "bench_gpt_step gpt124m bf16, $k kernels" 90 env LOOM_CUDA_KERNELS=$k "$bin/bench_gpt_step" \
       --config gpt124m --device cuda --dtype bf16 --warmup 3 --steps 10

@@ -86,9 +86,9 @@ TEST_F(CudaGemmLt, LinearOnBatchedAndEmptyInputs) {
   Tensor xt = random({8, 5}, 8, dt), gxt = ops::transpose(ops::to(xt, gpu), 0, 1);
   expect_lt_right([&] { return ops::linear(gxt, gw, gb); }, ops::linear(ops::transpose(xt, 0, 1), w, b), dt);
   Tensor x0 = random({0, 8}, 9, dt), k0 = random({4, 0}, 10, dt), w0 = random({6, 0}, 11, dt);
-  expect_lt_right([&] { return ops::linear(ops::to(x0, gpu), gw, gb); }, ops::linear(x0, w, b), dt);      // M = 0
-  expect_lt_right([&] { return ops::linear(ops::to(k0, gpu), ops::to(w0, gpu), gb); },                   // K = 0: the bias
-                  ops::linear(k0, w0, b), dt);
+  expect_lt_right([&] { return ops::linear(ops::to(x0, gpu), gw, gb); }, ops::linear(x0, w, b), dt);  // M = 0
+  // K = 0: every row the bias.
+  expect_lt_right([&] { return ops::linear(ops::to(k0, gpu), ops::to(w0, gpu), gb); }, ops::linear(k0, w0, b), dt);
 }
 
 TEST_F(CudaGemmLt, MatmulBatchedTransposedAndBroadcast) {

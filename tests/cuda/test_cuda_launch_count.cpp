@@ -2,7 +2,7 @@
 // known ops, each with the number of launches its CUDA path makes (read off
 // tensor/cuda/*: a kernel per `<<<>>>`, a cuBLAS call per GEMM, a memset per
 // zero_), counted against the sum. A launch the counter misses (a kernel
-// without CUDA_CHECK_LAUNCH, a GEMM not through cublas_gemm or fast/gemm_lt.cpp) or counts twice
+// without CUDA_CHECK_LAUNCH, a GEMM not through cublas_gemm or tensor/cuda/fast/gemm_lt.cpp) or counts twice
 // fails it. The host side of the counter is tests/test_launch_count.cpp's.
 #include "cuda_test.h"
 #include "tensor/cuda/launch_count.h"

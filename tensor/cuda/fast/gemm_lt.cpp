@@ -79,7 +79,8 @@ LtEntry& entry(cublasLtHandle_t h, const LtPlan& p, const void* bias) {
                                       : p.epilogue == LtEpilogue::BGradB ? CUBLASLT_EPILOGUE_BGRADB
                                                                          : CUBLASLT_EPILOGUE_DEFAULT;
   set_desc(e.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue));
-  if (p.epilogue != LtEpilogue::None) {  // the vector in the operands' dtype; its address tells the heuristic its alignment
+  // The vector in the operands' dtype; its address tells the heuristic its alignment.
+  if (p.epilogue != LtEpilogue::None) {
     set_desc(e.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(ty));
     set_desc(e.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
