@@ -13,8 +13,8 @@
 #               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt)
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
 #   4 e2e       test_cuda_train_gpt(_parallel), gtest-sharded over several processes at once
-#   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32 with the
-#               fast row kernels, LOOM_CUDA_KERNELS=fast); losses compared
+#   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32, bf16 with the
+#               fast kernels, LOOM_CUDA_KERNELS=fast: bf16's GEMMs on cuBLASLt); losses compared
 #   6 bench     bench_attention (composition vs flash); the row kernels fast vs reference;
 #               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
 #               gpt124m again with LOOM_CUDA_KERNELS=fast; gpt124m bf16 reference vs fast (cuBLASLt);
@@ -196,12 +196,12 @@ phase_e2e() {
 # far apart the losses are is measured here, not asserted.
 phase_train() {
   local dt dev
-  # fp32-fast: the GPU run again with the fast row kernels, against fp32's CPU run.
-  for dt in fp32 bf16 fp16 fp32-fast; do
+  # fp32-fast, bf16-fast: the GPU run again with the fast kernels (bf16: its GEMMs on cuBLASLt), against the CPU run.
+  for dt in fp32 bf16 fp16 fp32-fast bf16-fast; do
     for dev in cuda cpu; do
-      if [ "$dt" = fp32-fast ] && [ "$dev" = cpu ]; then cp "$tmp/fp32.cpu.jsonl" "$tmp/$dt.cpu.jsonl" 2> /dev/null; continue; fi
+      if [[ $dt == *-fast ]] && [ "$dev" = cpu ]; then cp "$tmp/${dt%-fast}.cpu.jsonl" "$tmp/$dt.cpu.jsonl" 2> /dev/null; continue; fi
       rm -f "$tmp/$dt.$dev.jsonl"
-      step train "train_gpt $dt --device $dev" 90 env LOOM_CUDA_KERNELS="$([ "$dt" = fp32-fast ] && echo fast || echo reference)" \
+      step train "train_gpt $dt --device $dev" 90 env LOOM_CUDA_KERNELS="$([[ $dt == *-fast ]] && echo fast || echo reference)" \
         "$bin/train_gpt" --device "$dev" --dtype "${dt%-fast}" \
         --data tests/data/tiny_corpus.txt --steps 60 --batch 16 --block 64 --layers 4 --heads 4 --embd 128 \
         --eval-every 0 --sample 0 --log-every 20 --log "$tmp/$dt.$dev.jsonl"
