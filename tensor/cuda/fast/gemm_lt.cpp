@@ -41,12 +41,12 @@ std::atomic<int64_t> g_lt{0}, g_fallback{0};
 cudaDataType_t cuda_type(DType t) { return t == kBFloat16 ? CUDA_R_16BF : CUDA_R_16F; }
 
 DeviceLt& device_lt(int index) {  // under g_mutex, the device current
-  DeviceLt& s = g_devices[index];
-  if (!s.handle) {
-    CUBLAS_CHECK(cublasLtCreate(&s.handle));
-    CUDA_CHECK(cudaMalloc(&s.workspace, kWorkspaceBytes));
-  }
-  return s;
+  auto it = g_devices.find(index);
+  if (it != g_devices.end()) return it->second;
+  DeviceLt s;  // kept only once both exist (a failed cudaMalloc throws and is retried next call)
+  CUBLAS_CHECK(cublasLtCreate(&s.handle));
+  CUDA_CHECK(cudaMalloc(&s.workspace, kWorkspaceBytes));
+  return g_devices.emplace(index, s).first->second;
 }
 
 template <class T>
