@@ -5,6 +5,7 @@
 // without CUDA_CHECK_LAUNCH, a GEMM not through cublas_gemm or tensor/cuda/fast/gemm_lt.cpp) or counts twice
 // fails it. The host side of the counter is tests/test_launch_count.cpp's.
 #include "cuda_test.h"
+#include "tensor/cuda/kernel_choice.h"
 #include "tensor/cuda/launch_count.h"
 #include "tensor/kernels/adamw.h"
 
@@ -25,6 +26,8 @@ TEST_F(CudaLaunchCount, AToyStepLaunchesWhatEachOpPredicts) {
   const auto s = kernels::adamw_scalars<float>(1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
   cuda::synchronize(gpu);  // the uploads above are transfers: not counted, but nothing may trail into the window
 
+  // The reference path's counts, whatever LOOM_CUDA_KERNELS says (the cuBLASLt path's: test_cuda_gemm_lt.cpp).
+  cuda::set_kernel_choice(cuda::KernelChoice::Reference);
   cuda::LaunchWindow window;
   int64_t predicted = 0;
   Tensor y = ops::matmul(x, w);  // fp32, contiguous 2-D: one cuBLAS call (gemm.cpp, cublas_gemm)
@@ -40,6 +43,7 @@ TEST_F(CudaLaunchCount, AToyStepLaunchesWhatEachOpPredicts) {
   Tensor yb = ops::matmul(xb, ops::to(w, kBFloat16));  // bf16: w converted (1), both widened to fp32 (2), the GEMM
   predicted += 5;                                      // (1), the fp32 result narrowed (1): gemm.cpp's matmul
   const std::vector<float> host = z.to_vector<float>();  // a transfer: not counted
+  cuda::reset_kernel_choice();
   EXPECT_EQ(window.count(), predicted);
   EXPECT_EQ(host.size(), 12u);
   EXPECT_EQ(yb.dtype(), kBFloat16);
