@@ -14,6 +14,7 @@
 #include "parallel/pipeline_parallel/send_release.h"
 #include "parallel/pipeline_parallel/zbv_schedule.h"
 #include "parallel/pipeline_parallel/zero_bubble_schedule.h"
+#include "tensor/cuda/fast/gemm_lt_plan.h"
 #include "tensor/ops.h"
 
 namespace loom::optim {
@@ -233,6 +234,8 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   return p;
 }
 
-bool native_bf16_gemm(const Device& d) { return !d.is_cuda() && ops::bf16_gemm() == "bf16"; }
+bool native_bf16_gemm(const Device& d) {
+  return d.is_cuda() ? cuda::fast::use_lt(kBFloat16) : ops::bf16_gemm() == "bf16";
+}
 
 }  // namespace loom::optim

@@ -238,8 +238,9 @@ struct ActivationCase {
 };
 
 // Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32
-// copies): on the CPU, ops::bf16_gemm()'s switch; a GPU always widens them to
-// fp32 (tensor/cuda/gemm.cpp), whatever the CPU's switch says.
+// copies): on the CPU, ops::bf16_gemm()'s switch; on a GPU, whether the
+// cuBLASLt path reads them (tensor/cuda/fast/gemm_lt.h, LOOM_CUDA_KERNELS=fast);
+// the reference path widens them to fp32 (tensor/cuda/gemm.cpp).
 bool native_bf16_gemm(const Device& d);
 
 struct ActivationPrediction {
