@@ -4,8 +4,7 @@
 #include <unordered_set>
 
 #include "autograd/variable.h"
-#include "tensor/grad_mode.h"
-#include "tensor/ops.h"
+#include "optim/grad_multi_tensor.h"
 
 namespace loom::optim {
 
@@ -25,7 +24,8 @@ std::vector<Tensor> unique_grads(const std::vector<Tensor>& params, const std::v
 }  // namespace
 
 double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup* group) {
-  const double local = ops::sum_of_squares(grads);  // in double, on the grads' device
+  // In double, on the grads' device: one reduction for all under LOOM_CUDA_KERNELS=fast (grad_multi_tensor.h).
+  const double local = grads_sum_of_squares(grads);
   if (!group) return std::sqrt(local);
   // The partial sums of squares add up to the whole model's (not the norms: |a|+|b| != |(a, b)|).
   Tensor total = full({}, local, kFloat64);
@@ -35,11 +35,9 @@ double global_grad_norm(const std::vector<Tensor>& grads, parallel::ProcessGroup
 
 void scale_grads_to_norm(const std::vector<Tensor>& grads, double max_norm, double norm) {
   double clip_coef = max_norm / (norm + 1e-6);
-  if (clip_coef < 1.0) {  // PyTorch's clamp(clip_coef, max=1): only ever scale down
-    NoGradGuard no_grad;
-    for (const Tensor& g : grads)
-      if (g.defined()) ops::mul_(g, clip_coef);
-  }
+  // PyTorch's clamp(clip_coef, max=1): only ever scale down. Undefined grads are skipped; one launch for
+  // all under LOOM_CUDA_KERNELS=fast on a GPU (grad_multi_tensor.h), ops::mul_'s bits either way.
+  if (clip_coef < 1.0) scale_grads(grads, clip_coef);
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, parallel::ProcessGroup* group,

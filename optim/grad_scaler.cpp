@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "autograd/functions.h"
-#include "tensor/ops.h"
+#include "optim/grad_multi_tensor.h"
 
 namespace loom::optim {
 
@@ -56,6 +56,7 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
   growth_tracker_ = tracker.item<int64_t>();
 }
 
-bool unscale_(const std::vector<Tensor>& grads, double inv_scale) { return ops::unscale_(grads, inv_scale); }
+// One launch for all the grads under LOOM_CUDA_KERNELS=fast on a GPU (grad_multi_tensor.h), the same bits.
+bool unscale_(const std::vector<Tensor>& grads, double inv_scale) { return unscale_grads(grads, inv_scale); }
 
 }  // namespace loom::optim

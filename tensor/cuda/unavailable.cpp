@@ -5,6 +5,8 @@
 #include "tensor/cuda/cuda.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/cuda/fast/adamw_multi_tensor.h"
+#include "tensor/cuda/fast/grad_norm_multi_tensor.h"
+#include "tensor/cuda/fast/unscale_multi_tensor.h"
 #include "tensor/error.h"
 
 namespace loom::cuda {
@@ -82,6 +84,9 @@ void adamw_multi_tensor(const std::vector<Tensor>&, const std::vector<Tensor>&, 
                         const std::vector<Tensor>&, const std::vector<kernels::AdamWScalars<float>>&) {
   no_cuda("adamw_multi_tensor");
 }
+bool unscale_multi_tensor(const std::vector<Tensor>&, double) { no_cuda("unscale_multi_tensor"); }
+void scale_multi_tensor(const std::vector<Tensor>&, double) { no_cuda("scale_multi_tensor"); }
+double sum_of_squares_multi_tensor(const std::vector<Tensor>&) { no_cuda("sum_of_squares_multi_tensor"); }
 Tensor index_select(const Tensor&, int64_t, const Tensor&) { no_cuda("index_select"); }
 Tensor index_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { no_cuda("index_add"); }
 Tensor gather(const Tensor&, int64_t, const Tensor&) { no_cuda("gather"); }

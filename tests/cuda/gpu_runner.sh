@@ -10,11 +10,13 @@
 #               for and added to LD_LIBRARY_PATH); test_cuda_device
 #   2 ops       each op test binary once, as a whole process (test_cuda_rows_fast: the fast row kernels;
 #               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW;
-#               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt)
+#               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt; test_cuda_grad_multi_tensor: one-launch
+#               unscale + found_inf, grad norm, clipping scale)
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
 #   4 e2e       test_cuda_train_gpt(_parallel), gtest-sharded over several processes at once
-#   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32, bf16 with the
-#               fast kernels, LOOM_CUDA_KERNELS=fast: bf16's GEMMs on cuBLASLt); losses compared
+#   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32, bf16, fp16 with the
+#               fast kernels, LOOM_CUDA_KERNELS=fast: bf16's, fp16's GEMMs on cuBLASLt, fp16's one-launch unscale);
+#               losses compared
 #   6 bench     bench_attention (composition vs flash); the row kernels fast vs reference;
 #               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
 #               gpt124m again with LOOM_CUDA_KERNELS=fast; gpt124m bf16 reference vs fast (cuBLASLt);
@@ -150,6 +152,7 @@ phase_ops() {
   for t in allocator copy dropout nn ops optim llama; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
   step ops test_cuda_launch_count 60 "$bin/test_cuda_launch_count"  # a toy step's launches = the ops' predicted count
   step ops test_cuda_optim_multi_tensor 60 "$bin/test_cuda_optim_multi_tensor"  # one-launch AdamW vs the per-param kernel
+  step ops test_cuda_grad_multi_tensor 60 "$bin/test_cuda_grad_multi_tensor"  # one-launch unscale, norm, clip vs per tensor
   step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
   step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
   step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (tensor/cuda/fast/gemm_lt.h)
@@ -196,8 +199,9 @@ phase_e2e() {
 # far apart the losses are is measured here, not asserted.
 phase_train() {
   local dt dev
-  # fp32-fast, bf16-fast: the GPU run again with the fast kernels (bf16: its GEMMs on cuBLASLt), against the CPU run.
-  for dt in fp32 bf16 fp16 fp32-fast bf16-fast; do
+  # fp32-fast, bf16-fast, fp16-fast: the GPU run again with the fast kernels (bf16, fp16: their GEMMs on cuBLASLt; fp16:
+  # the loss scaler's one-launch unscale + found_inf), against the CPU run.
+  for dt in fp32 bf16 fp16 fp32-fast bf16-fast fp16-fast; do
     for dev in cuda cpu; do
       if [[ $dt == *-fast ]] && [ "$dev" = cpu ]; then cp "$tmp/${dt%-fast}.cpu.jsonl" "$tmp/$dt.cpu.jsonl" 2> /dev/null; continue; fi
       rm -f "$tmp/$dt.$dev.jsonl"
