@@ -2,7 +2,9 @@
 // unscale + found_inf check, each the LOOM_HOST_DEVICE function from
 // tensor/kernels/ that the CPU loops in optim/ call, one thread per element.
 // (The grad norm needs no kernel of its own: optim/clip_grad.cpp sums
-// squares with ops on the device.)
+// squares with ops on the device.) A launch a tensor; under
+// LOOM_CUDA_KERNELS=fast, optim/grad_multi_tensor.cpp takes the one-launch
+// forms instead (fast/unscale_multi_tensor.cu, fast/grad_norm_multi_tensor.cu).
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/cuda/launch.cuh"
 #include "tensor/kernels/adamw.h"
