@@ -1,12 +1,9 @@
 // One-launch AdamW (adamw_multi_tensor.h): a block per chunk of the chunk
-// table, the per-tensor pointers and scalars beside it in one device buffer.
+// table, the per-tensor pointers and scalars beside it in one device buffer
+// (fast/chunk_table.cuh).
 #include "tensor/cuda/fast/adamw_multi_tensor.h"
 
-#include <cstring>
-
-#include "tensor/cuda/launch.cuh"
-#include "tensor/cuda/pinned.h"
-#include "tensor/kernels/tensor_chunks.h"
+#include "tensor/cuda/fast/chunk_table.cuh"
 
 namespace loom::cuda {
 namespace {
@@ -36,8 +33,6 @@ __global__ void adamw_multi_tensor_kernel(const kernels::TensorChunk* chunks, co
   }
 }
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 template <class P>
 void launch(const std::vector<Tensor>& p, const std::vector<Tensor>& m, const std::vector<Tensor>& v,
             const std::vector<Tensor>& g, const std::vector<kernels::AdamWScalars<float>>& s) {
@@ -49,20 +44,12 @@ void launch(const std::vector<Tensor>& p, const std::vector<Tensor>& m, const st
   }
   const std::vector<kernels::TensorChunk> chunks = kernels::tensor_chunks(numels, kChunk);
   if (chunks.empty()) return;
-  LOOM_CHECK(chunks.size() <= size_t(INT32_MAX), "adamw_multi_tensor: ", chunks.size(), " chunks");
-  // One host buffer [chunks | slots] and one upload; the device copy lives in
+  // One upload of [chunks | slots] (chunk_table.cuh); the device copy lives in
   // the caching allocator until after the kernel (stream-ordered frees).
-  const size_t chunk_bytes = round_up(chunks.size() * sizeof(kernels::TensorChunk), 16);
-  const size_t bytes = chunk_bytes + slots.size() * sizeof(TensorSlot<P>);
-  std::vector<char> host(bytes, 0);
-  std::memcpy(host.data(), chunks.data(), chunks.size() * sizeof(kernels::TensorChunk));
-  std::memcpy(host.data() + chunk_bytes, slots.data(), slots.size() * sizeof(TensorSlot<P>));
   const Device d = p.front().device();
-  Tensor table = empty({int64_t(round_up(bytes, 8) / 8)}, kInt64, d);
-  upload(table.raw_data(), host.data(), bytes, d);
-  const char* base = static_cast<const char*>(table.raw_data());
+  const ChunkTable t = upload_chunk_table(chunks, slots, 0, d);
   adamw_multi_tensor_kernel<P><<<unsigned(chunks.size()), kThreads, 0, stream(d)>>>(
-      reinterpret_cast<const kernels::TensorChunk*>(base), reinterpret_cast<const TensorSlot<P>*>(base + chunk_bytes));
+      t.chunks, static_cast<const TensorSlot<P>*>(t.slots));
   CUDA_CHECK_LAUNCH();
 }
 

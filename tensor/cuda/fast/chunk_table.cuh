@@ -27,6 +27,7 @@ inline size_t round_up16(size_t n) { return (n + 15) / 16 * 16; }
 template <class Slot>
 ChunkTable upload_chunk_table(const std::vector<kernels::TensorChunk>& chunks, const std::vector<Slot>& slots,
                               size_t tail_bytes, const Device& d) {
+  LOOM_CHECK(chunks.size() <= size_t(INT32_MAX), "multi-tensor launch: ", chunks.size(), " chunks (a block each)");
   const size_t chunk_bytes = round_up16(chunks.size() * sizeof(kernels::TensorChunk));
   const size_t slot_bytes = round_up16(slots.size() * sizeof(Slot));
   const size_t bytes = chunk_bytes + slot_bytes + round_up16(tail_bytes);
