@@ -14,9 +14,7 @@
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-30}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/common.sh"  # $TMP, median_field
 LAPTOP="--arch llama --experts 4 --experts-per-token 2 --mlp-hidden 88 --layers 2 --heads 4 --embd 64 --block 32
         --steps $STEPS --eval-every 0 --sample 0 --threads 1"
 LAYERS=2
@@ -29,8 +27,6 @@ router=$(echo "$(phase_ms router) + $(phase_ms map)" | bc -l)
 perm=$(echo "$(phase_ms permute) + $(phase_ms unpermute)" | bc -l)
 experts=$(phase_ms experts)
 
-median_ms() { tail -n +2 "$1" | sed 's/.*"ms": \([0-9.]*\).*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-tokens_per_s() { tail -n +2 "$1" | sed 's/.*"tokens_per_s": \([0-9.]*\).*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 share() { echo "100 * $LAYERS * $1 / $2" | bc -l; }
 
 printf "%3s | %10s %9s | %7s %19s %8s %18s\n" ep tokens/s ms/step router permute+unpermute experts dispatch+combine
@@ -46,7 +42,7 @@ for ep in 1 2 4; do
     printf "%3d | refused: %s\n" "$ep" "$(grep -m1 -iE 'error|--ep|refus|not expected' "$out" | cut -c1-150)"
     continue
   fi
-  ms=$(median_ms "$log")
+  ms=$(median_field ms "$log")
   a2a="-"
   if [ "$ep" != 1 ] && [ -s "$trace" ]; then  # the all-to-alls' time per step over the step's, from the trace
     a2a=$(python3 - "$trace" "$STEPS" "$ms" <<'PY'
@@ -60,10 +56,10 @@ PY
 )
   fi
   if [ "$ep" = 1 ]; then
-    printf "%3d | %10.0f %9.2f | %6.1f%% %18.1f%% %7.1f%% %18s\n" "$ep" "$(tokens_per_s "$log")" "$ms" \
-      "$(share "$router" "$ms")" "$(share "$perm" "$ms")" "$(share "$experts" "$ms")" "$a2a"
+    printf "%3d | %10.0f %9.2f | %6.1f%% %18.1f%% %7.1f%% %18s\n" "$ep" "$(median_field tokens_per_s "$log")" \
+      "$ms" "$(share "$router" "$ms")" "$(share "$perm" "$ms")" "$(share "$experts" "$ms")" "$a2a"
   else  # the phases were timed at one process's tokens: only the all-to-alls' share is this run's
-    printf "%3d | %10.0f %9.2f | %7s %19s %8s %18s\n" "$ep" "$(tokens_per_s "$log")" "$ms" - - - "$a2a"
+    printf "%3d | %10.0f %9.2f | %7s %19s %8s %18s\n" "$ep" "$(median_field tokens_per_s "$log")" "$ms" - - - "$a2a"
   fi
 done
 echo "(router, permute + unpermute, experts: bench_moe_phases' one-process times x $LAYERS layers over ep 1's step;"

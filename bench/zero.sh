@@ -9,9 +9,7 @@
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-4}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/common.sh"  # $TMP, median_field, rank0_row
 MEDIUM="--layers 6 --heads 6 --embd 384 --block 256 --steps $STEPS --warmup 1 --eval-every 0 --sample 0"
 printf "%-5s %3s %-5s | %14s %12s | %12s | %9s\n" dtype dp zero "optimizer MiB" "predicted" "bytes/param" "ms/step"
 for dtype in fp32 bf16; do
@@ -21,11 +19,11 @@ for dtype in fp32 bf16; do
       mpirun --oversubscribe -np "$dp" "$BUILD/examples/train_gpt" $MEDIUM --dp "$dp" --batch $((8 / dp)) \
         --dtype "$dtype" $zero --memory-report --log "$TMP/log.jsonl" >"$out" 2>&1
       # rank 0's row: | params m / p | grads m / p | optimizer m / p | bytes/param m / p | ...
-      row=$(grep -E '^ +0 +[0-9]+ +\|' "$out")
+      row=$(rank0_row "$out")
       opt=$(echo "$row" | awk -F'|' '{split($4, a, "/"); print a[1]+0}')
       pred=$(echo "$row" | awk -F'|' '{split($4, a, "/"); print a[2]+0}')
       bpp=$(echo "$row" | awk -F'|' '{gsub(/ /, "", $5); print $5}')
-      ms=$(tail -n +2 "$TMP/log.jsonl" | sed 's/.*"ms": \([0-9.]*\).*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+      ms=$(median_field ms "$TMP/log.jsonl")
       printf "%-5s %3d %-5s | %14.2f %12.2f | %12s | %9.0f\n" "$dtype" "$dp" "${zero:+yes}" "$opt" "$pred" "$bpp" "$ms"
     done
   done

@@ -8,18 +8,16 @@
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-5}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/common.sh"  # $TMP, median_field, rank0_row
 MEDIUM="--layers 6 --heads 6 --embd 384 --block 256 --steps $STEPS --warmup 1 --eval-every 0 --sample 0"
 printf "%4s | %18s | %12s | %9s\n" zero "grads MiB m / p" "bytes/param" "ms/step"
 for zero in 0 1 2; do
   out="$TMP/out.txt"
   mpirun --oversubscribe -np 2 "$BUILD/examples/train_gpt" $MEDIUM --dp 2 --batch 4 --dtype bf16 --zero "$zero" \
     --bucket-mb 4 --memory-report --log "$TMP/log.jsonl" >"$out" 2>&1
-  row=$(grep -E '^ +0 +[0-9]+ +\|' "$out")  # | params m / p | grads m / p | optimizer m / p | bytes/param m / p | ...
+  row=$(rank0_row "$out")  # | params m / p | grads m / p | optimizer m / p | bytes/param m / p | ...
   grads=$(echo "$row" | awk -F'|' '{gsub(/ +/, " ", $3); print $3}')
   bpp=$(echo "$row" | awk -F'|' '{gsub(/ /, "", $5); print $5}')
-  ms=$(tail -n +2 "$TMP/log.jsonl" | sed 's/.*"ms": \([0-9.]*\).*/\1/' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  ms=$(median_field ms "$TMP/log.jsonl")
   printf "%4s | %18s | %12s | %9.0f\n" "$zero" "$grads" "$bpp" "$ms"
 done

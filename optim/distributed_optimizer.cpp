@@ -27,22 +27,14 @@ struct DistributedOptimizer::Layout {
   Shards dense, experts;
 };
 
-namespace {
-
-// Each dp rank holds 1/dp of every gradient, so the norm and found_inf are sums
-// over at least the dp group: left per rank, ranks would clip by different
-// factors, and a rank that alone finds an inf would skip its all-gathers while
-// the others launch theirs (a hang). A pipeline passes the whole world.
-MixedPrecisionOptions reduced_over_dp(MixedPrecisionOptions options, parallel::DataParallelBucket& dp) {
-  if (!options.grad_stats_group) options.grad_stats_group = &dp.dp_group();
+MixedPrecisionOptions reduced_over_dp(MixedPrecisionOptions options, parallel::ProcessGroup& dp_group) {
+  if (!options.grad_stats_group) options.grad_stats_group = &dp_group;
   return options;
 }
 
-}  // namespace
-
 DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                                            MixedPrecisionOptions options)
-    : DistributedOptimizer(groups, dp, reduced_over_dp(std::move(options), dp), build_layout(groups, dp)) {}
+    : DistributedOptimizer(groups, dp, reduced_over_dp(std::move(options), dp.dp_group()), build_layout(groups, dp)) {}
 
 DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
                                            MixedPrecisionOptions options, Layout layout)

@@ -71,6 +71,14 @@ struct ParamRange {
 // falls in the shard [shard.start, shard.end); empty ranges if none.
 ParamRange param_range_in_shard(int64_t param_start, int64_t numel, Range shard);
 
+// options with grad_stats_group defaulting to dp_group: under ZeRO each dp rank
+// holds 1/dp of every gradient, so the norm and found_inf are sums over at least
+// the dp group. Left per rank, ranks would clip by different factors, and a rank
+// that alone finds an inf would skip its all-gathers while the others launch
+// theirs (a hang). A pipeline passes the whole world. Used by ZeRO-1/2 (here)
+// and ZeRO-3 (fully_sharded_optimizer.h).
+MixedPrecisionOptions reduced_over_dp(MixedPrecisionOptions options, parallel::ProcessGroup& dp_group);
+
 class DistributedOptimizer : public MixedPrecisionOptimizer {
  public:
   // groups: the model's params; dp: their DataParallelBucket in ReduceScatter

@@ -8,19 +8,10 @@
 
 namespace loom::optim {
 
-namespace {
-
-// The norm and found_inf are sums over every shard: at least the dp group.
-MixedPrecisionOptions reduced_over_dp(MixedPrecisionOptions options, parallel::FullyShardedDataParallel& fsdp) {
-  if (!options.grad_stats_group) options.grad_stats_group = &fsdp.dp_group();
-  return options;
-}
-
-}  // namespace
-
 FullyShardedOptimizer::FullyShardedOptimizer(std::vector<ParamGroup> groups, parallel::FullyShardedDataParallel& fsdp,
                                              MixedPrecisionOptions options)
-    : FullyShardedOptimizer(groups, fsdp, reduced_over_dp(std::move(options), fsdp), build_layout(groups, fsdp)) {}
+    : FullyShardedOptimizer(groups, fsdp, reduced_over_dp(std::move(options), fsdp.dp_group()),
+                            build_layout(groups, fsdp)) {}
 
 FullyShardedOptimizer::FullyShardedOptimizer(std::vector<ParamGroup> groups, parallel::FullyShardedDataParallel& fsdp,
                                              MixedPrecisionOptions options, Layout layout)

@@ -70,31 +70,33 @@ struct CausalSoftmaxBackwardRow {
   }
 };
 
-template <class Row, class T>
-__global__ void rows_kernel(Row row, const T* x, T* y, int64_t rows, int64_t n) {
-  LOOM_GRID_STRIDE_LOOP(r, rows) row(x + r * n, y + r * n, long(n), long(r));
+// Row r of each input (one, or grad and saved output) -> row r of out.
+template <class Row, class T, class... In>
+__global__ void rows_kernel(Row row, T* out, int64_t rows, int64_t n, const In*... in) {
+  LOOM_GRID_STRIDE_LOOP(r, rows) row((in + r * n)..., out + r * n, long(n), long(r));
 }
 
-template <class Row, class T>
-__global__ void rows2_kernel(Row row, const T* dy, const T* y, T* dx, int64_t rows, int64_t n) {
-  LOOM_GRID_STRIDE_LOOP(r, rows) row(dy + r * n, y + r * n, dx + r * n, long(n), long(r));
+// Launches row over the rows of the inputs (contiguous, in the compute dtype, one shape).
+template <class Row, class... In>
+Tensor launch_rows(const char* op, Row row, const Tensor& first, const In&... rest) {
+  Tensor out = empty(first.shape(), first.dtype(), first.device());
+  const int64_t n = first.size(-1), rows = n ? first.numel() / n : 0;
+  if (rows > 0) {
+    DeviceGuard guard(first.device());
+    LaunchConfig c = launch_config(rows);
+    cudaStream_t st = stream(first.device());
+    LOOM_DISPATCH_COMPUTE(first.dtype(), op, {
+      rows_kernel<<<c.blocks, c.threads, 0, st>>>(row, ptr<scalar_t>(out), rows, n, ptr<scalar_t>(first),
+                                                  ptr<scalar_t>(rest)...);
+    });
+    CUDA_CHECK_LAUNCH();
+  }
+  return out;
 }
 
 template <class Row>
 Tensor per_row(const char* op, const Tensor& x, Row row) {
-  Tensor xc = rows_of(op, x);
-  Tensor out = empty(xc.shape(), xc.dtype(), xc.device());
-  const int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
-  if (rows > 0) {
-    DeviceGuard guard(x.device());
-    LaunchConfig c = launch_config(rows);
-    cudaStream_t st = stream(x.device());
-    LOOM_DISPATCH_COMPUTE(xc.dtype(), op, {
-      rows_kernel<<<c.blocks, c.threads, 0, st>>>(row, ptr<scalar_t>(xc), ptr<scalar_t>(out), rows, n);
-    });
-    CUDA_CHECK_LAUNCH();
-  }
-  return ops::to(out, x.dtype());
+  return ops::to(launch_rows(op, row, rows_of(op, x)), x.dtype());
 }
 
 // (grad, saved output) -> grad input
@@ -104,19 +106,7 @@ Tensor per_row2(const char* op, const Tensor& g, const Tensor& y, Row row) {
   LOOM_CHECK(g.device() == y.device(), op, ": grad on ", g.device().str(), ", output on ", y.device().str());
   Tensor gc = rows_of(op, g), yc = rows_of(op, y);
   LOOM_CHECK(gc.dtype() == yc.dtype(), op, ": grad ", g.describe(), " and output ", y.describe(), " differ in dtype");
-  Tensor out = empty(gc.shape(), gc.dtype(), gc.device());
-  const int64_t n = y.size(-1), rows = n ? y.numel() / n : 0;
-  if (rows > 0) {
-    DeviceGuard guard(y.device());
-    LaunchConfig c = launch_config(rows);
-    cudaStream_t st = stream(y.device());
-    LOOM_DISPATCH_COMPUTE(gc.dtype(), op, {
-      rows2_kernel<<<c.blocks, c.threads, 0, st>>>(row, ptr<scalar_t>(gc), ptr<scalar_t>(yc), ptr<scalar_t>(out),
-                                                   rows, n);
-    });
-    CUDA_CHECK_LAUNCH();
-  }
-  return ops::to(out, g.dtype());
+  return ops::to(launch_rows(op, row, gc, yc), g.dtype());
 }
 
 // ---- layer norm and RMSNorm: x [rows, C]; w, b [C] or null; mean (layer norm's), rstd [rows] ----

@@ -1,5 +1,5 @@
-// Shared by the tests in tests/cuda: the fixture that skips without a GPU, and
-// the CPU-vs-GPU comparison every op test makes.
+// Shared by the tests in tests/cuda: the fixture that skips without a GPU, the
+// CPU-vs-GPU comparison every op test makes, and fast-vs-reference kernel runs.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensor/cuda/cuda.h"
+#include "tensor/cuda/kernel_choice.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 
@@ -67,5 +68,18 @@ inline Tensor random(const Shape& shape, uint64_t seed, DType dtype = kFloat32) 
   Generator gen(seed);
   return randn(shape, gen, dtype);
 }
+
+// f() with the CUDA kernels set to k (LOOM_CUDA_KERNELS's choice); then the
+// environment decides again: the fast path and the reference on the same inputs.
+template <class F>
+auto with_kernels(cuda::KernelChoice k, F f) {
+  struct Restore {
+    ~Restore() { cuda::reset_kernel_choice(); }
+  } restore;
+  cuda::set_kernel_choice(k);
+  return f();
+}
+template <class F> auto fast(F f) { return with_kernels(cuda::KernelChoice::Fast, f); }
+template <class F> auto reference(F f) { return with_kernels(cuda::KernelChoice::Reference, f); }
 
 }  // namespace loom::cuda_test

@@ -14,28 +14,18 @@
 
 #include "cuda_test.h"
 #include "tensor/cuda/fast/gemm_lt.h"
-#include "tensor/cuda/kernel_choice.h"
 #include "tensor/cuda/launch_count.h"
 
 using namespace loom;
 using cuda_test::expect_close;
+using cuda_test::fast;
 using cuda_test::random;
+using cuda_test::reference;
 using cuda_test::rtol_for;
 
 namespace {
 
 constexpr double kAtol = 1e-4;
-
-template <class F>
-auto with_kernels(cuda::KernelChoice k, F f) {
-  struct Restore {
-    ~Restore() { cuda::reset_kernel_choice(); }
-  } restore;
-  cuda::set_kernel_choice(k);
-  return f();
-}
-template <class F> auto fast(F f) { return with_kernels(cuda::KernelChoice::Fast, f); }
-template <class F> auto reference(F f) { return with_kernels(cuda::KernelChoice::Reference, f); }
 
 // The Lt result vs the CPU, vs the reference GPU path, and vs itself run again (same bits).
 void expect_lt_right(const std::function<Tensor()>& on_gpu, const Tensor& on_cpu, DType dt) {

@@ -8,26 +8,15 @@
 #include <functional>
 
 #include "cuda_test.h"
-#include "tensor/cuda/kernel_choice.h"
 
 using namespace loom;
 using cuda_test::expect_close;
+using cuda_test::fast;
 using cuda_test::random;
+using cuda_test::reference;
 using cuda_test::rtol_for;
 
 namespace {
-
-// f() with the row kernels set to k; then LOOM_CUDA_KERNELS decides again.
-template <class F>
-auto with_kernels(cuda::KernelChoice k, F f) {
-  struct Restore {
-    ~Restore() { cuda::reset_kernel_choice(); }
-  } restore;
-  cuda::set_kernel_choice(k);
-  return f();
-}
-template <class F> auto fast(F f) { return with_kernels(cuda::KernelChoice::Fast, f); }
-template <class F> auto reference(F f) { return with_kernels(cuda::KernelChoice::Reference, f); }
 
 void expect_same_bits(const Tensor& a, const Tensor& b) {
   ASSERT_EQ(a.shape(), b.shape());

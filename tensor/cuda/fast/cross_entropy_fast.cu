@@ -22,10 +22,6 @@ namespace {
 using kernels::for_lane_indices;
 using kernels::for_lane_values;
 
-struct Merge {
-  __device__ MaxSum<float> operator()(MaxSum<float> a, MaxSum<float> b) const { return kernels::max_sum_merge(a, b); }
-};
-
 // loss = (max - x[target]) + log s, lse = max + log s (kernels::cross_entropy_row's forms).
 template <int Vec, class Team>
 __global__ void cross_entropy_kernel(const float* x, const void* targets, bool idx64, int64_t N, int64_t V,
@@ -46,7 +42,7 @@ __global__ void cross_entropy_kernel(const float* x, const void* targets, bool i
     const float* xr = x + r * V;
     MaxSum<float> ms = kernels::max_sum_empty<float>();
     for_lane_values<Vec>(xr, V, team.lane(), team.lanes(), [&](long, float v) { kernels::max_sum_add(ms, v); });
-    ms = team.reduce(ms, Merge{}, kernels::max_sum_empty<float>());
+    ms = team.reduce(ms, MaxSumMerge{}, kernels::max_sum_empty<float>());
     if (team.lane() == 0) {
       const float log_s = std::log(ms.s);
       lse[r] = ms.m + log_s;

@@ -23,10 +23,6 @@ namespace {
 using kernels::for_lane_indices;
 using kernels::for_lane_values;
 
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
 // y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps); w, b may be null.
 template <int Vec, class Team>
 __global__ void layernorm_forward_kernel(const float* x, const float* w, const float* b, float* y, float* mean,

@@ -40,6 +40,14 @@ __device__ __forceinline__ T warp_reduce(T v, Op op) {
   return v;
 }
 
+// The two merges the kernels reduce with: a sum, and the online softmax's (max, sum) pairs.
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxSumMerge {
+  __device__ MaxSum<float> operator()(MaxSum<float> a, MaxSum<float> b) const { return kernels::max_sum_merge(a, b); }
+};
+
 struct WarpTeam {
   __device__ int lane() const { return int(threadIdx.x) % kWarpSize; }
   __device__ int lanes() const { return kWarpSize; }

@@ -23,13 +23,6 @@ using kernels::for_lane_values;
 
 Tensor rows_fp32(const Tensor& x) { return ops::contiguous(ops::to(x, kFloat32)); }
 
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct Merge {
-  __device__ MaxSum<float> operator()(MaxSum<float> a, MaxSum<float> b) const { return kernels::max_sum_merge(a, b); }
-};
-
 // Row r sees its first `visible` values: all n, or for causal scores [.., T, S]
 // (causal_T = T) query r % T sees keys 0..r % T.
 __device__ __forceinline__ long visible_of(int64_t r, int64_t n, int64_t causal_T) {
@@ -51,7 +44,7 @@ __global__ void softmax_forward_kernel(const float* x, float* y, int64_t rows, i
     MaxSum<float> ms = kernels::max_sum_empty<float>();
     for_lane_values<Vec>(xr, visible, team.lane(), team.lanes(),
                          [&](long, float v) { kernels::max_sum_add(ms, v * scale); });
-    ms = team.reduce(ms, Merge{}, kernels::max_sum_empty<float>());
+    ms = team.reduce(ms, MaxSumMerge{}, kernels::max_sum_empty<float>());
     if (log) {
       const float log_s = std::log(ms.s);
       for_lane_indices<Vec>(n, team.lane(), team.lanes(), [&](long i) { yr[i] = (xr[i] - ms.m) - log_s; });
