@@ -44,14 +44,21 @@ for ep in 1 2 4; do
   fi
   ms=$(median_field ms "$log")
   a2a="-"
-  if [ "$ep" != 1 ] && [ -s "$trace" ]; then  # the all-to-alls' time per step over the step's, from the trace
-    a2a=$(python3 - "$trace" "$STEPS" "$ms" <<'PY'
-import json, sys
+  if [ "$ep" != 1 ] && [ -s "$trace" ]; then  # the all-to-alls' share of each step, from rank 0's trace
+    a2a=$(python3 - "$trace" <<'PY'
+import json, statistics, sys
 events = json.load(open(sys.argv[1]))
 events = events.get("traceEvents", events) if isinstance(events, dict) else events
-us = sum(e.get("dur", 0) for e in events if e.get("ph") == "X" and e.get("pid", 0) == 0 and
-         any(w in e.get("name", "").lower() for w in ("dispatch", "combine", "all_to_all", "alltoall")))
-print(f"{100 * us / 1e3 / int(sys.argv[2]) / float(sys.argv[3]):.1f}%")
+spans = [e for e in events if e.get("ph") == "X" and e.get("pid", 0) == 0]
+# A step runs from its "forward" to the end of its "optimizer step"; the all-to-alls (the comm thread's
+# all_to_all_v spans, dispatch and combine) inside it over its length, the median over steps 2..N. Each
+# share is one step's own (not a sum over the run over a median step, which a slow first step or a
+# loaded machine pushes past 100%).
+starts = sorted(e["ts"] for e in spans if e["name"] == "forward")
+ends = sorted(e["ts"] + e["dur"] for e in spans if e["name"] == "optimizer step")
+a2a = [e for e in spans if any(w in e["name"].lower() for w in ("dispatch", "combine", "all_to_all", "alltoall"))]
+shares = [sum(e["dur"] for e in a2a if t0 <= e["ts"] < t1) / (t1 - t0) for t0, t1 in zip(starts, ends)][1:]
+print(f"{100 * statistics.median(shares):.1f}%" if shares else "-")
 PY
 )
   fi
