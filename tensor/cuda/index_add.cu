@@ -15,6 +15,7 @@
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/cuda/launch.cuh"
+#include "tensor/cuda/launch_count.h"
 #include "tensor/kernels/segment_sum.h"
 
 namespace loom::cuda {
@@ -95,6 +96,7 @@ Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tenso
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, ptr<int64_t>(keys),
                                                ptr<int64_t>(sorted_keys), ptr<int64_t>(slices), ptr<int64_t>(order), m,
                                                0, key_bits(n), st));
+    count_launch();  // one CUB sort, however many kernels it runs (as one cuBLAS call: launch_count.h)
   }
   LaunchConfig co = launch_config(n + 1);
   segment_offsets<<<co.blocks, co.threads, 0, st>>>(ptr<int64_t>(sorted_keys), m, n, ptr<int64_t>(offsets));
