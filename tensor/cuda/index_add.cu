@@ -7,9 +7,11 @@
 // 3. offsets[t] = the first sorted key >= t (a binary search per target);
 // 4. one thread per output element adds its segment in order
 //    (tensor/kernels/segment_sum.h, which the CPU loop calls too).
-// So the same terms in the same order as the CPU, the same bits, on every run;
-// work (m log-ish + outer n inner + outer m inner) instead of the scan's
-// outer n m inner: MoE's permute backward sums N K rows into N tokens.
+// So the same terms in the same order as the CPU, the same bits, on every run.
+// Work: a radix sort of m keys (a pass per 8 bits or so of n), then
+// outer (n + m) inner adds, where the scan was outer n m inner: MoE's permute
+// backward sums N K rows into N tokens (N = 8192, K = 2, C = 768: ~10^11 adds
+// for the scan, ~10^7 now).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "tensor/cpu/dispatch.h"
