@@ -98,8 +98,6 @@ TEST_F(CudaTrainGptParallel, SixteenBitAndAForcedOverflowMatchOneGpu) {
   expect_same_run(par, fp16_one, "gpu fp16 overflow, dp 2 x pp 2 --zero", 1e-4, 1e-2, 1e-3);
 }
 
-// Each rank says which GPU it took: a bare --device cuda is local rank mod
-// the GPU count (one GPU here: every rank on cuda:0).
 // --experts under dp and ep on GPU tensors (tests/test_train_gpt_expert_parallel.cpp's runs): each rank
 // routes its micro-batch of 4 as one GPU routes its 2 accumulated ones; the tokens travel by
 // all_to_all_v, staged through the host here, by NCCL's grouped send/recv in the next test.
@@ -126,6 +124,8 @@ TEST_F(CudaTrainGptParallel, ExpertParallelOverNcclMatchesOneGpu) {
   moe::expect_same_routing_log(got, one_gpu_experts(), "--dp 2 --ep 2 over NCCL");
 }
 
+// Each rank says which GPU it took: a bare --device cuda is local rank mod
+// the GPU count (one GPU here: every rank on cuda:0).
 TEST_F(CudaTrainGptParallel, EachRankPrintsItsDevice) {
   const Result r = train("gpu_devices", 2, kGpu + "--dp 2 --batch 8");
   ASSERT_EQ(r.status, 0) << r.output;
