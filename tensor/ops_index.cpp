@@ -1,11 +1,13 @@
 // Indexing and joining: index_select / index_add, gather / scatter_add, cat,
 // split and stack. Index ops view x as [outer, n, inner] around the indexed dim.
-// On a GPU the index ops run cuda/index.cu's kernels; cat/split/stack are views and copies.
+// On a GPU the index ops run cuda/index.cu's kernels (index_add: cuda/index_add.cu); cat/split/stack
+// are views and copies.
 #include <algorithm>
 #include <cstring>
 
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/cuda_ops.h"
+#include "tensor/kernels/segment_sum.h"
 #include "tensor/ops.h"
 
 namespace loom::ops {
@@ -63,17 +65,26 @@ Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tenso
   int64_t n = like.shape()[size_t(dim)];
   std::vector<int64_t> ids = read_indices("index_add", idx, n);
   DType cd = src.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  Tensor out = zeros(like.shape(), cd), s = contiguous(to(src, cd));
+  Tensor out = empty(like.shape(), cd), s = contiguous(to(src, cd));
   int64_t outer, inner, m = int64_t(ids.size());
   outer_inner(like.shape(), dim, outer, inner);
   LOOM_CHECK(s.numel() == outer * m * inner, "index_add: source ", src.shape(), " does not match ", m, " indices into ",
              like.shape());
+  // The indices sorted stably by target (a counting sort): target t's slices are
+  // order[offsets[t] .. offsets[t+1]), ascending, as cuda/index_add.cu sorts them.
+  std::vector<int64_t> offsets(static_cast<size_t>(n) + 1, 0), order(static_cast<size_t>(m));
+  for (int64_t t : ids) ++offsets[size_t(t) + 1];
+  for (size_t t = 0; t < size_t(n); ++t) offsets[t + 1] += offsets[t];
+  std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
+  for (int64_t j = 0; j < m; ++j) order[size_t(next[size_t(ids[size_t(j)])]++)] = j;
   LOOM_DISPATCH_COMPUTE(cd, "index_add", {
     const scalar_t* sp = s.data<scalar_t>();
     scalar_t* op = out.data<scalar_t>();
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < m; ++j)
-        for (int64_t k = 0; k < inner; ++k) op[(o * n + ids[size_t(j)]) * inner + k] += sp[(o * m + j) * inner + k];
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t k = 0; k < inner; ++k)
+          op[(o * n + t) * inner + k] = kernels::segment_sum(sp + o * m * inner, order.data(), offsets[size_t(t)],
+                                                             offsets[size_t(t) + 1], inner, k);
   });
   return to(out, src.dtype());
 }

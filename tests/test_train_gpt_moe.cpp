@@ -136,7 +136,12 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
                                                      "formula counts dropless routed experts only"},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
-       "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"}};
+       "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"},
+      // On a GPU, one process, --dp and --ep only (tests/cuda/); refused before any device is opened.
+      {kMoE + "--device cuda --tp 2", "--experts 4 with --device cuda and --tp 2: on a GPU a mixture of experts "
+                                      "trains in one process or under --dp and --ep"},
+      {kMoE + "--device cuda --dp 2 --ep 2 --zero 2", "--experts 4 with --device cuda and --zero 2: "},
+      {kMoE + "--device cuda --memory-report", "--experts 4 with --device cuda and --memory-report: "}};
   for (const auto& [flags, want] : cases) {
     const Result r = train("moe_refused", 1, flags, false);
     EXPECT_NE(r.status, 0) << flags;

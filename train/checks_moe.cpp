@@ -12,7 +12,8 @@
 // (tests/test_train_gpt_expert_grid.cpp), tp with ZeRO-1/2/3
 // (tests/test_train_gpt_expert_tp_zero.cpp), ZeRO-3 with hybrid sharding
 // (tests/test_train_gpt_expert_hsdp.cpp), tp and pp together, and pp with
-// ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp).
+// ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp). On a GPU: one
+// process, --dp and --ep (tests/cuda/test_cuda_train_gpt_moe.cpp, test_cuda_train_gpt_parallel.cpp).
 #include "train/args.h"
 
 namespace loom::train {
@@ -46,9 +47,19 @@ void check_moe_flags(const Args& a) {
   LOOM_CHECK(a.export_hf.empty() || a.router_bias_update_rate == 0, "--export-hf with --router-bias-update-rate ",
              a.router_bias_update_rate, ": transformers' MixtralForCausalLM routes without a bias, so the exported "
              "model would choose other experts than the trained one; drop --router-bias-update-rate or --export-hf");
-  LOOM_CHECK(a.device == "cpu", "--experts ", a.experts, " with --device ", a.device,
-             ": a mixture of experts trains on the CPU only for now (not yet tested equal to the CPU on a GPU); "
-             "drop --device");
+  // On a GPU the experts train in one process (tests/cuda/test_cuda_train_gpt_moe.cpp: the routing on the host,
+  // index_add's sorted segments for permute's backward) and under --dp and --ep with ZeRO-1 at most, over
+  // --backend mpi on one GPU or NCCL's grouped send/recv on two (tests/cuda/test_cuda_train_gpt_parallel.cpp).
+  // The other axes and ZeRO-2/3 with experts are tested on the CPU only, and so is the memory formula
+  // (index_add's sort allocates on a GPU what the CPU's loop does not).
+  const std::pair<std::string, bool> cpu_only[] = {{str("--tp ", a.tp), a.tp > 1},     {str("--pp ", a.pp), a.pp > 1},
+                                                   {str("--cp ", a.cp), a.cp > 1},     {str("--zero ", a.zero), a.zero > 1},
+                                                   {"--memory-report", a.memory_report}};
+  for (const auto& [flag, given] : cpu_only)
+    LOOM_CHECK(a.device == "cpu" || !given, "--experts ", a.experts, " with --device ", a.device, " and ", flag,
+               ": on a GPU a mixture of experts trains in one process or under --dp and --ep (ZeRO-1 at most), "
+               "without --memory-report, for now (the other axes and the memory formula are tested with experts on "
+               "the CPU only); drop ", flag, " or --device");
   // Sequence and context parallelism split each micro-batch's tokens over ranks (parallel/moe_token_shards.h):
   // which slot an expert drops depends on every token's place in the micro-batch.
   const bool split_tokens = (a.tp > 1 && a.sequence_parallel) || a.cp > 1;

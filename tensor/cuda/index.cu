@@ -3,12 +3,12 @@
 // of indices along it):
 //   index_select: out[o, j, k] = x[o, idx[j], k]              idx: [m]
 //   gather:       out[o, j, k] = x[o, idx[o, j, k], k]        idx: [outer, m, inner]
-//   index_add:    out[o, t, k] = sum over j with idx[j] == t of src[o, j, k]
 //   scatter_add:  out[o, t, k] = sum over j with idx[o, j, k] == t of src[o, j, k]
-// The two adds run one thread per output element, which scans the indices in
+// scatter_add runs one thread per output element, which scans the indices in
 // order j = 0, 1, ... and adds the matches: no atomics, the CPU loop's order
-// per element, the same bits on every run (O(m) work per output: fine for the
-// sizes these ops see in loom; a sorted-index kernel is the fast version).
+// per element, the same bits on every run (O(m) work per output: fine for
+// gather's backward over the router's k of E; index_add, whose m can be every
+// token's copy, sorts its indices instead: index_add.cu).
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/cuda/launch.cuh"
@@ -18,7 +18,7 @@ namespace {
 
 DType compute_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
-// per_slice_index: idx has one index per j (index_select, index_add) rather
+// per_slice_index: idx has one index per j (index_select) rather
 // than one per output element (gather, scatter_add).
 __global__ void gather_kernel(const char* x, const void* idx, bool idx64, bool per_slice_index, char* out,
                               int64_t outer, int64_t n, int64_t m, int64_t inner, int bytes, IndexOp op,
@@ -121,10 +121,6 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx) {
   return gather_like("gather", IndexOp::Gather, x, dim, idx, idx.shape(), false);
-}
-
-Tensor index_add(const Tensor& like, int64_t dim, const Tensor& idx, const Tensor& src) {
-  return scatter_add_like("index_add", IndexOp::IndexAdd, like.shape(), dim, idx, src, idx.numel(), true);
 }
 
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src) {

@@ -8,12 +8,13 @@
 # Phases (each step capped by its own limit and by the time left):
 #   1 device    nvidia-smi; an ldd scan of the bundle (a missing library's folder is looked
 #               for and added to LD_LIBRARY_PATH); test_cuda_device
-#   2 ops       each op test binary once, as a whole process (test_cuda_rows_fast: the fast row kernels;
+#   2 ops       each op test binary once, as a whole process (test_cuda_moe: index_add's sort, an MoE layer;
+#               test_cuda_rows_fast: the fast row kernels;
 #               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW;
 #               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt; test_cuda_grad_multi_tensor: one-launch
 #               unscale + found_inf, grad norm, clipping scale)
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
-#   4 e2e       test_cuda_train_gpt(_parallel), gtest-sharded over several processes at once
+#   4 e2e       test_cuda_train_gpt(_moe, _parallel), gtest-sharded over several processes at once
 #   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32, bf16, fp16 with the
 #               fast kernels, LOOM_CUDA_KERNELS=fast: bf16's, fp16's GEMMs on cuBLASLt, fp16's one-launch unscale);
 #               losses compared
@@ -149,7 +150,7 @@ phase_device() {
 }
 
 phase_ops() {
-  for t in allocator copy dropout nn ops optim llama; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
+  for t in allocator copy dropout nn ops optim llama moe; do step ops "test_cuda_$t" 90 "$bin/test_cuda_$t"; done
   step ops test_cuda_launch_count 60 "$bin/test_cuda_launch_count"  # a toy step's launches = the ops' predicted count
   step ops test_cuda_optim_multi_tensor 60 "$bin/test_cuda_optim_multi_tensor"  # one-launch AdamW vs the per-param kernel
   step ops test_cuda_grad_multi_tensor 60 "$bin/test_cuda_grad_multi_tensor"  # one-launch unscale, norm, clip vs per tensor
@@ -172,8 +173,8 @@ phase_e2e() {
   local shards=${SHARDS:-4} lim t0=$SECONDS pids=() b i
   lim=$(( $(left) - 10 < 300 ? $(left) - 10 : 300 ))
   if [ "$lim" -lt 20 ]; then note "  e2e: not run (deadline)"; return; fi
-  local binaries=(test_cuda_train_gpt test_cuda_train_gpt_parallel)
-  [ -x "$bin/test_cuda_train_gpt_parallel" ] || { binaries=(test_cuda_train_gpt); note "  test_cuda_train_gpt_parallel: not run (plan B: no MPI)"; }
+  local binaries=(test_cuda_train_gpt test_cuda_train_gpt_moe test_cuda_train_gpt_parallel)
+  [ -x "$bin/test_cuda_train_gpt_parallel" ] || { binaries=(test_cuda_train_gpt test_cuda_train_gpt_moe); note "  test_cuda_train_gpt_parallel: not run (plan B: no MPI)"; }
   for b in "${binaries[@]}"; do
     for ((i = 0; i < shards; ++i)); do
       GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "${mpi_env[@]}" "$bin/$b" \

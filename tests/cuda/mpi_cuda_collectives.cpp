@@ -59,6 +59,26 @@ TEST_F(MpiCuda, ReduceScatterIntoAViewOfItsInput) {
   expect_same_bits(dev, cpu);
 }
 
+// Expert parallelism's dispatch (parallel/expert_parallel/all_to_all.h) with GPU
+// tensors staged through the host: rank r sends r + p + 1 rows to rank p; the
+// CPU's exchange of the same rows gives the same bits.
+TEST_F(MpiCuda, AllToAllVGivesTheCpusBits) {
+  std::vector<int64_t> input_splits, output_splits;
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < S; ++p) {
+    input_splits.push_back(r + p + 1), output_splits.push_back(p + r + 1);
+    sent += r + p + 1, received += p + r + 1;
+  }
+  for (DType dt : kDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor cpu_in = ops::reshape(values(sent * 3, dt), {sent, 3});
+    Tensor cpu_out = zeros({received, 3}, dt), dev_out = zeros({received, 3}, dt, gpu);
+    world.all_to_all_v(cpu_out, cpu_in, output_splits, input_splits);
+    world.all_to_all_v(dev_out, ops::to(cpu_in, gpu), output_splits, input_splits);
+    expect_same_bits(dev_out, cpu_out);
+  }
+}
+
 TEST_F(MpiCuda, AllGatherInPlaceAndFromASeparateInput) {
   const int64_t n = 100;
   for (DType dt : {kFloat32, kBFloat16}) {

@@ -2,9 +2,10 @@
 // mpirun on 1 rank (labels cuda and mpi): NCCL refuses two ranks on one GPU,
 // and the GPU machine has one. On one rank every collective is the identity,
 // so each test checks the exact values NCCL hands back, in fp32, bf16 and
-// int64, plus the in-place and aliased forms ZeRO uses, the argument checks,
-// and the stream order (an all-reduce reads what loom's stream wrote before
-// it). Written for any world size (each rank on cuda:<rank % GPUs>).
+// int64, plus the in-place and aliased forms ZeRO uses, expert parallelism's
+// all-to-all, the argument checks, and the stream order (an all-reduce reads
+// what loom's stream wrote before it). Written for any world size (each rank
+// on cuda:<rank % GPUs>).
 //
 // Without a GPU every test skips with the reason, except the two that check
 // how the build behaves there. None of these has run on a GPU yet.
@@ -224,6 +225,37 @@ TEST_F(Nccl, PointToPointBetweenRanksZeroAndOne) {
   if (r == 0) group().send(t, 1, 3);
   else group().recv(t, 0, 3);
   EXPECT_EQ(on_host(t), base(77, 5));
+}
+
+// Expert parallelism's dispatch (parallel/expert_parallel/all_to_all.h) on NCCL: rank r
+// sends r + p + 1 rows to rank p, one grouped ncclSend/ncclRecv per peer (the
+// one to itself included); each peer's block lands where the output splits say.
+TEST_F(Nccl, AllToAllVPutsEachPeersBlockWhereTheSplitsSay) {
+  const int64_t C = 3;
+  auto rows = [](int from, int to) { return int64_t(from + to + 1); };
+  auto rows_of = [&](int from) {  // all that rank `from` sends
+    int64_t n = 0;
+    for (int q = 0; q < S; ++q) n += rows(from, q);
+    return n;
+  };
+  for (DType dt : kDTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<int64_t> input_splits, output_splits;
+    std::vector<double> expected;
+    for (int p = 0; p < S; ++p) {
+      input_splits.push_back(rows(r, p)), output_splits.push_back(rows(p, r));
+      int64_t at = 0;  // where p's block for this rank begins among p's rows
+      for (int q = 0; q < r; ++q) at += rows(p, q);
+      const std::vector<double> v = base(rows_of(p) * C, p);
+      expected.insert(expected.end(), v.begin() + at * C, v.begin() + (at + rows(p, r)) * C);
+    }
+    int64_t received = 0;
+    for (int64_t n : output_splits) received += n;
+    Tensor output = zeros({received, C}, dt, dev);
+    group().all_to_all_v(output, ops::reshape(values(rows_of(r) * C, dt, r), {rows_of(r), C}), output_splits,
+                         input_splits);
+    EXPECT_EQ(on_host(output), expected);
+  }
 }
 
 // Checked on the calling thread, before anything reaches NCCL.

@@ -3,7 +3,7 @@
 // tests; tests/train_gpt_run.h explains them). The ranks share one GPU and
 // exchange its tensors over MPI through host memory (--backend mpi), since
 // NCCL refuses two ranks on one GPU. Skipped, with the reason, without a GPU;
-// none of these has run on a GPU yet. The last test runs NCCL, on two GPUs.
+// none of these has run on a GPU yet. The tests named for NCCL need two GPUs.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../moe_runs.h"
 #include "../train_gpt_run.h"
 #include "cuda_test.h"
 
@@ -95,6 +96,32 @@ TEST_F(CudaTrainGptParallel, SixteenBitAndAForcedOverflowMatchOneGpu) {
   for (size_t i = 0; i < 10; ++i)
     EXPECT_EQ(par.log[i].find("\"skipped\": true") != std::string::npos, i == 3) << par.log[i];
   expect_same_run(par, fp16_one, "gpu fp16 overflow, dp 2 x pp 2 --zero", 1e-4, 1e-2, 1e-3);
+}
+
+// --experts under dp and ep on GPU tensors (tests/test_train_gpt_expert_parallel.cpp's runs): each rank
+// routes its micro-batch of 4 as one GPU routes its 2 accumulated ones; the tokens travel by
+// all_to_all_v, staged through the host here, by NCCL's grouped send/recv in the next test.
+namespace {
+const std::string kExperts = moe::kMoE + moe::kRouting;
+const Result& one_gpu_experts() {
+  static Result r = train("gpu_moe_ref", 1, kExperts + "--grad-accum 2 --device cuda");
+  return r;
+}
+}  // namespace
+
+TEST_F(CudaTrainGptParallel, ExpertsUnderDataAndExpertParallelMatchOneGpu) {
+  for (const std::string parallel : {"--dp 2", "--dp 2 --ep 2", "--dp 2 --ep 2 --zero 1"}) {
+    const Result got = train("gpu_moe_mpi", 2, kGpu + kExperts + parallel);
+    expect_same_run(got, one_gpu_experts(), parallel.c_str());
+    moe::expect_same_routing_log(got, one_gpu_experts(), parallel);
+  }
+}
+
+TEST_F(CudaTrainGptParallel, ExpertParallelOverNcclMatchesOneGpu) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU)";
+  const Result got = train("gpu_moe_nccl", 2, " --device cuda " + kExperts + "--dp 2 --ep 2");
+  expect_same_run(got, one_gpu_experts(), "--dp 2 --ep 2 over NCCL");
+  moe::expect_same_routing_log(got, one_gpu_experts(), "--dp 2 --ep 2 over NCCL");
 }
 
 // Each rank says which GPU it took: a bare --device cuda is local rank mod
