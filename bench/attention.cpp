@@ -5,8 +5,9 @@
 // one run: forward, forward + backward (ms, median of --steps), and the
 // peak memory each adds. On a GPU in bf16/fp16 at head size 64, flash
 // attention twice: its forward on the CUDA cores (LOOM_CUDA_KERNELS=reference)
-// and on the tensor cores (fast: fast/flash_attention_mma.cu), the same backward. Default shape: GPT-2 124M's (B 16, 12 heads, T
-// 1024, head 64); the step has 12 such layers.
+// and on the tensor cores (fast: fast/flash_attention_mma.cu), the same
+// backward. Default shape: GPT-2 124M's (B 16, 12 heads, T 1024, head 64);
+// the step has 12 such layers.
 //
 // Usage: bench_attention [--device cuda|cpu] [--dtype fp32|bf16|fp16]
 //                        [--B 16] [--H 12] [--T 1024] [--hd 64] [--steps 5] [--warmup 2]

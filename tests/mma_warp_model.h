@@ -40,14 +40,17 @@ uint16_t element(const uint32_t (&regs)[N], int i) {
   return uint16_t(i % 2 ? regs[i / 2] >> 16 : regs[i / 2] & 0xffffu);
 }
 
+template <class S>
+float widen(uint16_t bits) { return kernels::mma::widen_bits<S>(bits); }
+
 // d = a b + d for one warp: each lane's registers as the hardware reads them.
 // The sum over k runs in order 0..15 in fp32 (exact products of 16-bit inputs).
 template <class S>
 void mma(float (&d)[kLanes][4], const uint32_t (&a)[kLanes][4], const uint32_t (&b)[kLanes][2]) {
   float A[16][16], B[16][8], D[16][8];
   for (int lane = 0; lane < kLanes; ++lane) {
-    for (int i = 0; i < 8; ++i) A[ptx_a(lane, i).row][ptx_a(lane, i).col] = kernels::mma::widen_bits<S>(element(a[lane], i));
-    for (int i = 0; i < 4; ++i) B[ptx_b(lane, i).row][ptx_b(lane, i).col] = kernels::mma::widen_bits<S>(element(b[lane], i));
+    for (int i = 0; i < 8; ++i) A[ptx_a(lane, i).row][ptx_a(lane, i).col] = widen<S>(element(a[lane], i));
+    for (int i = 0; i < 4; ++i) B[ptx_b(lane, i).row][ptx_b(lane, i).col] = widen<S>(element(b[lane], i));
     for (int i = 0; i < 4; ++i) D[ptx_c(lane, i).row][ptx_c(lane, i).col] = d[lane][i];
   }
   for (int m = 0; m < 16; ++m)

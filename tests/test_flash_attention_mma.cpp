@@ -84,7 +84,8 @@ void expect_fragments_multiply_to_the_product() {
         float want = 0.f;
         for (int k = 0; k < 16; ++k)
           want += mma::widen_bits<S>(a_tile[m * ld + k]) * mma::widen_bits<S>(b_tile[k * ld + n]);
-        EXPECT_EQ(d[lane][e], want) << "D[" << m << "][" << n << "], lane " << lane << (frag == &bt ? " (Kᵀ)" : " (V)");
+        EXPECT_EQ(d[lane][e], want) << "D[" << m << "][" << n << "], lane " << lane
+                                    << (frag == &bt ? " (from Kᵀ)" : " (from V)");
       }
   }
 }

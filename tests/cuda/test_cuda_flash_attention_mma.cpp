@@ -154,8 +154,9 @@ TEST_F(CudaFlashAttentionMma, TheBackwardTakesItsOutputs) {
       autograd::TensorList parts = autograd::split(qkv, 2 * 64, 2);
       auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {2, 150, 2, 64}), 1, 2); };
       const Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-      Tensor o = device.is_cuda() ? autograd::flash_attention(q, k, v, scale)
-                                  : autograd::matmul(autograd::causal_softmax(autograd::matmul(q, autograd::transpose(k, -2, -1)), scale), v);
+      using namespace autograd;
+      Tensor o = device.is_cuda() ? flash_attention(q, k, v, scale)
+                                  : matmul(causal_softmax(matmul(q, transpose(k, -2, -1)), scale), v);
       Tensor w = ops::to(cuda_test::random(o.shape(), 6, dt), device);
       autograd::backward(autograd::sum(autograd::mul(o, w)));
       return std::pair{ops::to(ops::contiguous(o), kCPU), ops::to(autograd::grad(qkv), kCPU)};

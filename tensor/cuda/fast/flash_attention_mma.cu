@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_forward_mma_kernel(Heads<co
   __syncthreads();
   uint32_t qa[HD / mma::kK][4];
   LOOM_UNROLL
-  for (int kk = 0; kk < HD / mma::kK; ++kk) mma::load_a(lane, k_tile + warp * kWarpRows * LD + kk * mma::kK, LD, qa[kk]);
+  for (int kk = 0; kk < HD / mma::kK; ++kk)
+    mma::load_a(lane, k_tile + warp * kWarpRows * LD + kk * mma::kK, LD, qa[kk]);
   __syncthreads();
 
   RowState<HD> st;
@@ -155,7 +156,8 @@ std::string flash_attention_mma_unsupported(const Tensor& q, const Tensor& k, co
     return str("dtype ", dtype_name(q.dtype()), " (bfloat16 or float16: the tensor cores' operands)");
   if (q.size(3) != 64 && q.size(3) != 128) return str("head size ", q.size(3), " (64 or 128)");
   if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return "rows not on 16-byte boundaries (its loads are 16 bytes)";
-  if ((q.size(2) + kBlockRows - 1) / kBlockRows > 65535) return str("sequence length ", q.size(2), " needs over 65535 blocks");
+  if ((q.size(2) + kBlockRows - 1) / kBlockRows > 65535)
+    return str("sequence length ", q.size(2), " needs over 65535 blocks");
   return "";
 }
 
