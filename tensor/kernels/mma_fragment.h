@@ -63,6 +63,22 @@ LOOM_HOST_DEVICE float widen_bits(uint16_t b) {
   else return fp16_to_float(float16{b});
 }
 
+// Two floats rounded to S (to nearest even) in one register, lo in the low
+// half. On the GPU one instruction, cvt.rn.{bf16x2,f16x2}.f32, whose first
+// source goes to the high half; on the host round_bits twice. The same bits
+// for every number (a NaN may come out with another payload).
+template <class S>
+LOOM_HOST_DEVICE uint32_t pack_rounded(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t r;
+  if constexpr (std::is_same_v<S, bfloat16>) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return pack(round_bits<S>(lo), round_bits<S>(hi));
+#endif
+}
+
 // tile: row-major 16-bit elements, `ld` per row (shared memory in the kernel).
 // Elements (r, c) and (r, c + 1) as one register: one 32-bit load (c even, ld even).
 LOOM_HOST_DEVICE uint32_t row_pair(const uint16_t* tile, int ld, int r, int c) {
@@ -98,10 +114,10 @@ LOOM_HOST_DEVICE void load_b(int lane, const uint16_t* tile, int ld, uint32_t (&
 //   a[0] = c0[0..1] (row g),  a[1] = c0[2..3] (row g+8),  a[2] = c1[0..1],  a[3] = c1[2..3]
 template <class S>
 LOOM_HOST_DEVICE void c_pair_to_a(const float (&c0)[4], const float (&c1)[4], uint32_t (&a)[4]) {
-  a[0] = pack(round_bits<S>(c0[0]), round_bits<S>(c0[1]));
-  a[1] = pack(round_bits<S>(c0[2]), round_bits<S>(c0[3]));
-  a[2] = pack(round_bits<S>(c1[0]), round_bits<S>(c1[1]));
-  a[3] = pack(round_bits<S>(c1[2]), round_bits<S>(c1[3]));
+  a[0] = pack_rounded<S>(c0[0], c0[1]);
+  a[1] = pack_rounded<S>(c0[2], c0[3]);
+  a[2] = pack_rounded<S>(c1[0], c1[1]);
+  a[3] = pack_rounded<S>(c1[2], c1[3]);
 }
 
 }  // namespace loom::kernels::mma

@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_forward_mma_kernel(Heads<co
     uint16_t* out = reinterpret_cast<uint16_t*>(o.row(b, h, row));
     LOOM_UNROLL
     for (int j = 0; j < HD / mma::kN; ++j) {
-      const uint32_t pair = mma::pack(mma::round_bits<S>(st.o[j][2 * r]), mma::round_bits<S>(st.o[j][2 * r + 1]));
+      const uint32_t pair = mma::pack_rounded<S>(st.o[j][2 * r], st.o[j][2 * r + 1]);
       *reinterpret_cast<uint32_t*>(out + j * mma::kN + mma::c_col(lane, 2 * r)) = pair;
     }
     if (lane % 4 == 0) lse[int64_t(blockIdx.x) * T + row] = L[r];
