@@ -7,8 +7,8 @@
 // What it does that the reference does not: a warp, not a thread, owns query
 // rows (16 of them); each product is an instruction over a 16 x 8 x 16 block,
 // the warp's 32 lanes each holding a share (tensor/kernels/mma_fragment.h
-// says which), so the scores never leave registers and P goes from the first
-// product's result straight into the second's operand. Why faster: an H100's
+// says which); P goes from the first product's result fragments straight
+// into the second's operand fragments, never through memory. Why faster: an H100's
 // or H200's tensor cores do ~990 dense bf16 TFLOP/s against ~67 fp32 TFLOP/s
 // on its CUDA cores (~15x); the reference also keeps its operands as fp32 in
 // shared memory, this one as 16-bit (half the bytes per tile).
@@ -19,6 +19,10 @@
 // relative for bf16, 2^-12 for fp16, on top of O's own final rounding; l and
 // L = m + log l are the reference's fp32 arithmetic. tests/cuda/
 // test_cuda_flash_attention_mma.cpp states the tolerances.
+//
+// Not yet run on a GPU (no device was lent when it was written): its indexing
+// and per-lane math are tested on the CPU (tests/test_flash_attention_mma.cpp),
+// its loads, stores and the instruction itself only by the GPU test.
 //
 // Grid: x = B·H heads, y = blocks of 64 query rows, the last (longest) first.
 // Block: 4 warps, 16 rows each. Shared: K and V tiles [64][HD + 8] 16-bit:
