@@ -23,6 +23,8 @@
 #include "tensor/ops.h"
 #ifdef LOOM_WITH_CUDA
 #include "tensor/cuda/fast/flash_attention.h"
+#include "tensor/cuda/fast/flash_attention_mma.h"
+#include "tensor/cuda/kernel_choice.h"
 #endif
 
 namespace loom::ops {
@@ -206,7 +208,13 @@ FlashAttentionResult flash_attention(const Tensor& q_in, const Tensor& k_in, con
   LOOM_CHECK(why.empty(), "flash_attention: ", why);
   const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
 #ifdef LOOM_WITH_CUDA
-  if (q.device().is_cuda()) return cuda::flash_attention(q, k, v, scale);
+  if (q.device().is_cuda()) {
+    // The tensor-core forward where it takes the inputs and the fast kernels
+    // are chosen; the CUDA-core kernel (the reference) otherwise.
+    if (cuda::fast_kernels() && cuda::flash_attention_mma_unsupported(q, k, v).empty())
+      return cuda::flash_attention_mma(q, k, v, scale);
+    return cuda::flash_attention(q, k, v, scale);
+  }
 #endif
   const Dims n = dims_of(q);
   FlashAttentionResult r{merged_heads(q), empty({n.B, n.H, n.T}, lse_dtype(q.dtype()))};

@@ -10,6 +10,7 @@
 #               for and added to LD_LIBRARY_PATH); test_cuda_device
 #   2 ops       each op test binary once, as a whole process (test_cuda_moe: index_add's sort, an MoE layer;
 #               test_cuda_rows_fast: the fast row kernels;
+#               test_cuda_flash_attention_mma: the tensor-core attention forward;
 #               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW;
 #               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt; test_cuda_grad_multi_tensor: one-launch
 #               unscale + found_inf, grad norm, clipping scale)
@@ -18,7 +19,7 @@
 #   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32, bf16, fp16 with the
 #               fast kernels, LOOM_CUDA_KERNELS=fast: bf16's, fp16's GEMMs on cuBLASLt, fp16's one-launch unscale);
 #               losses compared
-#   6 bench     bench_attention (composition vs flash); the row kernels fast vs reference;
+#   6 bench     bench_attention (composition vs flash, CUDA cores vs tensor cores); the row kernels fast vs reference;
 #               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
 #               gpt124m again with LOOM_CUDA_KERNELS=fast; gpt124m bf16 reference vs fast (cuBLASLt);
 #               train_gpt --trace's launches per step (fp32 and bf16, reference and fast)
@@ -155,6 +156,7 @@ phase_ops() {
   step ops test_cuda_optim_multi_tensor 60 "$bin/test_cuda_optim_multi_tensor"  # one-launch AdamW vs the per-param kernel
   step ops test_cuda_grad_multi_tensor 60 "$bin/test_cuda_grad_multi_tensor"  # one-launch unscale, norm, clip vs per tensor
   step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
+  step ops test_cuda_flash_attention_mma 90 "$bin/test_cuda_flash_attention_mma"  # the tensor-core forward vs the reference kernel and the CPU
   step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
   step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (tensor/cuda/fast/gemm_lt.h)
 }

@@ -13,6 +13,7 @@
 #include "autograd/variable.h"
 #include "cuda_test.h"
 #include "nn/attention.h"
+#include "tensor/cuda/kernel_choice.h"
 #include "../relative_error.h"
 
 using namespace loom;
@@ -56,6 +57,14 @@ Result run(Shape4 s, DType dt, const Device& device, Path path) {
 
 const Shape4 kShapes[] = {{1, 2, 1024, 64}, {2, 3, 150, 24}};
 
+// The CUDA-core kernels for one scope, whatever LOOM_CUDA_KERNELS says (under
+// fast, bf16/fp16 at head size 64 would run the tensor-core forward, whose
+// own test is test_cuda_flash_attention_mma.cpp); the environment's after.
+struct ReferenceKernels {
+  ReferenceKernels() { cuda::set_kernel_choice(cuda::KernelChoice::Reference); }
+  ~ReferenceKernels() { cuda::reset_kernel_choice(); }
+};
+
 }  // namespace
 
 // Tolerances, relative to the largest element: fp32 from the CPU tests
@@ -66,6 +75,7 @@ const Shape4 kShapes[] = {{1, 2, 1024, 64}, {2, 3, 150, 24}};
 // flash may round a result the other way from the CPU's (one ulp: up to 2
 // units); 3 units against the composition, 2 against the CPU's tile loop.
 TEST_F(CudaAttention, FlashMatchesTheCpuCompositionForwardAndBackward) {
+  ReferenceKernels reference;
   for (DType dt : {kFloat32, kBFloat16, kFloat16})
     for (Shape4 s : kShapes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " B=" << s.B << " H=" << s.H << " T=" << s.T
@@ -87,6 +97,7 @@ TEST_F(CudaAttention, FlashMatchesTheCpuCompositionForwardAndBackward) {
 
 // No atomics: every sum runs in a fixed order, so two runs give the same bits.
 TEST_F(CudaAttention, TwoRunsAreBitIdentical) {
+  ReferenceKernels reference;
   for (DType dt : {kFloat32, kBFloat16})
     for (Shape4 s : kShapes) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T=" << s.T);
