@@ -20,7 +20,10 @@
 #   DEVICE=cuda PYTHON=python3 bash bench/gpt_step.sh build-gpu all 3
 # Both sides get OMP_WAIT_POLICY=passive (idle OpenMP threads sleep instead of
 # spinning: with 2 cores shared, a spinning thread takes the core the other
-# side's work needs).
+# side's work needs). WAIT=own leaves each side its own default instead, as a
+# user runs it: loom's brief spin (GOMP_SPINCOUNT=10000, cpu/thread_wait.h),
+# PyTorch's OpenMP default (libgomp: spin ~300,000 pauses, then sleep); at 2
+# threads a passive thread is woken from sleep at every parallel loop.
 #
 # With `bf16` as the fifth argument it compares loom with loom instead: the
 # fp32 step, the --dtype bf16 step (GEMMs natively in bf16 where the CPU has
@@ -38,7 +41,7 @@
 # libraries; the hf tests' venv reuses Debian's 1.13): PYTHON2=v/bin/python. The table then
 # gains "torch2 ms" and "ratio2" (loom / that PyTorch in tokens/s).
 #
-# Usage: [PYTHON=python3] [PYTHON2=venv/bin/python] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16|attention]
+# Usage: [PYTHON=python3] [PYTHON2=venv/bin/python] [WAIT=own] [DEVICE=cuda] [TF32=1] bench/gpt_step.sh [build-dir] [small|medium|gpt124m|all] [rounds] [steps] [torch|bf16|attention]
 #   defaults: PYTHON=/usr/bin/python3, DEVICE=cpu, build, all, 3 rounds, 15 steps (medium: 8 steps), torch
 set -euo pipefail
 
@@ -52,6 +55,8 @@ loom="$build/bench/bench_gpt_step"
 py="${PYTHON:-/usr/bin/python3}"
 py2="${PYTHON2:-}"
 device="${DEVICE:-cpu}"
+wait=(OMP_WAIT_POLICY=passive)
+[ "${WAIT:-passive}" = own ] && wait=()
 dev_args=(--device "$device")
 [ "${TF32:-0}" = 1 ] && dev_args+=(--tf32)
 [ -x "$loom" ] || { echo "gpt_step.sh: $loom not found (cmake --build $build --target bench_gpt_step)" >&2; exit 1; }
@@ -91,7 +96,7 @@ if [ "$versus" = bf16 ] || [ "$versus" = attention ]; then
       for i in "${!variants[@]}"; do
         IFS='|' read -r _ envs extra <<<"${variants[$i]}"
         # shellcheck disable=SC2086  # envs and extra are lists of words
-        out=$(env OMP_WAIT_POLICY=passive $envs "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
+        out=$(env "${wait[@]}" $envs "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
           "${dev_args[@]}" $extra)
         line+="${line:+ | }$out"
         times[$i]+="$(echo "$out" | field ms_per_step) "
@@ -127,6 +132,7 @@ echo "device: $device${TF32:+ (TF32=$TF32)}"
 torch_version() { "$1" -c 'import torch; b = torch.backends; print(torch.__version__, "MKL" if b.mkl.is_available() else "no MKL", "oneDNN" if b.mkldnn.is_available() else "no oneDNN")' 2>/dev/null; }
 echo "torch: $(torch_version "$py") ($py)"
 [ -z "$py2" ] || echo "torch2: $(torch_version "$py2") ($py2)"
+echo "wait policy: ${wait[*]:-each side its own default (WAIT=own)}; LOOM_WAKE_THREADS=${LOOM_WAKE_THREADS:-auto}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15-min load average; 2 cores)"
 rows=() cpu_rows=()
 for c in "${configs[@]}"; do
@@ -134,11 +140,11 @@ for c in "${configs[@]}"; do
   n=${steps:-${default_steps[$c]}}
   loom_ms=() torch_ms=() torch2_ms=(0) loom_cpu=() torch_cpu=() torch2_cpu=(0)
   for ((r = 1; r <= rounds; ++r)); do
-    l=$(OMP_WAIT_POLICY=passive "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
-    p=$(OMP_WAIT_POLICY=passive "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
+    l=$(env "${wait[@]}" "$loom" --config "$c" --threads "$t" --warmup 3 --steps "$n" "${dev_args[@]}")
+    p=$(env "${wait[@]}" "$py" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 --steps "$n" \
       "${dev_args[@]}")
     p2=""
-    [ -z "$py2" ] || p2=$(OMP_WAIT_POLICY=passive "$py2" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 \
+    [ -z "$py2" ] || p2=$(env "${wait[@]}" "$py2" "$here/gpt_step.py" --config "$c" --threads "$t" --warmup 3 \
       --steps "$n" "${dev_args[@]}")
     echo "  round $r: $l | $p${p2:+ | torch2 }$p2" >&2
     loom_ms+=("$(echo "$l" | field ms_per_step)")
