@@ -5,7 +5,7 @@
 // one run: forward, forward + backward (ms, median of --steps), and the
 // peak memory each adds. On a GPU in bf16/fp16 at head size 64, flash
 // attention twice: its forward on the CUDA cores (LOOM_CUDA_KERNELS=reference)
-// and on the tensor cores (fast: fast/flash_attention_mma.cu), the same
+// and on the tensor cores (fast: tensor/cuda/fast/flash_attention_mma.cu), the same
 // backward. Default shape: GPT-2 124M's (B 16, 12 heads, T 1024, head 64);
 // the step has 12 such layers.
 //

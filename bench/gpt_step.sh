@@ -21,7 +21,7 @@
 # Both sides get OMP_WAIT_POLICY=passive (idle OpenMP threads sleep instead of
 # spinning: with 2 cores shared, a spinning thread takes the core the other
 # side's work needs). WAIT=own leaves each side its own default instead, as a
-# user runs it: loom's brief spin (GOMP_SPINCOUNT=10000, cpu/thread_wait.h),
+# user runs it: loom's brief spin (GOMP_SPINCOUNT=10000, tensor/cpu/thread_wait.h),
 # PyTorch's OpenMP default (libgomp: spin ~300,000 pauses, then sleep); at 2
 # threads a passive thread is woken from sleep at every parallel loop.
 #

@@ -6,7 +6,7 @@
 // go together; the rest (CPU, other dtypes or devices; every grad under the
 // reference kernels) take the per-tensor ops as before. unscale and the scale
 // give the reference's bits; the sum of squares adds in another fixed order
-// (float64 rounding apart, kernels/chunk_sum_of_squares.h).
+// (float64 rounding apart, tensor/kernels/chunk_sum_of_squares.h).
 #pragma once
 
 #include <vector>

@@ -1,5 +1,5 @@
 // ops::index_add sums each target's slices in index order (tensor/kernels/segment_sum.h,
-// the math cuda/index_add.cu runs too): the bits of the plain loop
+// the math tensor/cuda/index_add.cu runs too): the bits of the plain loop
 // `out[idx[j]] += src[j]` over j = 0, 1, ..., which is what MoE's permute and
 // unpermute backwards (index_select's backward) give on one process. Values
 // spread over six decades, so that any other order of the float adds shows.

@@ -4,7 +4,7 @@
 // each of the 32 lanes holding a share in registers (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16 with floating point type"). Host and device: the
 // tensor-core attention (tensor/cuda/fast/flash_attention_mma.cu) loads its
-// fragments with these functions, and the CPU tests (tests/test_mma_fragment.cpp)
+// fragments with these functions, and the CPU tests (tests/test_flash_attention_mma.cpp)
 // run them for 32 simulated lanes against a model of the instruction.
 //
 // lane = 4 g + t: g = lane / 4 its group (0..7), t = lane % 4 its place in the group.

@@ -3,7 +3,7 @@
 // reference (optim.cu's unscale_kernel, ops::mul_, ops::sum_of_squares):
 // unscale and the clipping scale bit for bit, found_inf for an inf or a nan in
 // any chunk of any tensor, the sum of squares bit for bit against the CPU run
-// of the kernels' order (kernels/chunk_sum_of_squares.h) and to float64
+// of the kernels' order (tensor/kernels/chunk_sum_of_squares.h) and to float64
 // rounding against the reference, twice for the bits; then the optimizer's
 // tail through optim/ (unscale_, global_grad_norm, scale_grads_to_norm), both
 // ways, with each way's launch count predicted. The order itself is tested on

@@ -1,6 +1,6 @@
 // The mixture of experts on the GPU against the CPU on the same inputs:
 // index_add (permute's and unpermute's backward: index_select's), now a stable
-// sort of the indices and one segment sum per output (cuda/index_add.cu, through
+// sort of the indices and one segment sum per output (tensor/cuda/index_add.cu, through
 // tensor/kernels/segment_sum.h, which the CPU loop calls too), so the CPU's
 // bits; then a whole MoE layer's forward and backward (router on the host,
 // experts, aux losses) with the CPU layer's weights. tests/test_index_add.cpp
