@@ -98,6 +98,7 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
   c.kv_heads = cfg.kv_heads(), c.mlp_hidden = cfg.ffn_hidden(), c.rmsnorm = cfg.rmsnorm, c.rope = cfg.rope;
   c.swiglu = cfg.swiglu, c.tied = cfg.tied_embeddings, c.bias = cfg.bias;  // the block's parts (--arch)
   c.moe_experts = cfg.moe.experts, c.moe_experts_per_token = cfg.moe.experts_per_token;  // the caller sets the group
+  c.moe_shared_experts = cfg.moe.shared_experts;
   return c;
 }
 

@@ -81,6 +81,24 @@
 // moe_rerun). Measured = formula to the byte on every rank: tp 2 fp32, tp 2
 // SP bf16, each also with --recompute full, tp 2 SP with dp 2 ep 2, and
 // --recompute full fp32 and bf16 on one process.
+//
+// Shared experts (--shared-experts S: one SwiGLU of width S I beside the
+// routed ones, cut over tp as a dense MLP): each block keeps their gate,
+// silu, up and product, 4 e b s S I / t (+ 2 e b s C under SP: c_gate's and
+// c_fc's gathered inputs). Their forward comes after (U), where their
+// tensors do not exist yet; the last block's forward can then peak at
+//   (S) the routed and shared outputs' sum: e M C + e N E (still held by
+//       the forward) + 3 e N C; under tp at the shared c_proj's collective
+//       before it (its partial sums [b s, C] and their sum, SP's laid-out
+//       copy and result [N, C], 16-bit's fp32 buffers), as the dense (F).
+// Their backward runs first (the sum's second input): a dense SwiGLU's (B)
+// and (B'), then (M) and (X) with their tensors freed and their input
+// gradient e N C alive (and, with .grad tensors, their three matrices').
+// Measured = formula to the byte: one process S 1 ((S)) and S 2 ((B')),
+// fp32, bf16, fp16, k 1, --grad-accum 2, --recompute full; every rank of
+// dp 2, dp 2 ep 2, dp 4 ep 2 ZeRO-1 bf16, tp 2 (fp32, bf16, recompute
+// full), tp 2 SP (fp32; bf16, the collective's peak; recompute full) and
+// pp 2 (its last stage less the sent gradient, as above).
 #pragma once
 
 #include "optim/activation_memory.h"
@@ -90,7 +108,8 @@ namespace loom::optim {
 // Bytes one MoE block keeps per micro-batch, what the table above lists.
 double moe_kept_bytes(const ActivationCase& c);
 
-// The MoE block's backward at its peak above what is kept: the larger of (M) and (X).
+// The MoE block's backward at its peak above what is kept: the larger of (M) and (X) (and, with shared
+// experts, of their backward's, which runs first).
 double moe_backward_bytes(const ActivationCase& c);
 
 // (U)'s temporaries: the last block's forward at unpermute's weighted sum, above what it keeps.

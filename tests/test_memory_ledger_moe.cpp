@@ -5,7 +5,7 @@
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
 // group), and each rank's ledger under --dp and --ep (its E / ep experts, their
 // own gradient buffer, and the rows the all-to-all brought them), ZeRO-1/2 over
-// expert-dp, --tp (+SP) and --recompute full.
+// expert-dp, --tp (+SP) and --recompute full; with --shared-experts too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,6 +78,9 @@ TEST(MoELedger, ExpertStateIsShardedOverTheExpertDpGroup) {
 // wide experts (I 512 against C 64) (X) is an approximation, within 1% (measured -0.28% here, +0.82% on
 // the default corpus). --recompute full: the last block's forward runs again inside its backward, its
 // (U) with the whole block rebuilt beside the kept inputs (optim/activation_moments.cpp's moe_rerun).
+// --shared-experts (a SwiGLU of width S I beside the routed experts, nn/moe.h): S 1 peaks at (S), the sum
+// of the routed and shared outputs in the last block's forward; S 2 in the shared experts' product
+// backward, which runs before the routed experts' (with c_proj's .grad tensor alive).
 TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   struct Case {
     const char* name;
@@ -90,7 +93,9 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
                {"moe_ledger_accum", kLaptop + " --batch 8 --grad-accum 2", 1e-4},
                {"moe_ledger_wide", kLaptop + " --mlp-hidden 512", 0.01},
                {"moe_ledger_full", kLaptop + " --recompute full", 1e-4},
-               {"moe_ledger_full_bf16", kLaptop + " --recompute full --dtype bf16", 1e-4}};
+               {"moe_ledger_full_bf16", kLaptop + " --recompute full --dtype bf16", 1e-4},
+               {"moe_ledger_shared", kLaptop + " --shared-experts 1", 1e-4},
+               {"moe_ledger_shared2", kLaptop + " --shared-experts 2", 1e-4}};
   for (const Case& c : cases) {
     const nlohmann::json r = ledger(c.name, c.flags);
     for (const char* row : {"params", "grads", "optimizer"})
@@ -152,6 +157,8 @@ void expect_every_rank_is_the_formula(const RankCase& c) {
 
 // An expert: w1, w3 [88, 64] and w2 [64, 88]; 2 layers of 4: an ep rank holds half of them.
 constexpr int64_t kExperts = 2 * 4 * 3 * 88 * 64;
+// --shared-experts 1: one more such SwiGLU a layer, on every rank.
+constexpr int64_t kShared = 2 * 3 * 88 * 64;
 
 // --dp and --ep, ZeRO 0: each rank holds the dense params and its E / ep experts, their gradients (the
 // experts' in a buffer of their own, its padding in comm) and Adam's moments; its activations keep the
@@ -168,6 +175,7 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp4_ep2", 4, kLaptop + " --dp 4 --ep 2", whole - kExperts / 2},
       {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"},
       {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
+      {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
       {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
@@ -187,25 +195,29 @@ TEST(MoELedger, ExpertShardsUnderZeroAreTheFormulas) {
 
 // Tensor parallelism: the router and the routed experts are whole on every tp rank (parallel/tensor_parallel/
 // block.h), so the MoE block keeps all of its tensors there, not 1 / tp; under sequence parallelism each tp
-// rank routes its T / tp tokens, and keeps its sharded input rather than a gathered copy.
+// rank routes its T / tp tokens, and keeps its sharded input rather than a gathered copy. The shared
+// experts are split over tp as a dense MLP, and under SP peak at their c_proj's reduce-scatter (16-bit: in
+// fp32 buffers) in the last block's forward.
 TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
   const RankCase cases[] = {{"moe_ledger_tp2", 2, kLaptop + " --tp 2"},
                             {"moe_ledger_tp2_sp_bf16", 2, kLaptop + " --tp 2 --sequence-parallel --dtype bf16"},
                             {"moe_ledger_tp2_full", 2, kLaptop + " --tp 2 --recompute full"},
                             {"moe_ledger_tp2_sp_full_bf16", 2, kLaptop + " --tp 2 --sequence-parallel --recompute full --dtype bf16"},
-                            {"moe_ledger_dp2_ep2_tp2_sp", 4, kLaptop + " --dp 2 --ep 2 --tp 2 --sequence-parallel"}};
+                            {"moe_ledger_dp2_ep2_tp2_sp", 4, kLaptop + " --dp 2 --ep 2 --tp 2 --sequence-parallel"},
+                            {"moe_ledger_tp2_sp_shared_bf16", 2,
+                             kLaptop + " --tp 2 --sequence-parallel --shared-experts 1 --dtype bf16"}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
 // gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
-// ledger's cp), the shared experts (a dense MLP beside the routed ones, not in the MoE block's count) and
-// --ep with --tp and ZeRO-1/2 (the experts' partial gradients summed over tp before the reduce-scatter).
+// ledger's cp), a capacity factor (the routing's drops) and --ep with --tp and ZeRO-1/2 (the experts'
+// partial gradients summed over tp before the reduce-scatter).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
       {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
-      {2, " --dp 2 --shared-experts 1", "--memory-report with --shared-experts 1: "},
+      {2, " --dp 2 --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5: "},
       {4, " --dp 2 --ep 2 --tp 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2 and --tp 2: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);

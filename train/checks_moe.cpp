@@ -56,14 +56,14 @@ void check_moe_flags(const Args& a) {
              a.cp > 1 ? str("--cp ", a.cp) : str("--tp ", a.tp, " --sequence-parallel"),
              ": the micro-batch's tokens are split over ranks, and which ones an expert drops depends on all of them "
              "in order; drop --capacity-factor (dropless) or ", a.cp > 1 ? "--cp" : "--sequence-parallel");
-  LOOM_CHECK(!a.memory_report || (a.shared_experts == 0 && a.capacity_factor == 0), "--memory-report with ",
-             a.shared_experts > 0 ? str("--shared-experts ", a.shared_experts) : str("--capacity-factor ",
-             a.capacity_factor), ": the activation formula counts dropless routed experts only "
-             "(optim/moe_activations.h); drop the flag or --memory-report");
+  LOOM_CHECK(!a.memory_report || a.capacity_factor == 0, "--memory-report with --capacity-factor ",
+             a.capacity_factor, ": the activation formula counts dropless routed experts only "
+             "(optim/moe_activations.h); drop --capacity-factor or --memory-report");
   // Measured = formula (tests/test_memory_ledger_moe.cpp): one process, --dp (ZeRO 0-2), --ep (ZeRO 0-2:
   // the experts' gradients and optimizer state sharded over their expert-dp group), --tp (with or without
   // sequence parallelism: the router and the experts whole on every tp rank), --pp and --recompute
-  // selective and full (the MoE block's forward rerun inside backward). Not yet: cp's ring attention
+  // selective and full (the MoE block's forward rerun inside backward), --shared-experts with each (a
+  // dense SwiGLU beside the routed experts, its backward first). Not yet: cp's ring attention
   // (0.3% off, as the dense ledger's cp); ZeRO-3 (5-7%); --ep with --tp and ZeRO-1/2 (the experts'
   // partial gradients summed over tp before the reduce-scatter, not measured).
   const std::pair<std::string, bool> not_measured[] = {
