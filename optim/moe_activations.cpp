@@ -8,11 +8,15 @@ namespace loom::optim {
 
 namespace {
 
+// M: the rows the routing kept, N k dropless; with a capacity (--capacity-factor) the routing's own
+// count, the blocks' mean for what the blocks keep (`mean`), else the last block's, whose moments peak.
 struct MoESizes {
   double N, k, M, E, I, C, e, router;  // router: the router's element bytes (fp32 for 16-bit models)
-  explicit MoESizes(const ActivationCase& c)
-      : N(double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1)), k(double(c.moe_experts_per_token)), M(N * k), E(double(c.moe_experts)),
-        I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)), router(c.element_bytes == 2 ? 4 : e) {}
+  explicit MoESizes(const ActivationCase& c, bool mean = false)
+      : N(double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1)), k(double(c.moe_experts_per_token)),
+        M(mean ? (c.moe_kept_rows > 0 ? c.moe_kept_rows : N * k) : (c.moe_last_rows > 0 ? c.moe_last_rows : N * k)),
+        E(double(c.moe_experts)), I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)),
+        router(c.element_bytes == 2 ? 4 : e) {}
 };
 
 // (X) under ep: the local experts' backward, the last one first (cat's backward), each a candidate at
@@ -48,8 +52,8 @@ double shared_kept_bytes(const ActivationCase& c, const MoESizes& z) {
 
 }  // namespace
 
-double moe_kept_bytes(const ActivationCase& c) {
-  const MoESizes z(c);
+double moe_kept_bytes(const ActivationCase& c, bool last_block) {
+  const MoESizes z(c, /*mean=*/!last_block);
   const double router = z.router * (z.N * z.E + z.N * z.k + z.N) + z.e * z.N * z.k;  // probs, picked, sum; weights
   const double indices = 8 * (z.N * z.k + z.M + z.N * z.k);
   const double rows = z.e * (z.M * z.C + 4 * z.M * z.I + (z.M + 1) * z.C + z.N * z.k * z.C);
@@ -70,7 +74,9 @@ double moe_backward_bytes(const ActivationCase& c) {
   const double unpermute = std::max(2 * z.e * NkC + (8 + z.e) * z.N * z.k,
                                     4 * NkC + 4 * rows + (z.e == 4 ? 0 : z.e * rows));
   const double group = double(c.moe_largest_group);
-  const double base = -z.e * (2 * z.M * z.C + z.C) - 8 * z.M;
+  // (X) after unpermute's backward has freed its input [M + 1, C], the slots [N, k, C] and an int64 [N k]
+  // index (M = N k dropless; with a capacity M is the kept rows, the slots N k still)
+  const double base = -z.e * ((z.M + 1) * z.C + z.N * z.k * z.C) - 8 * z.N * z.k;
   const double experts = c.moe_ep > 1 ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
   if (c.moe_shared_experts == 0) return std::max(unpermute, experts);
   // The shared experts' backward runs first (the sum's second input): their c_proj's and their product's,

@@ -5,7 +5,7 @@
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
 // group), and each rank's ledger under --dp and --ep (its E / ep experts, their
 // own gradient buffer, and the rows the all-to-all brought them), ZeRO-1/2 over
-// expert-dp, --tp (+SP) and --recompute full; with --shared-experts too.
+// expert-dp, --tp (+SP) and --recompute full; with --shared-experts and --capacity-factor too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +81,8 @@ TEST(MoELedger, ExpertStateIsShardedOverTheExpertDpGroup) {
 // --shared-experts (a SwiGLU of width S I beside the routed experts, nn/moe.h): S 1 peaks at (S), the sum
 // of the routed and shared outputs in the last block's forward; S 2 in the shared experts' product
 // backward, which runs before the routed experts' (with c_proj's .grad tensor alive).
+// --capacity-factor: each block keeps the rows its routing kept (here 12% and 23% of the slots dropped), the
+// blocks' mean for what they keep and the last block's at its moments, read from the routing's counts.
 TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   struct Case {
     const char* name;
@@ -95,7 +97,9 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
                {"moe_ledger_full", kLaptop + " --recompute full", 1e-4},
                {"moe_ledger_full_bf16", kLaptop + " --recompute full --dtype bf16", 1e-4},
                {"moe_ledger_shared", kLaptop + " --shared-experts 1", 1e-4},
-               {"moe_ledger_shared2", kLaptop + " --shared-experts 2", 1e-4}};
+               {"moe_ledger_shared2", kLaptop + " --shared-experts 2", 1e-4},
+               {"moe_ledger_capacity", kLaptop + " --capacity-factor 1.0", 1e-4},
+               {"moe_ledger_capacity_shared_bf16", kLaptop + " --capacity-factor 0.8 --shared-experts 1 --dtype bf16", 1e-4}};
   for (const Case& c : cases) {
     const nlohmann::json r = ledger(c.name, c.flags);
     for (const char* row : {"params", "grads", "optimizer"})
@@ -163,7 +167,8 @@ constexpr int64_t kShared = 2 * 3 * 88 * 64;
 // --dp and --ep, ZeRO 0: each rank holds the dense params and its E / ep experts, their gradients (the
 // experts' in a buffer of their own, its padding in comm) and Adam's moments; its activations keep the
 // rows the dispatch brought its experts (optim/moe_activations.h's ep table, from the routing's counts).
-// I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts.
+// I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts; with a
+// capacity too, where unpermute's backward has freed N k slots and M kept rows (M < N k).
 // --recompute selective (the attention core rebuilt) and --pp 2 too, where the last stage measures the
 // formula less the gradient it sent when that isend completed first (optim/activation_memory.h).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
@@ -176,6 +181,7 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"},
       {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
       {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
+      {"moe_ledger_dp2_ep2_capacity_wide", 2, kLaptop + " --dp 2 --ep 2 --capacity-factor 1.0 --mlp-hidden 512"},
       {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
@@ -211,13 +217,15 @@ TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
 
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
 // gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
-// ledger's cp), a capacity factor (the routing's drops) and --ep with --tp and ZeRO-1/2 (the experts'
-// partial gradients summed over tp before the reduce-scatter).
+// ledger's cp), a capacity factor where an earlier micro-batch or block may hold the peak (the formula
+// reads the latest micro-batch's rows) and --ep with --tp and ZeRO-1/2 (the experts' partial gradients
+// summed over tp before the reduce-scatter).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
       {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
-      {2, " --dp 2 --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5: "},
+      {2, " --pp 2 --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --pp 2 (2 micro-batches): "},
+      {1, " --recompute full --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --recompute full: "},
       {4, " --dp 2 --ep 2 --tp 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2 and --tp 2: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);

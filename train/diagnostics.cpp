@@ -201,6 +201,13 @@ double Diagnostics::predicted_activation_bytes() const {
     const std::vector<int64_t>& load = split ? st.last_load : st.load;
     c.moe_largest_group = *std::max_element(load.begin(), load.end()) / (split ? 1 : st.forwards);
     if (pgm_.ep_size > 1) received_rows(moe, c);
+    if (cfg.moe.capacity_factor > 0) {  // the rows each block kept of this rank's slots (its latest micro-batch)
+      for (nn::MoE* layer : moe) {
+        c.moe_last_rows = 0;
+        for (int64_t g : layer->stats.last_load) c.moe_last_rows += double(g);
+        c.moe_kept_rows += c.moe_last_rows / double(moe.size());
+      }
+    }
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
