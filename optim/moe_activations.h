@@ -65,9 +65,10 @@
 //       at the last; the unsort's indices are freed by then (- 8 R + 8).
 // Measured = formula to the byte on every rank (tests/test_memory_ledger_moe.cpp's
 // ep runs; the laptop config at dp 2 ep 2, dp 4 ep 2 and 4, fp32, bf16 native
-// and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum the
-// formula reads the last micro-batch's routing, and an earlier one that
-// routed more rows here can be the peak: measured up to +1.6% (dp 4 ep 2, I 512).
+// and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum each
+// micro-batch routes its own rows here, and an earlier one that routed more
+// can be the peak: the caller (train/diagnostics.cpp) predicts each micro-batch's
+// and takes the largest (the last's alone was up to 3.1% under, dp 4 ep 2, I 512).
 // ZeRO-1/2 change none of it (dp 4 ep 2, ZeRO-1 bf16 and ZeRO-2 fp32: to the byte).
 //
 // Tensor parallelism (parallel/tensor_parallel/block.h): the router and the
@@ -106,9 +107,11 @@
 // moe_last_rows, the last block's, at the moments); the slots [N, k, C] and
 // each slot's row stay N k, so (X)'s base frees e ((M + 1) C + N k C) + 8 N k.
 // Measured = formula to the byte: one process fp32 (11.5% dropped), bf16 with
-// a shared expert (23%), every rank of dp 2, dp 2 ep 2 (I 88 and 512, --recompute
-// selective), dp 4 ep 2 ZeRO-1 bf16, tp 2 fp32 and bf16. Not with several micro-batches or
-// --recompute full, where an earlier micro-batch's or block's rows can peak (train/checks_moe.cpp).
+// a shared expert (23%), --grad-accum 2 and 4 (each micro-batch's rows, the
+// costliest taken), every rank of dp 2, dp 2 ep 2 (I 88 and 512, --recompute
+// selective, --grad-accum 4), dp 4 ep 2 ZeRO-1 bf16, tp 2 fp32 and bf16. Not
+// under a pipeline (micro-batches in flight, each its own rows) or --recompute
+// full (an earlier block's rerun can peak): train/checks_moe.cpp refuses them.
 #pragma once
 
 #include "optim/activation_memory.h"

@@ -72,19 +72,18 @@ void check_moe_flags(const Args& a) {
     LOOM_CHECK(!a.memory_report || !given, "--memory-report with --experts ", a.experts, " and ", flag,
                ": the experts' formula is measured on one process and under --dp, --ep (ZeRO 0-2), --tp, --pp "
                "and recomputation (tests/test_memory_ledger_moe.cpp); drop ", flag, " or --memory-report");
-  // --capacity-factor: each block's rows are the ones its routing kept, read from the latest micro-batch
-  // (nn/moe.h's last_load); measured = formula where that micro-batch and the last block hold the peak. An
-  // earlier micro-batch (--grad-accum, a pipeline's) or, under full recomputation, an earlier block's rerun
-  // that kept more rows can hold it instead: not counted yet.
+  // --capacity-factor: each block's rows are the ones its routing kept, read from each micro-batch (nn/moe.h's
+  // loads; --grad-accum: the costliest micro-batch's peak). A pipeline's in-flight micro-batches (the
+  // formula reads the latest's) or, under full recomputation, an earlier block's rerun that kept more rows
+  // can hold the peak instead: not counted yet.
   const int64_t micro_batches = micro_batches_per_step(a, a.pp);
   const std::pair<std::string, bool> capacity_not_measured[] = {
-      {a.pp > 1 ? str("--pp ", a.pp, " (", micro_batches, " micro-batches)") : str("--grad-accum ", a.grad_accum),
-       micro_batches > 1},
+      {str("--pp ", a.pp, " (", micro_batches, " micro-batches)"), a.pp > 1 && micro_batches > 1},
       {"--recompute full", a.recompute == "full"}};
   for (const auto& [flag, given] : capacity_not_measured)
     LOOM_CHECK(!a.memory_report || a.capacity_factor == 0 || !given, "--memory-report with --capacity-factor ",
-               a.capacity_factor, " and ", flag, ": the formula reads each block's kept rows of the latest "
-               "micro-batch, and an earlier micro-batch or block that kept more can peak here; drop ", flag,
+               a.capacity_factor, " and ", flag, ": the formula reads each block's kept rows of one "
+               "micro-batch, and another in flight or an earlier block that kept more can peak here; drop ", flag,
                ", --capacity-factor or --memory-report");
   // --ep N: N consecutive dp ranks share the experts' compute, E / N experts each (Megatron's layout).
   LOOM_CHECK(a.experts % a.ep == 0, "--ep ", a.ep, " does not divide --experts ", a.experts,
