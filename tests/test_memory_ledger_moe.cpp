@@ -202,10 +202,16 @@ TEST(MoELedger, GradAccumPeaksInItsCostliestMicroBatch) {
 // buffer's own scratches (two here: --bucket-mb 0.12 cuts both into several buckets). The experts' param
 // buffer's padding joins comm: I 89 makes an expert's matrices 89 x 64 = 44.5 x 128 elements, and a
 // bucket of five of them (0.12 MiB holds 31457 fp32) is padded by 64 to a multiple of expert-dp x 64 = 128.
+// Under --tp as well: each tp rank holds its E / ep experts whole (the router's and the experts' partial
+// gradients summed over tp before the reduce-scatter), sharded over the same expert-dp group.
 TEST(MoELedger, ExpertShardsUnderZeroAreTheFormulas) {
   const std::string odd = kLaptop + " --mlp-hidden 89 --dp 4 --ep 2 --bucket-mb 0.12";
+  // With --tp 2 too (each tp rank's experts whole, sharded over its expert-dp group; I 90, which tp divides).
+  const std::string tp = kLaptop + " --mlp-hidden 90 --dp 2 --ep 2 --tp 2 --bucket-mb 0.12";
   const RankCase cases[] = {{"moe_ledger_dp4_ep2_zero1", 4, odd + " --zero 1 --dtype bf16", 0, 0, 1},
-                            {"moe_ledger_dp4_ep2_zero2", 4, odd + " --zero 2", 0, 0, 2}};
+                            {"moe_ledger_dp4_ep2_zero2", 4, odd + " --zero 2", 0, 0, 2},
+                            {"moe_ledger_ep2_tp2_zero1_sp", 4, tp + " --zero 1 --sequence-parallel --dtype bf16", 0, 0, 1},
+                            {"moe_ledger_ep2_tp2_zero2", 4, tp + " --zero 2 --shared-experts 1", 0, 0, 2}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
@@ -228,15 +234,13 @@ TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
 // gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
 // ledger's cp), a capacity factor where another micro-batch in flight or an earlier block's rerun may hold
-// the peak (a pipeline, --recompute full) and --ep with --tp and ZeRO-1/2 (the experts' partial gradients
-// summed over tp before the reduce-scatter).
+// the peak (a pipeline, --recompute full).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
       {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
       {2, " --pp 2 --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --pp 2 (2 micro-batches): "},
-      {1, " --recompute full --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --recompute full: "},
-      {4, " --dp 2 --ep 2 --tp 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2 and --tp 2: "}};
+      {1, " --recompute full --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --recompute full: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;
