@@ -87,6 +87,7 @@ Tensor MoE::forward(const Tensor& x) {
       stats.slots += int64_t(m.tokens) * K, stats.dropped += int64_t(m.dropped), ++stats.forwards;
       for (size_t e = 0; e < m.kept.size(); ++e) stats.load[e] += int64_t(m.kept[e]), step_load[e] += int64_t(m.kept[e]);
       stats.last_load.assign(map.tokens_per_expert.begin(), map.tokens_per_expert.end());  // this rank's own
+      stats.loads.push_back(stats.last_load);
     }
   }
   if (o.z_loss_coef > 0 && GradMode::is_enabled())
@@ -134,7 +135,7 @@ RoutingStats take_routing_stats(Module& root) {
     total.forwards += m->stats.forwards;
     if (total.load.empty()) total.load.assign(m->stats.load.size(), 0);
     for (size_t e = 0; e < m->stats.load.size() && e < total.load.size(); ++e) total.load[e] += m->stats.load[e];
-    m->stats = RoutingStats{0, 0, 0.0, 0, std::vector<int64_t>(m->stats.load.size(), 0), {}};
+    m->stats = RoutingStats{0, 0, 0.0, 0, std::vector<int64_t>(m->stats.load.size(), 0), {}, {}};
   }
   return total;
 }

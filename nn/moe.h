@@ -46,6 +46,7 @@ struct RoutingStats {
   int64_t forwards = 0;
   std::vector<int64_t> load;       // [E] slots each expert computed
   std::vector<int64_t> last_load;  // [E] of them in the latest forward (the memory ledger's, under --ep)
+  std::vector<std::vector<int64_t>> loads;  // [forward][E] each forward's (the ledger's per micro-batch)
 };
 
 // The ranks that hold the other tokens of this rank's micro-batch (set by

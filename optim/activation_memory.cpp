@@ -24,7 +24,7 @@ namespace {
 // What one micro-batch keeps until its backward: per block and around the blocks.
 ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   const double N = z.N, h = z.h, t = z.t, s = z.s, unit = z.unit, local = z.local, stats = z.stats;
-  // Split over tp, per token: q, k, v, the merged heads, the softmax (the MLP's: z.mlp_bytes).
+  // Split over tp, per token: q, k, v, the merged heads, the softmax (the MLP's: z.mlp_mean).
   const double split = (attention_qkv_elements(c) + h + z.a * s) / t;
   // x and h, and the norms' outputs; under SP x and h are sharded and each
   // column-parallel linear keeps the all-gathered input it made: c_attn
@@ -33,13 +33,13 @@ ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   const double replicated = c.sequence_parallel ? 2 / t + 1 + z.gathers : 4;
   ActivationPrediction p;
   // Each norm also keeps its rows' statistics: two per block.
-  p.per_block = unit * replicated + N * split * z.e + z.mlp_bytes + 2 * stats;
+  p.per_block = unit * replicated + N * split * z.e + z.mlp_mean + 2 * stats;
   // Recomputation (parallel/recompute.h) keeps less per block and rebuilds it
   // in backward: selective drops the attention core's softmax [b, a/t, s, s]
   // (q, k, v stay: they are its saved inputs); full keeps only the block's
   // input x (replicated, [b, s/t, h] under SP). What the rerun rebuilds is
   // added to the backward's moments below.
-  z.block_kept = p.per_block;
+  z.block_kept = p.per_block - z.mlp_mean + z.mlp_bytes;  // the last block's (a capacity's rows differ by block)
   z.scores_kept = N * z.a * s / t * z.e;
   if (c.recompute == parallel::Recompute::Selective) p.per_block -= z.scores_kept;
   if (c.recompute == parallel::Recompute::Full) p.per_block = local;
@@ -99,6 +99,7 @@ ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_bat
   c.kv_heads = cfg.kv_heads(), c.mlp_hidden = cfg.ffn_hidden(), c.rmsnorm = cfg.rmsnorm, c.rope = cfg.rope;
   c.swiglu = cfg.swiglu, c.tied = cfg.tied_embeddings, c.bias = cfg.bias;  // the block's parts (--arch)
   c.moe_experts = cfg.moe.experts, c.moe_experts_per_token = cfg.moe.experts_per_token;  // the caller sets the group
+  c.moe_shared_experts = cfg.moe.shared_experts;
   return c;
 }
 

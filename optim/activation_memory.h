@@ -228,9 +228,9 @@ struct ActivationCase {
   bool bias = true;          // biases on the attention and MLP linears
   bool fused_attention = false;  // the CPU's fused causal attention (nn/attention.h's attend(): fp32 or fp64,
                                  // no dropout): its backward makes dq, dk, dv and no [b, a, s, s] temporaries
-  // A mixture of experts in the MLP's place (nn/moe.h; optim/moe_activations.h): dropless, no
-  // shared experts. mlp_hidden is then an expert's width I.
-  int64_t moe_experts = 0, moe_experts_per_token = 0;  // E (0: the dense MLP), k
+  // A mixture of experts in the MLP's place (nn/moe.h; optim/moe_activations.h); mlp_hidden: an expert's I.
+  int64_t moe_experts = 0, moe_experts_per_token = 0, moe_shared_experts = 0;  // E (0: the dense MLP), k, S
+  double moe_kept_rows = 0, moe_last_rows = 0;  // a capacity's kept rows M: blocks' mean, last block's (0: N k)
   int64_t moe_largest_group = 0;  // the most rows one expert computed in the last block (the routing's)
   int moe_ep = 1;  // --ep: the rows this rank's E / ep experts got from the ep group (last micro-batch):
   double moe_received_rows = 0;           // R per block (their mean over the blocks)

@@ -218,6 +218,7 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
 Moments grads_at(const ActivationCase& c, const Sizes& z) {
   const double h = z.h, t = z.t, F = z.F, V = z.V;
   const bool grads_kept = c.grad_bytes > 0;
+  const double F_shared = double(c.moe_shared_experts) * F / t;  // the shared experts' SwiGLU, split over tp
   const double norm_weights = c.rmsnorm ? h : 2 * h;
   const double head_weight = c.has_head && (!c.tied || !c.has_embedding) ? V / t * h * 4 : 0;
   // The MLP's matrices, and its column-parallel ones (their biases split over tp).
@@ -234,7 +235,7 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
       : 0;
   if (grads_kept && c.moe_experts > 0) {  // the router's and every expert's instead; none at the MoE's own peak
     g.gate = g.block;
-    g.ln_2 = g.block + 4 * double(c.moe_experts) * (h + 3 * h * F);
+    g.ln_2 = g.block + 4 * (double(c.moe_experts) * (h + 3 * h * F) + 3 * h * F_shared);
   }
   g.attention = grads_kept && c.blocks > 0  // (C): ln_2's and attn.c_proj's too
       ? g.ln_2 + 4 * (norm_weights + h * h / t + (c.bias ? h : 0))
@@ -247,7 +248,8 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
   if (c.recompute == parallel::Recompute::Full && grads_kept && c.blocks > 1) {
     const double kv = kv_width(c);
     // A MoE block's: its router's and every expert's, whole on every tp rank (not / t).
-    const double mlp = c.moe_experts > 0 ? double(c.moe_experts) * (h + 3 * h * F) : mlp_matrices * h * F / t;
+    const double mlp = c.moe_experts > 0 ? double(c.moe_experts) * (h + 3 * h * F) + 3 * h * F_shared
+                                         : mlp_matrices * h * F / t;
     const double matrices = (2 * h * h + 2 * h * kv) / t + mlp;
     const double biases = c.bias ? (h + 2 * kv + mlp_columns * F) / t + 2 * h : 0;
     const double block_grads = 4 * (matrices + biases + 2 * norm_weights);

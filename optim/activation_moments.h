@@ -22,7 +22,9 @@ struct Sizes {
   double stats;     // a norm's rows' 1/rms, or mean and 1/std, fp32
   double mlp_kept;  // per token: gate, silu, up, product; or fc, gelu (split over tp)
   double mlp_bytes; // what one block's MLP keeps: N mlp_kept / t x e; a MoE block's own count
-                    // (moe_activations.h: its router and experts are whole on every tp rank, not / t)
+                    // (moe_activations.h: its router and experts are whole on every tp rank, not / t),
+                    // the last block's (with a capacity its rows are the routing's, block by block)
+  double mlp_mean;  // the blocks' mean of it (what all of them keep)
   double gathers;   // ln_2's output as the MLP keeps it (units): under SP gathered, SwiGLU's two column
                     // linears a copy each; a MoE block routes the tokens this rank holds (SP: 1 / t)
   double block_kept = 0;   // every activation of one block
@@ -36,7 +38,8 @@ struct Sizes {
         V(double(c.vocab)), e(double(c.element_bytes)), native(c.native_bf16_gemm && c.element_bytes == 2),
         F(c.mlp_hidden > 0 ? double(c.mlp_hidden) : 4 * h), N(b * s), Ns(c.sequence_parallel ? N / t : N),
         unit(N * h * e), local(Ns * h * e), stats(c.rmsnorm ? Ns * 4 : 2 * Ns * 4),
-        mlp_kept(c.swiglu ? 4 * F : 2 * F), mlp_bytes(c.moe_experts > 0 ? moe_kept_bytes(c) : N * mlp_kept / t * e),
+        mlp_kept(c.swiglu ? 4 * F : 2 * F), mlp_bytes(c.moe_experts > 0 ? moe_kept_bytes(c, true) : N * mlp_kept / t * e),
+        mlp_mean(c.moe_experts > 0 ? moe_kept_bytes(c) : mlp_bytes),
         gathers(c.moe_experts > 0 ? Ns / N : c.sequence_parallel && c.swiglu ? 2 : 1) {}
 };
 

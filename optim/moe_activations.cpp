@@ -8,11 +8,15 @@ namespace loom::optim {
 
 namespace {
 
+// M: the rows the routing kept, N k dropless; with a capacity (--capacity-factor) the routing's own
+// count, the blocks' mean for what the blocks keep (`mean`), else the last block's, whose moments peak.
 struct MoESizes {
   double N, k, M, E, I, C, e, router;  // router: the router's element bytes (fp32 for 16-bit models)
-  explicit MoESizes(const ActivationCase& c)
-      : N(double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1)), k(double(c.moe_experts_per_token)), M(N * k), E(double(c.moe_experts)),
-        I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)), router(c.element_bytes == 2 ? 4 : e) {}
+  explicit MoESizes(const ActivationCase& c, bool mean = false)
+      : N(double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1)), k(double(c.moe_experts_per_token)),
+        M(mean ? (c.moe_kept_rows > 0 ? c.moe_kept_rows : N * k) : (c.moe_last_rows > 0 ? c.moe_last_rows : N * k)),
+        E(double(c.moe_experts)), I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)),
+        router(c.element_bytes == 2 ? 4 : e) {}
 };
 
 // (X) under ep: the local experts' backward, the last one first (cat's backward), each a candidate at
@@ -38,18 +42,27 @@ double local_experts_backward(const ActivationCase& c, const MoESizes& z, double
   return best;
 }
 
+// The shared experts' SwiGLU (nn/mlp.h, tp's cut of it): gate, silu, up and their product [b s, S I / t]
+// each; under sequence parallelism c_gate and c_fc each keep ln_2's output gathered [b s, C] too.
+double shared_kept_bytes(const ActivationCase& c, const MoESizes& z) {
+  if (c.moe_shared_experts == 0) return 0;
+  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
+  return z.e * tokens * (4 * F + (c.sequence_parallel && c.tp > 1 ? 2 * z.C : 0));
+}
+
 }  // namespace
 
-double moe_kept_bytes(const ActivationCase& c) {
-  const MoESizes z(c);
+double moe_kept_bytes(const ActivationCase& c, bool last_block) {
+  const MoESizes z(c, /*mean=*/!last_block);
   const double router = z.router * (z.N * z.E + z.N * z.k + z.N) + z.e * z.N * z.k;  // probs, picked, sum; weights
   const double indices = 8 * (z.N * z.k + z.M + z.N * z.k);
   const double rows = z.e * (z.M * z.C + 4 * z.M * z.I + (z.M + 1) * z.C + z.N * z.k * z.C);
   if (c.moe_ep > 1) {  // the received rows R in the permuted ones' place: arrived, grouped, computed, 2 indices
     const double R = c.moe_received_rows;
-    return router + indices + 16 * R + z.e * (3 * R * z.C + 4 * R * z.I + (z.M + 1) * z.C + z.N * z.k * z.C);
+    return router + indices + 16 * R + z.e * (3 * R * z.C + 4 * R * z.I + (z.M + 1) * z.C + z.N * z.k * z.C) +
+           shared_kept_bytes(c, z);
   }
-  return router + indices + rows;
+  return router + indices + rows + shared_kept_bytes(c, z);
 }
 
 double moe_backward_bytes(const ActivationCase& c) {
@@ -61,9 +74,22 @@ double moe_backward_bytes(const ActivationCase& c) {
   const double unpermute = std::max(2 * z.e * NkC + (8 + z.e) * z.N * z.k,
                                     4 * NkC + 4 * rows + (z.e == 4 ? 0 : z.e * rows));
   const double group = double(c.moe_largest_group);
-  const double base = -z.e * (2 * z.M * z.C + z.C) - 8 * z.M;
+  // (X) after unpermute's backward has freed its input [M + 1, C], the slots [N, k, C] and an int64 [N k]
+  // index (M = N k dropless; with a capacity M is the kept rows, the slots N k still)
+  const double base = -z.e * ((z.M + 1) * z.C + z.N * z.k * z.C) - 8 * z.N * z.k;
   const double experts = c.moe_ep > 1 ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
-  return std::max(unpermute, experts);
+  if (c.moe_shared_experts == 0) return std::max(unpermute, experts);
+  // The shared experts' backward runs first (the sum's second input): their c_proj's and their product's,
+  // as a dense SwiGLU's (B) and (B'), with c_proj's .grad tensor where there is no main_grad buffer. Then
+  // the routed moments above, with the shared experts' tensors freed, their input gradient [N, C] waiting
+  // for the routed one's and (no main_grad buffer) their three .grad tensors alive.
+  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
+  const double grad = c.grad_bytes > 0 ? 4 * F * z.C : 0;  // one matrix's fp32 .grad
+  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
+  const double c_proj = linear_backward_temporaries(tokens, F, z.C, z.e, false, native);
+  const double product = 2 * z.e * tokens * F + grad;
+  const double after = -shared_kept_bytes(c, z) + z.e * z.N * z.C + 3 * grad;
+  return std::max({c_proj, product, unpermute + after, experts + after});
 }
 
 double moe_forward_bytes(const ActivationCase& c) {
@@ -71,7 +97,24 @@ double moe_forward_bytes(const ActivationCase& c) {
   // the experts' output [M, C] and the logits [N, E] the forward holds; the weighted slots [N, k, C],
   // the sum's float64 accumulator [N, C] and its result [N, C]
   const double permuted = c.moe_ep > 1 ? z.e * z.M * z.C : 0;  // under ep kept by no one, but alive until forward ends
-  return z.e * z.M * z.C + z.e * z.N * z.E + z.e * z.N * z.k * z.C + 8 * z.N * z.C + z.e * z.N * z.C + permuted;
+  // (U) comes before the shared experts' forward: what they keep does not exist yet.
+  const double unpermute = z.e * z.M * z.C + z.e * z.N * z.E + z.e * z.N * z.k * z.C + 8 * z.N * z.C +
+                           z.e * z.N * z.C + permuted - shared_kept_bytes(c, z);
+  if (c.moe_shared_experts == 0) return unpermute;
+  // (S) the routed and shared outputs' sum, all kept: the experts' output [M, C] and the logits [N, E],
+  // still held by the forward, the routed output, the shared one and their sum [N, C].
+  const double held = z.e * z.M * z.C + z.e * z.N * z.E + permuted;
+  const double sum = held + 3 * z.e * z.N * z.C;
+  if (c.tp == 1) return std::max(unpermute, sum);
+  // (S) under tp: before it, the shared c_proj's collective (activation_moments.cpp's (F), a dense MLP's):
+  // beside the routed output [N, C], its partial sums [b s, C] and their sum (SP: a copy laid out for the
+  // reduce-scatter and its result [N, C]); 16-bit reduces in fp32 buffers ([b s, C], SP's result [N, C]),
+  // fp32 SP lays the result back out [N, C].
+  const bool sp = c.sequence_parallel;
+  const double T = double(c.micro_batch * c.seq), local = z.e * z.N * z.C;
+  const double collective = held + local + 2 * z.e * T * z.C + (sp ? local : 0) +
+                            (z.e == 4 ? (sp ? local : 0) : 4 * T * z.C + (sp ? 4 * z.N * z.C : 0));
+  return std::max({unpermute, sum, collective});
 }
 
 }  // namespace loom::optim

@@ -65,9 +65,10 @@
 //       at the last; the unsort's indices are freed by then (- 8 R + 8).
 // Measured = formula to the byte on every rank (tests/test_memory_ledger_moe.cpp's
 // ep runs; the laptop config at dp 2 ep 2, dp 4 ep 2 and 4, fp32, bf16 native
-// and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum the
-// formula reads the last micro-batch's routing, and an earlier one that
-// routed more rows here can be the peak: measured up to +1.6% (dp 4 ep 2, I 512).
+// and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum each
+// micro-batch routes its own rows here, and an earlier one that routed more
+// can be the peak: the caller (train/diagnostics.cpp) predicts each micro-batch's
+// and takes the largest (the last's alone was up to 3.1% under, dp 4 ep 2, I 512).
 // ZeRO-1/2 change none of it (dp 4 ep 2, ZeRO-1 bf16 and ZeRO-2 fp32: to the byte).
 //
 // Tensor parallelism (parallel/tensor_parallel/block.h): the router and the
@@ -81,16 +82,48 @@
 // moe_rerun). Measured = formula to the byte on every rank: tp 2 fp32, tp 2
 // SP bf16, each also with --recompute full, tp 2 SP with dp 2 ep 2, and
 // --recompute full fp32 and bf16 on one process.
+//
+// Shared experts (--shared-experts S: one SwiGLU of width S I beside the
+// routed ones, cut over tp as a dense MLP): each block keeps their gate,
+// silu, up and product, 4 e b s S I / t (+ 2 e b s C under SP: c_gate's and
+// c_fc's gathered inputs). Their forward comes after (U), where their
+// tensors do not exist yet; the last block's forward can then peak at
+//   (S) the routed and shared outputs' sum: e M C + e N E (still held by
+//       the forward) + 3 e N C; under tp at the shared c_proj's collective
+//       before it (its partial sums [b s, C] and their sum, SP's laid-out
+//       copy and result [N, C], 16-bit's fp32 buffers), as the dense (F).
+// Their backward runs first (the sum's second input): a dense SwiGLU's (B)
+// and (B'), then (M) and (X) with their tensors freed and their input
+// gradient e N C alive (and, with .grad tensors, their three matrices').
+// Measured = formula to the byte: one process S 1 ((S)) and S 2 ((B')),
+// fp32, bf16, fp16, k 1, --grad-accum 2, --recompute full; every rank of
+// dp 2, dp 2 ep 2, dp 4 ep 2 ZeRO-1 bf16, tp 2 (fp32, bf16, recompute
+// full), tp 2 SP (fp32; bf16, the collective's peak; recompute full) and
+// pp 2 (its last stage less the sent gradient, as above).
+//
+// A capacity (--capacity-factor): each expert computes at most its capacity
+// of rows, the rest of its slots dropped, so M above is the rows the routing
+// kept (ActivationCase::moe_kept_rows, the blocks' mean, for what is kept;
+// moe_last_rows, the last block's, at the moments); the slots [N, k, C] and
+// each slot's row stay N k, so (X)'s base frees e ((M + 1) C + N k C) + 8 N k.
+// Measured = formula to the byte: one process fp32 (11.5% dropped), bf16 with
+// a shared expert (23%), --grad-accum 2 and 4 (each micro-batch's rows, the
+// costliest taken), every rank of dp 2, dp 2 ep 2 (I 88 and 512, --recompute
+// selective, --grad-accum 4), dp 4 ep 2 ZeRO-1 bf16, tp 2 fp32 and bf16. Not
+// under a pipeline (micro-batches in flight, each its own rows) or --recompute
+// full (an earlier block's rerun can peak): train/checks_moe.cpp refuses them.
 #pragma once
 
 #include "optim/activation_memory.h"
 
 namespace loom::optim {
 
-// Bytes one MoE block keeps per micro-batch, what the table above lists.
-double moe_kept_bytes(const ActivationCase& c);
+// Bytes one MoE block keeps per micro-batch, what the table above lists: with a capacity, the blocks'
+// mean (their rows' mean), or the last block's.
+double moe_kept_bytes(const ActivationCase& c, bool last_block = false);
 
-// The MoE block's backward at its peak above what is kept: the larger of (M) and (X).
+// The MoE block's backward at its peak above what is kept: the larger of (M) and (X) (and, with shared
+// experts, of their backward's, which runs first).
 double moe_backward_bytes(const ActivationCase& c);
 
 // (U)'s temporaries: the last block's forward at unpermute's weighted sum, above what it keeps.

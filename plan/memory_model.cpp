@@ -69,6 +69,7 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
     if (m.experts > 0) {  // a MoE block: optim/moe_activations.h's count (dropless), the expert width as the MLP's
       cfg.mlp_hidden = m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width();
       cfg.moe.experts = m.experts, cfg.moe.experts_per_token = m.experts_per_token;
+      cfg.moe.shared_experts = m.shared_experts;  // their SwiGLU, counted there too (SP's gathered inputs)
     }
     const parallel::Recompute recompute = g.recompute             ? parallel::Recompute::Full
                                           : g.recompute_selective ? parallel::Recompute::Selective
@@ -81,7 +82,7 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
       c.moe_ep = g.ep, c.moe_received_rows = double(rows);
       c.moe_local_groups.assign(size_t(m.experts / g.ep), rows * g.ep / m.experts);
     }
-    return optim::predict_activations(c).per_block + shared_expert_activation_bytes(m, g, micro_batch);
+    return optim::predict_activations(c).per_block;
   }
   const double s = double(m.seq) / g.cp, b = double(micro_batch), h = double(m.width), a = double(m.heads),
                t = double(g.tp);

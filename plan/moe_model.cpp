@@ -59,12 +59,6 @@ double active_block_matmul_params(const ModelShape& m) {
   return (dense_blocks * double(m.block_matmul_params()) + (double(m.layers) - dense_blocks) * moe) / double(m.layers);
 }
 
-double shared_expert_activation_bytes(const ModelShape& m, const Grid& g, int64_t micro_batch) {
-  if (m.experts == 0 || m.shared_experts == 0) return 0;
-  const double tokens = double(micro_batch) * double(m.seq) / g.cp;
-  return 4 * tokens * double(m.shared_experts * expert_width(m)) / g.tp * dtype_bytes(g.dtype);
-}
-
 Grid expert_dp_grid(const Grid& g) {
   Grid e = g;
   e.dp = g.dp / g.ep;

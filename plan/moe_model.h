@@ -19,8 +19,9 @@
 // gradients and, under ZeRO, shard their optimizer state:
 //   optimizer = dense params x bytes/param / dp  +  expert params x bytes/param / (dp / ep)
 // (--memory-report's ledger, tests/test_memory_ledger_moe.cpp, measures this at
-// ZeRO 0 and ep 1, 2, 4). Activations: the ledger's count (optim/moe_activations.h)
-// with a balanced router: each rank's experts receive the N k rows it sends, so
+// ZeRO 0 and ep 1, 2, 4). Activations: the ledger's count (optim/moe_activations.h,
+// the shared experts' SwiGLU included: 4 S I / tp elements a token, + SP's two
+// gathered inputs) with a balanced router: each rank's experts receive the N k rows it sends, so
 // a block keeps 2 e N k h + 16 N k bytes more than at ep 1 (the received, sorted
 // and computed rows [R, h] and two indices, less the permuted rows).
 //
@@ -71,11 +72,6 @@ int64_t active_params(const ModelShape& m);
 // The matmul weights a token uses in one block, averaged over the blocks
 // (the dense first ones and the MoE ones): the FLOPs' 2 x this per token.
 double active_block_matmul_params(const ModelShape& m);
-
-// A MoE block's activations are optim/moe_activations.h's (what --memory-report
-// measures, dropless); the shared experts add what one SwiGLU of width S I keeps
-// on every token (gate, silu, up, product: 4 S I elements a token), counted here.
-double shared_expert_activation_bytes(const ModelShape& m, const Grid& g, int64_t micro_batch);
 
 // (ep - 1) alpha + (ep - 1)/ep x bytes / B: one all-to-all of `bytes` over n ranks.
 double all_to_all_seconds(double bytes, int n, const Link& l);

@@ -5,7 +5,7 @@
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
 // group), and each rank's ledger under --dp and --ep (its E / ep experts, their
 // own gradient buffer, and the rows the all-to-all brought them), ZeRO-1/2 over
-// expert-dp, --tp (+SP) and --recompute full.
+// expert-dp, --tp (+SP) and --recompute full; with --shared-experts and --capacity-factor too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,6 +78,11 @@ TEST(MoELedger, ExpertStateIsShardedOverTheExpertDpGroup) {
 // wide experts (I 512 against C 64) (X) is an approximation, within 1% (measured -0.28% here, +0.82% on
 // the default corpus). --recompute full: the last block's forward runs again inside its backward, its
 // (U) with the whole block rebuilt beside the kept inputs (optim/activation_moments.cpp's moe_rerun).
+// --shared-experts (a SwiGLU of width S I beside the routed experts, nn/moe.h): S 1 peaks at (S), the sum
+// of the routed and shared outputs in the last block's forward; S 2 in the shared experts' product
+// backward, which runs before the routed experts' (with c_proj's .grad tensor alive).
+// --capacity-factor: each block keeps the rows its routing kept (here 12% and 23% of the slots dropped), the
+// blocks' mean for what they keep and the last block's at its moments, read from the routing's counts.
 TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   struct Case {
     const char* name;
@@ -90,7 +95,11 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
                {"moe_ledger_accum", kLaptop + " --batch 8 --grad-accum 2", 1e-4},
                {"moe_ledger_wide", kLaptop + " --mlp-hidden 512", 0.01},
                {"moe_ledger_full", kLaptop + " --recompute full", 1e-4},
-               {"moe_ledger_full_bf16", kLaptop + " --recompute full --dtype bf16", 1e-4}};
+               {"moe_ledger_full_bf16", kLaptop + " --recompute full --dtype bf16", 1e-4},
+               {"moe_ledger_shared", kLaptop + " --shared-experts 1", 1e-4},
+               {"moe_ledger_shared2", kLaptop + " --shared-experts 2", 1e-4},
+               {"moe_ledger_capacity", kLaptop + " --capacity-factor 1.0", 1e-4},
+               {"moe_ledger_capacity_shared_bf16", kLaptop + " --capacity-factor 0.8 --shared-experts 1 --dtype bf16", 1e-4}};
   for (const Case& c : cases) {
     const nlohmann::json r = ledger(c.name, c.flags);
     for (const char* row : {"params", "grads", "optimizer"})
@@ -152,11 +161,14 @@ void expect_every_rank_is_the_formula(const RankCase& c) {
 
 // An expert: w1, w3 [88, 64] and w2 [64, 88]; 2 layers of 4: an ep rank holds half of them.
 constexpr int64_t kExperts = 2 * 4 * 3 * 88 * 64;
+// --shared-experts 1: one more such SwiGLU a layer, on every rank.
+constexpr int64_t kShared = 2 * 3 * 88 * 64;
 
 // --dp and --ep, ZeRO 0: each rank holds the dense params and its E / ep experts, their gradients (the
 // experts' in a buffer of their own, its padding in comm) and Adam's moments; its activations keep the
 // rows the dispatch brought its experts (optim/moe_activations.h's ep table, from the routing's counts).
-// I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts.
+// I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts; with a
+// capacity too, where unpermute's backward has freed N k slots and M kept rows (M < N k).
 // --recompute selective (the attention core rebuilt) and --pp 2 too, where the last stage measures the
 // formula less the gradient it sent when that isend completed first (optim/activation_memory.h).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
@@ -168,7 +180,19 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp4_ep2", 4, kLaptop + " --dp 4 --ep 2", whole - kExperts / 2},
       {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"},
       {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
+      {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
+      {"moe_ledger_dp2_ep2_capacity_wide", 2, kLaptop + " --dp 2 --ep 2 --capacity-factor 1.0 --mlp-hidden 512"},
       {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
+
+// --ep (or a capacity) with --grad-accum: each micro-batch brings a rank's experts its own rows (keeps its
+// own), and the peak is the micro-batch whose rows cost most, not the last (reading the last's was +1.2% to
+// +3.1% under it on the rank whose earlier micro-batch got more): the formula walks every micro-batch's
+// routing (nn/moe.h's loads).
+TEST(MoELedger, GradAccumPeaksInItsCostliestMicroBatch) {
+  const RankCase cases[] = {{"moe_ledger_dp2_ep2_accum", 2, kLaptop + " --dp 2 --ep 2 --batch 4 --grad-accum 4"},
+                            {"moe_ledger_capacity_accum", 1, kLaptop + " --capacity-factor 0.8 --batch 4 --grad-accum 4"}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
@@ -178,35 +202,45 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
 // buffer's own scratches (two here: --bucket-mb 0.12 cuts both into several buckets). The experts' param
 // buffer's padding joins comm: I 89 makes an expert's matrices 89 x 64 = 44.5 x 128 elements, and a
 // bucket of five of them (0.12 MiB holds 31457 fp32) is padded by 64 to a multiple of expert-dp x 64 = 128.
+// Under --tp as well: each tp rank holds its E / ep experts whole (the router's and the experts' partial
+// gradients summed over tp before the reduce-scatter), sharded over the same expert-dp group.
 TEST(MoELedger, ExpertShardsUnderZeroAreTheFormulas) {
   const std::string odd = kLaptop + " --mlp-hidden 89 --dp 4 --ep 2 --bucket-mb 0.12";
+  // With --tp 2 too (each tp rank's experts whole, sharded over its expert-dp group; I 90, which tp divides).
+  const std::string tp = kLaptop + " --mlp-hidden 90 --dp 2 --ep 2 --tp 2 --bucket-mb 0.12";
   const RankCase cases[] = {{"moe_ledger_dp4_ep2_zero1", 4, odd + " --zero 1 --dtype bf16", 0, 0, 1},
-                            {"moe_ledger_dp4_ep2_zero2", 4, odd + " --zero 2", 0, 0, 2}};
+                            {"moe_ledger_dp4_ep2_zero2", 4, odd + " --zero 2", 0, 0, 2},
+                            {"moe_ledger_ep2_tp2_zero1_sp", 4, tp + " --zero 1 --sequence-parallel --dtype bf16", 0, 0, 1},
+                            {"moe_ledger_ep2_tp2_zero2", 4, tp + " --zero 2 --shared-experts 1", 0, 0, 2}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
 // Tensor parallelism: the router and the routed experts are whole on every tp rank (parallel/tensor_parallel/
 // block.h), so the MoE block keeps all of its tensors there, not 1 / tp; under sequence parallelism each tp
-// rank routes its T / tp tokens, and keeps its sharded input rather than a gathered copy.
+// rank routes its T / tp tokens, and keeps its sharded input rather than a gathered copy. The shared
+// experts are split over tp as a dense MLP, and under SP peak at their c_proj's reduce-scatter (16-bit: in
+// fp32 buffers) in the last block's forward.
 TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
   const RankCase cases[] = {{"moe_ledger_tp2", 2, kLaptop + " --tp 2"},
                             {"moe_ledger_tp2_sp_bf16", 2, kLaptop + " --tp 2 --sequence-parallel --dtype bf16"},
                             {"moe_ledger_tp2_full", 2, kLaptop + " --tp 2 --recompute full"},
                             {"moe_ledger_tp2_sp_full_bf16", 2, kLaptop + " --tp 2 --sequence-parallel --recompute full --dtype bf16"},
-                            {"moe_ledger_dp2_ep2_tp2_sp", 4, kLaptop + " --dp 2 --ep 2 --tp 2 --sequence-parallel"}};
+                            {"moe_ledger_dp2_ep2_tp2_sp", 4, kLaptop + " --dp 2 --ep 2 --tp 2 --sequence-parallel"},
+                            {"moe_ledger_tp2_sp_shared_bf16", 2,
+                             kLaptop + " --tp 2 --sequence-parallel --shared-experts 1 --dtype bf16"}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
 // gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
-// ledger's cp), the shared experts (a dense MLP beside the routed ones, not in the MoE block's count) and
-// --ep with --tp and ZeRO-1/2 (the experts' partial gradients summed over tp before the reduce-scatter).
+// ledger's cp), a capacity factor where another micro-batch in flight or an earlier block's rerun may hold
+// the peak (a pipeline, --recompute full).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
       {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
-      {2, " --dp 2 --shared-experts 1", "--memory-report with --shared-experts 1: "},
-      {4, " --dp 2 --ep 2 --tp 2 --zero 1", "--memory-report with --experts 4 and --zero 1 with --ep 2 and --tp 2: "}};
+      {2, " --pp 2 --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --pp 2 (2 micro-batches): "},
+      {1, " --recompute full --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --recompute full: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;

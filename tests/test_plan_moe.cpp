@@ -230,6 +230,23 @@ TEST(PlanMoE, TensorParallelSplitsTheAttentionNotTheExperts) {
                    1048576);
 }
 
+// The shared experts (one SwiGLU of width S I, split over tp as a dense MLP) keep gate, silu, up and their
+// product [N, S I / tp] each, and under sequence parallelism c_gate's and c_fc's gathered inputs [N, h]:
+// small_moe at b 8 (N 512, h 128), I 88, fp32: 4 x 512 x 88 x 4 = 720,896 bytes a block more at tp 1;
+// at tp 2 with SP 4 x 512 x 44 x 4 + 2 x 512 x 128 x 4 = 884,736 (tests/test_memory_ledger_moe.cpp measures
+// both terms on a run).
+TEST(PlanMoE, SharedExpertsKeepADenseSwiGLU) {
+  ModelShape m = small_moe();
+  m.expert_ffn = 88;
+  ModelShape shared = m;
+  shared.shared_experts = 1;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(shared, grid(1, 1, 1, 1), 8) - activation_bytes_per_layer(m, grid(1, 1, 1, 1), 8),
+                   720896);
+  Grid sp = grid(1, 1, 2, 1);
+  sp.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(shared, sp, 8) - activation_bytes_per_layer(m, sp, 8), 884736);
+}
+
 // The planner's ledger is --memory-report's: a run at dp 2 ep 2 (the laptop config of
 // tests/test_memory_ledger_moe.cpp), every rank: params and grads to the byte (grads less the buckets'
 // padding, which the planner leaves out), the optimizer state within AdamW's step counters.

@@ -133,8 +133,8 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
       {kMoE + "--zero 3 --memory-report", "--memory-report with --experts 4 and --zero 3: "},
-      {kMoE + "--memory-report --shared-experts 1", "--memory-report with --shared-experts 1: the activation "
-                                                     "formula counts dropless routed experts only"},
+      {kMoE + "--memory-report --capacity-factor 1.0 --recompute full",
+       "--memory-report with --capacity-factor 1 and --recompute full: the formula reads each block's kept rows"},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
        "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"},
       // On a GPU, one process, --dp and --ep only (tests/cuda/); refused before any device is opened.

@@ -200,7 +200,7 @@ double Diagnostics::predicted_activation_bytes() const {
     const bool split = a_.sequence_parallel && pgm_.tp_size > 1;
     const std::vector<int64_t>& load = split ? st.last_load : st.load;
     c.moe_largest_group = *std::max_element(load.begin(), load.end()) / (split ? 1 : st.forwards);
-    if (pgm_.ep_size > 1) received_rows(moe, c);
+    micro_batch_routing(moe, c, st.loads.size() - 1);
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
@@ -239,24 +239,7 @@ double Diagnostics::predicted_activation_bytes() const {
         if (counted.insert(t.impl()).second) chunks[k].grad_bytes += 4 * t.numel();
     return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size, pgm_.pp_rank, a_.schedule).total;
   }
-  return optim::predict_activations(c).total;
-}
-
-// Expert parallelism: the rows each of this rank's experts computed in the latest micro-batch, from
-// every rank of its ep group (collective over ep): per block R, averaged over the blocks (what they
-// keep), and the last block's per expert (its backward runs first).
-void Diagnostics::received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c) const {
-  c.moe_ep = pgm_.ep_size;
-  double rows = 0;
-  for (nn::MoE* layer : moe) {
-    Tensor load = from_vector(layer->stats.last_load);  // [E] rows this rank sent to each expert
-    pgm_.ep_group().all_reduce(load, parallel::ReduceOp::Sum);
-    const std::vector<int64_t> all = load.to_vector<int64_t>();
-    const auto first = all.begin() + layer->experts->first();
-    c.moe_local_groups.assign(first, first + int64_t(layer->experts->size()));
-    for (int64_t g : c.moe_local_groups) rows += double(g);
-  }
-  c.moe_received_rows = rows / double(moe.size());
+  return costliest_micro_batch(c);
 }
 
 void Diagnostics::end_progress_line() {

@@ -55,7 +55,9 @@ class Diagnostics {
   // The chunk holding this rank's last layer runs two or more forwards before their backwards (ZeRO-3's working set).
   bool forwards_in_a_row() const;
   double predicted_activation_bytes() const;
-  void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c) const;
+  double costliest_micro_batch(const optim::ActivationCase& c) const;
+  void micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
+  void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
 
   const Args& a_;
   const Device device_;  // where the model lives: its memory is what the report and the log count
