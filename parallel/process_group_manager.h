@@ -8,12 +8,8 @@
 // {2,3} split the experts, expert-dp groups {0,2} {1,3} hold the same ones). With both, ep is cut inside each shard
 // group (torchtitan's dp_shard_in_ep): dp = ep × dp_shard / ep × replicas, fastest first, the experts sharded over the
 // middle part (dp_shard_mod_ep). dp 8, dp_shard 4, ep 2: ep {0,1} {2,3} {4,5} {6,7}, expert shards {0,2} {1,3} {4,6}
-// {5,7}, replicas {0,4} {1,5} {2,6} {3,7}. Every group is one rank list, ranks_along: the ranks that share this
-// rank's coordinates off the group's axes; the world is split by them.
+// {5,7}, replicas {0,4} {1,5} {2,6} {3,7}. Every group is split from one rank list: ranks_along.
 #pragma once
-
-#include <algorithm>
-#include <array>
 
 #include "parallel/comm/distributed.h"  // parallel::world(), ProcessGroup
 
@@ -33,10 +29,9 @@ struct ProcessGrid {  // the grid arithmetic alone, with no communication
                "); launch with mpirun -np ", n, " or change the sizes");
     LOOM_CHECK(dp_shard_size >= 1 && dp % dp_shard_size == 0, "ProcessGroupManager: --dp-shard ", dp_shard_size,
                " does not divide --dp ", dp, " (ZeRO-3 shards over dp-shard dp ranks, dp / dp-shard replicas)");
-    LOOM_CHECK(ep >= 1 && dp % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp ", dp,
-               " (the ep group is ep consecutive dp ranks)");
-    LOOM_CHECK(dp_shard_size % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide --dp-shard ",
-               dp_shard_size, " (the ep group is ep consecutive ranks of one shard group)");
+    LOOM_CHECK(ep >= 1 && dp_shard_size % ep == 0, "ProcessGroupManager: --ep ", ep, " does not divide ",
+               hybrid_sharded() ? str("--dp-shard ", dp_shard_size) : str("--dp ", dp),
+               " (the ep group is ep consecutive dp ranks, inside one shard group)");
   }
   bool hybrid_sharded() const { return dp_shard_size < dp_size; }
 
@@ -49,26 +44,23 @@ struct ProcessGrid {  // the grid arithmetic alone, with no communication
             dp_rank % ep_size, dp_rank / dp_shard_size};
   }
 
-  // The axes of the grid reshaped tp × cp × (ep × dp_shard / ep × replicas = dp) × pp: a shard group is dp's first
-  // two parts, expert-dp its last two, the experts' shards (HSDP) the middle one.
-  enum Axes { kTp = 1, kCp = 2, kDpShard = 4, kDpReplicate = 8, kDp = 12, kPp = 16, kEp = 32, kExpertDp = 64,
-              kExpertDpShard = 128 };
+  // One bit per axis of the grid, fastest first (dp as its three parts, above); a group runs along a set of them: a
+  // shard group along dp's first two parts, expert-dp its last two, the experts' shards (HSDP) the middle one.
+  enum Axes { kTp = 1, kCp = 2, kEp = 4, kExpertDpShard = 8, kDpReplicate = 16, kPp = 32,
+              kDpShard = kEp | kExpertDpShard, kDp = kDpShard | kDpReplicate, kExpertDp = kDp & ~kEp };
   // The ranks that share rank's coordinates off `axes`, in rank order (= group-rank order).
   std::vector<int> ranks_along(int rank, int axes) const {
     (void)coords(rank);  // checks that rank is in the world
-    const std::array<int, 6> sizes = {tp_size, cp_size, ep_size, dp_shard_size / ep_size, dp_size / dp_shard_size,
-                                      pp_size};  // fastest first
-    const std::array<int, 6> axis = {kTp, kCp, kDpShard | kEp, kDpShard | kExpertDp | kExpertDpShard,
-                                     kDpReplicate | kExpertDp, kPp};
-    auto fixed = [&](int r) {  // r's coordinates off `axes` (0 along them)
-      std::array<int, 6> c{};
-      for (size_t a = 0; a < sizes.size(); r /= sizes[a], ++a)
-        if (!(axes & axis[a])) c[a] = r % sizes[a];
-      return c;
+    const int sizes[6] = {tp_size, cp_size, ep_size, dp_shard_size / ep_size, dp_size / dp_shard_size, pp_size};
+    auto first = [&](int r) {  // r's coordinates off `axes`, 0 along them: the first rank of r's group
+      int f = 0;
+      for (int a = 0, stride = 1; a < 6; stride *= sizes[a], r /= sizes[a], ++a)
+        if (!(axes & (1 << a))) f += r % sizes[a] * stride;
+      return f;
     };
     std::vector<int> ranks;
     for (int r = 0; r < world_size; ++r)
-      if (fixed(r) == fixed(rank)) ranks.push_back(r);
+      if (first(r) == first(rank)) ranks.push_back(r);
     return ranks;
   }
   // The first and last of rank's pp group; rank alone when pp = 1; empty on a middle stage.
@@ -107,14 +99,10 @@ class ProcessGroupManager : public ProcessGrid, public ProcessGrid::Coords {
   ProcessGroup& ep_model_parallel_group() { return present(ep_mp_, "no ep group with ep = 1"); }
 
  private:
-  static ProcessGroup& present(ProcessGroup* g, const char* why) {
-    LOOM_CHECK(g, "ProcessGroupManager: ", why);
-    return *g;
-  }
-  // A split of the world: one list's ranks share a colour (its first rank), their places are the keys.
+  ProcessGroup& present(ProcessGroup* g, const char* why) { LOOM_CHECK(g, "ProcessGroupManager: ", why); return *g; }
+  // A split of the world: one list's ranks share a colour (its first rank), keyed by world rank (the list's order).
   ProcessGroup* group_of(const std::vector<int>& ranks, const char* name) {
-    const int key = int(std::find(ranks.begin(), ranks.end(), global_rank) - ranks.begin());
-    return groups_.emplace_back(world_.split(ranks.empty() ? -1 : ranks.front(), key, name)).get();
+    return groups_.emplace_back(world_.split(ranks.empty() ? -1 : ranks.front(), global_rank, name)).get();
   }
   ProcessGroup* along(int axes, const char* name) { return group_of(ranks_along(global_rank, axes), name); }
   ProcessGroup& world_;

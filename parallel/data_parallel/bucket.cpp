@@ -49,9 +49,7 @@ BucketManager::BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp
   // 2. One zeroed fp32 buffer; each bucket's grad_data and each param's main_grad are views into it.
   buffer_ = zeros({numel()}, kFloat32, device_);
   for (Bucket& b : buckets_) {
-    const int64_t n = b.numel / dp_group.size();  // this rank's shard, the part ZeRO-1 keeps (grad_shards.h)
     b.grad_data = ops::narrow(buffer_, 0, b.offset, b.numel);
-    b.shard_grad = ops::narrow(b.grad_data, 0, dp_group.rank() * n, n);
     for (const Tensor& p : b.params)
       slots_.at(p.impl()).main_grad = ops::view(ops::narrow(buffer_, 0, offset_of(p), p.numel()), p.shape());
   }
@@ -91,10 +89,7 @@ std::shared_ptr<Work> BucketManager::launch_reduction(int b) {
 void BucketManager::wait() {
   for (Bucket& b : buckets_)
     if (!b.work) launch(b);
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    wait_for(int(i));
-    if (after_reduce_) after_reduce_(int(i));
-  }
+  for (size_t i = 0; i < buckets_.size(); ++i) wait_for(int(i));
 }
 
 void BucketManager::reset() {

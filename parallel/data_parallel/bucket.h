@@ -36,7 +36,7 @@ struct Bucket {
   int64_t numel = 0;           // elements, padding included (a multiple of dp × 64)
   std::vector<Tensor> params;  // in buffer order (reverse module order)
   Tensor grad_data;            // [numel] fp32 view into the buffer (ZeRO-2: into a scratch, or undefined)
-  Tensor shard_grad;           // [numel / dp] fp32: this rank's shard of the bucket's gradient
+  Tensor shard_grad;           // [numel / dp] fp32: this rank's shard of the bucket's gradient (ZeRO: grad_shards.h)
   std::vector<bool> ready;     // ready[i]: params[i]'s gradient is in for this backward
   int num_ready = 0;
   std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
@@ -64,8 +64,6 @@ class BucketManager {
   // fn(b) runs as bucket b's reduction is launched, after those added before: the last moment its
   // gradients are whole (the experts' x 1 / ep, then sequence parallelism's sum over tp).
   void add_before_reduce(std::function<void(int bucket)> fn) { before_reduce_.push_back(std::move(fn)); }
-  // fn(b) runs in wait() once bucket b's is done, while later ones may still be in flight (ZeRO's early step).
-  void set_after_reduce(std::function<void(int bucket)> fn) { after_reduce_ = std::move(fn); }
 
   ProcessGroup& group() const { return group_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -97,7 +95,6 @@ class BucketManager {
   std::unordered_map<const TensorImpl*, Slot> slots_;
   Device device_;
   std::vector<std::function<void(int)>> before_reduce_;
-  std::function<void(int)> after_reduce_;
 };
 
 }  // namespace loom::parallel

@@ -16,10 +16,11 @@ DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& 
   for (const Tensor& p : dense)
     if (autograd::requires_grad(p)) params_.push_back(p);
   // The experts leave `dense` for a buffer of their own, over their expert-dp group.
-  expert_buckets_ = take_expert_buckets(dense, experts, options_.reduce, options_.bucket_cap_mb, &expert_shards_);
+  auto expert_buffer = take_expert_buckets(dense, experts, options_.reduce, options_.bucket_cap_mb, &expert_shards_);
   broadcast_params(dense, dp_group_);  // every replica starts from dp rank 0's weights
   std::erase_if(dense, [](const Tensor& p) { return !autograd::requires_grad(p); });
-  buckets_ = make_buckets(options_.reduce, dense, dp_group_, options_.bucket_cap_mb, &sharded_);
+  buffers_.push_back(make_buckets(options_.reduce, dense, dp_group_, options_.bucket_cap_mb, &sharded_));
+  if (expert_buffer) buffers_.push_back(std::move(expert_buffer));
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }
@@ -45,8 +46,7 @@ void DataParallelBucket::queue_post_backward() {
   autograd::Engine::queue_callback([this, sync = require_backward_grad_sync_] {
     if (sync) return finish_grad_sync();
     callback_queued_ = false;  // a no_sync backward under ZeRO-2: wait for its reduce-scatters
-    buckets_->finish_micro_batch();
-    if (expert_buckets_) expert_buckets_->finish_micro_batch();
+    for (auto& buffer : buffers_) buffer->finish_micro_batch();
   });
   callback_queued_ = true;
 }
@@ -56,8 +56,7 @@ void DataParallelBucket::finish_grad_sync() {
   if (synced_) return;
   {
     trace::Span span("wait for gradient all-reduce");  // the exposed communication
-    buckets_->wait();
-    if (expert_buckets_) expert_buckets_->wait();
+    for (auto& buffer : buffers_) buffer->wait();
   }
   for (const Tensor& p : params_) grad_changed(p);  // picotron: param.grad = param.main_grad
   synced_ = true;
@@ -70,8 +69,7 @@ void DataParallelBucket::grad_changed(const Tensor& param) {
 }
 
 void DataParallelBucket::reset() {
-  buckets_->reset();
-  if (expert_buckets_) expert_buckets_->reset();
+  for (auto& buffer : buffers_) buffer->reset();
   autograd::zero_grad(params_, /*set_to_none=*/true);
   callback_queued_ = false;
   synced_ = false;

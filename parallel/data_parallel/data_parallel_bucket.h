@@ -67,19 +67,17 @@ class DataParallelBucket : public DataParallel {
   Tensor grad_of(const Tensor& param) const override { return main_grad(param); }
   void grad_changed(const Tensor& param) override;  // hands main_grad over as .grad again (rounded: bf16/fp16)
   bool holds_whole_grad(const Tensor& param) const override {  // false in a ZeRO-1/2 shard
-    const BucketManager& bm = buckets_of(param);
-    return bm.buckets()[size_t(bm.bucket_of(param))].all_reduce;
+    return buckets_of(param).buckets()[size_t(buckets_of(param).bucket_of(param))].all_reduce;
   }
   bool sums_tp_partial_grads() const override { return sums_tp_partial_grads_; }
   // Sequence parallelism under ZeRO: these params' gradients are summed over tp as their bucket's
   // reduction is launched, while they are whole (tp_partial_grads.h). The experts are whole on every
   // tp rank, so theirs are partial sums too: summed after their 1 / ep scale (expert_buckets.h).
-  void sum_tp_partial_grads_before_reduce(std::vector<Tensor> partial, ProcessGroup& tp_group) {
-    if (expert_buckets_) parallel::sum_tp_partial_grads_before_reduce(*expert_buckets_, partial, tp_group);
-    parallel::sum_tp_partial_grads_before_reduce(*buckets_, std::move(partial), tp_group);
+  void sum_tp_partial_grads_before_reduce(const std::vector<Tensor>& partial, ProcessGroup& tp_group) {
+    for (auto& buffer : buffers_) parallel::sum_tp_partial_grads_before_reduce(*buffer, partial, tp_group);
     sums_tp_partial_grads_ = true;
   }
-  const BucketManager& bucket_manager() const { return *buckets_; }
+  const BucketManager& bucket_manager() const { return *buffers_.front(); }
   ShardedBuckets& sharded_buckets() {  // ZeRO-1 and ZeRO-2's
     LOOM_CHECK(sharded_, "DataParallelBucket: its buckets are all-reduced (BucketOptions::reduce = "
                "GradReduce::AllReduce); only ReduceScatter and ShardGrads keep shards");
@@ -87,7 +85,7 @@ class DataParallelBucket : public DataParallel {
   }
   ShardedBuckets* expert_shards() const { return expert_shards_; }  // the experts' buffer under ZeRO-1/2, or null
   // Whether param is one of the experts, in their own buffer (not in bucket_manager()'s).
-  bool kept_apart(const Tensor& param) const { return expert_buckets_ && expert_buckets_->holds(param); }
+  bool kept_apart(const Tensor& param) const { return buffers_.size() > 1 && buffers_[1]->holds(param); }
   const BucketOptions& options() const { return options_; }
   ProcessGroup& dp_group() { return dp_group_; }
   const std::vector<Tensor>& params() const { return params_; }  // those that require grad
@@ -95,15 +93,15 @@ class DataParallelBucket : public DataParallel {
  private:
   void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
   void queue_post_backward();  // finish_grad_sync, or after a no_sync backward ZeRO-2's finish_micro_batch
-  BucketManager& buckets_of(const Tensor& param) const { return kept_apart(param) ? *expert_buckets_ : *buckets_; }
+  BucketManager& buckets_of(const Tensor& param) const { return *buffers_[kept_apart(param) ? 1 : 0]; }
 
   ProcessGroup& dp_group_;
   BucketOptions options_;
   std::vector<Tensor> params_;
-  std::unique_ptr<BucketManager> buckets_;         // the params' buffer, over dp
-  std::unique_ptr<BucketManager> expert_buckets_;  // the experts', over expert-dp (expert_buckets.h); null without
-  ShardedBuckets* sharded_ = nullptr;              // buckets_, when it reduce-scatters
-  ShardedBuckets* expert_shards_ = nullptr;        // expert_buckets_, when it reduce-scatters
+  // Megatron's buffers: the params', over dp, then the experts', over expert-dp (expert_buckets.h), if any.
+  std::vector<std::unique_ptr<BucketManager>> buffers_;
+  ShardedBuckets* sharded_ = nullptr;        // buffers_[0], when it reduce-scatters
+  ShardedBuckets* expert_shards_ = nullptr;  // buffers_[1], when it reduce-scatters
   bool sums_tp_partial_grads_ = false;
   bool require_backward_grad_sync_ = true;
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued

@@ -12,7 +12,10 @@ namespace loom::parallel {
 ShardedBuckets::ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
                                bool allocate)
     : BucketManager(params, dp_group, bucket_cap_mb, allocate) {
-  for (Bucket& b : buckets_) b.all_reduce = false;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    buckets_[i].all_reduce = false;
+    if (allocate) buckets_[i].shard_grad = ops::narrow(buffer_, 0, shard(int(i)).offset, shard(int(i)).numel);
+  }
 }
 
 ShardedBuckets::Shard ShardedBuckets::shard(int b) const {
@@ -127,9 +130,9 @@ std::shared_ptr<Work> GradShards::launch_reduction(int b) {
                                      ReduceOp::Avg);
 }
 
-void GradShards::wait_for(int b) {
+void GradShards::reduced(int b) {
   if (buckets_[size_t(b)].all_reduce) return BucketManager::wait_for(b);
-  finish(b);  // + add into the shard
+  finish(b);
 }
 
 void GradShards::finish(int b) {

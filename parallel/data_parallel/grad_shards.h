@@ -71,15 +71,24 @@ class ShardedBuckets : public BucketManager {
   // From now on all_reduce_bucket_of() is an error naming `by`: a distributed
   // optimizer has planned its steps around how each bucket is reduced.
   void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
+  // fn(b) runs in wait() once bucket b's reduction is done, while later ones may still be in
+  // flight: the distributed optimizer steps that bucket's shard early (optim/zero_overlap.h).
+  void set_after_reduce(std::function<void(int bucket)> fn) { after_reduce_ = std::move(fn); }
 
  protected:
   // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
   // reduced into this rank's [n] shard of itself, in place.
   std::shared_ptr<Work> launch_reduction(int b) override;
+  void wait_for(int b) override {
+    reduced(b);
+    if (after_reduce_) after_reduce_(b);
+  }
+  virtual void reduced(int b) { BucketManager::wait_for(b); }  // waits for bucket b's reduction
   virtual void bucket_now_all_reduced() {}
 
  private:
   std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
+  std::function<void(int)> after_reduce_;
 };
 
 class GradShards : public ShardedBuckets {
@@ -103,7 +112,7 @@ class GradShards : public ShardedBuckets {
  private:
   // All of b's gradients are in: reduce-scatter its scratch in place, async.
   std::shared_ptr<Work> launch_reduction(int b) override;
-  void wait_for(int b) override;
+  void reduced(int b) override;  // + adds this rank's part into the shard
   void bucket_now_all_reduced() override;  // stored whole now (all still zero: before any backward)
   // The buffer: of a reduce-scattered bucket only this rank's [numel / dp], an all-reduced one whole.
   void allocate();
