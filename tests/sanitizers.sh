@@ -41,11 +41,12 @@ stages=("$@")
 jobs=$(nproc)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-# Sanitizer builds need no -march=native (the benchmarks only in build-asan,
-# where clang compiles everything once); -O1 -g1 keeps stack traces readable (file:line: -g1 is the line
-# tables, without the local variables' records no sanitizer report prints) and
-# the suite fast enough. -g1 instead of -g: 22-27% less compile time per file
-# (test_train_gpt_parallel.cpp 3.81 -> 2.79 s, distributed_optimizer.cpp 7.61
+# Sanitizer builds need no -march=native's exact timings (the benchmarks are
+# built in build-asan only, where clang compiles everything once); -O1 -g1
+# keeps stack traces readable (file:line: -g1 is the line tables, without the
+# local variables' records no sanitizer report prints) and the suite fast
+# enough. -g1 instead of -g: 22-27% less compile time per file (GCC:
+# test_train_gpt_parallel.cpp 3.81 -> 2.79 s, distributed_optimizer.cpp 7.61
 # -> 5.95 s; the ASan build took 915 s at -g without ccache, 2026-11-27).
 # Host code only (-DLOOM_CUDA=OFF): the sanitizers instrument what the CPU runs;
 # the CUDA sources are compiled by the normal build, and the CUDA runtime does
@@ -87,8 +88,8 @@ asan() {
   # clang at x86-64-v3 with warnings as errors and the benchmarks: the one
   # build that also stands for CI's second compiler and AVX2 (the header). A
   # separate clang -O1 build did that until 2026-12-06 (CI's clang-avx2 stage,
-  # ~320 s of a cold CI); clang also compiles this build in about two thirds of GCC's
-  # CPU time (.ci/run's header).
+  # ~320 s of a cold CI); clang also compiles this build in about two thirds
+  # of GCC's CPU time (.ci/run's header).
   timed asan-configure cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ -DLOOM_NATIVE=OFF \
     -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DLOOM_WERROR=ON -DLOOM_BUILD_BENCH=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
