@@ -103,7 +103,7 @@ asan() {
   # sanitizers leave the arithmetic as it was; what moved chapter 5's fp16
   # losses at -O1 (this stage with GCC, 2026-11-27) was GCC's -O1, and clang
   # at -O1 printed the quoted numbers (the clang-avx2 stage, until 2026-12-06;
-  # chapters 3 and 5 matched in this build, 2026-12-06).
+  # and in this build, ASan on: docs_check passed, 2026-12-06).
   # Not the multihost label (tests/multihost/: links cut and hosts frozen on a
   # timer; what they test is launch, ssh and timeout plumbing, which the
   # normal suite runs; the library code they reach - watchdog, peer status,
