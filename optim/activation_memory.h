@@ -237,10 +237,9 @@ struct ActivationCase {
   std::vector<int64_t> moe_local_groups;  // [E / ep] per local expert, in the last block
 };
 
-// Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32
-// copies): on the CPU, ops::bf16_gemm()'s switch; on a GPU, whether the
-// cuBLASLt path reads them (tensor/cuda/fast/gemm_lt.h, LOOM_CUDA_KERNELS=fast);
-// the reference path widens them to fp32 (tensor/cuda/gemm.cpp).
+// Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32 copies): on the CPU,
+// ops::bf16_gemm()'s switch; on a GPU, the cuBLASLt path (tensor/cuda/fast/gemm_lt.h, under
+// LOOM_CUDA_KERNELS=fast), where the reference widens them to fp32 (tensor/cuda/gemm.cpp).
 bool native_bf16_gemm(const Device& d);
 
 struct ActivationPrediction {
