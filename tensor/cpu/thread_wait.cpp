@@ -1,4 +1,5 @@
-// Starts the OpenMP runtime with GOMP_SPINCOUNT=10000 (see thread_wait.h).
+// Starts the OpenMP runtime with GOMP_SPINCOUNT=10000 (libgomp) and
+// KMP_BLOCKTIME=1 (LLVM's libomp) (see thread_wait.h).
 //
 // libgomp reads its environment once, in its own constructor, which the
 // dynamic loader runs before main() and before any constructor of the
@@ -45,7 +46,8 @@ extern "C" void loom_omp_wait_policy_preinit(int, char** argv, char** envp) {
   bool has_policy = false, has_blas_threads = false;
   for (; envp[n]; ++n) {
     if (starts_with(envp[n], "LOOM_OMP_WAIT_POLICY_SET=")) return;  // the second start: never a third
-    has_policy |= starts_with(envp[n], "OMP_WAIT_POLICY=") || starts_with(envp[n], "GOMP_SPINCOUNT=");
+    has_policy |= starts_with(envp[n], "OMP_WAIT_POLICY=") || starts_with(envp[n], "GOMP_SPINCOUNT=") ||
+                  starts_with(envp[n], "KMP_BLOCKTIME=");
     has_blas_threads |= starts_with(envp[n], "OPENBLAS_NUM_THREADS=");
   }
   if (has_policy && has_blas_threads) return;  // the user's choices stand
@@ -54,16 +56,20 @@ extern "C" void loom_omp_wait_policy_preinit(int, char** argv, char** envp) {
   // pauses (well under a millisecond) bridge the gaps between the main job's
   // loops; a longer idle time sleeps (thread_wait.h has the measurements).
   static char policy[] = "GOMP_SPINCOUNT=10000";
+  // The same for LLVM's OpenMP runtime (libomp: a clang build), which reads
+  // KMP_BLOCKTIME instead, in milliseconds (default 200: a whole loop's gap
+  // and more). Each runtime ignores the other's variable.
+  static char blocktime[] = "KMP_BLOCKTIME=1";
   // The mark says the process has been started over (so it is not again), and
   // whose OMP_WAIT_POLICY it runs with (omp_wait_policy()).
   static char ours[] = "LOOM_OMP_WAIT_POLICY_SET=1", theirs[] = "LOOM_OMP_WAIT_POLICY_SET=0";
   // loom calls OpenBLAS single-threaded, always (cpu/gemm.h); without this it
   // still starts a thread per core at load, which spins ~0.1 s before sleeping.
   static char blas[] = "OPENBLAS_NUM_THREADS=1";
-  char** env = static_cast<char**>(std::malloc((n + 4) * sizeof(char*)));
+  char** env = static_cast<char**>(std::malloc((n + 5) * sizeof(char*)));
   if (!env) return;
   std::memcpy(env, envp, n * sizeof(char*));
-  if (!has_policy) env[n++] = policy;
+  if (!has_policy) env[n++] = policy, env[n++] = blocktime;
   env[n++] = has_policy ? theirs : ours;
   if (!has_blas_threads) env[n++] = blas;
   env[n] = nullptr;

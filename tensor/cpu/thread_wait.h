@@ -7,8 +7,9 @@
 // Two parts. While other programs hold the cores, parallel loops do not wake
 // the other threads at all (cpu/core_watch.h). And an idle thread spins only
 // briefly before it sleeps: loom sets GOMP_SPINCOUNT=10000 (well under a
-// millisecond) before the OpenMP runtime starts, unless the user set
-// OMP_WAIT_POLICY or GOMP_SPINCOUNT: then theirs stands. Sleeping at once
+// millisecond; KMP_BLOCKTIME=1 ms for LLVM's libomp, a clang build) before the
+// OpenMP runtime starts, unless the user set OMP_WAIT_POLICY, GOMP_SPINCOUNT or
+// KMP_BLOCKTIME: then theirs stands. Sleeping at once
 // (OMP_WAIT_POLICY=passive) was measured and lost the quiet machine's speed
 // (bench/README.md: 4.59 s against 2.90 s spinning, 3.20 s with 10,000). Likewise
 // OPENBLAS_NUM_THREADS=1 (loom calls OpenBLAS single-threaded; its idle pool
