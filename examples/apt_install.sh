@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs those of the Debian packages named as arguments that are missing
 # (apt-get update first, then one apt-get install; sudo when not root). Used by
-# setup_debian.sh, .ci/run (Slurm) and tests/sanitizers.sh (clang and its
-# runtimes). --no-recommends first: only what the packages depend on.
+# setup_debian.sh, .ci/run (Slurm), tests/avx2.sh (clang) and tests/sanitizers.sh
+# (clang's runtimes). --no-recommends first: only what the packages depend on.
 set -euo pipefail
 options=()
 [ "${1:-}" = --no-recommends ] && { options+=(--no-install-recommends); shift; }

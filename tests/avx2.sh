@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# CI's clang-avx2 stage: the second compiler and the other instruction set in
+# one build. The normal build is GCC at -march=native; CI's machine is an
+# AVX-512 one some days and an AVX2-only one (AMD Zen 3) on others, and loom's
+# kernels differ between them (row_sum's 16 lanes are one register or two;
+# oneDNN picks its GEMMs, and whether bf16 ones are native, at run time). So
+# that a submission made on one kind passes on the other, this
+#   builds everything (library, programs, tests, benches) with clang for
+#     x86-64-v3 (AVX2 + FMA: every x86-64 CPU of the last ten years), warnings
+#     as errors: a missing #include, a GCC-only construct, or a vector that
+#     changes the ABI without AVX-512 (-Wpsabi) fails here, not on a user's
+#     machine;
+#   runs, with oneDNN held to AVX2 as well,
+#     the kernels' tests   every op and its gradient, the row kernels and
+#                          their fast paths, attention, bf16 GEMMs (their fp32
+#                          path), the GPT and Llama against PyTorch's numbers
+#     docs_check           the chapters' quoted numbers within their stated
+#                          tolerance, and the rows quoted for CPUs without
+#                          native bf16 GEMMs
+#     a training parity    data parallel and ZeRO-1 against one process
+# Not the whole suite again (CI's time: the normal build runs all of it).
+# -O1: the tests run at a speed near -O3's, and the kernel files compile in a
+# fraction of -O3's time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# clang (Debian's clang 14) and its OpenMP runtime, when missing.
+bash examples/apt_install.sh clang libomp-dev
+launcher=()
+command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# One CUDA architecture: the normal build's (nvcc compiles those files, with its own host compiler).
+CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
+  -DLOOM_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_WERROR=ON -DLOOM_WASM=OFF \
+  "${launcher[@]}" > /dev/null
+cmake --build build-clang -j2
+echo "avx2: clang build clean at -march=x86-64-v3 (warnings are errors)"
+
+tests=(test_tensor test_tensor_ops test_autograd test_nn test_fast_row_math test_fast_paths test_gemm_bf16 test_attention
+       test_flash_attention test_llama_ops test_dropout test_optim test_mixed_precision test_gpt_reference
+       test_llama_reference test_train_gpt_parallel)
+export ONEDNN_MAX_CPU_ISA=AVX2
+echo "avx2: running the kernels' tests, docs_check and a parity at x86-64-v3, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA"
+failed=()
+for t in "${tests[@]}"; do
+  filter='*'
+  [ "$t" = test_train_gpt_parallel ] &&
+    filter='TrainGptParallel.BucketDataParallelTwoRanksMatchesOneProcess:TrainGptParallel.ZeroTwoRanksMatchesOneProcess'
+  echo "avx2: $t ($filter)"
+  build-clang/tests/$t --gtest_brief=1 --gtest_filter="$filter" || failed+=("$t")
+done
+ctest --test-dir build-clang --output-on-failure -R '^docs_check$' || failed+=(docs_check)
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "avx2: FAILED at x86-64-v3 with oneDNN held to AVX2: ${failed[*]}" >&2
+  exit 1
+fi
+echo "avx2: ${#tests[@]} test binaries and docs_check passed at x86-64-v3 with oneDNN held to AVX2"
