@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "autograd/variable.h"
+#include "error_of.h"
 #include "mma_warp_model.h"
 #include "tensor/flash_attention.h"
 #include "tensor/generator.h"
@@ -35,12 +37,9 @@ using Bits = std::vector<uint16_t>;  // [T][HD] raw 16-bit values of one head
 using Frags = float[kLanes][4];      // one C fragment of a warp
 
 // One head's backward inputs: q, k, v, dO random; o and lse the forward's.
-struct Head {
-  Bits q, k, v, dO, o;
-  std::vector<float> lse;
-};
+struct Head { Bits q, k, v, dO, o; std::vector<float> lse; };
 
-// A warp's 32 lanes of a C fragment pair (16 columns) -> each lane's [2][4], and back.
+// A warp's 32 lanes of a C fragment pair (16 columns) -> one lane's [2][4].
 void lane_out(const Frags (&x)[2], int lane, float (&y)[2][4]) {
   for (int j = 0; j < 2; ++j) std::copy_n(x[j][lane], 4, y[j]);
 }
@@ -203,15 +202,12 @@ double max_abs(const Tensor& t) {
   for (double x : ops::to(t, kFloat64).to_vector<double>()) m = std::max(m, std::fabs(x));
   return m;
 }
-
 // max |got - want| / max(max |want|, floor): relative to want's largest element.
 double error_against(const Tensor& got, const Tensor& want, double floor = 0.0) {
   return max_abs(ops::sub(ops::to(got, kFloat64), ops::to(want, kFloat64))) / std::max(max_abs(want), floor);
 }
 
-struct Errors {
-  double dq, dk, dv;  // max |got - want| / max |want| of each
-};
+struct Errors { double dq, dk, dv; };  // error_against of each
 
 // q, k, v, dO random in S; loom's CPU attention in float64 over them (autograd
 // through the composition) gives o (rounded to S, as the forward stores it),
@@ -253,9 +249,8 @@ Errors simulate_against_cpu_attention(int T, Errors* ref_flash = nullptr) {
   // error is measured against dv's largest element, the gradients' scale.
   const Tensor want_dv = autograd::grad(v);
   const double floor = T == 1 ? max_abs(want_dv) : 0.0;
-  const Errors e{error_against(gq, autograd::grad(q), floor), error_against(gk, autograd::grad(k), floor),
-                 error_against(gv, want_dv)};
-  return e;
+  return {error_against(gq, autograd::grad(q), floor), error_against(gk, autograd::grad(k), floor),
+          error_against(gv, want_dv)};
 }
 
 }  // namespace
@@ -289,4 +284,17 @@ TEST(FlashAttentionMmaBackward, SimulatedWarpsMatchTheCpuAttentionBackward) {
     }
     EXPECT_LE(std::max({flash64.dq, flash64.dk, flash64.dv}), fp16) << "fp16 vs the reference kernels on the CPU";
   }
+}
+
+// Head size 128 is the tensor-core kernels' alone: on the CPU flash attention
+// refuses it (nn::attend then runs the composition), and the message says where it runs.
+TEST(FlashAttentionMmaBackward, HeadSize128IsRefusedOffTheTensorCores) {
+  Generator g(5);
+  const Tensor q = randn({1, 2, 8, 128}, g, kBFloat16);
+  const std::string why = ops::flash_attention_unsupported(q, q, q);
+  EXPECT_NE(why.find("head size 128 (1 to 64"), std::string::npos) << why;
+  EXPECT_NE(why.find("128 on the tensor cores: bf16/fp16 on a GPU with LOOM_CUDA_KERNELS=fast"), std::string::npos)
+      << why;
+  EXPECT_NE(test::error_of([&] { ops::flash_attention(q, q, q, 0.125); }).find("flash_attention: head size 128"),
+            std::string::npos);
 }

@@ -23,7 +23,7 @@
 #               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
 #               gpt124m again with LOOM_CUDA_KERNELS=fast; gpt124m bf16 reference vs fast (cuBLASLt);
 #               train_gpt --trace's launches per step (fp32 and bf16, reference and fast)
-#   7 memcheck  compute-sanitizer --tool memcheck over three op test binaries
+#   7 memcheck  compute-sanitizer --tool memcheck over three op test binaries, memcheck and racecheck over the tensor-core attention
 # Logs: $OUT/<phase>.log (7 files) and $OUT/summary.txt, which lists each step
 # as passed / failed / skipped (reason) / not run (one GPU) / not run (deadline).
 # Tests that need two GPUs are "not run (one GPU)", never passed.
@@ -286,6 +286,12 @@ phase_memcheck() {
     step memcheck "memcheck test_cuda_$t" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_$t"
   done
   step memcheck "memcheck test_cuda_rows_fast" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_rows_fast"
+  # The tensor-core attention (forward and backward, T 257 and 100, head 64 and 128): its
+  # shared tiles under memcheck, and under racecheck their __syncthreads.
+  for t in memcheck racecheck; do
+    step memcheck "$t tensor-core attention" 150 compute-sanitizer --tool "$t" --error-exitcode 9 \
+      "$bin/test_cuda_flash_attention_mma_backward" --gtest_filter='*TwoRunsAreBitIdentical:*FastKernelsPick*'
+  done
 }
 
 names=([1]=device [2]=ops [3]=comm [4]=e2e [5]=train [6]=bench [7]=memcheck)
