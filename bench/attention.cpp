@@ -6,8 +6,8 @@
 // peak memory each adds. On a GPU in bf16/fp16 at head size 64, flash
 // attention twice: on the CUDA cores (LOOM_CUDA_KERNELS=reference) and on the
 // tensor cores (fast: tensor/cuda/fast/flash_attention_mma*.cu, forward and
-// backward); at head size 128 (--hd 128) the tensor cores alone. Default shape: GPT-2 124M's (B 16, 12 heads, T 1024, head 64);
-// the step has 12 such layers.
+// backward); at head size 128 (--hd 128) the tensor cores alone. Default
+// shape: GPT-2 124M's (B 16, 12 heads, T 1024, head 64); the step has 12 such layers.
 //
 // Usage: bench_attention [--device cuda|cpu] [--dtype fp32|bf16|fp16]
 //                        [--B 16] [--H 12] [--T 1024] [--hd 64] [--steps 5] [--warmup 2]

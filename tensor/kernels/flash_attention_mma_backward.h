@@ -37,8 +37,8 @@ namespace loom::kernels::flash_mma {
 constexpr int kChunk = mma::kK;  // the other side's rows per product: 16
 
 // Queries per Q/dO tile of the dK/dV pass (shared memory: K, V [64][HD + 8]
-// and Q, dO [kQueryTile][HD + 8] 16-bit, under the 48 KiB of a static
-// allocation: 36 KiB at HD 64, 42.5 KiB at HD 128).
+// and Q, dO [kQueryRows][HD + 8] 16-bit, under the 48 KiB of a static
+// allocation: 36.5 KiB at HD 64, 42.6 KiB at HD 128).
 template <int HD>
 constexpr int kQueryRows = HD <= 64 ? 64 : 16;
 

@@ -14,7 +14,7 @@
 // dSᵀ then become the next products' operands in registers). dQ stays a
 // separate pass, as in the reference, instead of FlashAttention-2's
 // atomicAdd of every key block's share: the price is S and dP computed twice
-// (7 products where 5 would do), the gain runs that repeat to the bit.
+// (7 products where 5 would do), the gain a rerun that repeats to the bit.
 // Why faster: the tensor cores' ~15x the CUDA cores' fp32 rate (see
 // flash_attention_mma.cu), operands kept 16-bit in shared memory (half the
 // bytes), and rows in a warp's registers instead of one thread's (the
@@ -24,9 +24,10 @@
 // 16-bit inputs summed in fp32 (as the reference, in another order); P and
 // dS are rounded to bf16/fp16 before they multiply (the reference keeps them
 // fp32): each gradient differs by about one rounding of its operand, ~2^-9
-// relative for bf16, 2^-12 for fp16, on top of its own final rounding. D is
-// the reference's arithmetic. tests/cuda/test_cuda_flash_attention_mma_backward.cpp
-// states the tolerances.
+// relative for bf16, 2^-12 for fp16, on top of its own final rounding (the
+// CPU simulation: 1.72 units of the 16-bit type at most, against the CPU's
+// attention and the reference kernels). D is the reference's arithmetic.
+// tests/cuda/test_cuda_flash_attention_mma_backward.cpp states the tolerances.
 //
 // Not yet run on a GPU (no device was lent when it was written): its indexing
 // and per-lane math are tested on the CPU (tests/test_flash_attention_mma_backward.cpp),
@@ -35,7 +36,7 @@
 // Grids: x = B·H heads, y = blocks of 64 keys (dK/dV: the first, which every
 // query after it sees, first) or 64 queries (dQ: the last first). Blocks: 4
 // warps. Shared, 16-bit rows of HD + 8: dK/dV K, V [64] and Q, dO
-// [kQueryRows] (36 KiB at HD 64, 42.5 KiB at HD 128); dQ K, V [64] (18, 34 KiB).
+// [kQueryRows] (36.5 KiB at HD 64, 42.6 KiB at HD 128); dQ K, V [64] (18, 34 KiB).
 #include "tensor/cuda/fast/flash_attention_mma.h"
 #include "tensor/cuda/fast/mma_tiles.cuh"
 #include "tensor/kernels/flash_attention_mma_backward.h"
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_dkdv_mma_kernel(Heads<const
     for (int c = 0; c < QT; c += kChunk) {  // queries q0 + c.. (the same for the whole warp)
       if (q0 + c >= T) break;
       if (q0 + c + kChunk - 1 < key_row0 || key_row0 >= T) continue;  // all 16 before its first key, or no keys
-      float s[2][4] = {}, dp[2][4] = {};             // Sᵀ, dPᵀ [16 keys x 16 queries]
+      float s[2][4] = {}, dp[2][4] = {};  // Sᵀ, dPᵀ [16 keys x 16 queries]
       LOOM_UNROLL
       for (int kk = 0; kk < KK; ++kk) {
         uint32_t ka[4], va[4];
