@@ -16,6 +16,7 @@
 #include "autograd/functions.h"
 #include "autograd/variable.h"
 #include "cuda_test.h"
+#include "nn/attention.h"
 #include "tensor/cuda/fast/flash_attention.h"
 #include "tensor/cuda/fast/flash_attention_mma.h"
 #include "tensor/cuda/kernel_choice.h"
@@ -126,8 +127,18 @@ TEST_F(CudaFlashAttentionMmaBackward, TwoRunsAreBitIdentical) {
 
 // ops::flash_attention_backward runs it under LOOM_CUDA_KERNELS=fast for bf16
 // and fp16, head size 64 and 128; under reference the CUDA-core kernel, and
-// head size 128 is refused (nn::attend then runs the composition).
+// head size 128 is refused: nn::attend then runs the composition.
 TEST_F(CudaFlashAttentionMmaBackward, FastKernelsPickItForHeadSize64And128) {
+  const Tensor x = autograd::set_requires_grad(ops::to(cuda_test::random({1, 2, 40, 128}, 3, kBFloat16), gpu));
+  auto attend_node = [&] { return autograd::grad_fn(nn::attend(x, x, x, nullptr))->name(); };
+  {
+    KernelChoiceScope fast(cuda::KernelChoice::Fast);
+    EXPECT_EQ(attend_node(), "FlashAttentionBackward");
+  }
+  {
+    KernelChoiceScope reference(cuda::KernelChoice::Reference);
+    EXPECT_NE(attend_node(), "FlashAttentionBackward");
+  }
   for (int64_t hd : {64, 128}) {
     SCOPED_TRACE(::testing::Message() << "hd=" << hd);
     const Inputs in = make_inputs(1, 2, 100, hd, kBFloat16, gpu);
