@@ -54,7 +54,7 @@ inline Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, Dropout*
       (q.dtype() == kFloat32 || q.dtype() == kFloat64))
     return causal_attention(q, k, v, scale);
   // On a GPU with LOOM_CUDA_KERNELS=fast: flash attention (tensor/cuda/fast/),
-  // no [T, T] matrix; attention dropout, float64 and hd > 64 stay here.
+  // no [T, T] matrix; attention dropout, float64, hd > 64 (bar 128 in bf16/fp16) stay here.
   if (!dropout && !attention_reference_only() && q.device().is_cuda() && cuda::fast_kernels() &&
       ops::flash_attention_unsupported(q, k, v).empty())
     return flash_attention(q, k, v, scale);

@@ -15,7 +15,7 @@ namespace loom::ops {
 
 // "" when flash_attention takes these inputs, else why not (nn::attend then
 // runs the composition): q, k, v [B, H, T, hd] of one shape, dtype and device,
-// hd <= 64, float32/bf16/fp16 (and float64 on the CPU).
+// hd <= 64 float32/bf16/fp16 (and float64 on the CPU), or 128 bf16/fp16 on a GPU under LOOM_CUDA_KERNELS=fast.
 std::string flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v);
 
 // o = softmax(causal(scale q kᵀ)) v: [B, H, T, hd] like q, stored with heads

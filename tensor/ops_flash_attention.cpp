@@ -184,6 +184,17 @@ Dims dims_of(const Tensor& q) { return {q.size(0), q.size(1), q.size(2), q.size(
 
 DType lse_dtype(DType t) { return t == kFloat64 ? kFloat64 : kFloat32; }
 
+// The tensor-core kernels (tensor/cuda/fast/flash_attention_mma.h) run these
+// inputs: CUDA, LOOM_CUDA_KERNELS=fast, bf16/fp16, head size 64 or 128.
+bool on_tensor_cores([[maybe_unused]] const Tensor& q, [[maybe_unused]] const Tensor& k,
+                     [[maybe_unused]] const Tensor& v) {
+#ifdef LOOM_WITH_CUDA
+  return q.device().is_cuda() && cuda::fast_kernels() && cuda::flash_attention_mma_unsupported(q, k, v).empty();
+#else
+  return false;  // a build without CUDA has no GPU tensors
+#endif
+}
+
 }  // namespace
 
 std::string flash_attention_unsupported(const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -195,8 +206,10 @@ std::string flash_attention_unsupported(const Tensor& q, const Tensor& k, const 
   const bool cuda = q.device().is_cuda();
   if (!is_floating(q.dtype()) || (cuda && q.dtype() == kFloat64))
     return str("dtype ", dtype_name(q.dtype()), " (float32, bfloat16, float16", cuda ? "" : ", float64", " only)");
-  if (q.size(3) < 1 || q.size(3) > kMaxHeadDim)
-    return str("head size ", q.size(3), " (1 to ", kMaxHeadDim, ": the kernels keep rows in registers)");
+  if (q.size(3) < 1 || (q.size(3) > kMaxHeadDim && !on_tensor_cores(q, k, v)))
+    return str("head size ", q.size(3), " (1 to ", kMaxHeadDim,
+               ": the kernels keep rows in registers; 128 on the tensor cores: bf16/fp16 on a GPU with "
+               "LOOM_CUDA_KERNELS=fast)");
   if (q.size(2) > INT_MAX / 2) return str("sequence length ", q.size(2), " is too long");
   return "";
 }
@@ -211,8 +224,7 @@ FlashAttentionResult flash_attention(const Tensor& q_in, const Tensor& k_in, con
   if (q.device().is_cuda()) {
     // The tensor-core forward where it takes the inputs and the fast kernels
     // are chosen; the CUDA-core kernel (the reference) otherwise.
-    if (cuda::fast_kernels() && cuda::flash_attention_mma_unsupported(q, k, v).empty())
-      return cuda::flash_attention_mma(q, k, v, scale);
+    if (on_tensor_cores(q, k, v)) return cuda::flash_attention_mma(q, k, v, scale);
     return cuda::flash_attention(q, k, v, scale);
   }
 #endif
@@ -243,7 +255,10 @@ FlashAttentionGrads flash_attention_backward(const Tensor& grad_o, const Tensor&
   const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   const Tensor dO = rows_contiguous(grad_o), o = rows_contiguous(o_in);
 #ifdef LOOM_WITH_CUDA
-  if (q.device().is_cuda()) return cuda::flash_attention_backward(dO, q, k, v, o, lse, scale);
+  if (q.device().is_cuda()) {  // as forward: the tensor cores where they take the inputs
+    if (on_tensor_cores(q, k, v)) return cuda::flash_attention_mma_backward(dO, q, k, v, o, lse, scale);
+    return cuda::flash_attention_backward(dO, q, k, v, o, lse, scale);
+  }
 #endif
   FlashAttentionGrads g{merged_heads(q), merged_heads(q), merged_heads(q)};
   Tensor D = empty({n.B, n.H, n.T}, lse.dtype());

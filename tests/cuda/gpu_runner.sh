@@ -10,7 +10,7 @@
 #               for and added to LD_LIBRARY_PATH); test_cuda_device
 #   2 ops       each op test binary once, as a whole process (test_cuda_moe: index_add's sort, an MoE layer;
 #               test_cuda_rows_fast: the fast row kernels;
-#               test_cuda_flash_attention_mma: the tensor-core attention forward;
+#               test_cuda_flash_attention_mma(_backward): the tensor-core attention forward, backward;
 #               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW;
 #               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt; test_cuda_grad_multi_tensor: one-launch
 #               unscale + found_inf, grad norm, clipping scale)
@@ -23,7 +23,7 @@
 #               bench/gpt_step.sh (small, gpt124m) beside PyTorch eager; the NCCL all-reduce;
 #               gpt124m again with LOOM_CUDA_KERNELS=fast; gpt124m bf16 reference vs fast (cuBLASLt);
 #               train_gpt --trace's launches per step (fp32 and bf16, reference and fast)
-#   7 memcheck  compute-sanitizer --tool memcheck over three op test binaries
+#   7 memcheck  compute-sanitizer --tool memcheck over three op test binaries, memcheck and racecheck over the tensor-core attention
 # Logs: $OUT/<phase>.log (7 files) and $OUT/summary.txt, which lists each step
 # as passed / failed / skipped (reason) / not run (one GPU) / not run (deadline).
 # Tests that need two GPUs are "not run (one GPU)", never passed.
@@ -157,6 +157,7 @@ phase_ops() {
   step ops test_cuda_grad_multi_tensor 60 "$bin/test_cuda_grad_multi_tensor"  # one-launch unscale, norm, clip vs per tensor
   step ops test_cuda_attention 90 "$bin/test_cuda_attention"  # flash attention vs the CPU (tensor/cuda/fast/)
   step ops test_cuda_flash_attention_mma 90 "$bin/test_cuda_flash_attention_mma"  # the tensor-core forward vs the reference kernel and the CPU
+  step ops test_cuda_flash_attention_mma_backward 120 "$bin/test_cuda_flash_attention_mma_backward"  # its backward, likewise
   step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
   step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (tensor/cuda/fast/gemm_lt.h)
 }
@@ -238,6 +239,7 @@ phase_bench() {
   # One layer's attention at GPT-2 124M's shape: the composition vs flash attention.
   step bench "bench_attention gpt124m bf16" 60 "$bin/bench_attention" --device cuda --dtype bf16
   step bench "bench_attention gpt124m fp32" 60 "$bin/bench_attention" --device cuda --dtype fp32
+  step bench "bench_attention hd 128 bf16" 60 "$bin/bench_attention" --device cuda --dtype bf16 --H 6 --hd 128  # tensor cores alone
   step bench bench_row_kernels 60 "$bin/bench_row_kernels" --reps 10  # fast vs reference row kernels, GPT-2 124M shapes
   for c in small gpt124m; do
     if python3 -c 'import torch' 2> /dev/null; then
@@ -284,6 +286,12 @@ phase_memcheck() {
     step memcheck "memcheck test_cuda_$t" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_$t"
   done
   step memcheck "memcheck test_cuda_rows_fast" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_cuda_rows_fast"
+  # The tensor-core attention (forward and backward, T 257 and 100, head 64 and 128): its
+  # shared tiles under memcheck, and under racecheck their __syncthreads.
+  for t in memcheck racecheck; do
+    step memcheck "$t tensor-core attention" 150 compute-sanitizer --tool "$t" --error-exitcode 9 \
+      "$bin/test_cuda_flash_attention_mma_backward" --gtest_filter='*TwoRunsAreBitIdentical:*FastKernelsPick*'
+  done
 }
 
 names=([1]=device [2]=ops [3]=comm [4]=e2e [5]=train [6]=bench [7]=memcheck)

@@ -58,8 +58,8 @@ Result run(Shape4 s, DType dt, const Device& device, Path path) {
 const Shape4 kShapes[] = {{1, 2, 1024, 64}, {2, 3, 150, 24}};
 
 // The CUDA-core kernels for one scope, whatever LOOM_CUDA_KERNELS says (under
-// fast, bf16/fp16 at head size 64 would run the tensor-core forward, whose
-// own test is test_cuda_flash_attention_mma.cpp); the environment's after.
+// fast, bf16/fp16 at head size 64 would run the tensor-core kernels, whose
+// own tests are test_cuda_flash_attention_mma(_backward).cpp); the environment's after.
 struct ReferenceKernels {
   ReferenceKernels() { cuda::set_kernel_choice(cuda::KernelChoice::Reference); }
   ~ReferenceKernels() { cuda::reset_kernel_choice(); }

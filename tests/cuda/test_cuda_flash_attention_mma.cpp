@@ -6,7 +6,7 @@
 // as the attention module makes them (views of one [B, T, 3 H hd] tensor).
 // Also: the same run twice gives the same bits; LOOM_CUDA_KERNELS=fast picks
 // it inside ops::flash_attention, reference keeps the CUDA-core kernel; and
-// the existing backward takes its o and lse. Its indexing and per-lane math
+// the backward under fast (test_cuda_flash_attention_mma_backward.cpp's) takes its o and lse. Its indexing and per-lane math
 // are tested on the CPU too (tests/test_flash_attention_mma.cpp).
 #include <algorithm>
 #include <cmath>
@@ -139,11 +139,11 @@ TEST_F(CudaFlashAttentionMma, FastKernelsPickItForBf16AndFp16HeadSize64) {
   EXPECT_EQ(max_abs_diff(ops::flash_attention(bf.q, bf.k, bf.v, 0.125).o, ref.o), 0.0);
 }
 
-// Training under LOOM_CUDA_KERNELS=fast: its o and lse feed the CUDA-core
+// Training under LOOM_CUDA_KERNELS=fast: its o and lse feed the tensor-core
 // backward. Forward and the gradients of sum(o * w) against the CPU
-// composition; 4 units (the reference kernel's 3, tests/cuda/
-// test_cuda_attention.cpp, plus this forward's rounding of P, which reaches
-// the gradients through D = dO · o).
+// composition; 4 units (the backward's 3, tests/cuda/
+// test_cuda_flash_attention_mma_backward.cpp, plus this forward's rounding of
+// P, which reaches the gradients through D = dO · o).
 TEST_F(CudaFlashAttentionMma, TheBackwardTakesItsOutputs) {
   KernelChoiceScope fast(cuda::KernelChoice::Fast);
   for (DType dt : {kBFloat16, kFloat16}) {

@@ -28,7 +28,7 @@
 // Block: 4 warps, 16 rows each. Shared: K and V tiles [64][HD + 8] 16-bit:
 // 18 KiB at HD 64, 34 KiB at HD 128.
 #include "tensor/cuda/fast/flash_attention_mma.h"
-#include "tensor/cuda/fast/flash_tiles.cuh"
+#include "tensor/cuda/fast/mma_tiles.cuh"
 #include "tensor/kernels/flash_attention_mma.h"
 #include "tensor/ops.h"
 
@@ -38,21 +38,6 @@ namespace {
 using namespace flash;
 using namespace loom::kernels::flash_mma;
 namespace mma = loom::kernels::mma;
-
-// d += a b on the tensor cores: one m16n8k16 with fp32 accumulators.
-template <class S>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<S, bfloat16>)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Over the 4 lanes of a row (lanes 4g..4g+3): every lane ends with the same bits.
 __device__ __forceinline__ float group_max(float x) {
@@ -64,19 +49,6 @@ __device__ __forceinline__ float group_max(float x) {
 __device__ __forceinline__ float group_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// Rows [row0, row0 + 64) of one head into tile [64][HD + kPad] as raw 16-bit
-// values, 16 bytes per load; rows at or past T as zeros.
-template <int HD, class S>
-__device__ __forceinline__ void load_tile_bits(uint16_t* tile, const Heads<const S>& x, int b, int h, int row0, int T) {
-  constexpr int kVectors = HD / 8;  // per row
-  for (int e = threadIdx.x; e < kKeys * kVectors; e += blockDim.x) {
-    const int r = e / kVectors, c = e % kVectors * 8;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) val = *reinterpret_cast<const uint4*>(x.row(b, h, row0 + r) + c);
-    *reinterpret_cast<uint4*>(tile + r * (HD + kPad) + c) = val;
-  }
 }
 
 // q, k, v, o: [B, H, T, HD]; lse: [B·H, T] float.
@@ -91,7 +63,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_forward_mma_kernel(Heads<co
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = r0 + warp * kWarpRows;  // this warp's rows
 
   // Q [16 x HD] as HD/16 A fragments, through shared memory (K's, before the first K tile).
-  load_tile_bits<HD>(k_tile, q, b, h, r0, T);
+  load_tile_bits<kKeys, HD, LD>(k_tile, q, b, h, r0, T);
   __syncthreads();
   uint32_t qa[HD / mma::kK][4];
   LOOM_UNROLL
@@ -103,8 +75,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_forward_mma_kernel(Heads<co
   start_rows(st);
   const int end = min(r0 + kBlockRows, T);  // keys past the block's last query are never needed
   for (int key0 = 0; key0 < end; key0 += kKeys) {
-    load_tile_bits<HD>(k_tile, k, b, h, key0, T);
-    load_tile_bits<HD>(v_tile, v, b, h, key0, T);
+    load_tile_bits<kKeys, HD, LD>(k_tile, k, b, h, key0, T);
+    load_tile_bits<kKeys, HD, LD>(v_tile, v, b, h, key0, T);
     __syncthreads();
     float s[kKeyTiles][4] = {};  // S = Q Kᵀ: fragment j holds keys key0 + 8j..
     LOOM_UNROLL
@@ -148,18 +120,14 @@ __global__ void __launch_bounds__(kWarps * 32) flash_forward_mma_kernel(Heads<co
   }
 }
 
-bool aligned16(const Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 &&
-         t.stride(2) % 8 == 0 && t.stride(3) == 1;
-}
-
 }  // namespace
 
 std::string flash_attention_mma_unsupported(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (q.dtype() != kBFloat16 && q.dtype() != kFloat16)
     return str("dtype ", dtype_name(q.dtype()), " (bfloat16 or float16: the tensor cores' operands)");
   if (q.size(3) != 64 && q.size(3) != 128) return str("head size ", q.size(3), " (64 or 128)");
-  if (!aligned16(q) || !aligned16(k) || !aligned16(v)) return "rows not on 16-byte boundaries (its loads are 16 bytes)";
+  if (!rows_aligned16(q) || !rows_aligned16(k) || !rows_aligned16(v))
+    return "rows not on 16-byte boundaries (its loads are 16 bytes)";
   if ((q.size(2) + kBlockRows - 1) / kBlockRows > 65535)
     return str("sequence length ", q.size(2), " needs over 65535 blocks");
   return "";
