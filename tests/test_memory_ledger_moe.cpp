@@ -275,7 +275,9 @@ TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
        "--memory-report with --experts 4 and --zero 3 --zero3-reshard-after-forward off: "},
       {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
       {2, " --pp 2 --schedule zb-h1 --capacity-factor 1.5",
-       "--memory-report with --capacity-factor 1.5 and --schedule zb-h1: "},
+       "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
+      {2, " --pp 2 --recompute full --capacity-factor 1.5",
+       "--memory-report with --capacity-factor 1.5, --pp 2 and --recompute full: "},
       {2, " --dp 2 --zero 3 --recompute full", "--memory-report with --experts 4 and --zero 3 --recompute full: "},
       {2, " --dp 2 --ep 2 --recompute full", "--memory-report with --experts 4 and --ep 2 --recompute full: "}};
   for (const auto& [ranks, flags, want] : cases) {

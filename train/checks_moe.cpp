@@ -94,14 +94,17 @@ void check_moe_flags(const Args& a) {
   // --capacity-factor: each block's rows are the ones its routing kept, read from each micro-batch (nn/moe.h's
   // loads; --grad-accum: the costliest micro-batch's peak; --recompute full: the costliest block's rerun; a
   // 1F1B or AFAB pipeline: its in-flight micro-batches' own rows, walked; train/diagnostics_moe.cpp). Not
-  // yet: the interleaved and zero-bubble schedules' walks with each micro-batch's own rows.
+  // yet: the interleaved and zero-bubble schedules' walks with each micro-batch's own rows, nor a pipeline
+  // under full recomputation (a stage's earlier block's rerun beside the gradient it received: fp32, two
+  // blocks a stage, measured one [b, s, C] above the formula without a capacity too).
   const bool walked = a.virtual_stages == 1 && (a.schedule == "1f1b" || a.schedule == "afab");
-  const std::string schedule =
-      a.virtual_stages > 1 ? str("--virtual-stages ", a.virtual_stages) : "--schedule " + a.schedule;
-  LOOM_CHECK(!a.memory_report || a.capacity_factor == 0 || a.pp == 1 || walked, "--memory-report with "
-             "--capacity-factor ", a.capacity_factor, " and ", schedule, ": the formula walks each in-flight "
-             "micro-batch's kept rows through 1F1B and AFAB only; drop ", schedule, ", --capacity-factor or "
-             "--memory-report");
+  const std::string schedule = a.recompute == "full" ? "--recompute full"
+                               : a.virtual_stages > 1 ? str("--virtual-stages ", a.virtual_stages)
+                                                      : "--schedule " + a.schedule;
+  LOOM_CHECK(!a.memory_report || a.capacity_factor == 0 || a.pp == 1 || (walked && a.recompute != "full"),
+             "--memory-report with --capacity-factor ", a.capacity_factor, ", --pp ", a.pp, " and ", schedule,
+             ": the formula walks each in-flight micro-batch's kept rows through 1F1B and AFAB without full "
+             "recomputation only; drop ", schedule, ", --capacity-factor or --memory-report");
   // --ep N: N consecutive dp ranks share the experts' compute, E / N experts each (Megatron's layout).
   LOOM_CHECK(a.experts % a.ep == 0, "--ep ", a.ep, " does not divide --experts ", a.experts,
              ": each ep rank computes experts / ep of them");

@@ -32,7 +32,8 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
 // A capacity under --recompute full: block l's rerun (its (U), its backward) holds its own kept rows, with
 // the blocks past it done - their inputs let go, their .grad tensors (if any) alive - and the earlier ones'
 // inputs kept: the formula's last block of l + 1 blocks (rerun_blocks_after past it). Its forward is the
-// same count, the head's moments less than the whole stage's: the costliest block's is the peak.
+// same count, the head's moments less than the whole stage's: the costliest block's is the peak. (One
+// stage only: under a pipeline or --ep a capacity with --recompute full is refused.)
 double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c,
                                     size_t micro_batch) const {
   double most = 0;
@@ -44,7 +45,6 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     at.moe_last_rows = 0;
     for (int64_t g : kept) at.moe_last_rows += double(g);
     at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
-    if (pgm_.ep_size > 1) received_rows(moe, at, micro_batch, l);
     most = std::max(most, optim::predict_activations(at).total);
   }
   return most;
@@ -94,19 +94,17 @@ void Diagnostics::micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::A
 
 // Expert parallelism: the rows each of this rank's experts computed in micro-batch j of the step, from
 // every rank of its ep group (collective over ep): per block R, averaged over the blocks (what they
-// keep), and block `last`'s per expert (the last block's: its backward runs first; -1: the last).
-void Diagnostics::received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t j,
-                                size_t last) const {
+// keep), and the last block's per expert (its backward runs first).
+void Diagnostics::received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t j) const {
   c.moe_ep = pgm_.ep_size;
   double rows = 0;
-  for (size_t l = 0; l < moe.size(); ++l) {
-    Tensor load = from_vector(moe[l]->stats.loads.at(j));  // [E] rows this rank sent to each expert
+  for (nn::MoE* layer : moe) {
+    Tensor load = from_vector(layer->stats.loads.at(j));  // [E] rows this rank sent to each expert
     pgm_.ep_group().all_reduce(load, parallel::ReduceOp::Sum);
     const std::vector<int64_t> all = load.to_vector<int64_t>();
-    const auto first = all.begin() + moe[l]->experts->first();
-    const std::vector<int64_t> groups(first, first + int64_t(moe[l]->experts->size()));
-    if (l == std::min(last, moe.size() - 1)) c.moe_local_groups = groups;
-    for (int64_t g : groups) rows += double(g);
+    const auto first = all.begin() + layer->experts->first();
+    c.moe_local_groups.assign(first, first + int64_t(layer->experts->size()));
+    for (int64_t g : c.moe_local_groups) rows += double(g);
   }
   c.moe_received_rows = rows / double(moe.size());
 }
