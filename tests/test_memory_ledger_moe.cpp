@@ -130,8 +130,9 @@ struct RankCase {
   int64_t params = 0;  // each rank's (0: not checked)
   double sent = 0;     // a pipeline's: the input gradient a stage sent, counted, gone when its isend completed first
   int zero = 0;        // --zero
-  // A capacity under a pipeline: with the sent gradient let go, another micro-batch's moment (its own rows) can
-  // be the peak, anywhere from the formula less that gradient up to the formula (timing's: seen -32768, -26208).
+  // A capacity under --pp 2: with the sent gradient let go, another micro-batch's moment (its own rows) can be
+  // the last stage's peak (the last rank here), anywhere from the formula less that gradient up to the formula
+  // (timing's: seen -32768, -26208).
   bool sent_or_less = false;
 };
 
@@ -164,7 +165,8 @@ void expect_every_rank_is_the_formula(const RankCase& c) {
     std::printf("[ measured ] %s: activations %.0f measured, %.0f formula (%+.3f%%)\n", where.c_str(), measured,
                 predicted, 100 * (measured / predicted - 1));
     const double off = std::min(std::abs(measured / predicted - 1), std::abs((measured + c.sent) / predicted - 1));
-    const bool between = c.sent_or_less && measured >= predicted - c.sent && measured <= predicted * (1 + 1e-4);
+    const bool between = c.sent_or_less && r["rank"].get<int>() == c.ranks - 1 && measured >= predicted - c.sent &&
+                         measured <= predicted * (1 + 1e-4);
     EXPECT_TRUE(off < 1e-4 || between) << where;
   }
 }
