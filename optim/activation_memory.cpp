@@ -64,26 +64,28 @@ ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
 ActivationPrediction predict_activations(const ActivationCase& c) {
   Sizes z(c);
   ActivationPrediction p = kept(c, z);
-  const Moments m = backward_moments(c, z), g = grads_at(c, z);
-  p.backward_extra = std::max({m.head, m.ln_f + g.ln_f, m.block + g.block, c.swiglu ? m.gate + g.gate : 0.0,
-                               m.ln_2 + g.ln_2, m.attention + g.attention, m.rerun_collective + g.rerun_collective,
-                               m.moe_rerun != 0 ? m.moe_rerun + g.block : 0.0});
+  // .grad tensors at each moment (no main_grad buffer), or under ZeRO-3 what it gathers and reduces then.
+  const Moments m = backward_moments(c, z), g = c.zero3.on ? zero3_at(c, z, m) : grads_at(c, z);
+  p.backward_moments = std::max({m.head + g.head, m.ln_f + g.ln_f, m.block + g.block,
+                                 c.swiglu ? m.gate + g.gate : 0.0, m.ln_2 + g.ln_2, m.attention + g.attention,
+                                 m.rerun_collective + g.rerun_collective,
+                                 m.moe_rerun != 0 ? m.moe_rerun + g.block : 0.0});
   // A mixture of experts: the last block's forward, at unpermute's sum, before the stage's output and
   // the head's tensors exist (optim/moe_activations.h; one process: this rank has the head).
-  const double moe_forward = c.moe_experts > 0 && c.blocks > 0 ? moe_forward_bytes(c) - z.head - z.local : 0;
-  p.backward_extra = std::max(p.backward_extra, moe_forward);
+  p.forward_extra = c.moe_experts > 0 && c.blocks > 0 ? moe_forward_bytes(c) - z.head - z.local + g.forward : 0;
   // Later micro-batches (gradient accumulation, or a pipeline stage whose
   // later ones run backward with its whole in-flight set): the first one's
   // .grad tensors are all alive (grad_bytes), and on a pipeline stage after
   // the first the gradient it sent back may still be in flight (an isend:
   // whether it is depends on when the previous stage receives it).
   if (double(c.micro_batches) > c.in_flight) {
-    const double sent = c.pp_stage && !c.has_embedding ? z.local : 0;
-    p.backward_extra = std::max(p.backward_extra, std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0,
-                                                            m.ln_2, m.attention, m.rerun_collective, moe_forward,
-                                                            m.moe_rerun}) +
-                                                      double(c.grad_bytes) + sent);
+    const double alive = double(c.grad_bytes) + (c.pp_stage && !c.has_embedding ? z.local : 0);
+    p.backward_moments = std::max(p.backward_moments, std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0,
+                                                                m.ln_2, m.attention, m.rerun_collective,
+                                                                m.moe_rerun}) + alive);
+    p.forward_extra += alive;
   }
+  p.backward_extra = std::max(p.backward_moments, p.forward_extra);
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
   p.held_until_w = held_until_w(c, z);
   p.split_extra = split_backward_extra(c, z, m);

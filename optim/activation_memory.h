@@ -129,39 +129,28 @@
 // test's pp2 fp16; other runs +0.0%), -5.7% (pp2 tp2 fp32), -2.5% (--embd 64
 // --pp 2 fp32), -2.2% (bf16), -1.8% (--layers 4), -1.7% / -3.1% (--heads 8
 // --pp 2, with --tp 2).
-// Interleaved 1F1B (the schedule walk; the average in-flight count it
-// replaces was +2.1% / +58% off), --pp 2 --virtual-stages 2 unless said:
-// measured = formula (+0.0%, the bf16 stage 0s +0.01%) on every rank of
-// --layers 4 --embd 64 --batch 4 at m 2, of --layers 8 --pp 4 m 4 and of
-// --dp 2 m 4 bf16 --zero; on the other runs some ranks measure the formula
-// less the one sent gradient, whose isend had completed: m 4 fp32 -0.8 /
-// -0.7, bf16 and fp16 -0.8 on stage 1, v 3 -0.6, --pp 4 m 8 -0.4 to -0.8,
-// --dp 2 -1.0, --tp 2 -1.2 / -1.3, --tp 2 SP bf16 -0.7, --heads 8 --block
-// 64 (C) -0.5, --embd 32 -0.8 to -2.0. Once above it: --dp 2 m 2 bf16
-// --zero, one stage 1 rank +1.1% (two sent gradients and a header still
-// held: a send's payload is released when the channel's thread sees it
-// complete, which can be after the receiver has it).
-// Zero bubble (--schedule zb-h1, zb-v, dualpipev): the same walk with the
-// split backward's terms (optim/split_backward.h). ZB-H1: measured = formula
-// (+ the loss's scalars) on every stage of the default model at pp 4, m 4
-// and 8, b 2 and 4, fp32 and bf16, and tests/test_memory_ledger_zero_bubble.cpp's
-// runs, --arch llama too. The V (zb-v, dualpipev), as ZB-H1, lets go of each send at
-// the first op that knows it arrived (parallel/pipeline_parallel/
-// send_release.h), and the walk counts what a send holds until then: an
-// input gradient past its W, and on each link the first send's 80-byte
-// header. Measured = formula (+ the loss's scalars) on every stage of
-// tests/test_memory_ledger_zero_bubble.cpp's V runs (pp 2, 3, 4, fp32 and
-// bf16) and of the default model at pp 2, m 4, b 4: ZB-V 10.84 / 19.69 MiB
-// on stages 0 / 1, DualPipeV 11.20 / 21.94. Before, a send let go of its
-// payload when a later send found it delivered (timing): stage 0 measured up
-// to a gradient above the formula (zb-v pp 2: B1.1's, alive past W1.1 to
-// B2.1's peak), at pp 3 up to 1.3: the rest was DualPipeV's stage 0 peaking
-// in the embedding chunk's B (split_backward.h), not counted then. The V's
-// stage 0 holds the tied wte in both chunks: one .grad tensor
-// (train/diagnostics.cpp gives it to the head's chunk, whose W runs
-// first); counted once per chunk, the formula was 6004 bytes above the
-// test model's peak. Not modelled: --recompute full under a split backward (measured
-// 1.4-7.8% above: what the reruns' graphs keep until W).
+// Interleaved 1F1B (the schedule walk; the average in-flight count it replaces was +2.1% / +58% off), --pp 2
+// --virtual-stages 2 unless said: measured = formula (+0.0%, the bf16 stage 0s +0.01%) on every rank of --layers
+// 4 --embd 64 --batch 4 at m 2, of --layers 8 --pp 4 m 4 and of --dp 2 m 4 bf16 --zero; on the other runs some
+// ranks measure the formula less the one sent gradient, whose isend had completed: m 4 fp32 -0.8 / -0.7, bf16
+// and fp16 -0.8 on stage 1, v 3 -0.6, --pp 4 m 8 -0.4 to -0.8, --dp 2 -1.0, --tp 2 -1.2 / -1.3, --tp 2 SP bf16
+// -0.7, --heads 8 --block 64 (C) -0.5, --embd 32 -0.8 to -2.0. Once above it: --dp 2 m 2 bf16 --zero, one stage
+// 1 rank +1.1% (two sent gradients and a header still held: a send's payload is released when the channel's
+// thread sees it complete, which can be after the receiver has it).
+// Zero bubble (--schedule zb-h1, zb-v, dualpipev): the same walk with the split backward's terms
+// (optim/split_backward.h). ZB-H1: measured = formula (+ the loss's scalars) on every stage of the default model
+// at pp 4, m 4 and 8, b 2 and 4, fp32 and bf16, and tests/test_memory_ledger_zero_bubble.cpp's runs, --arch llama
+// too. The V (zb-v, dualpipev), as ZB-H1, lets go of each send at the first op that knows it arrived
+// (parallel/pipeline_parallel/send_release.h), and the walk counts what a send holds until then: an input gradient
+// past its W, and on each link the first send's 80-byte header. Measured = formula (+ the loss's scalars) on every
+// stage of tests/test_memory_ledger_zero_bubble.cpp's V runs (pp 2, 3, 4, fp32 and bf16) and of the default model
+// at pp 2, m 4, b 4: ZB-V 10.84 / 19.69 MiB on stages 0 / 1, DualPipeV 11.20 / 21.94. Before, a send let go of its
+// payload when a later send found it delivered (timing): stage 0 measured up to a gradient above the formula (zb-v
+// pp 2: B1.1's, alive past W1.1 to B2.1's peak), at pp 3 up to 1.3: the rest was DualPipeV's stage 0 peaking in
+// the embedding chunk's B (split_backward.h), not counted then. The V's stage 0 holds the tied wte in both chunks:
+// one .grad tensor (train/diagnostics.cpp gives it to the head's chunk, whose W runs first); counted once per
+// chunk, the formula was 6004 bytes above the test model's peak. Not modelled: --recompute full under a split
+// backward (measured 1.4-7.8% above: what the reruns' graphs keep until W).
 // Recomputation (--recompute, parallel/recompute.h): selective keeps each
 // block's tensors but its softmax, 4 + 12 / t units; full keeps only the
 // block's input, 1 unit ([b, s/t, h] under SP: 1 / t). Backward then
@@ -183,8 +172,8 @@
 // were the +4.7% (--tp 2 bf16, (E)) and +15.1% (SP, (F)) the formula missed;
 // now measured = formula: tests/test_memory_ledger.cpp's tp2_bf16_full and
 // tp2_sp_bf16_full, and the Llama and --heads 8 --block 64 runs above.
-// Not modelled: dropout's masks (loom's GPT keeps none at p = 0); the CUDA
-// backend (its kernels make no fp32 copies; its caching allocator was not measured).
+// ZeRO-3's gathered units and gradients: optim/zero3_activations.h. Not modelled: dropout's masks
+// (none at p = 0); the CUDA backend (no fp32 copies; its caching allocator not measured).
 #pragma once
 
 #include <cstdint>
@@ -192,6 +181,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
+#include "optim/zero3_activations.h"
 #include "parallel/pipeline_parallel/pipeline_schedule.h"
 #include "parallel/recompute.h"
 #include "tensor/device.h"
@@ -231,10 +221,12 @@ struct ActivationCase {
   // A mixture of experts in the MLP's place (nn/moe.h; optim/moe_activations.h); mlp_hidden: an expert's I.
   int64_t moe_experts = 0, moe_experts_per_token = 0, moe_shared_experts = 0;  // E (0: the dense MLP), k, S
   double moe_kept_rows = 0, moe_last_rows = 0;  // a capacity's kept rows M: blocks' mean, last block's (0: N k)
+  int64_t rerun_blocks_after = -1;  // --recompute full: done blocks past the last of `blocks` (-1: all alike)
   int64_t moe_largest_group = 0;  // the most rows one expert computed in the last block (the routing's)
   int moe_ep = 1;  // --ep: the rows this rank's E / ep experts got from the ep group (last micro-batch):
   double moe_received_rows = 0;           // R per block (their mean over the blocks)
   std::vector<int64_t> moe_local_groups;  // [E / ep] per local expert, in the last block
+  Zero3Held zero3;  // ZeRO-3's units and gradients beside the activations (optim/zero3_activations.h)
 };
 
 // Whether bf16 GEMMs on device d read bf16 operands as they are (no fp32 copies): on the CPU,
@@ -247,6 +239,9 @@ struct ActivationPrediction {
   double per_micro_batch = 0;// bytes kept per micro-batch on this rank (blocks + around them)
   double tokens = 0;         // bytes of the step's ids and targets
   double backward_extra = 0; // bytes of the backward's temporaries on top, at its peak
+  // Of it: (U), the last MoE block's forward, and the backward's moments (with micro_batches > in_flight
+  // the later micro-batches', the earlier ones' .grad tensors and sent gradient alive): a pipeline walk's.
+  double forward_extra = 0, backward_moments = 0;
   double total = 0;          // in_flight x per_micro_batch + tokens + backward_extra
   // Split backward (zero bubble, optim/split_backward.h): what one micro-batch
   // holds from its B to its W, B's temporaries above what is kept, W's.

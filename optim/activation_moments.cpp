@@ -53,6 +53,15 @@ double attention_qkv_elements(const ActivationCase& c) {
   return (c_attn_kept ? h + 2 * kv : 0) + (c.rope ? h : 0) + (copies ? 2 * h : c.rope ? kv : 0);
 }
 
+// (A)'s second part, inside the head layer's backward: the logits freed, their gradient in the model's
+// dtype and the head linear's temporaries (x = ln_f's output [N, h], w = wte [V'/t, h]).
+double at_head_linear(const ActivationCase& c, const Sizes& z) {
+  if (!c.has_head) return 0;
+  const double N = z.N, V = z.V, t = z.t, e = z.e;
+  return -(z.logits + (c.tp > 1 ? 2 : 1) * N * 4) + N * V / t * e +
+         linear_backward_temporaries(N, z.h, V / t, e, false, z.native);
+}
+
 namespace {
 
 // (A) The head's backward, everything still kept: the loss's gradient of
@@ -61,11 +70,8 @@ namespace {
 //     linear's temporaries (x = ln_f's output [N, h], w = wte [V'/t, h]).
 double at_head(const ActivationCase& c, const Sizes& z) {
   if (!c.has_head) return 0;
-  const double N = z.N, V = z.V, t = z.t, e = z.e;
-  const double loss_grad = z.logits + (c.tp > 1 && e != 4 ? N * V / t * e : 0);
-  const double head_linear = -(z.logits + (c.tp > 1 ? 2 : 1) * N * 4) + N * V / t * e +
-                             linear_backward_temporaries(N, z.h, V / t, e, false, z.native);
-  return std::max(loss_grad, head_linear);
+  const double loss_grad = z.logits + (c.tp > 1 && z.e != 4 ? z.N * z.V / z.t * z.e : 0);
+  return std::max(loss_grad, at_head_linear(c, z));
 }
 
 // (D) ln_f's backward, after the head's: the logits, the loss's per-row
@@ -245,7 +251,9 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
   // has run leaves its gradients (12 h²/t + 7 h/t + 6 h for GPT-2, fp32) and
   // frees only its input (one replicated unit); when those gradients are the
   // larger, the peak moves to the FIRST block's rerun, blocks - 1 such blocks later.
-  if (c.recompute == parallel::Recompute::Full && grads_kept && c.blocks > 1) {
+  // With a capacity the blocks differ (their kept rows): the caller gives each block's rerun as the last of
+  // `blocks`, rerun_blocks_after blocks past it done, their inputs let go and their gradients alive.
+  if (c.recompute == parallel::Recompute::Full && grads_kept && (c.blocks > 1 || c.rerun_blocks_after > 0)) {
     const double kv = kv_width(c);
     // A MoE block's: its router's and every expert's, whole on every tp rank (not / t).
     const double mlp = c.moe_experts > 0 ? double(c.moe_experts) * (h + 3 * h * F) + 3 * h * F_shared
@@ -253,7 +261,8 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
     const double matrices = (2 * h * h + 2 * h * kv) / t + mlp;
     const double biases = c.bias ? (h + 2 * kv + mlp_columns * F) / t + 2 * h : 0;
     const double block_grads = 4 * (matrices + biases + 2 * norm_weights);
-    const double later = double(c.blocks - 1) * std::max(0.0, block_grads - z.local);
+    const double later = c.rerun_blocks_after >= 0 ? double(c.rerun_blocks_after) * block_grads
+                                                   : double(c.blocks - 1) * std::max(0.0, block_grads - z.local);
     g.block += later;
     g.attention += later, g.ln_2 += later, g.rerun_collective += later;
     if (c.swiglu) g.gate += later;

@@ -48,6 +48,7 @@ struct Sizes {
 struct Moments {
   double head = 0, ln_f = 0, block = 0, gate = 0, attention = 0, ln_2 = 0, rerun_collective = 0;
   double moe_rerun = 0;  // (U) again, in full recomputation's rerun of the last MoE block (moe_activations.h)
+  double forward = 0;    // (U) the last MoE block's forward (ZeRO-3's units then; its own bytes: moe_forward_bytes)
 };
 
 // Each moment's bytes above what is kept (Sizes::block_kept and the head's
@@ -55,6 +56,11 @@ struct Moments {
 Moments backward_moments(const ActivationCase& c, const Sizes& z);
 // The .grad tensors alive at each moment, without a main_grad buffer.
 Moments grads_at(const ActivationCase& c, const Sizes& z);
+// Under ZeRO-3 in their place: the gathered units, the unit's .grad tensors and the reduce-scatter in
+// flight at each moment m (optim/zero3_activations.h).
+Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& m);
+// (A) once the loss's backward is done, in the head layer's own: the head linear's backward.
+double at_head_linear(const ActivationCase& c, const Sizes& z);
 
 // One Linear's backward temporaries for x [M, K], w [n, K] (the incoming
 // gradient [M, n] counted by the caller): fp32 or native bf16 dx and dW;

@@ -176,24 +176,28 @@ int64_t zero3_gathered_elements(const Zero3Units& u) {
 
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
                                               bool forwards_in_a_row) {
-  const int64_t dp = fsdp.dp_group_size(), b = int64_t(element_size(dtype));
-  auto padded = [dp](int64_t n) { return (n + dp - 1) / dp * dp; };  // P_u
-  int64_t num_params = 0, shard = 0;
-  for (const auto& unit : fsdp.units()) num_params += unit.numel, shard += padded(unit.numel) / dp;
-  // The working set by layer: a layer's own unit, with the own unit (the
-  // pipeline's tied wte) that it alone reads, gathered and freed together.
+  const int64_t b = int64_t(element_size(dtype));
+  // P_u, over the unit's own group: dp (x cp), or for --ep's experts their expert-dp group.
+  auto group = [&](size_t k) { return int64_t(fsdp.units()[k].group ? fsdp.units()[k].group->size() : 1); };
+  auto padded = [&](size_t k) { return (fsdp.units()[k].numel + group(k) - 1) / group(k) * group(k); };
+  int64_t shard = 0;
+  double owned = 0;  // the elements whose main param and moments this rank keeps
+  for (size_t k = 0; k < fsdp.units().size(); ++k)
+    shard += padded(k) / group(k), owned += double(fsdp.units()[k].numel) / double(group(k));
+  // The working set by layer: a layer's own unit, with the own units (the
+  // pipeline's tied wte, --ep's experts) that it alone reads, gathered and freed together.
   Zero3Units u;
   for (size_t l = 0; l < fsdp.num_layers(); ++l) {
-    int64_t n = padded(fsdp.units()[l].numel);
+    int64_t n = padded(l);
     for (size_t k : fsdp.layer_units(l))
-      if (k >= fsdp.num_layers()) n += padded(fsdp.units()[k].numel);
+      if (k >= fsdp.num_layers()) n += padded(k);
     u.numel.push_back(n);
     u.chunk.push_back(int(fsdp.chunk_of(l)));
   }
   u.first_held = fsdp.read_by_a_later_layer(0), u.last_held = forwards_in_a_row;
   u.prefetch = fsdp.options().prefetch, u.reshard_after_forward = fsdp.options().reshard_after_forward;
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
-  MemoryPrediction p{shard * b, shard * 4, int64_t(double(num_params) * double(main_bytes + 8) / double(dp))};
+  MemoryPrediction p{shard * b, shard * 4, int64_t(owned * double(main_bytes + 8))};
   p.comm = zero3_gathered_elements(u) * b;
   return p;
 }

@@ -31,13 +31,16 @@ double local_experts_backward(const ActivationCase& c, const MoESizes& z, double
   for (int64_t m : g) R += double(m);
   base -= 8 * (R - 1);
   const bool native = c.native_bf16_gemm && c.element_bytes == 2;
+  // Under ZeRO-3 each expert's .grad tensors stay until the experts' unit is reduce-scattered, after the
+  // last: its w2's by its product's backward, and all three of each expert done before it.
+  const double matrix_grad = c.zero3.on ? z.e * z.I * z.C : 0;
   double freed = 0, best = base;
   for (size_t j = g.size(); j-- > 0;) {
     const bool first = j + 1 == g.size(), last = j == 0;
     const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? z.e * R * z.C : 0), M_j = double(g[j]);
-    best = std::max({best, alive + 2 * z.e * M_j * z.I,
+    best = std::max({best, alive + 2 * z.e * M_j * z.I + matrix_grad,
                      alive + linear_backward_temporaries(M_j, z.I, z.C, z.e, false, native)});
-    freed += 4 * z.e * M_j * z.I;
+    freed += 4 * z.e * M_j * z.I - 3 * matrix_grad;
   }
   return best;
 }
@@ -84,7 +87,8 @@ double moe_backward_bytes(const ActivationCase& c) {
   // the routed moments above, with the shared experts' tensors freed, their input gradient [N, C] waiting
   // for the routed one's and (no main_grad buffer) their three .grad tensors alive.
   const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
-  const double grad = c.grad_bytes > 0 ? 4 * F * z.C : 0;  // one matrix's fp32 .grad
+  // one matrix's .grad: fp32 without a main_grad buffer, the model's dtype under ZeRO-3 (until its unit's reduce)
+  const double grad = c.grad_bytes > 0 ? 4 * F * z.C : c.zero3.on ? z.e * F * z.C : 0;
   const bool native = c.native_bf16_gemm && c.element_bytes == 2;
   const double c_proj = linear_backward_temporaries(tokens, F, z.C, z.e, false, native);
   const double product = 2 * z.e * tokens * F + grad;

@@ -109,9 +109,15 @@
 // Measured = formula to the byte: one process fp32 (11.5% dropped), bf16 with
 // a shared expert (23%), --grad-accum 2 and 4 (each micro-batch's rows, the
 // costliest taken), every rank of dp 2, dp 2 ep 2 (I 88 and 512, --recompute
-// selective, --grad-accum 4), dp 4 ep 2 ZeRO-1 bf16, tp 2 fp32 and bf16. Not
-// under a pipeline (micro-batches in flight, each its own rows) or --recompute
-// full (an earlier block's rerun can peak): train/checks_moe.cpp refuses them.
+// selective, --grad-accum 4), dp 4 ep 2 ZeRO-1 bf16, tp 2 fp32 and bf16, and
+// ZeRO-3 dp 2 (--grad-accum 2). Under --recompute full an earlier block's rerun
+// can peak, and under a pipeline the micro-batches in flight each keep their own
+// rows: train/diagnostics_moe.cpp walks both (one process fp32, where the first
+// block's rerun peaks; pp 2 at m 2 and 4, to the byte on stage 0, its last stage
+// as a pipeline's). The interleaved and zero-bubble walks read one micro-batch's
+// rows: train/checks_moe.cpp refuses a capacity under them. ZeRO-3's bytes beside
+// these: optim/zero3_activations.h (and, under ep, the (X) walk above counts each
+// expert's .grad tensors, kept until the experts' unit is reduce-scattered).
 #pragma once
 
 #include "optim/activation_memory.h"

@@ -1,6 +1,7 @@
 #include "plan/check_plan.h"
 
 #include <cmath>
+#include <string>
 
 #include "parallel/context_parallel/zigzag.h"
 #include "parallel/pipeline_parallel/partition.h"
@@ -49,6 +50,13 @@ void check_plan(const ModelShape& m, const Grid& g, const Batch& b) {
                ": the ep group is ep consecutive ranks of one shard group, so --ep must divide --dp-shard");
   }
   LOOM_CHECK(g.ep == 1 || m.experts > 0, "--ep ", g.ep, " splits experts over ranks; it needs --experts E");
+  // train_gpt's rules: a capacity counts a micro-batch's tokens in order, which cp and SP split over ranks.
+  LOOM_CHECK(m.capacity_factor == 0 || (m.experts > 0 && std::isfinite(m.capacity_factor) && m.capacity_factor > 0),
+             "--capacity-factor ", m.capacity_factor, " caps each expert's rows: it needs --experts E and a factor > 0");
+  LOOM_CHECK(m.capacity_factor == 0 || (g.cp == 1 && !g.sequence_parallel), "--capacity-factor ", m.capacity_factor,
+             " with ", g.cp > 1 ? "--cp " + std::to_string(g.cp) : std::string("--sequence-parallel"),
+             ": the micro-batch's tokens are split over ranks, and which ones an expert drops depends on all of them "
+             "in order (train_gpt refuses it too)");
   LOOM_CHECK(m.layers + 2 >= int64_t(g.pp) * g.virtual_stages, "--pp ", g.pp, " x --virtual-stages ",
              g.virtual_stages, " exceeds the ", m.layers + 2, " layers (embedding + blocks + head)");
   if (parallel::schedule_chunk_layout(g.schedule) == parallel::ChunkLayout::V) {  // ZB-V, DualPipeV: train_gpt's rules

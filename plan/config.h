@@ -31,6 +31,7 @@ struct ModelShape {
   int64_t shared_experts = 0;     // S
   int64_t expert_ffn = 0;         // I (0: ffn_width())
   int64_t dense_layers = 0;       // the first blocks keep the dense MLP of width F (DeepSeek-V3's first 3)
+  double capacity_factor = 0;     // F: each expert computes at most ceil(F N k / E) rows (0: dropless)
   int64_t attn_params = 0;        // one block's attention weights, when not q, k, v, o of heads and kv heads
                                   // (DeepSeek-V3's low-rank MLA: its published count); 0: from the heads
 

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--shared-experts", m.shared_experts, "--experts: always-on experts every token also passes");
   app.add_option("--expert-ffn", m.expert_ffn, "--experts: an expert's width I (0: --ffn)");
   app.add_option("--dense-layers", m.dense_layers, "--experts: the first blocks keep the dense MLP (DeepSeek-V3: 3)");
+  app.add_option("--capacity-factor", m.capacity_factor, "--experts: each expert computes at most ceil(F N k / E) "
+                 "of a rank's N tokens' rows, the rest dropped (Switch's; 0: dropless)");
   app.add_option("--ep", g.ep, "expert-parallel ranks, out of --dp: the experts split over them");
   app.add_option("--layers", m.layers, "transformer blocks (L)");
   app.add_option("--embd", m.width, "width (h)");
@@ -120,6 +122,7 @@ int main(int argc, char** argv) {
                  {"--dense-layers", &ModelShape::dense_layers}};
       for (const auto& f : moe)
         if (app.count(f.flag)) m.*f.field = given.*f.field;
+      if (app.count("--capacity-factor")) m.capacity_factor = given.capacity_factor;
     }
     if (app.count("--arch")) m.llama = arch == "llama";
     if (b.micro_batches == 0) b.micro_batches = g.pp;  // train_gpt's --microbatches 0

@@ -76,11 +76,13 @@ double activation_bytes_per_layer(const ModelShape& m, const Grid& g, int64_t mi
                                                                   : parallel::Recompute::None;
     optim::ActivationCase c = optim::block_activation_case(cfg, micro_batch, m.seq / g.cp, g.tp,
                                                            g.sequence_parallel, dtype_bytes(g.dtype), recompute);
-    if (m.experts > 0 && g.ep > 1) {  // --ep: a balanced router brings each rank the N k rows it sends
-      const int64_t tokens = c.micro_batch * c.seq / (g.sequence_parallel ? g.tp : 1);  // SP: this tp rank's
-      const int64_t rows = tokens * m.experts_per_token;
-      c.moe_ep = g.ep, c.moe_received_rows = double(rows);
-      c.moe_local_groups.assign(size_t(m.experts / g.ep), rows * g.ep / m.experts);
+    // A balanced router's rows: N k / E an expert from each rank, at most the capacity (plan/moe_model.h).
+    const int64_t tokens = c.micro_batch * c.seq / (g.sequence_parallel ? g.tp : 1);  // SP: this tp rank's
+    const double per_expert = balanced_expert_rows(m, tokens);
+    if (m.capacity_factor > 0) c.moe_kept_rows = c.moe_last_rows = double(m.experts) * per_expert;
+    if (m.experts > 0 && g.ep > 1) {  // --ep: a balanced router brings each rank the rows it sends
+      c.moe_ep = g.ep, c.moe_received_rows = double(m.experts) * per_expert;
+      c.moe_local_groups.assign(size_t(m.experts / g.ep), int64_t(per_expert * double(g.ep)));
     }
     return optim::predict_activations(c).per_block;
   }

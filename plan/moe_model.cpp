@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "nn/moe_token_dispatcher.h"
 #include "plan/memory_model.h"
 
 namespace loom::plan {
@@ -38,6 +39,13 @@ int64_t mlp_params(const ModelShape& m, const Grid& g, int64_t block) {
 int64_t expert_params(const ModelShape& m, const Grid& g, int64_t block) {
   if (!is_moe_block(m, block)) return 0;
   return m.experts / g.ep * 3 * m.width * expert_width(m);
+}
+
+double balanced_expert_rows(const ModelShape& m, int64_t tokens) {
+  if (m.experts == 0) return 0;
+  const double rows = double(tokens * m.experts_per_token) / double(m.experts);
+  if (m.capacity_factor <= 0) return rows;
+  return std::min(rows, double(nn::expert_capacity(m.capacity_factor, tokens, m.experts_per_token, m.experts)));
 }
 
 int64_t active_params(const ModelShape& m) {

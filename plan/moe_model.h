@@ -23,7 +23,9 @@
 // the shared experts' SwiGLU included: 4 S I / tp elements a token, + SP's two
 // gathered inputs) with a balanced router: each rank's experts receive the N k rows it sends, so
 // a block keeps 2 e N k h + 16 N k bytes more than at ep 1 (the received, sorted
-// and computed rows [R, h] and two indices, less the permuted rows).
+// and computed rows [R, h] and two indices, less the permuted rows). With a capacity
+// factor F each expert keeps at most ceil(F N k / E) of a rank's rows: below F = 1 a
+// balanced router's M = E ceil(F N k / E) rows, not N k (the slots [N, k, h] stay).
 //
 // All-to-all, per MoE block and micro-batch, N = b s / cp tokens on the rank
 // (/ tp under sequence parallelism: each tp rank routes its own slice):
@@ -65,6 +67,10 @@ int64_t expert_params(const ModelShape& m, const Grid& g, int64_t block);
 // The experts' data-parallel grid: each expert on dp / ep ranks, its expert-dp group; under HSDP
 // (--dp-shard, ep inside a shard group) dp_shard / ep of them in each shard group, replicated as the rest.
 Grid expert_dp_grid(const Grid& g);
+
+// The rows one expert computes of a rank's `tokens` under a balanced router: N k / E, at most the
+// capacity ceil(F N k / E) with --capacity-factor F (nn/moe_token_dispatcher.h; the slots past it dropped).
+double balanced_expert_rows(const ModelShape& m, int64_t tokens);
 
 // Parameters a token's forward multiplies by (both embeddings counted, as
 // Mixtral's 12.9B does): the whole model for a dense one.

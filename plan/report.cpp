@@ -105,6 +105,9 @@ std::string report(const ModelShape& m, const Grid& g, const Batch& b, const Mac
         (long long)m.experts_per_token, (long long)m.shared_experts,
         (long long)(m.expert_ffn > 0 ? m.expert_ffn : m.ffn_width()), double(active_params(m)), g.ep,
         (long long)(m.experts / g.ep));
+  if (m.capacity_factor > 0)
+    say(out, "capacity factor %g: each expert computes at most ceil(F N k / E) of a rank's N tokens' rows, a balanced "
+        "router's N k / E when F >= 1 (plan/moe_model.h)\n", m.capacity_factor);
   const std::string zero = !g.zero             ? ""
                            : g.replicas() > 1 && g.zero == 3 ? ", ZeRO-3 hybrid sharded (shard groups of " +
                                                                   std::to_string(g.dp_shard) + " dp ranks)"

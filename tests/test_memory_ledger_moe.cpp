@@ -5,7 +5,8 @@
 // of the formula (predict_memory_moe: the experts' state over their expert-dp
 // group), and each rank's ledger under --dp and --ep (its E / ep experts, their
 // own gradient buffer, and the rows the all-to-all brought them), ZeRO-1/2 over
-// expert-dp, --tp (+SP) and --recompute full; with --shared-experts and --capacity-factor too.
+// expert-dp, --tp (+SP) and --recompute full, ZeRO-3 (its gathered units, .grad tensors and reduce-scatter
+// beside the activations); with --shared-experts and --capacity-factor too (a pipeline's in-flight rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,7 +83,8 @@ TEST(MoELedger, ExpertStateIsShardedOverTheExpertDpGroup) {
 // of the routed and shared outputs in the last block's forward; S 2 in the shared experts' product
 // backward, which runs before the routed experts' (with c_proj's .grad tensor alive).
 // --capacity-factor: each block keeps the rows its routing kept (here 12% and 23% of the slots dropped), the
-// blocks' mean for what they keep and the last block's at its moments, read from the routing's counts.
+// blocks' mean for what they keep and the last block's at its moments, read from the routing's counts; under
+// --recompute full each block's rerun with its own rows (fp32, .grad tensors: the first block's rerun peaks).
 TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   struct Case {
     const char* name;
@@ -99,7 +101,8 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
                {"moe_ledger_shared", kLaptop + " --shared-experts 1", 1e-4},
                {"moe_ledger_shared2", kLaptop + " --shared-experts 2", 1e-4},
                {"moe_ledger_capacity", kLaptop + " --capacity-factor 1.0", 1e-4},
-               {"moe_ledger_capacity_shared_bf16", kLaptop + " --capacity-factor 0.8 --shared-experts 1 --dtype bf16", 1e-4}};
+               {"moe_ledger_capacity_shared_bf16", kLaptop + " --capacity-factor 0.8 --shared-experts 1 --dtype bf16", 1e-4},
+               {"moe_ledger_capacity_full", kLaptop + " --capacity-factor 0.8 --recompute full", 1e-4}};
   for (const Case& c : cases) {
     const nlohmann::json r = ledger(c.name, c.flags);
     for (const char* row : {"params", "grads", "optimizer"})
@@ -127,6 +130,10 @@ struct RankCase {
   int64_t params = 0;  // each rank's (0: not checked)
   double sent = 0;     // a pipeline's: the input gradient a stage sent, counted, gone when its isend completed first
   int zero = 0;        // --zero
+  // A capacity under --pp 2: with the sent gradient let go, another micro-batch's moment (its own rows) can be
+  // the last stage's peak (the last rank here), anywhere from the formula less that gradient up to the formula
+  // (timing's: seen -32768, -26208).
+  bool sent_or_less = false;
 };
 
 void expect_every_rank_is_the_formula(const RankCase& c) {
@@ -140,7 +147,12 @@ void expect_every_rank_is_the_formula(const RankCase& c) {
     auto beyond = [&](const char* row) { return r[row]["measured"].get<int64_t>() - r[row]["predicted"].get<int64_t>(); };
     const int64_t comm = r["comm"]["predicted"];
     EXPECT_EQ(r["comm"]["measured"].get<int64_t>(), comm) << where << " comm";
-    EXPECT_EQ(beyond("params") + beyond("grads"), comm) << where << " params and grads beyond the formula";
+    if (c.zero == 3) {  // the shards, their padding in the formula; comm the gathered working set
+      EXPECT_EQ(beyond("params"), 0) << where << " params";
+      EXPECT_EQ(beyond("grads"), 0) << where << " grads";
+    } else {
+      EXPECT_EQ(beyond("params") + beyond("grads"), comm) << where << " params and grads beyond the formula";
+    }
     if (c.zero == 0) {
       EXPECT_EQ(beyond("params"), 0) << where << " params";
     }
@@ -153,7 +165,9 @@ void expect_every_rank_is_the_formula(const RankCase& c) {
     std::printf("[ measured ] %s: activations %.0f measured, %.0f formula (%+.3f%%)\n", where.c_str(), measured,
                 predicted, 100 * (measured / predicted - 1));
     const double off = std::min(std::abs(measured / predicted - 1), std::abs((measured + c.sent) / predicted - 1));
-    EXPECT_LT(off, 1e-4) << where;
+    const bool between = c.sent_or_less && r["rank"].get<int>() == c.ranks - 1 && measured >= predicted - c.sent &&
+                         measured <= predicted * (1 + 1e-4);
+    EXPECT_TRUE(off < 1e-4 || between) << where;
   }
 }
 
@@ -170,7 +184,8 @@ constexpr int64_t kShared = 2 * 3 * 88 * 64;
 // I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts; with a
 // capacity too, where unpermute's backward has freed N k slots and M kept rows (M < N k).
 // --recompute selective (the attention core rebuilt) and --pp 2 too, where the last stage measures the
-// formula less the gradient it sent when that isend completed first (optim/activation_memory.h).
+// formula less the gradient it sent when that isend completed first (optim/activation_memory.h); with a
+// capacity, each micro-batch in flight keeps its own rows (stage 0 holds two: train/diagnostics_moe.cpp's walk).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
   const int64_t whole = ledger("moe_ledger_ep1", kLaptop)["num_params"];
   const RankCase cases[] = {
@@ -182,7 +197,10 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
       {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
       {"moe_ledger_dp2_ep2_capacity_wide", 2, kLaptop + " --dp 2 --ep 2 --capacity-factor 1.0 --mlp-hidden 512"},
-      {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4}};
+      {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4},
+      {"moe_ledger_pp2_capacity", 2, kLaptop + " --pp 2 --capacity-factor 0.8", 0, 16 * 32 * 64 * 4, 0, true},
+      {"moe_ledger_pp2_m4_capacity", 2, kLaptop + " --pp 2 --microbatches 4 --batch 4 --capacity-factor 0.8", 0,
+       4 * 32 * 64 * 4, 0, true}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
@@ -231,16 +249,39 @@ TEST(MoELedger, TensorParallelRanksAreTheFormulas) {
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
-// What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 (its
-// gathered units and gradient shards inside the step), context parallelism (ring attention, as the dense
-// ledger's cp), a capacity factor where another micro-batch in flight or an earlier block's rerun may hold
-// the peak (a pipeline, --recompute full).
+// ZeRO-3 (parallel/data_parallel/fully_sharded.h): params, grads and optimizer state are this rank's shards
+// (each block's experts a unit of their own over expert-dp under --ep), comm the gathered working set at its
+// peak; the activations' peak also counts what ZeRO-3 holds beside them at each moment
+// (optim/zero3_activations.h): the units gathered (the layer computing and the one prefetched), the layer's
+// .grad tensors and the reduce-scatter in flight. Without them the formula was 5% under (dp 2 fp32). I 512
+// under --ep: the experts' backward (X) peaks, with the .grad tensors of the experts done before.
+TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
+  const RankCase cases[] = {
+      {"moe_ledger_dp2_zero3", 2, kLaptop + " --dp 2 --zero 3", 0, 0, 3},
+      {"moe_ledger_dp2_ep2_zero3_shared_bf16", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --shared-experts 2 --dtype bf16",
+       0, 0, 3},
+      {"moe_ledger_dp2_zero3_capacity_accum", 2, kLaptop + " --dp 2 --zero 3 --capacity-factor 0.8 --batch 8 --grad-accum 2",
+       0, 0, 3},
+      {"moe_ledger_dp4_ep2_zero3_wide_no_prefetch", 4,
+       kLaptop + " --mlp-hidden 512 --dp 4 --ep 2 --zero 3 --zero3-prefetch off", 0, 0, 3}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
+
+// What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 with a pipeline,
+// without reshard after forward or with --recompute full, --ep with --recompute full, context parallelism
+// (ring attention, as the dense ledger's cp), a capacity factor under a schedule the walk does not follow.
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
-      {2, " --dp 2 --zero 3", "--memory-report with --experts 4 and --zero 3: "},
+      {4, " --dp 2 --pp 2 --zero 3", "--memory-report with --experts 4 and --zero 3 --pp 2: "},
+      {2, " --dp 2 --zero 3 --zero3-reshard-after-forward off",
+       "--memory-report with --experts 4 and --zero 3 --zero3-reshard-after-forward off: "},
       {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
-      {2, " --pp 2 --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --pp 2 (2 micro-batches): "},
-      {1, " --recompute full --capacity-factor 1.5", "--memory-report with --capacity-factor 1.5 and --recompute full: "}};
+      {2, " --pp 2 --schedule zb-h1 --capacity-factor 1.5",
+       "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
+      {2, " --pp 2 --recompute full --capacity-factor 1.5",
+       "--memory-report with --capacity-factor 1.5, --pp 2 and --recompute full: "},
+      {2, " --dp 2 --zero 3 --recompute full", "--memory-report with --experts 4 and --zero 3 --recompute full: "},
+      {2, " --dp 2 --ep 2 --recompute full", "--memory-report with --experts 4 and --ep 2 --recompute full: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;

@@ -1,12 +1,10 @@
-// The planner's mixture of experts (plan/moe_model.h): Mixtral-8x7B's and
-// DeepSeek-V3's published parameter counts, the experts over ep ranks and
-// their optimizer state over the expert-dp group, and the all-to-all bytes
-// of dispatch and combine, each against its formula worked by hand; under ep
-// the planner's ledger against a run's --memory-json.
+// The planner's mixture of experts (plan/moe_model.h): Mixtral-8x7B's and DeepSeek-V3's published parameter
+// counts, the experts over ep ranks and their optimizer state over the expert-dp group, the all-to-all bytes of
+// dispatch and combine, a capacity's kept rows, each against its formula worked by hand; under ep the planner's
+// ledger against a run's --memory-json.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -170,7 +168,9 @@ TEST(PlanMoE, RefusesWhatDoesNotSplitNamingTheFlags) {
       {"--arch llama --experts 8 --ep 4 --dp 2", "it must divide both --experts and --dp"},
       {"--experts 4", "--experts 4 with --arch gpt2"},
       {"--arch llama --experts 4 --experts-per-token 5", "--experts-per-token must be in [1, 4]"},
-      {"--arch llama --experts 4 --dp 4 --ep 2 --zero 3 --dp-shard 1", "--ep 2 with --dp-shard 1: the ep group is ep"}};
+      {"--arch llama --experts 4 --dp 4 --ep 2 --zero 3 --dp-shard 1", "--ep 2 with --dp-shard 1: the ep group is ep"},
+      {"--arch llama --experts 4 --capacity-factor 1.5 --cp 2", "--capacity-factor 1.5 with --cp 2: the micro-batch's"},
+      {"--capacity-factor 1.5", "--capacity-factor 1.5 caps each expert's rows: it needs --experts E"}};
   for (const auto& [args, want] : cases) {
     const loom::test::Exec run = loom::test::run_command(std::string(LOOM_PLAN) + " --machine h100 " + args + " 2>&1");
     EXPECT_EQ(run.status, 1) << args << "\n" << run.output;
@@ -245,6 +245,22 @@ TEST(PlanMoE, SharedExpertsKeepADenseSwiGLU) {
   Grid sp = grid(1, 1, 2, 1);
   sp.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(shared, sp, 8) - activation_bytes_per_layer(m, sp, 8), 884736);
+}
+
+// --capacity-factor F: an expert computes at most ceil(F N k / E) of a rank's rows. small_moe at b 8: a
+// balanced expert's N k / E = 512 x 2 / 4 = 256 rows, F 0.5 caps them at 128: a block keeps 512 rows less
+// (optim/moe_activations.h, fp32, h 128, I 344): [M, h] twice, [M, 4I], an int64 index, 512 x (4 x (2 x 128
+// + 4 x 344) + 8) = 3,346,432 bytes; under ep 2 (R = M) [R, h] thrice, [R, 4I], three indices, 512 x (4 x (3
+// x 128 + 4 x 344) + 24) = 3,878,912. F 0.7: ceil(179.2) = 180, 304 rows less; F >= 1 drops none of them.
+TEST(PlanMoE, ACapacityFactorKeepsTheCappedRows) {
+  auto shape = [](double factor) { ModelShape m = small_moe(); m.capacity_factor = factor; return m; };
+  auto at = [&](double factor, int ep) { return activation_bytes_per_layer(shape(factor), grid(2, 1, 1, ep), 8); };
+  EXPECT_DOUBLE_EQ(at(0, 1) - at(0.5, 1), 3346432);
+  EXPECT_DOUBLE_EQ(at(0, 2) - at(0.5, 2), 3878912);
+  EXPECT_DOUBLE_EQ(at(0, 1) - at(0.7, 1), 304.0 / 512 * 3346432);
+  EXPECT_DOUBLE_EQ(at(1.5, 1), at(0, 1));
+  EXPECT_DOUBLE_EQ(memory_on_stage(shape(0), grid(2, 1, 1, 1), Batch{8, 1}, 0).activations -
+                       memory_on_stage(shape(0.5), grid(2, 1, 1, 1), Batch{8, 1}, 0).activations, 4 * 3346432);
 }
 
 // The planner's ledger is --memory-report's: a run at dp 2 ep 2 (the laptop config of

@@ -214,7 +214,9 @@ double Diagnostics::predicted_activation_bytes() const {
   c.micro_batches = micro_batches_per_step(a_, pgm_.pp_size);
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size,
                                                pgm_.pp_rank, a_.virtual_stages);
-  if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
+  // ZeRO-3 on one stage: its gathered units, each unit's .grad tensors and reduce-scatter (zero3_activations.h)
+  if (dp_.fsdp && pgm_.pp_size == 1) c.zero3 = optim::zero3_held(*dp_.fsdp);
+  else if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
   if (m_.chunks->num_chunks() > 1 || a_.schedule == "zb-h1") {
     // Interleaved or split (ZB-H1's one chunk): each chunk's blocks, ends and
     // .grad bytes, walked through the rank's order; layers() holds the chunks' layers in order.

@@ -57,6 +57,8 @@ class Diagnostics {
   double predicted_activation_bytes() const;
   double costliest_micro_batch(const optim::ActivationCase& c) const;
   void micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
+  double pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c) const;
+  double costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c, size_t micro_batch) const;
   void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
 
   const Args& a_;

@@ -10,8 +10,12 @@ namespace loom::train {
 double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const {
   const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks);
   const bool routed_rows = pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0;
-  if (!routed_rows || c.micro_batches == 1 || moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches))
+  // A capacity under full recomputation: each block's rerun rebuilds it with its own kept rows.
+  const bool rerun_rows = c_.cfg.moe.capacity_factor > 0 && c.recompute == parallel::Recompute::Full;
+  if (!routed_rows || moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches) ||
+      (c.micro_batches == 1 && !rerun_rows))
     return optim::predict_activations(c).total;
+  if (c_.cfg.moe.capacity_factor > 0 && pgm_.pp_size > 1) return pipeline_rows_walk(moe, c);
   // --ep or a capacity with --grad-accum: each micro-batch routes its own rows (to this rank's experts; kept
   // by the capacity), so the peak is that of the micro-batch whose rows cost most (the first one without the
   // later ones' .grad tensors).
@@ -20,9 +24,58 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
     optim::ActivationCase one = c;
     micro_batch_routing(moe, one, j);
     if (j == 0) one.micro_batches = 1;
-    most = std::max(most, optim::predict_activations(one).total);
+    most = std::max(most, rerun_rows ? costliest_rerun(moe, one, j) : optim::predict_activations(one).total);
   }
   return most;
+}
+
+// A capacity under --recompute full: block l's rerun (its (U), its backward) holds its own kept rows, with
+// the blocks past it done - their inputs let go, their .grad tensors (if any) alive - and the earlier ones'
+// inputs kept: the formula's last block of l + 1 blocks (rerun_blocks_after past it). Its forward is the
+// same count, the head's moments less than the whole stage's: the costliest block's is the peak. (One
+// stage only: under a pipeline or --ep a capacity with --recompute full is refused.)
+double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c,
+                                    size_t micro_batch) const {
+  double most = 0;
+  for (size_t l = 0; l < moe.size(); ++l) {
+    optim::ActivationCase at = c;
+    const std::vector<int64_t>& kept = moe[l]->stats.loads.at(micro_batch);  // [E] rows block l kept
+    at.rerun_blocks_after = int64_t(moe.size() - 1 - l);
+    at.blocks = c.blocks - at.rerun_blocks_after;
+    at.moe_last_rows = 0;
+    for (int64_t g : kept) at.moe_last_rows += double(g);
+    at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
+    most = std::max(most, optim::predict_activations(at).total);
+  }
+  return most;
+}
+
+// A capacity on a pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows, so this
+// adds up those in flight at each forward's (U) and each backward's moments (in_flight x one's kept, where every
+// micro-batch routes alike). 1F1B runs F_q after B_{q-k} with the k - 1 before it in flight (k = c.in_flight)
+// and B_i with i..i+k-1 in flight; AFAB every forward first (k = m). The first backward, and the forwards before
+// it, see no earlier micro-batch's .grad tensors nor a sent gradient (predict_activations' first clause).
+double Diagnostics::pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c) const {
+  const size_t m = size_t(c.micro_batches), k = size_t(c.in_flight);
+  std::vector<optim::ActivationPrediction> first, later;  // [micro-batch]: alone, and after B_0
+  for (size_t j = 0; j < m; ++j) {
+    optim::ActivationCase one = c;
+    micro_batch_routing(moe, one, j);
+    one.in_flight = 1, one.micro_batches = 1;
+    first.push_back(optim::predict_activations(one));
+    one.micro_batches = 2;
+    later.push_back(optim::predict_activations(one));
+  }
+  auto kept = [&](size_t from, size_t to) {  // what micro-batches [from, to) keep
+    double bytes = 0;
+    for (size_t r = from; r < std::min(to, m); ++r) bytes += first[r].per_micro_batch;
+    return bytes;
+  };
+  double most = 0;
+  for (size_t q = 0; q < m; ++q)
+    most = std::max(most, kept(q + 1 >= k ? q + 1 - k : 0, q + 1) + (q >= k ? later : first)[q].forward_extra);
+  for (size_t i = 0; i < m; ++i) most = std::max(most, kept(i, i + k) + (i == 0 ? first : later)[i].backward_moments);
+  return most + first.front().tokens;
 }
 
 // The rows micro-batch j of the step routed: with a capacity, those each block kept of this rank's slots

@@ -1,0 +1,73 @@
+#include "optim/zero3_activations.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "optim/activation_moments.h"
+#include "parallel/data_parallel/fully_sharded.h"
+
+namespace loom::optim {
+
+Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
+  const Zero3Held& u = c.zero3;
+  // One process's .grad tensors at each moment (fp32, every layer's whose backward has run; no earlier
+  // block's under full recomputation), of which ZeRO-3 keeps the layer in backward's, in the model's dtype:
+  // the head's have gone into its reduce-scatter by the last block's moments.
+  ActivationCase one = c;
+  one.grad_bytes = 1, one.recompute = parallel::Recompute::None;
+  const Moments g = grads_at(one, z);
+  const double scale = z.e / 4, head_grads = g.ln_f + (c.has_head ? (c.rmsnorm ? 1 : 2) * z.h * 4 : 0);
+  auto block_grads = [&](double grads) { return (grads - head_grads) * scale; };
+  const double next = u.prefetch ? 1 : 0;  // the unit prefetched beside the one computing
+  Moments m;
+  m.forward = u.held + u.last_block + next * u.head;
+  if (c.has_head) {
+    // (A): the loss's backward runs before the head layer's (which prefetches the last block), and (A) is
+    // the larger of the two: at.head = max(loss's, head linear's).
+    const double head = u.held + u.head;
+    m.head = head + std::max(0.0, at_head_linear(c, z) + next * u.last_block - at.head);
+    m.ln_f = head + next * u.last_block + g.ln_f * scale;  // + the head linear's .grad
+  }
+  if (c.blocks == 0) return m;
+  const double in_block = u.held + u.last_block + next * u.before_last + u.head_reduce;
+  m.block = in_block + block_grads(g.block);
+  m.gate = in_block + block_grads(g.gate);
+  m.moe_rerun = in_block + block_grads(g.block);
+  if (c.tp > 1 && c.recompute == parallel::Recompute::Full && c.moe_experts == 0)  // (F), where it exists
+    m.rerun_collective = in_block + block_grads(g.rerun_collective);
+  // --ep: past the MoE block's backward its experts' unit is reduce-scattered (the head's let go), and
+  // their .grad tensors with it (the router's stay, in the block's unit).
+  const double experts = u.experts_reduce > 0 ? 4 * double(c.moe_experts) * 3 * z.h * z.F * scale : 0;
+  const double past_experts = u.experts_reduce > 0 ? in_block - u.head_reduce + u.experts_reduce - experts : in_block;
+  m.ln_2 = past_experts + block_grads(g.ln_2);
+  m.attention = past_experts + block_grads(g.attention);
+  return m;
+}
+
+Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp) {
+  Zero3Held z;
+  z.on = true, z.prefetch = fsdp.options().prefetch;
+  const auto& units = fsdp.units();
+  const size_t n = fsdp.num_layers();  // [embedding, blocks, head]
+  auto bytes = [&](size_t u) { return double(units[u].full.nbytes()); };
+  // Read by a later layer (the head, the tied wte): gathered from its forward to that layer's backward.
+  std::vector<bool> held(units.size(), false);
+  for (size_t u = 0; u < n; ++u)
+    if (fsdp.read_by_a_later_layer(u)) held[u] = true, z.held += bytes(u);
+  auto gathered = [&](size_t l) {
+    double b = 0;
+    for (size_t u : fsdp.layer_units(l)) b += held[u] ? 0 : bytes(u);
+    return b;
+  };
+  // A unit's reduce-scatter: its flattened fp32 gradient [P] and the shard it reduces into [P / group].
+  auto reduce = [&](size_t u) { return 4.0 * double(units[u].full.numel()) * (1 + 1.0 / units[u].group->size()); };
+  z.head = gathered(n - 1);
+  if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);
+  if (n < 3) return z;
+  z.last_block = gathered(n - 2), z.before_last = gathered(n - 3);
+  for (size_t u : fsdp.layer_units(n - 2))
+    if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit (no pipeline: no other own unit)
+  return z;
+}
+
+}  // namespace loom::optim

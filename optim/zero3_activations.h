@@ -1,0 +1,58 @@
+// What ZeRO-3 (parallel/data_parallel/fully_sharded.h) holds beside the
+// activations at each moment of optim/activation_memory.h: the "activ. peak"
+// the allocator measures during forward and backward counts these bytes too,
+// since none of them exists before the step or after it.
+//
+//   gathered units   each unit's full params [P_u] (model dtype) from its
+//                    all-gather to its reshard: the layer computing, the
+//                    next one prefetched (forward: the layer after it;
+//                    backward: the layer before it), and the units held
+//                    through the step (the embedding's, where the head
+//                    reads its tied wte)
+//   .grad tensors    a unit's params' gradients, in the model's dtype, from
+//                    their backward until the unit's last one arrives (then
+//                    flattened and dropped): those of the layer in backward
+//   a reduce-scatter the unit's flattened gradient [P_u] fp32 and its shard
+//                    [P_u / dp] fp32, from its launch until the next unit's
+//                    (one in flight at a time): in the last block's backward
+//                    the head's; under --ep, from the MoE block's backward
+//                    on, its experts' (their own unit, over expert-dp)
+//
+// At the moments where a mixture of experts (optim/moe_activations.h) or a
+// dense model peaks, on one stage holding every layer:
+//   (U) the last block's forward   its units + the head's (prefetched)
+//   (A) the loss's backward        the head's units (the loss is outside the head layer)
+//   (A), (D) the head's backward   the head's units + the last block's (prefetched);
+//                                  at (D) the head linear's .grad
+//   (B), (M), (X), (B')            the last block's units + the one before's
+//                                  (prefetched) + the head's reduce-scatter
+//                                  + the block's .grad tensors so far
+//   (E), (C), and the reruns       the same; under --ep its experts' reduce-scatter
+//                                  in the head's place, their .grad gone
+// + the held units throughout. Without prefetch no second unit is gathered.
+// Measured = formula: tests/test_memory_ledger_moe.cpp's ZeRO-3 runs.
+#pragma once
+
+namespace loom::parallel {
+class FullyShardedDataParallel;
+}
+
+namespace loom::optim {
+
+// ZeRO-3's bytes beside the activations, from the units of this rank (train/diagnostics.cpp reads them off
+// FullyShardedDataParallel): `on` false without ZeRO-3.
+struct Zero3Held {
+  bool on = false;
+  bool prefetch = true;       // the next unit gathered while this one computes
+  double held = 0;            // units gathered through the step (the tied wte's, read by the head)
+  double head = 0;            // the head layer's units (but the held ones), full, model dtype
+  double last_block = 0;      // the last block's units (under --ep its experts' unit too)
+  double before_last = 0;     // the layer before the last block's (the embedding's with one block)
+  double head_reduce = 0;     // the head unit's gradient in its reduce-scatter: [P] + [P / dp] fp32
+  double experts_reduce = 0;  // --ep: the last block's experts' unit's, alike over expert-dp (0: no such unit)
+};
+
+// Read off the units of a rank holding every layer (one pipeline stage): [embedding, blocks, head].
+Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp);
+
+}  // namespace loom::optim
