@@ -55,6 +55,10 @@ Tensor max(const Tensor& x);
 Tensor matmul(const Tensor& a, const Tensor& b);  // [..., M, K] @ [..., K, N]
 // x @ weightᵀ + bias (bias may be undefined), one fused op: x [..., in], weight [out, in] -> [..., out]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// gelu(linear(x, weight, bias)) with one forward (ops::linear_gelu: one cuBLASLt
+// call under fast kernels) and the two ops' backward nodes, so the graph, what
+// it keeps (x, and h for gelu) and every gradient are the composition's.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // ---- views and copies ------------------------------------------------------------
 Tensor view(const Tensor& x, const Shape& shape);

@@ -5,12 +5,12 @@
 namespace loom::autograd {
 
 // Separable (zero-bubble's B/W split, engine.h): dx = dY W needs W, dW = dYᵀ X
-// and db = Σ dY need X; neither needs the other.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// and db = Σ dY need X; neither needs the other. out: ops::linear's result.
+static Tensor record_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor out) {
   const bool need_x = requires_grad(x), need_w = requires_grad(weight);
   const bool need_b = bias.defined() && requires_grad(bias);
   return record_split(
-      "LinearBackward", {&x}, {&weight, &bias}, ops::linear(x, weight, bias),
+      "LinearBackward", {&x}, {&weight, &bias}, std::move(out),
       [x, weight, need_x](const TensorList& g) {
         return TensorList{ops::linear_backward(g[0], x, weight, need_x, false, false).dx};
       },
@@ -18,6 +18,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         ops::LinearGrads d = ops::linear_backward(g[0], x, weight, false, need_w, need_b);
         return TensorList{d.dw, d.db};
       });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return record_linear(x, weight, bias, ops::linear(x, weight, bias));
+}
+
+// The forward fused, the backward not: h is recorded as linear's output and
+// y as gelu's (the node autograd::gelu records), so backward runs
+// gelu_backward, then linear's B and W, as for gelu(linear(x, weight, bias)).
+// x: [..., in], weight: [F, in] -> [..., F]
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  ops::LinearGeluResult r = ops::linear_gelu(x, weight, bias);
+  Tensor h = record_linear(x, weight, bias, r.h);
+  return record("GeluBackward", {&h}, r.y,
+                [h](const TensorList& g) { return TensorList{ops::gelu_backward(g[0], h)}; });
 }
 
 Tensor softmax(const Tensor& x) {

@@ -26,6 +26,14 @@ struct Linear : Layer {
     // the weight transposed in place and accumulates onto the bias.
     return autograd::linear(x, weight, bias);
   }
+
+  // gelu(forward(x)) as one op (autograd::linear_gelu): the same graph and
+  // numbers on the CPU; on a GPU under fast kernels, one cuBLASLt call.
+  Tensor forward_gelu(const Tensor& x) {
+    LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: input ", x.shape(), " does not end in ",
+               weight.size(1), " features (weight ", weight.shape(), ")");
+    return autograd::linear_gelu(x, weight, bias);
+  }
 };
 
 }  // namespace loom::nn

@@ -29,10 +29,11 @@ struct MLP : Layer {
     dropout = register_module("dropout", std::make_shared<Dropout>(p_dropout, gen.next_u64()));
   }
 
-  // x: [B, T, C] -> h: [B, T, F] -> [B, T, C]
+  // x: [B, T, C] -> h: [B, T, F] -> [B, T, C]. GELU's c_fc->forward_gelu(x) is
+  // gelu(c_fc->forward(x)) as one op (fused into the GEMM on a GPU).
   Tensor forward(const Tensor& x) override {
     using namespace loom::autograd;
-    Tensor h = swiglu ? silu(c_gate->forward(x)) * c_fc->forward(x) : gelu(c_fc->forward(x));
+    Tensor h = swiglu ? silu(c_gate->forward(x)) * c_fc->forward(x) : c_fc->forward_gelu(x);
     return dropout->forward(c_proj->forward(h));
   }
 };

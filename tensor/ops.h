@@ -100,6 +100,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 struct LinearGrads { Tensor dx, dw, db; };  // dw: [N, K] like w; db: [N]; undefined unless asked for
 LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                             bool need_b);
+// gelu(linear(x, w, b)), the GPT-2 MLP's c_fc and its activation, keeping the
+// pre-activation h = x @ wᵀ + b that gelu_backward needs: y = gelu(h), both
+// [..., N]. On the CPU (and the reference CUDA path, and fp32) the two ops
+// themselves; under LOOM_CUDA_KERNELS=fast, bf16/fp16, one cuBLASLt call
+// (tensor/cuda/fast/gemm_lt.h). Its backward: gelu_backward, then linear_backward.
+struct LinearGeluResult { Tensor h, y; };
+LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b);
 
 // ---- neural-net ops (fused, per-row kernels in tensor/kernels/) ---------------------
 Tensor softmax(const Tensor& x);                 // over the last dim

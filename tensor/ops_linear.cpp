@@ -121,6 +121,15 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return reshape(to(out, x.dtype()), with_last(x.shape(), N));
 }
 
+// The CPU runs the two ops as they are, so a model that calls linear_gelu
+// gives the bits (and the profile entries) of gelu(linear(x, w, b)).
+LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_linear("linear_gelu", x, w, b);
+  if (x.device().is_cuda()) return cuda::linear_gelu(x, w, b);  // one cuBLASLt call under fast kernels
+  Tensor h = linear(x, w, b);
+  return {h, gelu(h)};
+}
+
 LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                             bool need_b) {
   check_linear("linear_backward", x, w, Tensor());

@@ -2,7 +2,8 @@
 // the CPU: linear's three GEMMs and matmul's batched ones mapped to
 // cuBLASLt's column-major call, then run by a CPU model of what cuBLASLt
 // documents for that call (cublasLt.h: D = op(A) op(B) + beta C; BIAS adds
-// bias[i] to row i of D; BGRADB writes Σ_k op(B)[k, j] for column j of D),
+// bias[i] to row i of D; BGRADB writes Σ_k op(B)[k, j] for column j of D;
+// GELU_AUX_BIAS adds the bias, writes the sum to aux and GELU of it to D),
 // against loom's own CPU ops in float64 (to 1e-12: only the order of the sums
 // differs). Also the cache key and which dtypes take the path. No GPU needed;
 // tests/cuda/test_cuda_gemm_lt.cpp runs cuBLASLt itself.
@@ -21,13 +22,17 @@ using namespace loom::cuda::fast;
 
 namespace {
 
-Tensor random(const Shape& s, uint64_t seed) {
+Tensor random(const Shape& s, uint64_t seed, double std = 1.0) {
   Generator gen(seed);
-  return randn(s, gen, kFloat64);
+  return randn(s, gen, kFloat64, 0.0, std);
 }
 
-// cuBLASLt's documented semantics for plan p, column-major, in double.
-void run_model(const LtPlan& p, const double* A, const double* B, double* D, double* bias) {
+// GELU as cuBLASLt documents it (the tanh form), written here from the formula, not from loom's kernel.
+double gelu_tanh(double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }
+
+// cuBLASLt's documented semantics for plan p, column-major, in double; aux:
+// where the GELU epilogues write GELU's input.
+void run_model(const LtPlan& p, const double* A, const double* B, double* D, double* bias, double* aux = nullptr) {
   // The layouts must be what cuBLASLt accepts for op(A) [m, k], op(B) [k, n], D [m, n].
   ASSERT_EQ(p.a.rows, p.trans_a ? p.k : p.m);
   ASSERT_EQ(p.a.cols, p.trans_a ? p.m : p.k);
@@ -36,7 +41,12 @@ void run_model(const LtPlan& p, const double* A, const double* B, double* D, dou
   ASSERT_EQ(p.d.rows, p.m);
   ASSERT_EQ(p.d.cols, p.n);
   for (const LtLayout* l : {&p.a, &p.b, &p.d}) ASSERT_GE(l->ld, l->rows);  // column-major: ld >= rows
-  ASSERT_EQ(p.bias_len, p.epilogue == LtEpilogue::Bias ? p.m : p.epilogue == LtEpilogue::BGradB ? p.n : 0);
+  const bool adds_bias = p.epilogue == LtEpilogue::Bias || p.epilogue == LtEpilogue::GeluAuxBias;
+  const bool gelu = p.epilogue == LtEpilogue::GeluAux || p.epilogue == LtEpilogue::GeluAuxBias;
+  ASSERT_EQ(p.bias_len, adds_bias ? p.m : p.epilogue == LtEpilogue::BGradB ? p.n : 0);
+  // GELU's aux: D's rows at least, a multiple of 8 (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); no aux otherwise.
+  if (gelu) ASSERT_TRUE(aux != nullptr && p.aux_ld >= p.m && p.aux_ld % 8 == 0 && p.batch == 1 && !p.beta_one);
+  else ASSERT_EQ(p.aux_ld, 0);
   for (int64_t q = 0; q < p.batch; ++q) {
     const double* a = A + q * p.a.batch_stride;
     const double* b = B + q * p.b.batch_stride;
@@ -47,8 +57,9 @@ void run_model(const LtPlan& p, const double* A, const double* B, double* D, dou
       for (int64_t i = 0; i < p.m; ++i) {
         double s = p.beta_one ? d[i + j * p.d.ld] : 0.0;
         for (int64_t l = 0; l < p.k; ++l) s += op_a(i, l) * op_b(l, j);
-        if (p.epilogue == LtEpilogue::Bias) s += bias[i];
-        d[i + j * p.d.ld] = s;
+        if (adds_bias) s += bias[i];
+        if (gelu) aux[i + j * p.aux_ld] = s;  // GELU's input, then D = GELU(s)
+        d[i + j * p.d.ld] = gelu ? gelu_tanh(s) : s;
       }
       if (p.epilogue == LtEpilogue::BGradB) {
         double s = 0;
@@ -60,9 +71,10 @@ void run_model(const LtPlan& p, const double* A, const double* B, double* D, dou
 }
 
 // One GEMM g through its plan and the model: cuBLASLt's A is loom's b, its B loom's a.
-void run_plan(const Gemm& g, LtEpilogue e, double* bias) {
-  const LtPlan p = lt_plan(kCPU, kFloat64, g, e, bias);
-  run_model(p, static_cast<const double*>(g.b), static_cast<const double*>(g.a), static_cast<double*>(g.c), bias);
+void run_plan(const Gemm& g, LtEpilogue e, double* bias, double* aux = nullptr) {
+  const LtPlan p = lt_plan(kCPU, kFloat64, g, e, bias, aux);
+  run_model(p, static_cast<const double*>(g.b), static_cast<const double*>(g.a), static_cast<double*>(g.c), bias,
+            aux);
 }
 
 void expect_near(const Tensor& got, const Tensor& want) {
@@ -91,6 +103,41 @@ TEST(GemmLtPlan, LinearForwardWithTheBiasEpilogueIsLinear) {
       expect_near(out, ops::linear(x, w, with_bias ? b : Tensor()));
     }
   }
+}
+
+// linear_gelu's one call (GELU_AUX_BIAS; GELU_AUX without a bias): y in D and
+// h in aux are loom's two ops, linear then gelu. Widths that are multiples of
+// 8 (aux's leading dimension), with GPT's and odd token and input counts.
+TEST(GemmLtPlan, LinearGeluWithTheGeluAuxEpilogueIsLinearThenGelu) {
+  const Shape3 shapes[] = {{64, 32, 128}, {64, 128, 32}, {48, 16, 64}, {5, 7, 8}, {1, 9, 8}, {33, 1, 16}};
+  for (const Shape3& s : shapes) {
+    // h ~ N(0, ~1.8): GELU's curved part, not just its linear tails.
+    Tensor x = random({s.M, s.K}, 11, 1.5), w = random({s.N, s.K}, 12, 1 / std::sqrt(double(s.K)));
+    Tensor b = random({s.N}, 13);
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "M " << s.M << " K " << s.K << " N " << s.N << " bias " << with_bias);
+      const ops::LinearGeluResult want = ops::linear_gelu(x, w, with_bias ? b : Tensor());
+      Tensor y = empty({s.M, s.N}, kFloat64), h = empty({s.M, s.N}, kFloat64);
+      run_plan(linear_gemm(s.M, s.N, s.K, x.raw_data(), w.raw_data(), y.raw_data()), gelu_epilogue(with_bias),
+               with_bias ? b.data<double>() : nullptr, h.data<double>());
+      expect_near(h, want.h);
+      expect_near(y, want.y);
+    }
+  }
+}
+
+// aux takes D's leading dimension, which cuBLASLt wants a multiple of 8:
+// linear_gelu checks gelu_aux_fits before it asks for the plan, which refuses the rest.
+TEST(GemmLtPlan, TheGeluEpilogueRefusesAWidthAuxCannotTake) {
+  alignas(16) static uint16_t buf[4096];
+  EXPECT_TRUE(gelu_aux_fits(3072));
+  EXPECT_FALSE(gelu_aux_fits(65));
+  const Gemm odd = linear_gemm(64, 65, 32, buf, buf + 1024, buf + 2048);
+  EXPECT_THROW(lt_plan(kCPU, kBFloat16, odd, LtEpilogue::GeluAuxBias, buf + 3072, buf + 3200), Error);
+  const Gemm g = linear_gemm(64, 96, 32, buf, buf + 1024, buf + 2048);
+  EXPECT_THROW(lt_plan(kCPU, kBFloat16, g, LtEpilogue::GeluAuxBias, buf + 3072, nullptr), Error);  // no aux
+  EXPECT_THROW(lt_plan(kCPU, kBFloat16, g, LtEpilogue::GeluAux, buf + 3072, buf + 3200), Error);   // a stray bias
+  EXPECT_EQ(lt_plan(kCPU, kBFloat16, g, LtEpilogue::GeluAux, nullptr, buf + 3200).aux_ld, 96);
 }
 
 TEST(GemmLtPlan, LinearBackwardProductsAndTheBiasGradientEpilogueAreLinearBackward) {
@@ -133,6 +180,11 @@ TEST(GemmLtPlan, TheCacheKeyTellsApartWhatChangesTheAlgorithm) {
   EXPECT_EQ(odd.align, 2);
   EXPECT_FALSE(odd == p);
   EXPECT_FALSE(lt_plan(kCPU, kBFloat16, g, LtEpilogue::None, nullptr) == p);
+  // linear_gelu's plan: another epilogue on the same shape; its aux's alignment counts too.
+  const LtPlan gelu = lt_plan(kCPU, kBFloat16, g, LtEpilogue::GeluAuxBias, buf + 3072, buf + 3200);
+  EXPECT_FALSE(gelu == p);
+  EXPECT_EQ(gelu.align, 16);
+  EXPECT_EQ(lt_plan(kCPU, kBFloat16, g, LtEpilogue::GeluAuxBias, buf + 3072, buf + 3204).align, 8);
   EXPECT_FALSE(lt_plan(kCPU, kFloat16, g, LtEpilogue::Bias, buf + 3072) == p);
   EXPECT_FALSE(lt_plan(Device(DeviceType::CUDA, 1), kBFloat16, g, LtEpilogue::Bias, buf + 3072) == p);
   EXPECT_FALSE(lt_plan(kCPU, kBFloat16, linear_gemm(64, 96, 48, buf, buf + 1024, buf + 2048), LtEpilogue::Bias,
@@ -159,4 +211,6 @@ TEST(GemmLtPlan, OnlyBf16AndFp16TakeThePathAndOnlyUnderFastKernels) {
   EXPECT_EQ(forward_epilogue(false), LtEpilogue::None);
   EXPECT_EQ(weight_grad_epilogue(true), LtEpilogue::BGradB);
   EXPECT_EQ(weight_grad_epilogue(false), LtEpilogue::None);
+  EXPECT_EQ(gelu_epilogue(true), LtEpilogue::GeluAuxBias);
+  EXPECT_EQ(gelu_epilogue(false), LtEpilogue::GeluAux);
 }

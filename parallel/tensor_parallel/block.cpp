@@ -71,7 +71,7 @@ TensorParallelMLP::TensorParallelMLP(const nn::MLP& full, ProcessGroup& tp, bool
 Tensor TensorParallelMLP::forward(const Tensor& x) {
   using namespace loom::autograd;
   // SwiGLU: the gate and up columns of one rank are the same hidden units, so the product is local.
-  Tensor h = c_gate ? silu(c_gate->forward(x)) * c_fc->forward(x) : gelu(c_fc->forward(x));
+  Tensor h = c_gate ? silu(c_gate->forward(x)) * c_fc->forward(x) : c_fc->forward_gelu(x);  // gelu(c_fc(x)), one op
   return c_proj->forward(h);
 }
 

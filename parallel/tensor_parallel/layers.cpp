@@ -26,6 +26,13 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   return gather_output ? gather_from_tp_region(y, tp) : y;
 }
 
+// GELU is elementwise: this rank's columns of gelu(x Wᵀ + b) are gelu of its own columns.
+Tensor ColumnParallelLinear::forward_gelu(const Tensor& x) {
+  Tensor x_all = sequence_parallel ? gather_from_sp_region(x, tp) : copy_to_tp_region(x, tp);
+  Tensor y = autograd::linear_gelu(x_all, weight, bias);  // [B, T, out/tp]
+  return gather_output ? gather_from_tp_region(y, tp) : y;
+}
+
 RowParallelLinear::RowParallelLinear(const Tensor& full_weight, const Tensor& full_bias, ProcessGroup& tp_group,
                                      bool sp)
     : tp(tp_group), sequence_parallel(sp) {

@@ -36,6 +36,8 @@ struct ColumnParallelLinear : nn::Layer {
                        bool gather_output = false, bool sequence_parallel = false);
   // x: [B, T, in] ([B, T/tp, in] under sequence parallelism) -> [B, T, out/tp] (or [B, T, out] gathered)
   Tensor forward(const Tensor& x) override;
+  // gelu(forward(x)), the GELU fused into the GEMM (autograd::linear_gelu): the MLP's c_fc.
+  Tensor forward_gelu(const Tensor& x);
 };
 
 struct RowParallelLinear : nn::Layer {

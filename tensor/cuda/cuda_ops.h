@@ -46,6 +46,7 @@ void max_rows(const Tensor& rows, const Tensor& values, const Tensor& indices);
 // ---- GEMM through cuBLAS (gemm.cpp) ---------------------------------------------
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+ops::LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b);
 ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                                  bool need_b);
 

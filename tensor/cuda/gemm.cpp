@@ -149,6 +149,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return ops::reshape(ops::to(out, x.dtype()), with_last(x.shape(), N));
 }
 
+// The reference: the two ops (linear above, then the gelu kernel); fast: one cuBLASLt call.
+ops::LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (fast::use_lt(x.dtype())) return fast::linear_gelu(x, w, b);
+  Tensor h = linear(x, w, b);
+  return {h, ops::gelu(h)};
+}
+
 ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                                  bool need_b) {
   if (fast::use_lt(x.dtype())) return fast::linear_backward(grad, x, w, need_x, need_w, need_b);

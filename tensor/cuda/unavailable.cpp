@@ -46,6 +46,7 @@ Tensor sum_in_double(const Tensor&, const std::vector<bool>&) { no_cuda("sum"); 
 void max_rows(const Tensor&, const Tensor&, const Tensor&) { no_cuda("max"); }
 Tensor matmul(const Tensor&, const Tensor&) { no_cuda("matmul"); }
 Tensor linear(const Tensor&, const Tensor&, const Tensor&) { no_cuda("linear"); }
+ops::LinearGeluResult linear_gelu(const Tensor&, const Tensor&, const Tensor&) { no_cuda("linear_gelu"); }
 ops::LinearGrads linear_backward(const Tensor&, const Tensor&, const Tensor&, bool, bool, bool) {
   no_cuda("linear_backward");
 }

@@ -12,8 +12,9 @@
 #               test_cuda_rows_fast: the fast row kernels;
 #               test_cuda_flash_attention_mma(_backward): the tensor-core attention forward, backward;
 #               test_cuda_launch_count, test_cuda_optim_multi_tensor: the launch counter, one-launch AdamW;
-#               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt; test_cuda_grad_multi_tensor: one-launch
-#               unscale + found_inf, grad norm, clipping scale)
+#               test_cuda_gemm_lt: the bf16/fp16 GEMMs on cuBLASLt; test_cuda_linear_gelu: linear + GELU in
+#               one cuBLASLt call; test_cuda_grad_multi_tensor: one-launch unscale + found_inf, grad norm,
+#               clipping scale)
 #   3 comm      NCCL at np 1; the MPI backend staging GPU tensors at np 1 and 2; the NCCL watchdog
 #   4 e2e       test_cuda_train_gpt(_moe, _parallel), gtest-sharded over several processes at once
 #   5 train     train_gpt 60 steps on the GPU and on the CPU, fp32/bf16/fp16 (and fp32, bf16, fp16 with the
@@ -160,6 +161,7 @@ phase_ops() {
   step ops test_cuda_flash_attention_mma_backward 120 "$bin/test_cuda_flash_attention_mma_backward"  # its backward, likewise
   step ops test_cuda_rows_fast 90 "$bin/test_cuda_rows_fast"  # the fast row kernels vs CPU and reference (tensor/cuda/fast/)
   step ops test_cuda_gemm_lt 90 "$bin/test_cuda_gemm_lt"  # bf16/fp16 GEMMs on cuBLASLt vs CPU and reference (tensor/cuda/fast/gemm_lt.h)
+  step ops test_cuda_linear_gelu 90 "$bin/test_cuda_linear_gelu"  # linear + GELU (GELU_AUX_BIAS) vs CPU and reference, fwd + bwd
 }
 
 phase_comm() {

@@ -107,15 +107,18 @@ TEST_P(TensorParallelMlp, EqualsTheFullMlp) {
   Tensor yf = ag::linear(ag::gelu(ag::linear(xf, w1, b1)), w2, b2);
   backward_with(yf, r);
 
-  ColumnParallelLinear fc1(W1, b1, tp(), false, sp);
-  RowParallelLinear fc2(W2, b2, tp(), sp);
-  Tensor xp = leaf(sp ? slice_along(x, 1, tp()) : x);
-  Tensor yp = fc2.forward(ag::gelu(fc1.forward(xp)));
-  backward_with(yp, sp ? slice_along(r, 1, tp()) : r);
-  expect_close(yp, sp ? slice_along(yf, 1, tp()) : yf, "output");
-  expect_close(ag::grad(xp), sp ? slice_along(ag::grad(xf), 1, tp()) : ag::grad(xf), "input grad");
-  expect_close(ag::grad(fc1.weight), shard_of(ag::grad(w1), 0, tp(), "w1"), "fc1 weight shard grad");
-  expect_close(ag::grad(fc2.weight), shard_of(ag::grad(w2), 1, tp(), "w2"), "fc2 weight shard grad");
+  for (bool fused : {false, true}) {  // GELU on fc1's shard, or fused into it (forward_gelu, the TP MLP's)
+    SCOPED_TRACE(fused ? "forward_gelu" : "gelu(forward)");
+    ColumnParallelLinear fc1(W1, b1, tp(), false, sp);
+    RowParallelLinear fc2(W2, b2, tp(), sp);
+    Tensor xp = leaf(sp ? slice_along(x, 1, tp()) : x);
+    Tensor yp = fc2.forward(fused ? fc1.forward_gelu(xp) : ag::gelu(fc1.forward(xp)));
+    backward_with(yp, sp ? slice_along(r, 1, tp()) : r);
+    expect_close(yp, sp ? slice_along(yf, 1, tp()) : yf, "output");
+    expect_close(ag::grad(xp), sp ? slice_along(ag::grad(xf), 1, tp()) : ag::grad(xf), "input grad");
+    expect_close(ag::grad(fc1.weight), shard_of(ag::grad(w1), 0, tp(), "w1"), "fc1 weight shard grad");
+    expect_close(ag::grad(fc2.weight), shard_of(ag::grad(w2), 1, tp(), "w2"), "fc2 weight shard grad");
+  }
 }
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelMlp, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "sequence_parallel" : "tensor_parallel"; });

@@ -49,6 +49,16 @@ DeviceLt& device_lt(int index) {  // under g_mutex, the device current
   return g_devices.emplace(index, s).first->second;
 }
 
+cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
+  switch (e) {
+    case LtEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::BGradB: return CUBLASLT_EPILOGUE_BGRADB;
+    case LtEpilogue::GeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case LtEpilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
 template <class T>
 void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& v) {
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof v));
@@ -67,7 +77,7 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t ty, const LtLayout& l, int64_t
 }
 
 // p's descriptors and the heuristic's first algorithm, made on p's first use.
-LtEntry& entry(cublasLtHandle_t h, const LtPlan& p, const void* bias) {
+LtEntry& entry(cublasLtHandle_t h, const LtPlan& p, const void* bias, const void* aux) {
   auto it = g_cache.find(p);
   if (it != g_cache.end()) return it->second;
   LtEntry e;
@@ -75,14 +85,16 @@ LtEntry& entry(cublasLtHandle_t h, const LtPlan& p, const void* bias) {
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&e.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32 accumulation and scalars
   set_desc(e.op, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
   set_desc(e.op, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-  const cublasLtEpilogue_t epilogue = p.epilogue == LtEpilogue::Bias     ? CUBLASLT_EPILOGUE_BIAS
-                                      : p.epilogue == LtEpilogue::BGradB ? CUBLASLT_EPILOGUE_BGRADB
-                                                                         : CUBLASLT_EPILOGUE_DEFAULT;
-  set_desc(e.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epilogue));
+  set_desc(e.op, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(lt_epilogue(p.epilogue)));
   // The vector in the operands' dtype; its address tells the heuristic its alignment.
-  if (p.epilogue != LtEpilogue::None) {
+  if (bias) {
     set_desc(e.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(ty));
     set_desc(e.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  }
+  // GELU's input h, in D's dtype (the aux type's default for GELU) and layout; the address as for the bias.
+  if (aux) {
+    set_desc(e.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+    set_desc(e.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld);
   }
   e.a = make_layout(ty, p.a, p.batch);
   e.b = make_layout(ty, p.b, p.batch);
@@ -105,20 +117,21 @@ LtEntry& entry(cublasLtHandle_t h, const LtPlan& p, const void* bias) {
   return g_cache.emplace(p, e).first->second;
 }
 
-// g on cuBLASLt with epilogue e (bias: its vector); false, having run
-// nothing, when the heuristic has no algorithm for it.
-bool lt_matmul(const Device& d, DType t, const Gemm& g, LtEpilogue e, const void* bias) {
+// g on cuBLASLt with epilogue e (bias: its vector; aux: GELU's h); false,
+// having run nothing, when the heuristic has no algorithm for it.
+bool lt_matmul(const Device& d, DType t, const Gemm& g, LtEpilogue e, const void* bias, void* aux = nullptr) {
   LOOM_CHECK(g.batch < INT_MAX, "matmul: ", g.batch, " products exceed cuBLASLt's 32-bit batch count");
-  const LtPlan p = lt_plan(d, t, g, e, bias);
+  const LtPlan p = lt_plan(d, t, g, e, bias, aux);
   DeviceGuard guard(d);
   std::lock_guard<std::mutex> lock(g_mutex);
   DeviceLt& s = device_lt(d.index);
-  LtEntry& en = entry(s.handle, p, bias);
+  LtEntry& en = entry(s.handle, p, bias, aux);
   if (!en.found) {
     g_fallback.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  if (e != LtEpilogue::None) set_desc(en.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (bias) set_desc(en.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux) set_desc(en.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
   const float alpha = 1, beta = p.beta_one ? 1.0f : 0.0f;
   count_launch();  // one cuBLASLt call (launch_count.h), epilogue included
   // cuBLASLt's A is loom's b, its B loom's a (gemm_lt_plan.h); C and D are loom's c.
@@ -160,6 +173,23 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     }
   }
   return ops::reshape(out, with_last(x.shape(), N));
+}
+
+// x: [..., K], w: [N, K], b: [N] or undefined -> h = x wᵀ + b and y = gelu(h), both [..., N]
+ops::LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t K = x.size(-1), N = w.size(0), M = K > 0 ? x.numel() / K : 0;
+  if (M > 0 && K > 0 && N > 0 && gelu_aux_fits(N)) {
+    Tensor x2 = ops::reshape(ops::contiguous(x), {M, K}), wc = ops::contiguous(w);
+    Tensor bc = b.defined() ? ops::contiguous(b) : Tensor();
+    Tensor h = empty({M, N}, x.dtype(), x.device()), y = empty({M, N}, x.dtype(), x.device());
+    const Gemm g = linear_gemm(M, N, K, x2.raw_data(), wc.raw_data(), y.raw_data());  // D = y, aux = h
+    if (lt_matmul(x.device(), x.dtype(), g, gelu_epilogue(b.defined()), b.defined() ? bc.raw_data() : nullptr,
+                  h.raw_data()))
+      return {ops::reshape(h, with_last(x.shape(), N)), ops::reshape(y, with_last(x.shape(), N))};
+  }
+  // An empty product, a width aux cannot take, or no algorithm: the two ops (BIAS epilogue, then the gelu kernel).
+  Tensor h = linear(x, w, b);
+  return {h, ops::gelu(h)};
 }
 
 ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,

@@ -10,12 +10,19 @@
 //     the bias into every output row first;
 //   - the bias gradient in the weight-gradient GEMM (CUBLASLT_EPILOGUE_BGRADB):
 //     no separate column-sum launch (nor its conversion);
+//   - linear_gelu (the MLP's c_fc and its GELU) in one call
+//     (CUBLASLT_EPILOGUE_GELU_AUX_BIAS): y = gelu(x wᵀ + b) written with the
+//     pre-activation h beside it (the "aux" matrix GELU's backward reads), no
+//     gelu kernel reading h back;
 //   - descriptors, layouts and the heuristic's algorithm made once per shape,
 //     dtype, epilogue and pointer alignment (a cache per process), and one
 //     32 MiB workspace per device (cudaMalloc'd once, outside the caching
 //     allocator's counters).
-// GELU_BIAS is not used: loom's MLP records gelu(linear(x)) as two autograd
-// ops, and a fused linear+GELU op would change the op graph.
+// The backward of linear_gelu is the two ops' (autograd::linear_gelu records
+// both nodes): the gelu_backward kernel, then linear's with BGRADB.
+// CUBLASLT_EPILOGUE_DGELU_BGRAD is not used: it applies dgelu to a GEMM's
+// *output*, which here is the next linear's (c_proj's) dgrad - a fusion across
+// two ops' backward nodes that the autograd graph does not have.
 //
 // Numerics: fp32 accumulation, D rounded once to bf16/fp16 from fp32 - the
 // reference's numbers to within accumulation order (a few units of bf16's
@@ -24,11 +31,20 @@
 // reference sums in double) and rounded once to the bias dtype. The same
 // process picks the same algorithm for the same key, so a rerun gives the
 // same bits (cuBLAS's own reproducibility on one GPU model).
+// linear_gelu: h (aux) is that same fp32 sum rounded once, linear's numbers.
+// y is GELU (the tanh form, as tensor/kernels/gelu.h) of the *unrounded* sum,
+// rounded once; the two ops apply GELU to h already rounded (loom keeps h in
+// the model's dtype). So y moves by GELU's slope (|gelu'| <= 1.13) times h's
+// rounding on top of its own: |dy| <= u |y| + 1.13 u |h|, u = 2^-8 (bf16),
+// 2^-11 (fp16), plus whatever cuBLASLt's fp32 tanh differs from loom's
+// exp-based sigmoid (undocumented; fp32 evaluation error is far below u).
 //
 // Where cuBLASLt's heuristic offers no algorithm (an odd alignment, an epilogue
 // a shape does not support), the GEMM goes to cublas_gemm with the same native
 // operands, the bias copied in first (beta = 1) and db summed by the
-// reference's column sum: same results, more launches.
+// reference's column sum: same results, more launches. linear_gelu then runs
+// the two ops (linear, then the gelu kernel), as it does for a width aux
+// cannot take (N % 8 != 0).
 #pragma once
 
 #include "tensor/cuda/fast/gemm_lt_plan.h"
@@ -42,6 +58,9 @@ void gemm(const Device& d, DType t, const Gemm& g);
 
 // linear and its backward (same contract as gemm.cpp's), for use_lt(x.dtype()).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+// h = linear(x, w, b) and y = gelu(h) from one GELU_AUX(_BIAS) call; the two
+// ops where aux cannot take the width (N % 8 != 0) or no algorithm fits.
+ops::LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b);
 ops::LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,
                                  bool need_b);
 

@@ -13,7 +13,8 @@ bool LtPlan::operator==(const LtPlan& o) const {
   };
   return device == o.device && dtype == o.dtype && trans_a == o.trans_a && trans_b == o.trans_b && m == o.m &&
          n == o.n && k == o.k && batch == o.batch && same(a, o.a) && same(b, o.b) && same(d, o.d) &&
-         epilogue == o.epilogue && bias_len == o.bias_len && align == o.align && beta_one == o.beta_one;
+         epilogue == o.epilogue && bias_len == o.bias_len && aux_ld == o.aux_ld && align == o.align &&
+         beta_one == o.beta_one;
 }
 
 size_t LtPlanHash::operator()(const LtPlan& p) const {
@@ -21,7 +22,7 @@ size_t LtPlanHash::operator()(const LtPlan& p) const {
   auto mix = [&h](int64_t v) { h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
   for (int64_t v : {int64_t(p.device), int64_t(p.dtype), int64_t(p.trans_a), int64_t(p.trans_b), p.m, p.n, p.k,
                     p.batch, p.a.ld, p.b.ld, p.d.ld, p.a.batch_stride, p.b.batch_stride, p.d.batch_stride,
-                    int64_t(p.epilogue), int64_t(p.align), int64_t(p.beta_one)})
+                    int64_t(p.epilogue), p.aux_ld, int64_t(p.align), int64_t(p.beta_one)})
     mix(v);
   return h;
 }
@@ -54,9 +55,15 @@ Gemm linear_dw_gemm(int64_t M, int64_t N, int64_t K, const void* g, const void* 
   return r;
 }
 
-LtPlan lt_plan(const Device& dev, DType t, const Gemm& g, LtEpilogue e, const void* bias) {
-  LOOM_CHECK(e == LtEpilogue::None || (bias != nullptr && g.batch == 1), "cuBLASLt GEMM: an epilogue needs its ",
-             "vector and a single matrix (batch ", g.batch, ")");
+LtPlan lt_plan(const Device& dev, DType t, const Gemm& g, LtEpilogue e, const void* bias, const void* aux) {
+  const bool gelu = is_gelu(e), needs_bias = e != LtEpilogue::None && e != LtEpilogue::GeluAux;
+  LOOM_CHECK(g.batch == 1 || e == LtEpilogue::None, "cuBLASLt GEMM: an epilogue needs a single matrix (batch ",
+             g.batch, ")");
+  static const char* const names[] = {"none", "BIAS", "BGRADB", "GELU_AUX", "GELU_AUX_BIAS"};
+  LOOM_CHECK(needs_bias == (bias != nullptr) && gelu == (aux != nullptr), "cuBLASLt GEMM: epilogue ",
+             names[int(e)], " given ", bias ? "a" : "no", " bias vector and ", aux ? "an" : "no", " aux matrix");
+  LOOM_CHECK(!gelu || (gelu_aux_fits(g.ldc) && g.beta == 0), "cuBLASLt GEMM: the GELU epilogue's aux matrix takes ",
+             "D's leading dimension ", g.ldc, ", which must be a multiple of 8, and beta 0 (got ", g.beta, ")");
   const uint64_t es = element_size(t);
   LtPlan p;
   p.device = dev.index;
@@ -67,10 +74,12 @@ LtPlan lt_plan(const Device& dev, DType t, const Gemm& g, LtEpilogue e, const vo
   p.b = {p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, g.lda, g.stride_a};
   p.d = {p.m, p.n, g.ldc, g.stride_c};
   p.epilogue = e;
-  p.bias_len = e == LtEpilogue::Bias ? p.m : e == LtEpilogue::BGradB ? p.n : 0;
+  p.bias_len = e == LtEpilogue::Bias || e == LtEpilogue::GeluAuxBias ? p.m : e == LtEpilogue::BGradB ? p.n : 0;
+  p.aux_ld = gelu ? g.ldc : 0;
   p.beta_one = g.beta != 0;
   p.align = common_alignment({uint64_t(reinterpret_cast<uintptr_t>(g.a)), uint64_t(reinterpret_cast<uintptr_t>(g.b)),
                               uint64_t(reinterpret_cast<uintptr_t>(g.c)), uint64_t(reinterpret_cast<uintptr_t>(bias)),
+                              uint64_t(reinterpret_cast<uintptr_t>(aux)),
                               uint64_t(g.stride_a) * es, uint64_t(g.stride_b) * es, uint64_t(g.stride_c) * es});
   return p;
 }
