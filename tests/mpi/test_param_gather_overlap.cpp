@@ -82,7 +82,8 @@ Result train(DType dtype, Mode mode) {
     zero_dp = z.get();
     bucketed = std::move(z);
   } else {
-    bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), group, BucketOptions{kSmallBuckets, false});
+    bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), group,
+                                                    BucketOptions{kSmallBuckets, /*grads_to_params=*/false});
   }
   DataParallelBucket& dp = *bucketed;
   optim::MixedPrecisionOptions o;
