@@ -61,8 +61,7 @@ Measured measure(const Options& o, bool overlap) {
   parallel::ProcessGroup& world = parallel::world();
   bench::SlowProcessGroup slow(world, std::chrono::microseconds(int64_t(o.comm_ms * 1000)));
   nn::GPT model(o.cfg);
-  parallel::DataParallelBucket dp(model.named_parameters(), slow,
-                                  {o.bucket_mb, parallel::GradReduce::ReduceScatter, false});
+  parallel::ZeroDataParallelBucket dp(model.named_parameters(), slow, parallel::GradReduce::ReduceScatter, o.bucket_mb);
   optim::MixedPrecisionOptions mp;
   mp.max_grad_norm = 1.0;
   mp.grad_stats_group = &world;

@@ -22,8 +22,8 @@ std::unique_ptr<MixedPrecisionOptimizer> build_optimizer(parallel::Model& model,
     return std::make_unique<FullyShardedOptimizer>(groups, *dp.fsdp, mp);
   }
   if (o.zero) {
-    LOOM_CHECK(dp.bucket, "build_optimizer: ZeRO shards the main_grad buffer; wrap the model in DataParallelBucket");
-    auto zero = std::make_unique<DistributedOptimizer>(groups, *dp.bucket, mp);
+    LOOM_CHECK(dp.zero, "build_optimizer: ZeRO shards the main_grad buffer; wrap the model in ZeroDataParallelBucket");
+    auto zero = std::make_unique<DistributedOptimizer>(groups, *dp.zero, mp);
     // Each layer's forward pre-hook waits for its own buckets' all-gathers (param_gather_overlap.h).
     if (o.overlap_param_gather) zero->overlap_param_gather(model.chunks->layers());
     return zero;

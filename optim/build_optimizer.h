@@ -21,7 +21,7 @@ struct OptimizerOptions {
   bool loss_scaling = false;      // fp16: a dynamic GradScaler
   GradScalerOptions scaler = {};
   int grad_mean_ranks = 1;        // dp x cp: MixedPrecisionOptions::grad_mean_ranks
-  int zero = 0;                       // ZeRO stage; 1 needs dp.bucket (the main_grad buffer), 3 dp.fsdp
+  int zero = 0;                       // ZeRO stage; 1/2 need dp.zero (the main_grad buffer), 3 dp.fsdp
   bool overlap_param_gather = false;  // ZeRO-1: each layer waits for its own param all-gathers
 };
 

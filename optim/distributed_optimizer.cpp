@@ -32,11 +32,11 @@ MixedPrecisionOptions reduced_over_dp(MixedPrecisionOptions options, parallel::P
   return options;
 }
 
-DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
+DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::ZeroDataParallelBucket& dp,
                                            MixedPrecisionOptions options)
     : DistributedOptimizer(groups, dp, reduced_over_dp(std::move(options), dp.dp_group()), build_layout(groups, dp)) {}
 
-DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
+DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, parallel::ZeroDataParallelBucket& dp,
                                            MixedPrecisionOptions options, Layout layout)
     : MixedPrecisionOptimizer(std::move(groups), std::move(layout.mains), std::move(options),
                               /*main_grad_of=*/nullptr),  // main_grad(i) reads the shard instead
@@ -46,7 +46,7 @@ DistributedOptimizer::DistributedOptimizer(std::vector<ParamGroup> groups, paral
       dense_(std::move(layout.dense)),
       experts_(std::move(layout.experts)) {
   // The early steps follow the dense buckets' reductions only: not with experts in a buffer of their own.
-  if (!experts_.grads && ZeroOverlap::applies(options_, dp_.bucket_manager()))
+  if (!experts_.grads && ZeroOverlap::applies(options_, dp_.sharded_buckets()))
     overlap_ = std::make_unique<ZeroOverlap>(*this, dp_);
   // Whether buckets may be stepped early depends on how each is reduced:
   // marking one all-reduce from now on is an error where it happens.
@@ -60,9 +60,7 @@ DistributedOptimizer::~DistributedOptimizer() {
 }
 
 DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vector<ParamGroup>& groups,
-                                                               parallel::DataParallelBucket& dp) {
-  LOOM_CHECK(dp.options().reduce != parallel::GradReduce::AllReduce, "DistributedOptimizer: the DataParallelBucket must "
-             "reduce-scatter (BucketOptions::reduce = GradReduce::ReduceScatter or ShardGrads); it all-reduces");
+                                                               parallel::ZeroDataParallelBucket& dp) {
   std::unordered_set<const TensorImpl*> grouped;
   for (const ParamGroup& g : groups)
     for (const Tensor& p : g.params) grouped.insert(p.impl());
@@ -72,7 +70,7 @@ DistributedOptimizer::Layout DistributedOptimizer::build_layout(const std::vecto
     LOOM_CHECK(p.dtype() == params.front().dtype(), "DistributedOptimizer: params of mixed dtypes (",
                dtype_name(params.front().dtype()), " and ", p.describe(), "); cast the model to one dtype first");
     LOOM_CHECK(grouped.count(p.impl()), "DistributedOptimizer: ", p.describe(), " is wrapped by the "
-               "DataParallelBucket but is in no param group");
+               "ZeroDataParallelBucket but is in no param group");
   }
   Layout layout;
   layout.dtype = params.front().dtype();
@@ -117,7 +115,7 @@ void DistributedOptimizer::lay_out(parallel::ShardedBuckets& bm, const std::vect
       layout.ranges.push_back(r);
       // Its gradient: the owned range of this rank's shard of the bucket (under
       // ZeRO-1 a view into the whole buffer, under ZeRO-2 all that is kept).
-      layout.shard_grads.push_back(ops::narrow(bm.buckets()[b].shard_grad, 0, r.gbuf_local.start, r.gbuf_local.size()));
+      layout.shard_grads.push_back(ops::narrow(bm.shard_grad(int(b)), 0, r.gbuf_local.start, r.gbuf_local.size()));
     }
   }
 }

@@ -20,7 +20,7 @@
 // One step reads: layout -> reduce-scatter -> step the owned ranges -> all-gather.
 //   layout          (once, here) the param buffer, the ranges this rank owns and
 //                   an fp32 main param for each
-//   reduce-scatter  during backward (DataParallelBucket, ReduceScatter mode):
+//   reduce-scatter  during backward (ZeroDataParallelBucket, ReduceScatter):
 //                   each bucket as soon as its last gradient arrives; rank r
 //                   receives the average of its shard (ShardGrads mode, ZeRO-2:
 //                   the same shards, and no whole buffer kept: grad_shards.h)
@@ -50,7 +50,7 @@
 #include "optim/mixed_precision_optimizer.h"
 #include "optim/param_gather_overlap.h"
 #include "optim/zero_overlap.h"
-#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/zero_data_parallel_bucket.h"
 
 namespace loom::optim {
 
@@ -81,12 +81,12 @@ MixedPrecisionOptions reduced_over_dp(MixedPrecisionOptions options, parallel::P
 
 class DistributedOptimizer : public MixedPrecisionOptimizer {
  public:
-  // groups: the model's params; dp: their DataParallelBucket in ReduceScatter
-  // mode. Moves every param into a param buffer laid out like the gradient
+  // groups: the model's params; dp: their ZeroDataParallelBucket (ZeRO-1 or
+  // ZeRO-2). Moves every param into a param buffer laid out like the gradient
   // buffer (the params become views into it; values unchanged).
   // options.grad_stats_group defaults to dp's group (every shard of the model
   // once); with pipeline stages it must be the whole world.
-  DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
+  DistributedOptimizer(std::vector<ParamGroup> groups, parallel::ZeroDataParallelBucket& dp,
                        MixedPrecisionOptions options = {});
   ~DistributedOptimizer() override;
 
@@ -140,9 +140,9 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
     std::vector<std::shared_ptr<parallel::Work>> gathers;  // [bucket] in-flight param all-gather
   };
   struct Layout;  // the param buffers, main params and ranges, built before the base class
-  DistributedOptimizer(std::vector<ParamGroup> groups, parallel::DataParallelBucket& dp,
+  DistributedOptimizer(std::vector<ParamGroup> groups, parallel::ZeroDataParallelBucket& dp,
                        MixedPrecisionOptions options, Layout layout);
-  static Layout build_layout(const std::vector<ParamGroup>& groups, parallel::DataParallelBucket& dp);
+  static Layout build_layout(const std::vector<ParamGroup>& groups, parallel::ZeroDataParallelBucket& dp);
   // One buffer's part of the layout: its param buffer (the params become views of it), the ranges this
   // rank owns in bm's shards and a main param for each.
   static void lay_out(parallel::ShardedBuckets& bm, const std::vector<ParamGroup>& groups, Layout& layout,
@@ -151,9 +151,9 @@ class DistributedOptimizer : public MixedPrecisionOptimizer {
   void step_bucket(Shards& s, int b);
   void launch_all_gather(Shards& s, int b);
 
-  parallel::DataParallelBucket& dp_;
+  parallel::ZeroDataParallelBucket& dp_;
   std::vector<ParamRange> ranges_;   // [main param]
-  std::vector<Tensor> shard_grads_;  // [main param] fp32 view of its range in its bucket's shard_grad
+  std::vector<Tensor> shard_grads_;  // [main param] fp32 view of its range in its bucket's shard_grad(b)
   Shards dense_;                     // over dp
   Shards experts_;                   // over expert-dp (--ep)
   Tensor main_grad(size_t i) const override { return shard_grads_[i]; }

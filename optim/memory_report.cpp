@@ -21,8 +21,8 @@ int64_t dense_elements(const parallel::DataParallelBucket& dp) {
 }  // namespace
 
 MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
-                               const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
-                               int64_t live_before_step) {
+                               const parallel::ZeroDataParallelBucket* zero, const MixedPrecisionOptimizer& opt,
+                               int64_t peak_during_step, int64_t live_before_step) {
   MemoryBreakdown m;
   // Count each storage once: under --zero every param is a view of one buffer.
   std::unordered_set<const Storage*> seen;
@@ -34,10 +34,11 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     m.num_params += p.numel();
     m.params += bytes_of(p);
   }
-  if (dp && dp->options().reduce == parallel::GradReduce::ShardGrads) {
+  const bool zero2 = zero && zero->reduce() == parallel::GradReduce::ShardGrads;
+  if (zero2) {
     // ZeRO-2: the shards (their padding included) and the bucket-sized scratches.
-    m.grads = bytes_of(dp->bucket_manager().buffer());
-    for (const Tensor& s : dp->bucket_manager().scratches()) m.grads += bytes_of(s);
+    m.grads = bytes_of(zero->sharded_buckets().buffer());
+    for (const Tensor& s : zero->sharded_buckets().scratches()) m.grads += bytes_of(s);
     const int64_t elements = dense_elements(*dp);
     const Tensor& buffer = opt.param_buffer();  // ZeRO's param buffer's padding
     m.comm = int64_t(buffer.storage()->nbytes()) - elements * int64_t(element_size(buffer.dtype()));
@@ -57,8 +58,8 @@ MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel
     const Tensor* expert = nullptr;  // any of them: under ZeRO a view of the experts' param buffer
     for (const Tensor& p : dp->params())
       if (dp->kept_apart(p)) elements += p.numel(), expert = expert ? expert : &p;
-    const parallel::ShardedBuckets* shards = dp->expert_shards();  // ZeRO-1/2; null: all-reduced
-    if (expert && shards && dp->options().reduce == parallel::GradReduce::ShardGrads) {
+    const parallel::ShardedBuckets* shards = zero ? zero->expert_shards() : nullptr;  // ZeRO-1/2
+    if (expert && shards && zero2) {
       m.grads += bytes_of(shards->buffer());  // ZeRO-2: their shards (padding included) and scratches
       for (const Tensor& s : shards->scratches()) m.grads += bytes_of(s);
     } else if (expert) {

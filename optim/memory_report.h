@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "optim/mixed_precision_optimizer.h"
-#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/zero_data_parallel_bucket.h"
 #include "parallel/data_parallel/fully_sharded.h"
 
 namespace loom::optim {
@@ -57,10 +57,11 @@ struct MemoryBreakdown {
   int64_t live = 0;              // all live bytes now
 };
 
-// Measures this rank's breakdown. dp may be null (no data-parallel wrapper).
+// Measures this rank's breakdown. dp may be null (no data-parallel wrapper); zero is dp
+// under ZeRO-1/2 (its buckets reduce-scattered), else null.
 MemoryBreakdown measure_memory(const std::vector<Tensor>& params, const parallel::DataParallelBucket* dp,
-                               const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
-                               int64_t live_before_step);
+                               const parallel::ZeroDataParallelBucket* zero, const MixedPrecisionOptimizer& opt,
+                               int64_t peak_during_step, int64_t live_before_step);
 
 // What the table above predicts for this rank: {params, grads, optimizer} bytes
 // (comm and activations are filled in by the caller, from the functions below).

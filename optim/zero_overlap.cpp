@@ -4,13 +4,13 @@
 
 namespace loom::optim {
 
-bool ZeroOverlap::applies(const MixedPrecisionOptions& options, const parallel::BucketManager& buckets) {
+bool ZeroOverlap::applies(const MixedPrecisionOptions& options, const parallel::ShardedBuckets& buckets) {
   bool all_scattered = true;
-  for (const parallel::Bucket& b : buckets.buckets()) all_scattered &= !b.all_reduce;
+  for (size_t b = 0; b < buckets.buckets().size(); ++b) all_scattered &= !buckets.all_reduced(int(b));
   return options.max_grad_norm == 0 && !options.loss_scaling && all_scattered;
 }
 
-ZeroOverlap::ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket& dp) : opt_(opt), dp_(dp) {
+ZeroOverlap::ZeroOverlap(DistributedOptimizer& opt, parallel::ZeroDataParallelBucket& dp) : opt_(opt), dp_(dp) {
   dp_.sharded_buckets().set_after_reduce([this](int b) {
     opt_.step_bucket(opt_.dense_, b);
     ++stepped_;

@@ -11,7 +11,7 @@
 //   every bucket      a bucket all-reduced for the tied embedding's handler
 //   reduce-scattered  (ShardedBuckets::all_reduce_bucket_of) waits for that
 //                     handler, which runs after backward
-// Then DataParallelBucket's finish_grad_sync() (the after-backward callback;
+// Then ZeroDataParallelBucket's finish_grad_sync() (the after-backward callback;
 // in a pipeline, after the schedule), which waits for the buckets in order, steps bucket b's owned ranges and launches its param
 // all-gather the moment b's reduce-scatter is done, while later buckets are
 // still being reduced:
@@ -22,8 +22,8 @@
 #pragma once
 
 namespace loom::parallel {
-class BucketManager;
-class DataParallelBucket;
+class ShardedBuckets;
+class ZeroDataParallelBucket;
 }  // namespace loom::parallel
 
 namespace loom::optim {
@@ -34,10 +34,10 @@ struct MixedPrecisionOptions;
 class ZeroOverlap {
  public:
   // The three conditions above.
-  static bool applies(const MixedPrecisionOptions& options, const parallel::BucketManager& buckets);
+  static bool applies(const MixedPrecisionOptions& options, const parallel::ShardedBuckets& buckets);
 
   // Steps opt's buckets from dp's finish_grad_sync() until destroyed.
-  ZeroOverlap(DistributedOptimizer& opt, parallel::DataParallelBucket& dp);
+  ZeroOverlap(DistributedOptimizer& opt, parallel::ZeroDataParallelBucket& dp);
   ~ZeroOverlap();
   ZeroOverlap(const ZeroOverlap&) = delete;
   ZeroOverlap& operator=(const ZeroOverlap&) = delete;
@@ -49,7 +49,7 @@ class ZeroOverlap {
 
  private:
   DistributedOptimizer& opt_;
-  parallel::DataParallelBucket& dp_;
+  parallel::ZeroDataParallelBucket& dp_;
   int stepped_ = 0;  // buckets stepped since the last take_all_stepped()
 };
 

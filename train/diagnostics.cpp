@@ -83,7 +83,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
     if (!dp_.fsdp) opt_.finish_param_sync();  // ZeRO-3: the shards are measured, nothing gathered
     optim::MemoryBreakdown mine =
         dp_.fsdp ? optim::measure_memory_fully_sharded(*dp_.fsdp, opt_, peak_, live_before_)
-                 : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, opt_, peak_, live_before_);
+                 : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, dp_.zero, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), forwards_in_a_row())
                  : optim::predict_memory_moe(m_.chunks->num_parameters() - expert_params(), expert_params(),

@@ -17,8 +17,7 @@
 // Each bucket ends padded to a multiple of dp × 64 elements, so that ZeRO's
 // reduce-scatter splits every bucket into dp equal shards, each starting
 // 256-byte aligned (Megatron pads to lcm(dp, 128)). Padding stays zero.
-// Here each bucket is all-reduced (DDP); ZeRO-1 and ZeRO-2 reduce-scatter it,
-// each rank keeping its shard (grad_shards.h, through the virtual points below).
+// Here each bucket is all-reduced (DDP); ZeRO-1/2 reduce-scatter it (grad_shards.h).
 #pragma once
 
 #include <functional>
@@ -36,18 +35,15 @@ struct Bucket {
   int64_t numel = 0;           // elements, padding included (a multiple of dp × 64)
   std::vector<Tensor> params;  // in buffer order (reverse module order)
   Tensor grad_data;            // [numel] fp32 view into the buffer (ZeRO-2: into a scratch, or undefined)
-  Tensor shard_grad;           // [numel / dp] fp32: this rank's shard of the bucket's gradient (ZeRO: grad_shards.h)
   std::vector<bool> ready;     // ready[i]: params[i]'s gradient is in for this backward
   int num_ready = 0;
-  std::shared_ptr<Work> work;  // the in-flight all-reduce / reduce-scatter, once launched
-  bool all_reduce = true;      // false: reduce-scattered into this rank's shard (grad_shards.h)
+  std::shared_ptr<Work> work;  // the in-flight all-reduce, once launched
   void reset_readiness() { work = nullptr; ready.assign(params.size(), false); num_ready = 0; }  // next backward
 };
 
 class BucketManager {
  public:
-  // params: those that require grad, in module order. allocate false: the subclass allocates
-  // (ZeRO-2 keeps only shards, grad_shards.h).
+  // params: those that require grad, in module order. allocate false: a subclass allocates (grad_shards.h).
   BucketManager(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb, bool allocate = true);
   virtual ~BucketManager() = default;
 
@@ -72,13 +68,6 @@ class BucketManager {
   bool holds(const Tensor& p) const { return slots_.count(p.impl()) > 0; }
   int bucket_of(const Tensor& p) const { return slot(p).bucket; }
   int64_t offset_of(const Tensor& p) const { return slot(p).offset; }  // p's first element in the buffer
-
-  // What ZeRO-2 (GradShards, grad_shards.h) changes: the main_grad a hook adds into, whether p's
-  // bucket is reduced in a no_sync backward too, what ends that backward, its scratches.
-  virtual Tensor main_grad_to_fill(const Tensor& p) { return main_grad(p); }
-  virtual bool reduces_every_micro_batch(const Tensor&) const { return false; }
-  virtual void finish_micro_batch() {}
-  virtual std::vector<Tensor> scratches() const { return {}; }
 
  protected:
   // Where p is: buckets_[bucket].params[index], elements [offset, offset + p.numel()) of the layout.

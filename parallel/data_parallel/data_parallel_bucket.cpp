@@ -10,16 +10,22 @@ namespace loom::parallel {
 
 DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options,
                                        ExpertParams experts)
-    : dp_group_(dp_group), options_(options) {
-  if (options_.reduce != GradReduce::AllReduce) options_.grads_to_params = false;
+    : DataParallelBucket(params, dp_group, options, std::move(experts),
+                         [cap = options.bucket_cap_mb](const std::vector<Tensor>& group_params, ProcessGroup& group) {
+                           return std::make_unique<BucketManager>(group_params, group, cap);  // all-reduced
+                         }) {}
+
+DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options,
+                                       ExpertParams experts, const MakeBuckets& make)
+    : options_(options) {
   std::vector<Tensor> dense = unique_params(params);
   for (const Tensor& p : dense)
     if (autograd::requires_grad(p)) params_.push_back(p);
   // The experts leave `dense` for a buffer of their own, over their expert-dp group.
-  auto expert_buffer = take_expert_buckets(dense, experts, options_.reduce, options_.bucket_cap_mb, &expert_shards_);
-  broadcast_params(dense, dp_group_);  // every replica starts from dp rank 0's weights
+  auto expert_buffer = take_expert_buckets(dense, experts, make);
+  broadcast_params(dense, dp_group);  // every replica starts from dp rank 0's weights
   std::erase_if(dense, [](const Tensor& p) { return !autograd::requires_grad(p); });
-  buffers_.push_back(make_buckets(options_.reduce, dense, dp_group_, options_.bucket_cap_mb, &sharded_));
+  buffers_.push_back(make(dense, dp_group));
   if (expert_buffer) buffers_.push_back(std::move(expert_buffer));
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
@@ -31,24 +37,17 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
              "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
   BucketManager& buckets = buckets_of(param);
   // 1. picotron: param.main_grad.add_(param.grad.data); param.grad = None.
-  if (Tensor g = autograd::grad(param); g.defined()) ops::add_(buckets.main_grad_to_fill(param), ops::to(g, kFloat32));
+  if (Tensor g = autograd::grad(param); g.defined()) ops::add_(buckets.main_grad(param), ops::to(g, kFloat32));
   autograd::set_grad(param, Tensor());
-  // no_sync: just accumulate - except under ZeRO-2, whose shards sum every micro-batch's reduce-scatter.
-  if (!require_backward_grad_sync_ && !buckets.reduces_every_micro_batch(param)) return;
-  // 2. Once per backward, the callback that finishes it (unless defer_grad_sync() leaves that to the caller).
-  if (!callback_queued_ && (finish_sync_in_backward_ || !require_backward_grad_sync_)) queue_post_backward();
+  if (!require_backward_grad_sync_) return;  // no_sync: just accumulate
+  // 2. Once per backward, the callback that finishes it (unless defer_grad_sync() leaves that to the
+  //    caller); the engine runs it before backward() returns, so `this` is still there.
+  if (!callback_queued_ && finish_sync_in_backward_) {
+    autograd::Engine::queue_callback([this] { finish_grad_sync(); });
+    callback_queued_ = true;
+  }
   // 3. The bucket's all-reduce starts once all its params are ready.
   buckets.mark_param_ready(param);
-}
-
-void DataParallelBucket::queue_post_backward() {
-  // The engine runs it before backward() returns, so `this` is still there.
-  autograd::Engine::queue_callback([this, sync = require_backward_grad_sync_] {
-    if (sync) return finish_grad_sync();
-    callback_queued_ = false;  // a no_sync backward under ZeRO-2: wait for its reduce-scatters
-    for (auto& buffer : buffers_) buffer->finish_micro_batch();
-  });
-  callback_queued_ = true;
 }
 
 void DataParallelBucket::finish_grad_sync() {

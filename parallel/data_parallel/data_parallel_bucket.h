@@ -13,7 +13,7 @@
 //      the average back as .grad: an fp32 param's .grad *is* its main_grad
 //      (picotron's `param.grad = param.main_grad`), a bf16/fp16 param's a
 //      rounded copy (a mixed-precision optimizer reads main_grad instead).
-// ZeRO-1 and ZeRO-2 reduce-scatter the buckets instead (GradReduce, grad_shards.h);
+// ZeRO-1 and ZeRO-2 reduce-scatter the buckets instead (zero_data_parallel_bucket.h);
 // expert parallelism's experts get a second buffer, over their expert-dp group (expert_buckets.h).
 //
 //   DataParallelBucket dp(model.named_parameters(), pgm.dp_group(), {.bucket_cap_mb = 25});
@@ -29,16 +29,13 @@
 #include <memory>
 
 #include "autograd/accumulate_grad.h"
+#include "parallel/data_parallel/bucket.h"
 #include "parallel/data_parallel/data_parallel_common.h"
-#include "parallel/data_parallel/grad_shards.h"
-#include "parallel/data_parallel/tp_partial_grads.h"
 
 namespace loom::parallel {
 
 struct BucketOptions {
   double bucket_cap_mb = 25.0;
-  // ReduceScatter (ZeRO-1), ShardGrads (ZeRO-2): keep this rank's shard of each bucket's average, no .grad.
-  GradReduce reduce = GradReduce::AllReduce;
   // Off when the optimizer reads main_grad itself (optim/mixed_precision_optimizer.h): no rounded bf16 .grad.
   bool grads_to_params = true;
 };
@@ -66,43 +63,24 @@ class DataParallelBucket : public DataParallel {
   bool syncs_once_per_step() const override { return true; }
   Tensor grad_of(const Tensor& param) const override { return main_grad(param); }
   void grad_changed(const Tensor& param) override;  // hands main_grad over as .grad again (rounded: bf16/fp16)
-  bool holds_whole_grad(const Tensor& param) const override {  // false in a ZeRO-1/2 shard
-    return buckets_of(param).buckets()[size_t(buckets_of(param).bucket_of(param))].all_reduce;
-  }
-  bool sums_tp_partial_grads() const override { return sums_tp_partial_grads_; }
-  // Sequence parallelism under ZeRO: these params' gradients are summed over tp as their bucket's
-  // reduction is launched, while they are whole (tp_partial_grads.h). The experts are whole on every
-  // tp rank, so theirs are partial sums too: summed after their 1 / ep scale (expert_buckets.h).
-  void sum_tp_partial_grads_before_reduce(const std::vector<Tensor>& partial, ProcessGroup& tp_group) {
-    for (auto& buffer : buffers_) parallel::sum_tp_partial_grads_before_reduce(*buffer, partial, tp_group);
-    sums_tp_partial_grads_ = true;
-  }
   const BucketManager& bucket_manager() const { return *buffers_.front(); }
-  ShardedBuckets& sharded_buckets() {  // ZeRO-1 and ZeRO-2's
-    LOOM_CHECK(sharded_, "DataParallelBucket: its buckets are all-reduced (BucketOptions::reduce = "
-               "GradReduce::AllReduce); only ReduceScatter and ShardGrads keep shards");
-    return *sharded_;
-  }
-  ShardedBuckets* expert_shards() const { return expert_shards_; }  // the experts' buffer under ZeRO-1/2, or null
   // Whether param is one of the experts, in their own buffer (not in bucket_manager()'s).
   bool kept_apart(const Tensor& param) const { return buffers_.size() > 1 && buffers_[1]->holds(param); }
-  const BucketOptions& options() const { return options_; }
-  ProcessGroup& dp_group() { return dp_group_; }
   const std::vector<Tensor>& params() const { return params_; }  // those that require grad
 
- private:
-  void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
-  void queue_post_backward();  // finish_grad_sync, or after a no_sync backward ZeRO-2's finish_micro_batch
+  // How each buffer is built, from its params and group: ZeRO's reduce-scatter theirs.
+  using MakeBuckets = std::function<std::unique_ptr<BucketManager>(const std::vector<Tensor>&, ProcessGroup&)>;
+
+ protected:
+  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options, ExpertParams experts,
+                     const MakeBuckets& make);
+  virtual void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
   BucketManager& buckets_of(const Tensor& param) const { return *buffers_[kept_apart(param) ? 1 : 0]; }
 
-  ProcessGroup& dp_group_;
   BucketOptions options_;
   std::vector<Tensor> params_;
   // Megatron's buffers: the params', over dp, then the experts', over expert-dp (expert_buckets.h), if any.
   std::vector<std::unique_ptr<BucketManager>> buffers_;
-  ShardedBuckets* sharded_ = nullptr;        // buffers_[0], when it reduce-scatters
-  ShardedBuckets* expert_shards_ = nullptr;  // buffers_[1], when it reduce-scatters
-  bool sums_tp_partial_grads_ = false;
   bool require_backward_grad_sync_ = true;
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued
   bool synced_ = false;           // grads were synced and reset() has not run since

@@ -11,11 +11,12 @@ namespace loom::parallel {
 
 ShardedBuckets::ShardedBuckets(const std::vector<Tensor>& params, ProcessGroup& dp_group, double bucket_cap_mb,
                                bool allocate)
-    : BucketManager(params, dp_group, bucket_cap_mb, allocate) {
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    buckets_[i].all_reduce = false;
-    if (allocate) buckets_[i].shard_grad = ops::narrow(buffer_, 0, shard(int(i)).offset, shard(int(i)).numel);
-  }
+    : BucketManager(params, dp_group, bucket_cap_mb, allocate),
+      shard_grads_(buckets_.size()),
+      all_reduced_(buckets_.size(), false) {
+  if (allocate)
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      shard_grads_[i] = ops::narrow(buffer_, 0, shard(int(i)).offset, shard(int(i)).numel);
 }
 
 ShardedBuckets::Shard ShardedBuckets::shard(int b) const {
@@ -27,14 +28,14 @@ ShardedBuckets::Shard ShardedBuckets::shard(int b) const {
 void ShardedBuckets::all_reduce_bucket_of(const Tensor& p) {
   LOOM_CHECK(fixed_by_.empty(), "BucketManager::all_reduce_bucket_of(", p.describe(), "): the buckets' reductions "
              "were fixed by ", fixed_by_, "; mark shared weights before building it");
-  Bucket& b = buckets_[size_t(bucket_of(p))];
-  if (b.all_reduce) return;
-  b.all_reduce = true;
+  const size_t b = size_t(bucket_of(p));
+  if (all_reduced_[b]) return;
+  all_reduced_[b] = true;
   bucket_now_all_reduced();
 }
 
 std::shared_ptr<Work> ShardedBuckets::launch_reduction(int b) {
-  if (buckets_[size_t(b)].all_reduce) return BucketManager::launch_reduction(b);
+  if (all_reduced_[size_t(b)]) return BucketManager::launch_reduction(b);
   Shard s = shard(b);
   return group_.reduce_scatter_async(ops::narrow(buffer(), 0, s.offset, s.numel), buckets_[size_t(b)].grad_data,
                                      ReduceOp::Avg);
@@ -50,30 +51,31 @@ GradShards::GradShards(const std::vector<Tensor>& params, ProcessGroup& dp_group
 
 void GradShards::allocate() {
   const int64_t dp = group_.size(), r = group_.rank();
-  auto stored = [&](const Bucket& b) { return b.all_reduce ? b.numel : b.numel / dp; };
+  auto stored = [&](size_t i) { return all_reduced_[i] ? buckets_[i].numel : buckets_[i].numel / dp; };
   int64_t total = 0;
-  for (const Bucket& b : buckets_) total += stored(b);
+  for (size_t i = 0; i < buckets_.size(); ++i) total += stored(i);
   buffer_ = zeros({total}, kFloat32, device_);
   int64_t at = 0;  // the bucket's first element in buffer_
-  for (Bucket& b : buckets_) {
-    Tensor kept = ops::narrow(buffer_, 0, at, stored(b));
-    at += stored(b);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    const bool whole = all_reduced_[i];
+    Tensor kept = ops::narrow(buffer_, 0, at, stored(i));
+    at += stored(i);
     const int64_t n = b.numel / dp;
-    b.grad_data = b.all_reduce ? kept : Tensor();  // a scattered bucket's fills a scratch during backward
-    b.shard_grad = b.all_reduce ? ops::narrow(kept, 0, r * n, n) : kept;
+    b.grad_data = whole ? kept : Tensor();  // a scattered bucket's fills a scratch during backward
+    shard_grads_[i] = whole ? ops::narrow(kept, 0, r * n, n) : kept;
     for (const Tensor& p : b.params)
       slots_.at(p.impl()).main_grad =
-          b.all_reduce ? ops::view(ops::narrow(kept, 0, offset_of(p) - b.offset, p.numel()), p.shape()) : Tensor();
+          whole ? ops::view(ops::narrow(kept, 0, offset_of(p) - b.offset, p.numel()), p.shape()) : Tensor();
   }
 }
 
 void GradShards::allocate_scratches() {
   int64_t largest = 0, scattered = 0;
-  for (const Bucket& b : buckets_)
-    if (!b.all_reduce) largest = std::max(largest, b.numel), ++scattered;
-  const Device device = buckets_.empty() ? kCPU : buckets_.front().shard_grad.device();
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (!all_reduced_[i]) largest = std::max(largest, buckets_[i].numel), ++scattered;
   scratch_.clear();
-  for (int64_t i = 0; i < std::min<int64_t>(2, scattered); ++i) scratch_.push_back(zeros({largest}, kFloat32, device));
+  for (int64_t i = 0; i < std::min<int64_t>(2, scattered); ++i) scratch_.push_back(zeros({largest}, kFloat32, device_));
   owner_.assign(scratch_.size(), -1);
   scratch_of_.assign(buckets_.size(), -1);
 }
@@ -88,18 +90,14 @@ Tensor GradShards::main_grad(const Tensor& p) const {
   if (s.main_grad.defined()) return s.main_grad;
   const Bucket& b = buckets_[size_t(s.bucket)];
   LOOM_CHECK(b.grad_data.defined(), "BucketManager: ZeRO-2 keeps no whole gradient of ", p.describe(),
-             " once its bucket is reduce-scattered; this rank holds only its shard (Bucket::shard_grad)");
+             " once its bucket is reduce-scattered; this rank holds only its shard (shard_grad)");
   return ops::view(ops::narrow(b.grad_data, 0, s.offset - b.offset, p.numel()), p.shape());
 }
 
-Tensor GradShards::main_grad_to_fill(const Tensor& p) {
+void GradShards::open_bucket_of(const Tensor& p) {
   const Slot& s = slot(p);
-  if (s.main_grad.defined()) return s.main_grad;
-  open(s.bucket);  // the bucket's first gradient of this backward: take a scratch
-  return main_grad(p);
+  if (!s.main_grad.defined()) open(s.bucket);  // the bucket's first gradient of this backward: take a scratch
 }
-
-bool GradShards::reduces_every_micro_batch(const Tensor& p) const { return !buckets_[size_t(bucket_of(p))].all_reduce; }
 
 void GradShards::open(int b) {
   Bucket& bucket = buckets_[size_t(b)];
@@ -122,7 +120,7 @@ void GradShards::open(int b) {
 
 std::shared_ptr<Work> GradShards::launch_reduction(int b) {
   Bucket& bucket = buckets_[size_t(b)];
-  if (bucket.all_reduce) return BucketManager::launch_reduction(b);
+  if (all_reduced_[size_t(b)]) return BucketManager::launch_reduction(b);
   open(b);  // a bucket none of whose params got a gradient: zeros, as on every other rank
   const int64_t n = bucket.numel / group_.size();
   in_flight_.push_back(b);
@@ -131,7 +129,7 @@ std::shared_ptr<Work> GradShards::launch_reduction(int b) {
 }
 
 void GradShards::reduced(int b) {
-  if (buckets_[size_t(b)].all_reduce) return BucketManager::wait_for(b);
+  if (all_reduced_[size_t(b)]) return BucketManager::wait_for(b);
   finish(b);
 }
 
@@ -144,7 +142,7 @@ void GradShards::finish(int b) {
     bucket.work->wait();
   }
   const int64_t n = bucket.numel / group_.size();
-  ops::add_(bucket.shard_grad, ops::narrow(bucket.grad_data, 0, group_.rank() * n, n));  // micro-batches sum here
+  ops::add_(shard_grads_[size_t(b)], ops::narrow(bucket.grad_data, 0, group_.rank() * n, n));  // micro-batches sum here
   owner_[size_t(scratch_of_[size_t(b)])] = -1;
   scratch_of_[size_t(b)] = -1;
   bucket.grad_data = Tensor();
@@ -152,21 +150,17 @@ void GradShards::finish(int b) {
 }
 
 void GradShards::finish_micro_batch() {
-  for (Bucket& b : buckets_)
-    if (!b.all_reduce && !b.work) launch(b);
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (!all_reduced_[i] && !buckets_[i].work) launch(buckets_[i]);
   while (!in_flight_.empty()) finish(in_flight_.front());
-  for (Bucket& b : buckets_)
-    if (!b.all_reduce) b.reset_readiness();
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (!all_reduced_[i]) buckets_[i].reset_readiness();
 }
 
-std::unique_ptr<BucketManager> make_buckets(GradReduce reduce, const std::vector<Tensor>& params, ProcessGroup& group,
-                                            double bucket_cap_mb, ShardedBuckets** sharded) {
-  std::unique_ptr<ShardedBuckets> shards;
-  if (reduce == GradReduce::ShardGrads) shards = std::make_unique<GradShards>(params, group, bucket_cap_mb);
-  if (reduce == GradReduce::ReduceScatter) shards = std::make_unique<ShardedBuckets>(params, group, bucket_cap_mb);
-  if (sharded) *sharded = shards.get();
-  if (shards) return shards;
-  return std::make_unique<BucketManager>(params, group, bucket_cap_mb);
+std::unique_ptr<ShardedBuckets> make_sharded_buckets(GradReduce reduce, const std::vector<Tensor>& params,
+                                                     ProcessGroup& group, double bucket_cap_mb) {
+  if (reduce == GradReduce::ShardGrads) return std::make_unique<GradShards>(params, group, bucket_cap_mb);
+  return std::make_unique<ShardedBuckets>(params, group, bucket_cap_mb);
 }
 
 }  // namespace loom::parallel

@@ -49,9 +49,9 @@
 
 namespace loom::parallel {
 
-// How DataParallelBucket reduces its buckets: all-reduced (BucketManager), reduce-scattered
-// with the whole buffer kept (ZeRO-1, ShardedBuckets) or with only the shards (ZeRO-2, GradShards).
-enum class GradReduce { AllReduce, ReduceScatter, ShardGrads };
+// How ZeroDataParallelBucket (zero_data_parallel_bucket.h) reduce-scatters its buckets: with the
+// whole buffer kept (ZeRO-1, ShardedBuckets) or with only the shards (ZeRO-2, GradShards).
+enum class GradReduce { ReduceScatter, ShardGrads };
 
 class ShardedBuckets : public BucketManager {
  public:
@@ -65,15 +65,27 @@ class ShardedBuckets : public BucketManager {
     int64_t offset, numel;
   };
   Shard shard(int b) const;
+  // This rank's shard of bucket b's average: [shard(b).numel] fp32, a view into
+  // the buffer (ZeRO-2: all of b the buffer keeps), what the optimizer steps.
+  const Tensor& shard_grad(int b) const { return shard_grads_.at(size_t(b)); }
   // Reduce p's whole bucket with an all-reduce instead (before the first
   // backward, and before fix_reductions()).
   void all_reduce_bucket_of(const Tensor& p);
+  bool all_reduced(int b) const { return all_reduced_.at(size_t(b)); }  // by all_reduce_bucket_of
   // From now on all_reduce_bucket_of() is an error naming `by`: a distributed
   // optimizer has planned its steps around how each bucket is reduced.
   void fix_reductions(std::string by) { fixed_by_ = std::move(by); }
   // fn(b) runs in wait() once bucket b's reduction is done, while later ones may still be in
   // flight: the distributed optimizer steps that bucket's shard early (optim/zero_overlap.h).
   void set_after_reduce(std::function<void(int bucket)> fn) { after_reduce_ = std::move(fn); }
+
+  // What ZeRO-2 (GradShards) changes in DataParallelBucket's hook (zero_data_parallel_bucket.h):
+  // p's bucket takes a scratch at its first gradient, and is reduce-scattered in a no_sync
+  // backward too, which finish_micro_batch() ends. ZeRO-1: nothing.
+  virtual void open_bucket_of(const Tensor&) {}
+  virtual bool reduces_every_micro_batch(const Tensor&) const { return false; }
+  virtual void finish_micro_batch() {}
+  virtual std::vector<Tensor> scratches() const { return {}; }  // ZeRO-2's, bucket-sized
 
  protected:
   // Megatron's DDP with the distributed optimizer: the bucket [dp * n] is
@@ -85,6 +97,9 @@ class ShardedBuckets : public BucketManager {
   }
   virtual void reduced(int b) { BucketManager::wait_for(b); }  // waits for bucket b's reduction
   virtual void bucket_now_all_reduced() {}
+
+  std::vector<Tensor> shard_grads_;  // [bucket] shard_grad(b)
+  std::vector<bool> all_reduced_;    // [bucket] all-reduced instead (all_reduce_bucket_of)
 
  private:
   std::string fixed_by_;  // who fixed the buckets' reductions (fix_reductions), or empty
@@ -99,14 +114,14 @@ class GradShards : public ShardedBuckets {
 
   // A view into the scratch p's bucket is filling, only between its first
   // gradient and the end of its reduce-scatter (an error otherwise: this rank
-  // keeps only its shard, Bucket::shard_grad).
+  // keeps only its shard, shard_grad).
   Tensor main_grad(const Tensor& p) const override;
-  // The first gradient of a bucket takes a scratch for it (open).
-  Tensor main_grad_to_fill(const Tensor& p) override;
+  // The first gradient of a reduce-scattered bucket takes a scratch for it (open).
+  void open_bucket_of(const Tensor& p) override;
   // After a no_sync backward: launch the reduce-scattered buckets not launched
   // yet, wait for them, and forget their readiness for the next micro-batch.
   void finish_micro_batch() override;
-  bool reduces_every_micro_batch(const Tensor& p) const override;
+  bool reduces_every_micro_batch(const Tensor& p) const override { return !all_reduced_[size_t(bucket_of(p))]; }
   std::vector<Tensor> scratches() const override { return scratch_; }
 
  private:
@@ -120,7 +135,7 @@ class GradShards : public ShardedBuckets {
   // Bucket b's first gradient of this backward: b.grad_data becomes a zeroed
   // scratch (waiting for the oldest reduce-scatter in flight if none is free).
   void open(int b);
-  // Waits for b's reduce-scatter, adds this rank's part into b.shard_grad and
+  // Waits for b's reduce-scatter, adds this rank's part into shard_grad(b) and
   // frees the scratch (a no-op when b holds none).
   void finish(int b);
 
@@ -130,10 +145,9 @@ class GradShards : public ShardedBuckets {
   std::deque<int> in_flight_;    // launched buckets still holding a scratch, oldest first
 };
 
-// The buckets of params over group, reduced as `reduce` says: a BucketManager
-// (all-reduce), ShardedBuckets (ZeRO-1) or GradShards (ZeRO-2). `sharded`, if
-// given, gets the same object as ShardedBuckets (null when all-reduced).
-std::unique_ptr<BucketManager> make_buckets(GradReduce reduce, const std::vector<Tensor>& params, ProcessGroup& group,
-                                            double bucket_cap_mb, ShardedBuckets** sharded = nullptr);
+// The buckets of params over group, reduce-scattered as `reduce` says:
+// ShardedBuckets (ZeRO-1) or GradShards (ZeRO-2).
+std::unique_ptr<ShardedBuckets> make_sharded_buckets(GradReduce reduce, const std::vector<Tensor>& params,
+                                                     ProcessGroup& group, double bucket_cap_mb);
 
 }  // namespace loom::parallel

@@ -38,18 +38,21 @@ DataParallelWrap wrap_data_parallel(ModelChunks& model, ProcessGroup& dp_group, 
   DataParallelWrap w;
   if (use_buffer && o.mode == "naive") {
     w.dp = std::make_unique<DataParallelNaive>(model.named_parameters(), dp_group, o.experts);
-  } else if (use_buffer) {
-    const GradReduce reduce = o.zero >= 2 ? GradReduce::ShardGrads
-                              : o.zero == 1 ? GradReduce::ReduceScatter : GradReduce::AllReduce;
-    BucketOptions bo{o.bucket_mb, reduce, /*grads_to_params=*/false};  // the optimizer reads main_grad
-    auto bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), dp_group, bo, o.experts);
-    // Under ZeRO these buckets are still all-reduced: finalize_model_grads needs their whole gradient.
-    if (o.zero >= 1)
-      for (const Tensor& p : whole_grad) bucketed->sharded_buckets().all_reduce_bucket_of(p);
+  } else if (o.zero >= 1) {  // ZeRO-1/2: the buckets reduce-scattered for a DistributedOptimizer
+    const GradReduce reduce = o.zero >= 2 ? GradReduce::ShardGrads : GradReduce::ReduceScatter;
+    auto zero = std::make_unique<ZeroDataParallelBucket>(model.named_parameters(), dp_group, reduce, o.bucket_mb,
+                                                         o.experts);
+    // These buckets are still all-reduced: finalize_model_grads needs their whole gradient.
+    for (const Tensor& p : whole_grad) zero->sharded_buckets().all_reduce_bucket_of(p);
     // Sequence parallelism's partial gradients are summed over tp before the
     // reduce-scatter, while they are whole (after it only shards are left).
-    if (o.zero >= 1 && o.tp_group && !o.tp_partial_grads.empty())
-      bucketed->sum_tp_partial_grads_before_reduce(o.tp_partial_grads, *o.tp_group);
+    if (o.tp_group && !o.tp_partial_grads.empty())
+      zero->sum_tp_partial_grads_before_reduce(o.tp_partial_grads, *o.tp_group);
+    w.bucket = w.zero = zero.get();
+    w.dp = std::move(zero);
+  } else if (use_buffer) {
+    BucketOptions bo{o.bucket_mb, /*grads_to_params=*/false};  // the optimizer reads main_grad
+    auto bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), dp_group, bo, o.experts);
     w.bucket = bucketed.get();
     w.dp = std::move(bucketed);
   }
@@ -61,9 +64,10 @@ Tensor DataParallelWrap::last_grad_element() const {
   LOOM_CHECK(bucket, "--inject-overflow needs the main_grad buffer (--dtype fp16/bf16 or --zero)");
   const Tensor& p = bucket->params().back();
   const BucketManager& bm = bucket->bucket_manager();
-  const Bucket& last = bm.buckets()[size_t(bm.bucket_of(p))];
+  const int last = bm.bucket_of(p);
   // ZeRO-2 keeps no whole gradient, only this rank's shard of p's bucket (which the reduce-scatters add into).
-  if (!last.grad_data.defined()) return ops::narrow(last.shard_grad, 0, 0, 1);
+  if (!bm.buckets()[size_t(last)].grad_data.defined())
+    return ops::narrow(zero->sharded_buckets().shard_grad(last), 0, 0, 1);
   return ops::narrow(ops::view(bucket->main_grad(p), {p.numel()}), 0, 0, 1);
 }
 

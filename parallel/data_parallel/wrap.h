@@ -15,8 +15,8 @@
 
 #include "nn/module.h"
 #include "parallel/model_chunks.h"
-#include "parallel/data_parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel/fully_sharded.h"
+#include "parallel/data_parallel/zero_data_parallel_bucket.h"
 
 namespace loom::parallel {
 
@@ -24,8 +24,8 @@ struct DataParallelOptions {
   std::string mode = "bucket";  // "bucket" or "naive"
   double bucket_mb = 25;        // MiB of fp32 gradients per bucket (PyTorch DDP's default)
   DType dtype = kFloat32;       // the model's params
-  int zero = 0;                 // ZeRO stage: >= 1 the optimizer shards the buffer (reduce-scatter);
-                                // 2: only the shards are kept (GradReduce::ShardGrads, grad_shards.h);
+  int zero = 0;                 // ZeRO stage: >= 1 the optimizer shards the buffer (reduce-scatter:
+                                // ZeroDataParallelBucket); 2: only the shards are kept (GradShards);
                                 // 3: the params are sharded too (FullyShardedDataParallel)
   FullyShardedOptions fsdp;     // zero = 3: prefetch, reshard after forward
   // Sequence parallelism's params with partial gradients over tp_group
@@ -43,6 +43,7 @@ struct DataParallelOptions {
 struct DataParallelWrap {
   std::unique_ptr<DataParallel> dp;  // null: one fp32 process, plain .grad tensors
   DataParallelBucket* bucket = nullptr;  // == dp when it holds the main_grad buffer
+  ZeroDataParallelBucket* zero = nullptr;  // == dp under ZeRO-1/2 (its buckets reduce-scattered)
   FullyShardedDataParallel* fsdp = nullptr;  // == dp under ZeRO-3
   // At the top of a step: the wrapper's zero_grad, or the params' .grad dropped.
   void zero_grad(nn::Module& model);

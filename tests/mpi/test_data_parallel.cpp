@@ -23,6 +23,7 @@
 #include "autograd/functions.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
 #include "parallel/data_parallel/data_parallel_naive.h"
+#include "parallel/data_parallel/zero_data_parallel_bucket.h"
 #include "parallel/comm/distributed.h"
 #include "tensor/grad_mode.h"
 
@@ -322,7 +323,7 @@ TEST(DataParallelBucket, AllReducesAreLaunchedDuringBackward) {
 // during backward, not in the callback after it.
 TEST(DataParallelBucket, ReduceScattersAreLaunchedDuringBackward) {
   Mlp m(kSeed);
-  DataParallelBucket ddp(m.named(), parallel::world(), BucketOptions{cap_of(1), GradReduce::ReduceScatter, false});
+  ZeroDataParallelBucket ddp(m.named(), parallel::world(), GradReduce::ReduceScatter, cap_of(1));
   std::vector<bool> launched;
   RemovableHandle probe = register_post_accumulate_grad_hook(m.w1, [&](Tensor&) {
     for (const Bucket& b : ddp.bucket_manager().buckets()) launched.push_back(b.work != nullptr);

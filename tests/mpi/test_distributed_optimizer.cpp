@@ -41,7 +41,7 @@
 #include "autograd/functions.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/mixed_precision_optimizer.h"
-#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/zero_data_parallel_bucket.h"
 #include "parallel/comm/distributed.h"
 #include "tensor/grad_mode.h"
 #include "tensor/storage.h"
@@ -58,6 +58,7 @@ using loom::parallel::BucketOptions;
 using loom::parallel::DataParallelBucket;
 using loom::parallel::GradReduce;
 using loom::parallel::ProcessGroup;
+using loom::parallel::ZeroDataParallelBucket;
 
 namespace {
 
@@ -203,7 +204,7 @@ RunResult train_unsharded(const Config& c) {
   Toy m(c.dtype);
   std::vector<std::vector<float>> initial;
   for (const Tensor& p : m.params) initial.push_back(values(p));
-  DataParallelBucket dp(named(m.params), world(), BucketOptions{c.bucket_cap_mb, GradReduce::AllReduce, false});
+  DataParallelBucket dp(named(m.params), world(), BucketOptions{c.bucket_cap_mb, /*grads_to_params=*/false});
   MixedPrecisionOptimizer opt(m.groups(), options_of(c), [&dp](const Tensor& p) { return dp.main_grad(p); });
   std::vector<double> norms;
   for (int s = 0; s < kSteps; ++s) {
@@ -219,7 +220,7 @@ RunResult train_unsharded(const Config& c) {
 // ZeRO-1: each rank holds the averaged gradient and the main params of its shard.
 RunResult train_zero(const Config& c) {
   Toy m(c.dtype);
-  DataParallelBucket dp(named(m.params), world(), BucketOptions{c.bucket_cap_mb, GradReduce::ReduceScatter, false});
+  ZeroDataParallelBucket dp(named(m.params), world(), GradReduce::ReduceScatter, c.bucket_cap_mb);
   MixedPrecisionOptions o = options_of(c);
   // Each rank holds 1/dp of the gradient: the norm is a sum over the world (here also the dp group).
   if (!c.stats_group_default) o.grad_stats_group = &world();
@@ -303,7 +304,7 @@ double compare(const RunResult& zero, const RunResult& ref, bool bitwise, const 
 
 TEST(DistributedOptimizer, ReduceScatterGivesEachRankTheAverageOfItsShard) {
   Toy m(kFloat32);
-  DataParallelBucket dp(named(m.params), world(), BucketOptions{kSmallBuckets, GradReduce::ReduceScatter, false});
+  ZeroDataParallelBucket dp(named(m.params), world(), GradReduce::ReduceScatter, kSmallBuckets);
   DistributedOptimizer opt(m.groups(), dp, options_of({}));
   // The params before backward: without clipping, backward's callback already steps them.
   std::vector<std::vector<float>> p0;
@@ -339,7 +340,7 @@ TEST(DistributedOptimizer, ReduceScatterGivesEachRankTheAverageOfItsShard) {
 // update of a half-summed weight.
 TEST(DistributedOptimizer, MarkingAnAllReduceBucketAfterConstructionIsAnError) {
   Toy m(kFloat32);
-  DataParallelBucket dp(named(m.params), world(), BucketOptions{kSmallBuckets, GradReduce::ReduceScatter, false});
+  ZeroDataParallelBucket dp(named(m.params), world(), GradReduce::ReduceScatter, kSmallBuckets);
   DistributedOptimizer opt(m.groups(), dp, options_of({}));
   ASSERT_TRUE(opt.steps_early());
   try {
@@ -428,7 +429,7 @@ void check_memory(DType dtype) {
   const int64_t l1 = memory_stats().live_bytes;
   EXPECT_EQ(l1 - l0, esize * n);
 
-  DataParallelBucket ddp(named(params), world(), BucketOptions{1.5, GradReduce::ReduceScatter, false});
+  ZeroDataParallelBucket ddp(named(params), world(), GradReduce::ReduceScatter, 1.5);
   const int64_t l2 = memory_stats().live_bytes;
   const int64_t grad_buffer = int64_t(ddp.bucket_manager().buffer().nbytes());
   EXPECT_EQ(ddp.bucket_manager().buckets().size(), 4u);
@@ -476,7 +477,7 @@ TEST(DistributedOptimizer, Bf16MemoryIs6Plus12OverDpBytesPerParam) { check_memor
 // no longer match (a hang).
 void expect_inf_on_one_rank_skips_everywhere(bool set_group) {
   Toy m(kFloat16);
-  DataParallelBucket dp(named(m.params), world(), BucketOptions{kOneBucket, GradReduce::ReduceScatter, false});
+  ZeroDataParallelBucket dp(named(m.params), world(), GradReduce::ReduceScatter, kOneBucket);
   MixedPrecisionOptions o;
   o.adam = kAdam;
   o.loss_scaling = true;

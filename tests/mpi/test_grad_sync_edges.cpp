@@ -12,6 +12,7 @@
 #include "parallel/comm/distributed.h"
 #include "parallel/data_parallel/bucket.h"
 #include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/grad_shards.h"
 #include "parallel/comm/process_group_decorator.h"
 #include "parallel/pipeline_parallel/shared_weights.h"
 #include "tensor/ops.h"

@@ -25,13 +25,14 @@
 #include "optim/param_groups.h"
 #include "parallel/comm/distributed.h"
 #include "parallel/comm/process_group_decorator.h"
-#include "parallel/data_parallel/data_parallel_bucket.h"
+#include "parallel/data_parallel/zero_data_parallel_bucket.h"
 #include "tensor/ops.h"
 
 using namespace loom;
 using loom::parallel::BucketOptions;
 using loom::parallel::DataParallelBucket;
 using loom::parallel::GradReduce;
+using loom::parallel::ZeroDataParallelBucket;
 
 namespace {
 
@@ -73,8 +74,18 @@ Result train(DType dtype, Mode mode) {
   if (dtype != kFloat32) model.to(dtype);
   const bool zero = mode != Mode::Unsharded;
   GatherOrder group(world());
-  DataParallelBucket dp(model.named_parameters(), group,
-                        BucketOptions{kSmallBuckets, zero ? GradReduce::ReduceScatter : GradReduce::AllReduce, false});
+  std::unique_ptr<DataParallelBucket> bucketed;
+  ZeroDataParallelBucket* zero_dp = nullptr;
+  if (zero) {
+    auto z = std::make_unique<ZeroDataParallelBucket>(model.named_parameters(), group, GradReduce::ReduceScatter,
+                                                      kSmallBuckets);
+    zero_dp = z.get();
+    bucketed = std::move(z);
+  } else {
+    bucketed = std::make_unique<DataParallelBucket>(model.named_parameters(), group,
+                                                    BucketOptions{kSmallBuckets, /*grads_to_params=*/false});
+  }
+  DataParallelBucket& dp = *bucketed;
   optim::MixedPrecisionOptions o;
   // eps 1e-5, as in test_pipeline.cpp: the attention key bias's true gradient
   // is 0, and with eps 1e-8 AdamW would turn its rounding noise (different in
@@ -88,7 +99,7 @@ Result train(DType dtype, Mode mode) {
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   optim::DistributedOptimizer* sharded = nullptr;
   if (zero) {
-    auto d = std::make_unique<optim::DistributedOptimizer>(groups, dp, o);
+    auto d = std::make_unique<optim::DistributedOptimizer>(groups, *zero_dp, o);
     EXPECT_FALSE(d->steps_early()) << "clipping is on: no bucket is stepped inside backward";
     sharded = d.get();
     opt = std::move(d);
