@@ -14,10 +14,15 @@
 //   y[r0:r1] = P[:, 0:r1] @ v[0:r1]   [m, hd]
 // For T = 256 that is 10 of the 16 blocks of 64 x 64 the full product has
 // (sum over blocks b of b + 1, of n^2; -> 1/2 as T grows): the medium GPT
-// step (bench/gpt_step.sh) ran ~8% faster. For T <= 64 it is one block and the
-// same work. One more saving: y is written straight into [B, T, H, hd] (heads
-// merged), so the reshape that follows is a view, not a copy; dq, dk, dv
-// likewise, so their reshapes in backward are views too.
+// step (bench/gpt_step.sh) ran ~8% faster. For T <= 64 it is one block.
+// In fp32 the products run on tensor/cpu/small_gemm.h, which also skips the
+// zeros inside a block by tiles of rows (P and dS past the diagonal; scores
+// past it are not computed). The small GPT's 64 x 64 x 32 blocks ran on
+// oneDNN's sgemm at 44-59% of the FMA ceiling; on this kernel the step's
+// attention takes ~1.1-1.5 ms less (bench/README.md). One more saving: y is
+// written straight into [B, T, H, hd] (heads merged), so the reshape that
+// follows is a view, not a copy; dq, dk, dv likewise, so their reshapes in
+// backward are views too.
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -26,7 +31,7 @@
 //
 // Numbers: each score is the same hd-long dot product, each softmax row the
 // same kernel; y's sums skip only exact zeros, so the result agrees with the
-// composition to rounding (GEMM blocking may order sums differently). Threads
+// composition to rounding (its GEMMs may order sums differently). Threads
 // take whole (batch, head) products, so any --threads gives the same bits.
 #include <algorithm>
 #include <vector>
