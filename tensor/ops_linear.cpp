@@ -8,10 +8,11 @@
 // it lands in memory no cache holds; the prefill's writes and the GEMM's reads
 // of it then cost more than a bias pass after a beta = 0 GEMM (small GPT's
 // [1024, 128] @ [128, 512]ᵀ, output not in cache: 1,474 against 1,362 us, one
-// thread, AVX-512; ~1.1 ms of the small step; bench/README.md). Backward produces every gradient
-// in its parameter's own layout: dW = gᵀ @ x is [out, in] like the weight (the
-// matmul route computes xᵀ @ g and leaves a transposed view that
-// AccumulateGrad must copy), and db is a column sum in double, rounded once
+// thread, AVX-512; ~1.1 ms of the small step; bench/README.md).
+//
+// Backward produces every gradient in its parameter's own layout: dW = gᵀ @ x
+// is [out, in] like the weight (the matmul route computes xᵀ @ g and leaves a
+// transposed view that AccumulateGrad must copy), and db is a column sum in double, rounded once
 // (what sum_to would give). bf16 operands go to the native bf16 GEMM where the
 // CPU has one (cpu/gemm_bf16.h: fp32 accumulation, bf16 written by the GEMM),
 // else to fp32 and back.
