@@ -94,8 +94,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // The Linear layer in one op (PyTorch's F.linear): y = x @ wᵀ + b.
-// x: [..., K], w: [N, K], b: [N] or undefined -> [..., N]. The bias is the GEMM's
-// starting value (BLAS beta = 1), not a second pass.
+// x: [..., K], w: [N, K], b: [N] or undefined -> [..., N]. fp32/fp64: the bias
+// goes onto each row right after the GEMM (beta = 0); bf16: it is the GEMM's
+// starting value (BLAS beta = 1). Either way one output, no second tensor.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 struct LinearGrads { Tensor dx, dw, db; };  // dw: [N, K] like w; db: [N]; undefined unless asked for
 LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,

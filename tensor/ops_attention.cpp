@@ -14,10 +14,15 @@
 //   y[r0:r1] = P[:, 0:r1] @ v[0:r1]   [m, hd]
 // For T = 256 that is 10 of the 16 blocks of 64 x 64 the full product has
 // (sum over blocks b of b + 1, of n^2; -> 1/2 as T grows): the medium GPT
-// step (bench/gpt_step.sh) ran ~8% faster. For T <= 64 it is one block and the
-// same work. One more saving: y is written straight into [B, T, H, hd] (heads
-// merged), so the reshape that follows is a view, not a copy; dq, dk, dv
-// likewise, so their reshapes in backward are views too.
+// step (bench/gpt_step.sh) ran ~8% faster. For T <= 64 it is one block.
+// In fp32 the products run on tensor/cpu/small_gemm.h, which also skips the
+// zeros inside a block by tiles of rows (P and dS past the diagonal; scores
+// past it are not computed). The small GPT's 64 x 64 x 32 blocks ran on
+// oneDNN's sgemm at 44-59% of the FMA ceiling; on this kernel the step's
+// attention takes ~1.1-1.5 ms less (bench/README.md). One more saving: y is
+// written straight into [B, T, H, hd] (heads merged), so the reshape that
+// follows is a view, not a copy; dq, dk, dv likewise, so their reshapes in
+// backward are views too.
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -26,13 +31,14 @@
 //
 // Numbers: each score is the same hd-long dot product, each softmax row the
 // same kernel; y's sums skip only exact zeros, so the result agrees with the
-// composition to rounding (GEMM blocking may order sums differently). Threads
+// composition to rounding (its GEMMs may order sums differently). Threads
 // take whole (batch, head) products, so any --threads gives the same bits.
 #include <algorithm>
 #include <vector>
 
 #include "tensor/cpu/dispatch.h"
-#include "tensor/cpu/gemm.h"
+#include "tensor/cpu/parallel.h"
+#include "tensor/cpu/small_gemm.h"
 #include "tensor/kernels/softmax.h"
 #include "tensor/profile.h"
 #include "tensor/ops.h"
@@ -86,20 +92,25 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
   LOOM_CHECK(hd > 0, "causal_attention: head size 0 in ", q.shape());
   CausalAttentionResult r{merged_heads(q), empty({B, H, T, T}, q.dtype())};
-  cpu::blas_single_threaded();
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention", {
     using S = scalar_t;
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
+      std::vector<S> kt(size_t(hd * T));  // kᵀ [hd, T] of one head
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), ym = head<S>(r.y, b, h);
         S* p = r.att.data<S>() + i * T * T;
+        cpu::transpose_into(km.p, km.ld, T, hd, kt.data(), T);  // kt [hd, T]
         for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
-          cpu::gemm_serial(false, true, m, r1, hd, qm.p + r0 * qm.ld, qm.ld, km.p, km.ld, S(0), p + r0 * T, T);
+          // S = q[r0:r1] @ k[0:r1]ᵀ, only up to the diagonal (query r0 + i sees keys 0..r0 + i)
+          cpu::small_gemm<S>(m, r1, hd, {qm.p + r0 * qm.ld, qm.ld, 1}, kt.data(), T, p + r0 * T, T, false,
+                             cpu::Skip::unneeded_after(r0));
           for (int64_t t = r0; t < r1; ++t)  // in place; zeros past the diagonal, out to column T
             kernels::causal_softmax_row(p + t * T, p + t * T, long(T), long(t + 1), S(scale));
-          cpu::gemm_serial(false, false, m, hd, r1, p + r0 * T, T, vm.p, vm.ld, S(0), ym.p + r0 * ym.ld, ym.ld);
+          // y = P @ v[0:r1]; P(i, s) == 0 for keys s > r0 + i
+          cpu::small_gemm<S>(m, hd, r1, {p + r0 * T, T, 1}, vm.p, vm.ld, ym.p + r0 * ym.ld, ym.ld, false,
+                             cpu::Skip::zeros_after(r0));
         }
       }
     });
@@ -121,28 +132,36 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
              " is not [B, H, T, T] for q ", q.shape());
   CausalAttentionGrads g{merged_heads(q), merged_heads(q), merged_heads(q)};
   if (T == 0) return g;
-  cpu::blas_single_threaded();
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention_backward", {
     using S = scalar_t;
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
+      std::vector<S> vt(size_t(hd * T));      // vᵀ [hd, T] of one head
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), dym = head<S>(dy, b, h);
+        cpu::transpose_into(vm.p, vm.ld, T, hd, vt.data(), T);
         const Mat<S> dq = head<S>(g.dq, b, h), dk = head<S>(g.dk, b, h), dv = head<S>(g.dv, b, h);
         const S* p = p_all.data<S>() + i * T * T;
         for (int64_t r0 = (T - 1) / kBlock * kBlock; r0 >= 0; r0 -= kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
-          const S beta = r1 == T ? S(0) : S(1);  // the last block covers every key: it starts dk and dv
+          const bool beta = r1 != T;  // the last block covers every key: it starts dk and dv
           const S* dyb = dym.p + r0 * dym.ld;
-          cpu::gemm_serial(false, true, m, r1, hd, dyb, dym.ld, vm.p, vm.ld, S(0), ds.data(), r1);  // dP
+          // dP = dy[r0:r1] @ v[0:r1]ᵀ up to the diagonal (the softmax backward reads no further)
+          cpu::small_gemm<S>(m, r1, hd, {dyb, dym.ld, 1}, vt.data(), T, ds.data(), r1, false,
+                             cpu::Skip::unneeded_after(r0));
           for (int64_t t = r0; t < r1; ++t) {
             S* row = ds.data() + (t - r0) * r1;
             kernels::causal_softmax_backward_row(row, p + t * T, row, long(r1), long(t + 1), S(scale));  // dS
           }
-          cpu::gemm_serial(true, false, r1, hd, m, p + r0 * T, T, dyb, dym.ld, beta, dv.p, dv.ld);
-          cpu::gemm_serial(false, false, m, hd, r1, ds.data(), r1, km.p, km.ld, S(0), dq.p + r0 * dq.ld, dq.ld);
-          cpu::gemm_serial(true, false, r1, hd, m, ds.data(), r1, qm.p + r0 * qm.ld, qm.ld, beta, dk.p, dk.ld);
+          // dv[0:r1] += Pᵀ @ dy[r0:r1]; key s gets nothing from the block's queries before it (Pᵀ(s, i) == 0
+          // for i < s - r0), nor dk[0:r1] += dSᵀ @ q[r0:r1]; dq[r0:r1] = dS @ k[0:r1] skips keys past the diagonal
+          cpu::small_gemm<S>(r1, hd, m, {p + r0 * T, 1, T}, dyb, dym.ld, dv.p, dv.ld, beta,
+                             cpu::Skip::zeros_before(-r0));
+          cpu::small_gemm<S>(m, hd, r1, {ds.data(), r1, 1}, km.p, km.ld, dq.p + r0 * dq.ld, dq.ld, false,
+                             cpu::Skip::zeros_after(r0));
+          cpu::small_gemm<S>(r1, hd, m, {ds.data(), 1, r1}, qm.p + r0 * qm.ld, qm.ld, dk.p, dk.ld, beta,
+                             cpu::Skip::zeros_before(-r0));
         }
       }
     });

@@ -1,11 +1,18 @@
 // linear: y = x @ wᵀ + b, the Linear layer as one op (PyTorch's F.linear).
 //
-// Why not matmul + add: the bias is written into the output first and the GEMM
-// accumulates onto it (BLAS beta = 1, as PyTorch's addmm does), which saves a
-// pass over the output and its allocation. Backward produces every gradient
-// in its parameter's own layout: dW = gᵀ @ x is [out, in] like the weight (the
-// matmul route computes xᵀ @ g and leaves a transposed view that
-// AccumulateGrad must copy), and db is a column sum in double, rounded once
+// Why not matmul + add: one output, no second allocation; the bias goes onto
+// each row of x @ wᵀ right after the GEMM (fp32/fp64) or is written into the
+// output first and the GEMM accumulates onto it (BLAS beta = 1, as PyTorch's
+// addmm does; bf16, where the GEMM adds in fp32 and rounds once). Why not
+// beta = 1 for fp32 too: the step keeps each Linear output for backward, so
+// it lands in memory no cache holds; the prefill's writes and the GEMM's reads
+// of it then cost more than a bias pass after a beta = 0 GEMM (small GPT's
+// [1024, 128] @ [128, 512]ᵀ, output not in cache: 1,474 against 1,362 us, one
+// thread, AVX-512; ~1.1 ms of the small step; bench/README.md).
+//
+// Backward produces every gradient in its parameter's own layout: dW = gᵀ @ x
+// is [out, in] like the weight (the matmul route computes xᵀ @ g and leaves a
+// transposed view that AccumulateGrad must copy), and db is a column sum in double, rounded once
 // (what sum_to would give). bf16 operands go to the native bf16 GEMM where the
 // CPU has one (cpu/gemm_bf16.h: fp32 accumulation, bf16 written by the GEMM),
 // else to fp32 and back.
@@ -103,20 +110,32 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor x2 = rows(x, od), wc = contiguous(to(w, od));
   const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
   Tensor out = empty({M, N}, od);
-  if (b.defined()) {  // every row starts as the bias; the GEMM adds x @ wᵀ onto it
-    Tensor bc = contiguous(to(b, od));
+  const int64_t row_grain = std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(N, 1));
+  // bf16 or K = 0: every row starts as the bias, and the GEMM adds x @ wᵀ onto it.
+  const bool prefill = b.defined() && (od == kBFloat16 || K == 0);
+  Tensor bc = b.defined() ? contiguous(to(b, od)) : Tensor();
+  if (prefill) {
     const size_t row_bytes = size_t(N) * element_size(od);
     const char* bp = static_cast<const char*>(bc.raw_data());
     char* o = static_cast<char*>(out.raw_data());
-    cpu::parallel_for(M, std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(N, 1)),
-                      [&](int64_t i0, int64_t i1) {
-                        for (int64_t i = i0; i < i1; ++i) std::memcpy(o + size_t(i) * row_bytes, bp, row_bytes);
-                      });
+    cpu::parallel_for(M, row_grain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) std::memcpy(o + size_t(i) * row_bytes, bp, row_bytes);
+    });
   }
   if (K == 0) {
     if (!b.defined()) zero_(out);
   } else if (M > 0 && N > 0) {
-    gemm(false, true, M, N, K, x2, wc, /*beta_one=*/b.defined(), out);
+    gemm(false, true, M, N, K, x2, wc, /*beta_one=*/prefill, out);
+    if (b.defined() && !prefill) {  // y [M, N] += b, row by row
+      LOOM_DISPATCH_COMPUTE(od, "linear", {
+        const scalar_t* bp = bc.data<scalar_t>();
+        scalar_t* o = out.data<scalar_t>();
+        cpu::parallel_for(M, row_grain, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = 0; j < N; ++j) o[i * N + j] += bp[j];
+        });
+      });
+    }
   }
   return reshape(to(out, x.dtype()), with_last(x.shape(), N));
 }

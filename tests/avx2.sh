@@ -36,7 +36,7 @@ cmake --build build-clang -j2
 echo "avx2: clang build clean at -march=x86-64-v3 (warnings are errors)"
 
 tests=(test_tensor test_tensor_ops test_autograd test_nn test_fast_row_math test_fast_paths test_gemm_bf16 test_attention
-       test_flash_attention test_llama_ops test_dropout test_optim test_mixed_precision test_gpt_reference
+       test_flash_attention test_llama_ops test_dropout test_optim test_mixed_precision test_gpt_reference test_small_gemm
        test_llama_reference test_train_gpt_parallel)
 export ONEDNN_MAX_CPU_ISA=AVX2
 echo "avx2: running the kernels' tests, docs_check and a parity at x86-64-v3, ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA"

@@ -1,11 +1,13 @@
 // The CPU step's fast paths against their readable references (issue 47):
-// the AVX2 routing of weight-gradient GEMMs (tensor/cpu/gemm.h).
+// the AVX2 routing of weight-gradient GEMMs (tensor/cpu/gemm.h), and the bias
+// added after the GEMM in linear (tensor/ops_linear.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "tensor/cpu/gemm.h"
+#include "tensor/generator.h"
 #include "tensor/ops.h"
 
 using namespace loom;
@@ -82,6 +84,35 @@ TEST(GemmRouting, TheSmallGptsWeightGradientsMatchTheFloat64Product) {
       ops::set_num_threads(threads);
       expect_close(ops::matmul(a, b), ops::matmul(ops::to(a, kFloat64), ops::to(b, kFloat64)), 1e-5,
                    threads == 1 ? "one thread" : "two threads");
+    }
+  }
+  ops::set_num_threads(before);
+}
+
+// linear with a bias in fp32: the GEMM with beta = 0, then the bias added to
+// each row (tensor/ops_linear.cpp): the same bits as linear without a bias plus
+// the bias, and x @ wᵀ + b in float64 to fp32 rounding; odd sizes, the small
+// GPT's fc, leading dims, and two threads (rows split between them).
+TEST(LinearBias, AddedAfterTheGemmIsTheProductPlusTheBias) {
+  struct Case {
+    Shape x;
+    int64_t n;
+  };
+  const Case cases[] = {{{1, 1}, 1}, {{7, 5}, 3}, {{2, 65, 33}, 70}, {{16, 64, 128}, 512}, {{3, 200, 17}, 129}};
+  const int before = ops::get_num_threads();
+  for (int threads : {1, 2}) {
+    ops::set_num_threads(threads);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "x [..., " << c.x.back() << "] in " << c.x.size() << " dims, n " << c.n
+                                        << ", threads " << threads);
+      Generator g(uint64_t(c.n * 7 + threads));
+      Tensor x = randn(c.x, g), w = randn({c.n, c.x.back()}, g), b = randn({c.n}, g);
+      Tensor y = ops::linear(x, w, b);
+      const std::vector<float> want_bits = ops::add(ops::linear(x, w, Tensor()), b).to_vector<float>();
+      EXPECT_EQ(y.to_vector<float>(), want_bits);
+      Tensor ref = ops::add(ops::matmul(ops::to(x, kFloat64), ops::transpose(ops::to(w, kFloat64), 0, 1)),
+                            ops::to(b, kFloat64));
+      expect_close(y, ref, 1e-5, "linear against x @ wᵀ + b in float64");
     }
   }
   ops::set_num_threads(before);

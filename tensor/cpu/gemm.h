@@ -99,8 +99,9 @@ inline std::atomic<GemmBackend>& gemm_backend() {
 // it at 80%; it also runs the other power-of-two case of the small GPT,
 // dW [128, 512] = gᵀ @ x [1024, 512], at 85-90% against oneDNN's 74-77%.
 // At K = 1024 other strides (384, 1536) stay on oneDNN, as fast or faster
-// there; so do AVX-512 and products under 16 MFLOP (attention's blocks, not
-// measured). A pure function of the call, so tests can ask it.
+// there; so do AVX-512 and products under 16 MFLOP (fp32 attention's
+// blocks do not come here: tensor/cpu/small_gemm.h). A pure function of the
+// call, so tests can ask it.
 // The medium GPT's weight gradients (K = 2048 tokens; strides 384, 1152,
 // 1536, each thread's half) went the same way at every stride: oneDNN's AVX2
 // sgemm 58-92 GF/s, OpenBLAS 77-99 (qkv's a tie; bench/README.md "The medium
