@@ -238,6 +238,7 @@ fuzz() {
   # seconds of fuzzing per target in half the wall time on 2 cores (issue 51).
   # Each writes its own log and exit status; the logs print in order after.
   local target
+  rm -f build-fuzz/fuzz_*.status
   for target in "${targets[@]}"; do
     while [ "$(jobs -pr | wc -l)" -ge "$jobs" ]; do wait -n || true; done
     (status=0; fuzz_one "$target" "$seconds" || status=$?; echo $status > "build-fuzz/fuzz_$target.status") \
