@@ -35,8 +35,11 @@
 // rate in CPU time: numbers that hold on a busy machine (a build running
 // beside the benchmark), where wall times would count the waits for a core.
 //
+// --per-step (issue 47) prints a line after the first, each timed step's CPU ms in order
+// (step_times_cpu=a,b,...): whether a slow median is a few slow steps or all.
+//
 // Usage: bench_gpt_step [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S]
-//                       [--dtype fp32|bf16] [--device cpu|cuda[:N]] [--tf32] [--profile]
+//                       [--dtype fp32|bf16] [--device cpu|cuda[:N]] [--tf32] [--profile] [--per-step]
 // Prints one line:  loom <config> threads=<n> ms_per_step=<median> tokens_per_s=<t> min_ms=<fastest step>
 //   gemm=<onednn|openblas> dtype=<fp32|bf16> bf16_gemm=<bf16|fp32> device=<cpu|cuda:N> peak_mib=<peak>
 //   (gemm: the fp32 GEMM library, LOOM_GEMM=openblas picks OpenBLAS; bf16_gemm:
@@ -133,14 +136,15 @@ void print_op_profile(Step& step, int steps, double median_ms, int threads) {
 int main(int argc, char** argv) {
   std::string config = "small", dtype_name = "fp32", device_name = "cpu";
   int threads = 1, warmup = 3, steps = 15;
-  bool tf32 = false, profile_ops = false;
+  bool tf32 = false, profile_ops = false, per_step = false;
   const char* usage =
       "usage: %s [--config small|medium|gpt124m] [--threads N] [--warmup W] [--steps S] [--dtype fp32|bf16]"
-      " [--device cpu|cuda[:N]] [--tf32] [--profile]\n";
+      " [--device cpu|cuda[:N]] [--tf32] [--profile] [--per-step]\n";
   for (int i = 1; i < argc; i += 2) {
     const bool is_tf32 = !std::strcmp(argv[i], "--tf32"), is_profile = !std::strcmp(argv[i], "--profile");
-    if (is_tf32 || is_profile) {
-      tf32 |= is_tf32, profile_ops |= is_profile;
+    const bool is_per_step = !std::strcmp(argv[i], "--per-step");
+    if (is_tf32 || is_profile || is_per_step) {
+      tf32 |= is_tf32, profile_ops |= is_profile, per_step |= is_per_step;
       --i;  // a flag: no value to skip
       continue;
     }
@@ -232,6 +236,7 @@ int main(int argc, char** argv) {
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     cpu_ms.push_back((profile::thread_cpu_seconds() - cpu0) * 1e3);
   }
+  const std::vector<double> cpu_in_order = cpu_ms;  // --per-step's (the medians sort)
   auto median_of = [](std::vector<double>& v) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -243,6 +248,11 @@ int main(int argc, char** argv) {
       config.c_str(), threads, median, double(batch * cfg.block_size) / (median / 1000.0), ms.front(),
       ops::gemm_library().c_str(), dtype_name.c_str(), ops::bf16_gemm().c_str(), device.str().c_str(),
       double(memory_stats(device).peak_bytes) / (1 << 20), median_cpu);
+  if (per_step) {
+    std::printf("step_times_cpu=");
+    for (size_t i = 0; i < cpu_in_order.size(); ++i) std::printf("%s%.2f", i ? "," : "", cpu_in_order[i]);
+    std::printf("\n");
+  }
   if (profile_ops) {
     if (!device.is_cpu()) {
       std::fprintf(stderr, "--profile times CPU ops (a GPU op's time is its launch)\n");
