@@ -2,31 +2,26 @@
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
-#include "parallel/data_parallel/expert_buckets.h"
 #include "parallel/trace/trace.h"
 #include "tensor/ops.h"
 
 namespace loom::parallel {
 
 DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options,
-                                       ExpertParams experts)
-    : DataParallelBucket(params, dp_group, options, std::move(experts),
-                         [cap = options.bucket_cap_mb](const std::vector<Tensor>& group_params, ProcessGroup& group) {
-                           return std::make_unique<BucketManager>(group_params, group, cap);  // all-reduced
-                         }) {}
-
-DataParallelBucket::DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options,
-                                       ExpertParams experts, const MakeBuckets& make)
+                                       ExpertParams experts, MakeBuckets make)
     : options_(options) {
+  if (!make)  // picotron's buckets, all-reduced (ZeroDataParallelBucket's are reduce-scattered)
+    make = [cap = options.bucket_cap_mb](const std::vector<Tensor>& group_params, ProcessGroup& group) {
+      return std::make_unique<BucketManager>(group_params, group, cap);
+    };
   std::vector<Tensor> dense = unique_params(params);
   for (const Tensor& p : dense)
     if (autograd::requires_grad(p)) params_.push_back(p);
   // The experts leave `dense` for a buffer of their own, over their expert-dp group.
-  auto expert_buffer = take_expert_buckets(dense, experts, make);
+  buffers_.experts = take_expert_buckets(dense, experts, make);
   broadcast_params(dense, dp_group);  // every replica starts from dp rank 0's weights
   std::erase_if(dense, [](const Tensor& p) { return !autograd::requires_grad(p); });
-  buffers_.push_back(make(dense, dp_group));
-  if (expert_buffer) buffers_.push_back(std::move(expert_buffer));
+  buffers_.dense = make(dense, dp_group);
   for (const Tensor& p : params_)
     hooks_.push_back(autograd::grad_accumulator(p)->register_hook([this](Tensor& g) { on_grad_accumulated(g); }));
 }
@@ -35,7 +30,7 @@ void DataParallelBucket::on_grad_accumulated(const Tensor& param) {
   // After a sync an fp32 param's .grad *is* its main_grad: a backward now would add into the average.
   LOOM_CHECK(!synced_, "DataParallelBucket: backward after the gradients were synced, without reset() in between; "
              "call dp.reset() once per optimizer step (it zeroes main_grad and drops .grad)");
-  BucketManager& buckets = buckets_of(param);
+  BucketManager& buckets = buffers_.of(param);  // the dense params' or the experts' (expert_buckets.h)
   // 1. picotron: param.main_grad.add_(param.grad.data); param.grad = None.
   if (Tensor g = autograd::grad(param); g.defined()) ops::add_(buckets.main_grad(param), ops::to(g, kFloat32));
   autograd::set_grad(param, Tensor());
@@ -55,7 +50,7 @@ void DataParallelBucket::finish_grad_sync() {
   if (synced_) return;
   {
     trace::Span span("wait for gradient all-reduce");  // the exposed communication
-    for (auto& buffer : buffers_) buffer->wait();
+    for (BucketManager* buffer : buffers_.all()) buffer->wait();
   }
   for (const Tensor& p : params_) grad_changed(p);  // picotron: param.grad = param.main_grad
   synced_ = true;
@@ -63,12 +58,12 @@ void DataParallelBucket::finish_grad_sync() {
 
 void DataParallelBucket::grad_changed(const Tensor& param) {
   if (!options_.grads_to_params) return;
-  const Tensor main_grad = buckets_of(param).main_grad(param);  // fp32: .grad *is* main_grad; else a rounded copy
-  autograd::set_grad(param, param.dtype() == kFloat32 ? main_grad : ops::to(main_grad, param.dtype()));
+  const Tensor g = main_grad(param);  // fp32: .grad *is* main_grad; else a rounded copy (picotron's main_grad.to)
+  autograd::set_grad(param, param.dtype() == kFloat32 ? g : ops::to(g, param.dtype()));
 }
 
 void DataParallelBucket::reset() {
-  for (auto& buffer : buffers_) buffer->reset();
+  for (BucketManager* buffer : buffers_.all()) buffer->reset();
   autograd::zero_grad(params_, /*set_to_none=*/true);
   callback_queued_ = false;
   synced_ = false;

@@ -25,12 +25,12 @@
 //   }
 #pragma once
 
-#include <functional>
-#include <memory>
+#include <vector>
 
 #include "autograd/accumulate_grad.h"
 #include "parallel/data_parallel/bucket.h"
 #include "parallel/data_parallel/data_parallel_common.h"
+#include "parallel/data_parallel/expert_buckets.h"
 
 namespace loom::parallel {
 
@@ -44,15 +44,12 @@ class DataParallelBucket : public DataParallel {
  public:
   // Broadcasts the params from dp rank 0 (collective over dp_group), lays out the buffer (the
   // experts': expert_buckets.h), hooks every param that requires grad; destroying it unhooks them.
+  // make: how each buffer is built (ZeroDataParallelBucket's reduce-scatter); unset, all-reduced.
   DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options = {},
-                     ExpertParams experts = {});
-  DataParallelBucket(const DataParallelBucket&) = delete;
-  DataParallelBucket& operator=(const DataParallelBucket&) = delete;
+                     ExpertParams experts = {}, MakeBuckets make = {});
 
   // The fp32 gradient of param: a view into the bucket buffer.
-  Tensor main_grad(const Tensor& param) const { return buckets_of(param).main_grad(param); }
-  // Gradient accumulation: inside the guard backward only adds into main_grad.
-  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
+  Tensor main_grad(const Tensor& param) const { return buffers_.of(param).main_grad(param); }
   // Step 3: waits for every bucket and hands the gradients over; a no-op when already done since reset().
   void finish_grad_sync() override;
   // Zeroes every main_grad and drops every .grad: once per optimizer step (Megatron's zero_grad_buffer).
@@ -63,25 +60,16 @@ class DataParallelBucket : public DataParallel {
   bool syncs_once_per_step() const override { return true; }
   Tensor grad_of(const Tensor& param) const override { return main_grad(param); }
   void grad_changed(const Tensor& param) override;  // hands main_grad over as .grad again (rounded: bf16/fp16)
-  const BucketManager& bucket_manager() const { return *buffers_.front(); }
-  // Whether param is one of the experts, in their own buffer (not in bucket_manager()'s).
-  bool kept_apart(const Tensor& param) const { return buffers_.size() > 1 && buffers_[1]->holds(param); }
+  const BucketManager& bucket_manager() const { return *buffers_.dense; }
+  bool kept_apart(const Tensor& param) const { return buffers_.kept_apart(param); }  // one of the experts
   const std::vector<Tensor>& params() const { return params_; }  // those that require grad
 
-  // How each buffer is built, from its params and group: ZeRO's reduce-scatter theirs.
-  using MakeBuckets = std::function<std::unique_ptr<BucketManager>(const std::vector<Tensor>&, ProcessGroup&)>;
-
  protected:
-  DataParallelBucket(const NamedParams& params, ProcessGroup& dp_group, BucketOptions options, ExpertParams experts,
-                     const MakeBuckets& make);
   virtual void on_grad_accumulated(const Tensor& param);  // the AccumulateGrad hook
-  BucketManager& buckets_of(const Tensor& param) const { return *buffers_[kept_apart(param) ? 1 : 0]; }
 
   BucketOptions options_;
   std::vector<Tensor> params_;
-  // Megatron's buffers: the params', over dp, then the experts', over expert-dp (expert_buckets.h), if any.
-  std::vector<std::unique_ptr<BucketManager>> buffers_;
-  bool require_backward_grad_sync_ = true;
+  GradBuffers buffers_;  // Megatron's buffers: the params' over dp, the experts' over expert-dp (expert_buckets.h)
   bool callback_queued_ = false;  // this backward's finish_grad_sync is queued
   bool synced_ = false;           // grads were synced and reset() has not run since
   std::vector<autograd::RemovableHandle> hooks_;  // each also keeps its AccumulateGrad alive (picotron's grad_accs)

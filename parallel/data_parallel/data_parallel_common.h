@@ -65,12 +65,17 @@ class NoSyncGuard {
 using DeferSyncGuard = NoSyncGuard;
 
 // What a training loop (train_gpt, the pipeline schedules) needs from either
-// data-parallel wrapper, so it can be written once for both.
+// data-parallel wrapper, so it can be written once for both. A wrapper's hooks
+// capture `this`: it is neither copied nor moved.
 class DataParallel {
  public:
+  DataParallel() = default;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
   virtual ~DataParallel() = default;
-  // Gradient accumulation: backward inside the guard does not sync.
-  [[nodiscard]] virtual NoSyncGuard no_sync() = 0;
+  // Gradient accumulation: backward inside the guard does not sync; the hooks
+  // only accumulate, locally (picotron's require_backward_grad_sync = False).
+  [[nodiscard]] virtual NoSyncGuard no_sync() { return NoSyncGuard(require_backward_grad_sync_); }
   // Clears this step's gradients before the next step's first backward.
   virtual void zero_grad() = 0;
 
@@ -112,7 +117,8 @@ class DataParallel {
   virtual bool sums_tp_partial_grads() const { return false; }
 
  protected:
-  bool finish_sync_in_backward_ = true;  // false while a DeferSyncGuard lives
+  bool require_backward_grad_sync_ = true;  // false while a NoSyncGuard lives
+  bool finish_sync_in_backward_ = true;     // false while a DeferSyncGuard lives
 };
 
 }  // namespace loom::parallel

@@ -28,16 +28,13 @@ class DataParallelNaive : public DataParallel {
   // Broadcasts the params from dp rank 0 and registers the hooks (collective
   // over dp_group). Params that do not require grad are broadcast but not hooked.
   // experts: params broadcast and averaged over their own group, scaled (ExpertParams, data_parallel_common.h).
+  // Destroying it unregisters the hooks (they are owned by hooks_).
   DataParallelNaive(const NamedParams& params, ProcessGroup& dp_group, ExpertParams experts = {});
   DataParallelNaive(const std::vector<Tensor>& params, ProcessGroup& dp_group, ExpertParams experts = {});
-  // Destroying it unregisters the hooks (they are owned by hooks_).
-  DataParallelNaive(const DataParallelNaive&) = delete;
-  DataParallelNaive& operator=(const DataParallelNaive&) = delete;
 
-  // Gradient accumulation: backward inside the guard only accumulates .grad locally.
-  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(require_backward_grad_sync_); }
   // Drops every param's .grad (the optimizer has consumed it).
   void zero_grad() override;
+  // False inside no_sync() (DataParallel's): backward only accumulates .grad locally.
   bool require_backward_grad_sync() const { return require_backward_grad_sync_; }
 
   ProcessGroup& dp_group() { return dp_group_; }
@@ -49,7 +46,6 @@ class DataParallelNaive : public DataParallel {
   ProcessGroup& dp_group_;
   ExpertParams experts_;
   std::vector<Tensor> params_;
-  bool require_backward_grad_sync_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // registered while this wrapper lives
 };
 

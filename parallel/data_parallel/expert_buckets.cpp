@@ -4,8 +4,13 @@
 
 namespace loom::parallel {
 
+std::vector<BucketManager*> GradBuffers::all() const {
+  if (!experts) return {dense.get()};
+  return {dense.get(), experts.get()};
+}
+
 std::unique_ptr<BucketManager> take_expert_buckets(std::vector<Tensor>& params, const ExpertParams& experts,
-                                                   const DataParallelBucket::MakeBuckets& make) {
+                                                   const MakeBuckets& make) {
   if (!experts.group) return nullptr;
   std::vector<Tensor> dense, held;
   for (const Tensor& p : params) (experts.holds(p) ? held : dense).push_back(p);

@@ -130,12 +130,9 @@ class FullyShardedDataParallel : public DataParallel {
   FullyShardedDataParallel(const std::vector<std::shared_ptr<nn::Layer>>& layers, ProcessGroup& dp_group,
                            FullyShardedOptions options = {});
   ~FullyShardedDataParallel() override;
-  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
-  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
 
   // DataParallel. Every backward reduce-scatters (see the top), so no_sync()
-  // only keeps the interface; zero_grad() zeroes the grad shards.
-  [[nodiscard]] NoSyncGuard no_sync() override { return NoSyncGuard(unused_sync_flag_); }
+  // (DataParallel's) changes nothing here; zero_grad() zeroes the grad shards.
   void zero_grad() override;
   void finish_grad_sync() override;  // waits for the last reduce-scatter; resets the per-backward counts
   Tensor grad_of(const Tensor&) const override { return Tensor(); }  // no whole gradient exists
@@ -191,7 +188,6 @@ class FullyShardedDataParallel : public DataParallel {
   } in_flight_;                  // at most one unit's reduce-scatter at a time
   int64_t peak_gathered_bytes_ = 0;
   bool callback_queued_ = false;
-  bool unused_sync_flag_ = true;
   std::vector<autograd::RemovableHandle> hooks_;  // forward pre-hooks, forward hooks, grad hooks
   std::shared_ptr<FullyShardedObserver> observer_;  // options_.observer, or one that watches nothing
   std::vector<size_t> chunk_of_;                  // [layer] -> its model chunk

@@ -13,7 +13,7 @@ ZeroDataParallelBucket::ZeroDataParallelBucket(const NamedParams& params, Proces
                          }),
       reduce_(reduce) {
   // Every buffer was built by the function above: a ShardedBuckets (or its GradShards).
-  for (const auto& buffer : buffers_) shards_.push_back(static_cast<ShardedBuckets*>(buffer.get()));
+  for (BucketManager* buffer : buffers_.all()) shards_.push_back(static_cast<ShardedBuckets*>(buffer));
 }
 
 void ZeroDataParallelBucket::sum_tp_partial_grads_before_reduce(const std::vector<Tensor>& partial,

@@ -57,7 +57,7 @@ class ZeroDataParallelBucket : public DataParallelBucket {
   ShardedBuckets& shards_of(const Tensor& param) const { return *shards_[kept_apart(param) ? 1 : 0]; }
 
   GradReduce reduce_;
-  std::vector<ShardedBuckets*> shards_;  // buffers_, each built by make_sharded_buckets
+  std::vector<ShardedBuckets*> shards_;  // buffers_.all(), each built by make_sharded_buckets
   bool sums_tp_partial_grads_ = false;
 };
 
