@@ -183,7 +183,8 @@ constexpr int64_t kShared = 2 * 3 * 88 * 64;
 // rows the dispatch brought its experts (optim/moe_activations.h's ep table, from the routing's counts).
 // I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts; with a
 // capacity too, where unpermute's backward has freed N k slots and M kept rows (M < N k).
-// --recompute selective (the attention core rebuilt) and --pp 2 too, where the last stage measures the
+// --recompute selective (the attention core rebuilt) and full (each block's rerun with the rows its own
+// dispatch received: the costliest block's rerun is the peak) and --pp 2 too, where the last stage measures the
 // formula less the gradient it sent when that isend completed first (optim/activation_memory.h); with a
 // capacity, each micro-batch in flight keeps its own rows (stage 0 holds two: train/diagnostics_moe.cpp's walk).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
@@ -195,6 +196,8 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp4_ep2", 4, kLaptop + " --dp 4 --ep 2", whole - kExperts / 2},
       {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"},
       {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
+      {"moe_ledger_dp2_ep2_full", 2, kLaptop + " --dp 2 --ep 2 --recompute full", whole - kExperts / 2},
+      {"moe_ledger_dp2_ep2_full_bf16", 2, kLaptop + " --dp 2 --ep 2 --recompute full --dtype bf16"},
       {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
       {"moe_ledger_dp2_ep2_capacity_wide", 2, kLaptop + " --dp 2 --ep 2 --capacity-factor 1.0 --mlp-hidden 512"},
       {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4},
@@ -268,7 +271,7 @@ TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
 }
 
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 with a pipeline,
-// without reshard after forward or with --recompute full, --ep with --recompute full, context parallelism
+// without reshard after forward or with --recompute full, context parallelism
 // (ring attention, as the dense ledger's cp), a capacity factor under a schedule the walk does not follow.
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
@@ -280,8 +283,7 @@ TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
        "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
       {2, " --pp 2 --recompute full --capacity-factor 1.5",
        "--memory-report with --capacity-factor 1.5, --pp 2 and --recompute full: "},
-      {2, " --dp 2 --zero 3 --recompute full", "--memory-report with --experts 4 and --zero 3 --recompute full: "},
-      {2, " --dp 2 --ep 2 --recompute full", "--memory-report with --experts 4 and --ep 2 --recompute full: "}};
+      {2, " --dp 2 --zero 3 --recompute full", "--memory-report with --experts 4 and --zero 3 --recompute full: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;
