@@ -184,7 +184,8 @@ constexpr int64_t kShared = 2 * 3 * 88 * 64;
 // I 512: the experts' backward (X) is the peak on some ranks, walked over the local experts; with a
 // capacity too, where unpermute's backward has freed N k slots and M kept rows (M < N k).
 // --recompute selective (the attention core rebuilt) and full (each block's rerun with the rows its own
-// dispatch received: the costliest block's rerun is the peak) and --pp 2 too, where the last stage measures the
+// dispatch received, the costliest block's the peak; C 32 bf16: the unsort's backward, (K), on rank 1)
+// and --pp 2 too, where the last stage measures the
 // formula less the gradient it sent when that isend completed first (optim/activation_memory.h); with a
 // capacity, each micro-batch in flight keeps its own rows (stage 0 holds two: train/diagnostics_moe.cpp's walk).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
@@ -197,7 +198,7 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp2_ep2_wide", 2, kLaptop + " --dp 2 --ep 2 --mlp-hidden 512"},
       {"moe_ledger_dp2_ep2_selective", 2, kLaptop + " --dp 2 --ep 2 --recompute selective", whole - kExperts / 2},
       {"moe_ledger_dp2_ep2_full", 2, kLaptop + " --dp 2 --ep 2 --recompute full", whole - kExperts / 2},
-      {"moe_ledger_dp2_ep2_full_bf16", 2, kLaptop + " --dp 2 --ep 2 --recompute full --dtype bf16"},
+      {"moe_ledger_dp2_ep2_full_bf16", 2, kLaptop + " --dp 2 --ep 2 --recompute full --dtype bf16 --embd 32 --heads 2"},
       {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
       {"moe_ledger_dp2_ep2_capacity_wide", 2, kLaptop + " --dp 2 --ep 2 --capacity-factor 1.0 --mlp-hidden 512"},
       {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4},
