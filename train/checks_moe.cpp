@@ -79,8 +79,10 @@ void check_moe_flags(const Args& a) {
   // Not yet: cp (ring attention keeps its out and lse, which the dense ledger does not count either: within
   // 3.5% there, not exact); ZeRO-3 with --pp (the formula reads one stage holding every layer: the
   // embedding, the blocks and the head), without reshard after forward (every unit gathered until its
-  // backward, beside the activations) or with --recompute full (measured +0.4% fp32, +7.6% bf16 at dp 2: the
-  // rerun under ZeRO-3 holds more than the formula counts, not traced).
+  // backward, beside the activations) or with --recompute full (measured +0.4% fp32, +7.6% bf16 at dp 2:
+  // the peak is an earlier block's rerun, beside the next block's reduce-scatter in flight, [P] + [P / dp]
+  // fp32, where the formula reads the last block's rerun beside the head's; the dense ledger, which does
+  // not refuse it, is as far off: +1.6% fp32, +15.7% bf16 at dp 2 on the tests' model).
   const std::pair<std::string, bool> not_measured[] = {
       {str("--cp ", a.cp), a.cp > 1},
       {str("--zero 3 --pp ", a.pp), a.zero == 3 && a.pp > 1},
