@@ -47,6 +47,11 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     for (int64_t g : kept) at.moe_last_rows += double(g);
     at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
     if (pgm_.ep_size > 1) at.moe_local_groups = local_groups(*moe[l], micro_batch);
+    if (at.zero3.on && l + 1 < moe.size()) {  // ZeRO-3: beside the next block's reduce-scatter, l - 1 prefetched
+      at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
+      at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
+    }
+    at.zero3.block_reduce = 0;  // this walk is the earlier blocks' count
     most = std::max(most, optim::predict_activations(at).total);
   }
   return most;
