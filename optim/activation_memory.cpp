@@ -87,6 +87,16 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   }
   p.backward_extra = std::max(p.backward_moments, p.forward_extra);
   p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
+  // ZeRO-3 under full recomputation: the block before the last reruns with one input fewer kept, beside
+  // the last block's reduce-scatter in flight (larger than the head's): its own count, the larger taken.
+  if (c.zero3.on && c.recompute == parallel::Recompute::Full && c.blocks > 1 && c.zero3.block_reduce > 0) {
+    ActivationCase earlier = c;
+    earlier.blocks -= 1;
+    earlier.zero3.head_reduce = c.zero3.block_reduce, earlier.zero3.block_reduce = 0;
+    earlier.zero3.last_block = c.zero3.earlier_block, earlier.zero3.before_last = c.zero3.before_earlier;
+    const ActivationPrediction e = predict_activations(earlier);
+    if (e.total > p.total) p.total = e.total, p.backward_extra = e.backward_extra;
+  }
   p.held_until_w = held_until_w(c, z);
   p.split_extra = split_backward_extra(c, z, m);
   p.w_extra = weight_pass_extra(c, z);

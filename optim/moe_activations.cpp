@@ -1,6 +1,7 @@
 #include "optim/moe_activations.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "optim/activation_moments.h"
 
@@ -29,12 +30,16 @@ double local_experts_backward(const ActivationCase& c, const MoESizes& z, double
   const std::vector<int64_t>& g = c.moe_local_groups;  // [E / ep] rows per local expert
   double R = 0;
   for (int64_t m : g) R += double(m);
+  // (K) before them, the unsort's backward (index_add into [R, C]): the combine's gradient [R, C], brought
+  // home by its all-to-all, and index_add's sum [R, C] fp32; 16-bit adds on an fp32 copy of the source and
+  // rounds the sum into a new tensor (the peak of dp 2 ep 2 bf16's rerun, --recompute full).
+  const double unsort = base + z.e * R * z.C + 4 * R * z.C + (z.e == 4 ? 0 : 4 * R * z.C + z.e * R * z.C);
   base -= 8 * (R - 1);
   const bool native = c.native_bf16_gemm && c.element_bytes == 2;
   // Under ZeRO-3 each expert's .grad tensors stay until the experts' unit is reduce-scattered, after the
   // last: its w2's by its product's backward, and all three of each expert done before it.
   const double matrix_grad = c.zero3.on ? z.e * z.I * z.C : 0;
-  double freed = 0, best = base;
+  double freed = 0, best = std::max(base, unsort);
   for (size_t j = g.size(); j-- > 0;) {
     const bool first = j + 1 == g.size(), last = j == 0;
     const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? z.e * R * z.C : 0), M_j = double(g[j]);
@@ -61,7 +66,11 @@ double moe_kept_bytes(const ActivationCase& c, bool last_block) {
   const double indices = 8 * (z.N * z.k + z.M + z.N * z.k);
   const double rows = z.e * (z.M * z.C + 4 * z.M * z.I + (z.M + 1) * z.C + z.N * z.k * z.C);
   if (c.moe_ep > 1) {  // the received rows R in the permuted ones' place: arrived, grouped, computed, 2 indices
-    const double R = c.moe_received_rows;
+    // R: the blocks' mean (what they all keep), or the last block's own, its local groups' sum (the block
+    // whose moments peak, the one --recompute full's rerun rebuilds)
+    double R = c.moe_received_rows;
+    if (last_block && !c.moe_local_groups.empty())
+      R = std::accumulate(c.moe_local_groups.begin(), c.moe_local_groups.end(), 0.0);
     return router + indices + 16 * R + z.e * (3 * R * z.C + 4 * R * z.I + (z.M + 1) * z.C + z.N * z.k * z.C) +
            shared_kept_bytes(c, z);
   }

@@ -63,6 +63,9 @@
 //       which loses each expert's 4 e M_j I once done, gains the summed input
 //       gradient [R, C] after the first and loses the output gradient [R, C]
 //       at the last; the unsort's indices are freed by then (- 8 R + 8).
+//   (K) before (X), the unsort's backward: the combine's gradient [R, C] and
+//       index_add's sum [R, C] fp32 (16-bit: on an fp32 copy of the source,
+//       rounded into a new tensor): e R C + 4 R C (+ 4 R C + e R C).
 // Measured = formula to the byte on every rank (tests/test_memory_ledger_moe.cpp's
 // ep runs; the laptop config at dp 2 ep 2, dp 4 ep 2 and 4, fp32, bf16 native
 // and through fp32, fp16, k 1, E 8, --embd 32, I 512). With --grad-accum each
@@ -70,6 +73,10 @@
 // can be the peak: the caller (train/diagnostics.cpp) predicts each micro-batch's
 // and takes the largest (the last's alone was up to 3.1% under, dp 4 ep 2, I 512).
 // ZeRO-1/2 change none of it (dp 4 ep 2, ZeRO-1 bf16 and ZeRO-2 fp32: to the byte).
+// --recompute full: each block's rerun holds the rows its own dispatch received
+// (the last block's moments read moe_local_groups' sum, not the blocks' mean R);
+// the caller walks every block's rerun and takes the costliest (dp 2 ep 2 fp32,
+// and bf16 C 32, where (K) peaks on one rank: to the byte).
 //
 // Tensor parallelism (parallel/tensor_parallel/block.h): the router and the
 // experts are whole on every tp rank, so is all of the above (not / t, as

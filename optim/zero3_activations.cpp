@@ -61,12 +61,14 @@ Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp) {
   };
   // A unit's reduce-scatter: its flattened fp32 gradient [P] and the shard it reduces into [P / group].
   auto reduce = [&](size_t u) { return 4.0 * double(units[u].full.numel()) * (1 + 1.0 / units[u].group->size()); };
-  z.head = gathered(n - 1);
+  z.head = gathered(n - 1), z.first = gathered(0);
   if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);
   if (n < 3) return z;
   z.last_block = gathered(n - 2), z.before_last = gathered(n - 3);
   for (size_t u : fsdp.layer_units(n - 2))
     if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit (no pipeline: no other own unit)
+  if (n < 4) return z;
+  z.block_reduce = reduce(n - 2), z.earlier_block = gathered(n - 3), z.before_earlier = gathered(n - 4);
   return z;
 }
 

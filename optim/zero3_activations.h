@@ -30,6 +30,10 @@
 //   (E), (C), and the reruns       the same; under --ep its experts' reduce-scatter
 //                                  in the head's place, their .grad gone
 // + the held units throughout. Without prefetch no second unit is gathered.
+// Under --recompute full the block before the last reruns beside the last
+// block's reduce-scatter, [P_b] + [P_b / dp] fp32, far larger than the head's:
+// with one input fewer kept, its rerun is the peak (predict_activations counts
+// both; was +1.6% fp32, +15.7% bf16 under the measurement, dense, dp 2).
 // Measured = formula: tests/test_memory_ledger_moe.cpp's ZeRO-3 runs.
 #pragma once
 
@@ -50,6 +54,10 @@ struct Zero3Held {
   double before_last = 0;     // the layer before the last block's (the embedding's with one block)
   double head_reduce = 0;     // the head unit's gradient in its reduce-scatter: [P] + [P / dp] fp32
   double experts_reduce = 0;  // --ep: the last block's experts' unit's, alike over expert-dp (0: no such unit)
+  // --recompute full: the block before the last reruns beside the last block's reduce-scatter in flight
+  // (its (dense) unit's, in the head's place), its own units gathered and the layer before it prefetched.
+  double block_reduce = 0, earlier_block = 0, before_earlier = 0;
+  double first = 0;  // the embedding's units (but the held ones): prefetched by the first block's backward
 };
 
 // Read off the units of a rank holding every layer (one pipeline stage): [embedding, blocks, head].

@@ -255,6 +255,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16", 18.0, true},
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
                       Mode{"dp2_fp32_zero3", 2, "--dp 2 --batch 8 --zero 3", 8.0, true, 0, kExact},  // zero3_activations.h
+                      // the first block's rerun, beside the second block's reduce-scatter in flight
+                      Mode{"dp2_bf16_zero3_full", 2, "--dp 2 --batch 8 --zero 3 --recompute full --dtype bf16", 9.0,
+                           true, 0, kExact},
                       // ZeRO-2 (memory_report.h): 4 + grads + 8 / dp, grads = 4 (N + pad) / dp + 8 B, with
                       // N = 403968 (--embd 128) and B = 65536, the MLP's c_fc weight: larger than the cap
                       // (0.1 MiB, 26214 elements), a bucket of its own. ZeRO-1's grads are 4 bytes a param;

@@ -134,8 +134,6 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
       {kMoE + "--zero 3 --zero3-reshard-after-forward off --memory-report",
        "--memory-report with --experts 4 and --zero 3 --zero3-reshard-after-forward off: "},
-      {kMoE + "--memory-report --capacity-factor 1.0 --zero 3 --recompute full",
-       "--memory-report with --experts 4 and --zero 3 --recompute full: the experts' formula is measured"},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
        "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"},
       // On a GPU, one process, --dp and --ep only (tests/cuda/); refused before any device is opened.

@@ -70,23 +70,21 @@ void check_moe_flags(const Args& a) {
   // Measured = formula (tests/test_memory_ledger_moe.cpp): one process, --dp (ZeRO 0-2), --ep (ZeRO 0-2:
   // the experts' gradients and optimizer state sharded over their expert-dp group), --tp (with or without
   // sequence parallelism: the router and the experts whole on every tp rank), --pp and --recompute
-  // selective and full (the MoE block's forward rerun inside backward), --shared-experts with each (a
+  // selective and full (the MoE block's forward rerun inside backward; under --ep each block's rerun with
+  // the rows its own dispatch received, train/diagnostics_moe.cpp), --shared-experts with each (a
   // dense SwiGLU beside the routed experts, its backward first) and --capacity-factor with each but the
   // ones below (the rows the routing kept, block by block), --ep with --tp under ZeRO-1/2 (the experts'
   // buffers sharded over expert-dp on each tp rank), and ZeRO-3 on one stage (with --ep too: the units it
-  // gathers, the unit's .grad tensors and reduce-scatter in flight at each moment, optim/zero3_activations.h).
+  // gathers, the unit's .grad tensors and reduce-scatter in flight at each moment, optim/zero3_activations.h;
+  // with --recompute full the block before the last reruns beside the last block's reduce-scatter).
   // Not yet: cp (ring attention keeps its out and lse, which the dense ledger does not count either: within
   // 3.5% there, not exact); ZeRO-3 with --pp (the formula reads one stage holding every layer: the
-  // embedding, the blocks and the head), without reshard after forward (every unit gathered until its
-  // backward, beside the activations) or with --recompute full (measured +0.4% fp32, +7.6% bf16 at dp 2: the
-  // rerun under ZeRO-3 holds more than the formula counts, not traced); --ep with --recompute full (+3.3%
-  // and +5.7% at dp 2 ep 2: about one more [R, C] of the rows the rerun's dispatch received, not traced).
+  // embedding, the blocks and the head) or without reshard after forward (every unit gathered until its
+  // backward, beside the activations).
   const std::pair<std::string, bool> not_measured[] = {
       {str("--cp ", a.cp), a.cp > 1},
       {str("--zero 3 --pp ", a.pp), a.zero == 3 && a.pp > 1},
-      {"--zero 3 --zero3-reshard-after-forward off", a.zero == 3 && a.zero3_reshard_after_forward == "off"},
-      {"--zero 3 --recompute full", a.zero == 3 && a.recompute == "full"},
-      {str("--ep ", a.ep, " --recompute full"), a.ep > 1 && a.recompute == "full"}};
+      {"--zero 3 --zero3-reshard-after-forward off", a.zero == 3 && a.zero3_reshard_after_forward == "off"}};
   for (const auto& [flag, given] : not_measured)
     LOOM_CHECK(!a.memory_report || !given, "--memory-report with --experts ", a.experts, " and ", flag,
                ": the experts' formula is measured on one process and under --dp, --ep, ZeRO-1/2/3 (on one stage), "

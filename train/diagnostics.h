@@ -60,6 +60,7 @@ class Diagnostics {
   double pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c) const;
   double costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c, size_t micro_batch) const;
   void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
+  std::vector<int64_t> local_groups(nn::MoE& layer, size_t micro_batch) const;
 
   const Args& a_;
   const Device device_;  // where the model lives: its memory is what the report and the log count

@@ -10,8 +10,8 @@ namespace loom::train {
 double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const {
   const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks);
   const bool routed_rows = pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0;
-  // A capacity under full recomputation: each block's rerun rebuilds it with its own kept rows.
-  const bool rerun_rows = c_.cfg.moe.capacity_factor > 0 && c.recompute == parallel::Recompute::Full;
+  // Full recomputation with a capacity or --ep: each block's rerun rebuilds it with its own rows (kept; received).
+  const bool rerun_rows = routed_rows && c.recompute == parallel::Recompute::Full;
   if (!routed_rows || moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches) ||
       (c.micro_batches == 1 && !rerun_rows))
     return optim::predict_activations(c).total;
@@ -29,11 +29,12 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
   return most;
 }
 
-// A capacity under --recompute full: block l's rerun (its (U), its backward) holds its own kept rows, with
-// the blocks past it done - their inputs let go, their .grad tensors (if any) alive - and the earlier ones'
-// inputs kept: the formula's last block of l + 1 blocks (rerun_blocks_after past it). Its forward is the
-// same count, the head's moments less than the whole stage's: the costliest block's is the peak. (One
-// stage only: under a pipeline or --ep a capacity with --recompute full is refused.)
+// A capacity or --ep under --recompute full: block l's rerun (its (U), its backward) holds its own rows -
+// kept by the capacity, received by this rank's experts - with the blocks past it done - their inputs let
+// go, their .grad tensors (if any) alive - and the earlier ones' inputs kept: the formula's last block of
+// l + 1 blocks (rerun_blocks_after past it). Its forward is the same count, the head's moments less than
+// the whole stage's: the costliest block's is the peak (under ep not always the last: its experts may have
+// received fewer rows). (One stage only: a pipeline with --recompute full and a capacity is refused.)
 double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c,
                                     size_t micro_batch) const {
   double most = 0;
@@ -45,6 +46,12 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     at.moe_last_rows = 0;
     for (int64_t g : kept) at.moe_last_rows += double(g);
     at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
+    if (pgm_.ep_size > 1) at.moe_local_groups = local_groups(*moe[l], micro_batch);
+    if (at.zero3.on && l + 1 < moe.size()) {  // ZeRO-3: beside the next block's reduce-scatter, l - 1 prefetched
+      at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
+      at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
+    }
+    at.zero3.block_reduce = 0;  // this walk is the earlier blocks' count
     most = std::max(most, optim::predict_activations(at).total);
   }
   return most;
@@ -99,14 +106,20 @@ void Diagnostics::received_rows(const std::vector<nn::MoE*>& moe, optim::Activat
   c.moe_ep = pgm_.ep_size;
   double rows = 0;
   for (nn::MoE* layer : moe) {
-    Tensor load = from_vector(layer->stats.loads.at(j));  // [E] rows this rank sent to each expert
-    pgm_.ep_group().all_reduce(load, parallel::ReduceOp::Sum);
-    const std::vector<int64_t> all = load.to_vector<int64_t>();
-    const auto first = all.begin() + layer->experts->first();
-    c.moe_local_groups.assign(first, first + int64_t(layer->experts->size()));
+    c.moe_local_groups = local_groups(*layer, j);
     for (int64_t g : c.moe_local_groups) rows += double(g);
   }
   c.moe_received_rows = rows / double(moe.size());
+}
+
+// [E / ep]: the rows each of this rank's experts of `layer` got in micro-batch j, from the whole ep group
+// (collective over ep).
+std::vector<int64_t> Diagnostics::local_groups(nn::MoE& layer, size_t j) const {
+  Tensor load = from_vector(layer.stats.loads.at(j));  // [E] rows this rank sent to each expert
+  pgm_.ep_group().all_reduce(load, parallel::ReduceOp::Sum);
+  const std::vector<int64_t> all = load.to_vector<int64_t>();
+  const auto first = all.begin() + layer.experts->first();
+  return {first, first + int64_t(layer.experts->size())};
 }
 
 }  // namespace loom::train
