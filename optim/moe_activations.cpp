@@ -28,8 +28,7 @@ struct MoESizes {
 // the last frees the experts' output gradient [R, C].
 double local_experts_backward(const ActivationCase& c, const MoESizes& z, double base) {
   const std::vector<int64_t>& g = c.moe_local_groups;  // [E / ep] rows per local expert
-  double R = 0;
-  for (int64_t m : g) R += double(m);
+  const double R = std::accumulate(g.begin(), g.end(), 0.0);  // the rows this rank's experts received
   // (K) before them, the unsort's backward (index_add into [R, C]): the combine's gradient [R, C], brought
   // home by its all-to-all, and index_add's sum [R, C] fp32; 16-bit adds on an fp32 copy of the source and
   // rounds the sum into a new tensor (the peak of dp 2 ep 2 bf16's rerun, --recompute full).

@@ -11,14 +11,12 @@ ZeroDataParallelBucket::ZeroDataParallelBucket(const NamedParams& params, Proces
                          [reduce, bucket_cap_mb](const std::vector<Tensor>& group_params, ProcessGroup& group) {
                            return make_sharded_buckets(reduce, group_params, group, bucket_cap_mb);
                          }),
-      reduce_(reduce) {
-  // Every buffer was built by the function above: a ShardedBuckets (or its GradShards).
-  for (BucketManager* buffer : buffers_.all()) shards_.push_back(static_cast<ShardedBuckets*>(buffer));
-}
+      reduce_(reduce) {}
 
 void ZeroDataParallelBucket::sum_tp_partial_grads_before_reduce(const std::vector<Tensor>& partial,
                                                                ProcessGroup& tp_group) {
-  for (ShardedBuckets* buckets : shards_) parallel::sum_tp_partial_grads_before_reduce(*buckets, partial, tp_group);
+  for (BucketManager* buffer : buffers_.all())
+    parallel::sum_tp_partial_grads_before_reduce(sharded(*buffer), partial, tp_group);
   sums_tp_partial_grads_ = true;
 }
 
@@ -38,7 +36,7 @@ void ZeroDataParallelBucket::on_grad_accumulated(const Tensor& param) {
   if (!callback_queued_) {
     autograd::Engine::queue_callback([this] {
       callback_queued_ = false;
-      for (ShardedBuckets* s : shards_) s->finish_micro_batch();
+      for (BucketManager* buffer : buffers_.all()) sharded(*buffer).finish_micro_batch();
     });
     callback_queued_ = true;
   }

@@ -38,9 +38,9 @@ class ZeroDataParallelBucket : public DataParallelBucket {
   GradReduce reduce() const { return reduce_; }
   ProcessGroup& dp_group() const { return sharded_buckets().group(); }
   // bucket_manager(), as what it is: the dense params' buckets, reduce-scattered over dp.
-  ShardedBuckets& sharded_buckets() const { return *shards_.front(); }
+  ShardedBuckets& sharded_buckets() const { return sharded(*buffers_.dense); }
   // The experts' buffer (over expert-dp), or null without experts kept apart.
-  ShardedBuckets* expert_shards() const { return shards_.size() > 1 ? shards_[1] : nullptr; }
+  ShardedBuckets* expert_shards() const { return buffers_.experts ? &sharded(*buffers_.experts) : nullptr; }
 
   // Sequence parallelism: these params' gradients are summed over tp_group as their bucket's
   // reduction is launched (tp_partial_grads.h). The experts are whole on every tp rank, so theirs
@@ -54,10 +54,11 @@ class ZeroDataParallelBucket : public DataParallelBucket {
  private:
   // DataParallelBucket's hook, plus ZeRO-2's scratch and its no_sync reduce-scatters.
   void on_grad_accumulated(const Tensor& param) override;
-  ShardedBuckets& shards_of(const Tensor& param) const { return *shards_[kept_apart(param) ? 1 : 0]; }
+  ShardedBuckets& shards_of(const Tensor& param) const { return sharded(buffers_.of(param)); }
+  // Every buffer was built by make_sharded_buckets (the constructor's make): a ShardedBuckets.
+  static ShardedBuckets& sharded(BucketManager& buffer) { return static_cast<ShardedBuckets&>(buffer); }
 
   GradReduce reduce_;
-  std::vector<ShardedBuckets*> shards_;  // buffers_.all(), each built by make_sharded_buckets
   bool sums_tp_partial_grads_ = false;
 };
 
