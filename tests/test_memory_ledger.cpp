@@ -245,10 +245,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_fp32", 2, "--dp 2 --batch 8 --block 17 --bucket-mb 0.1", 16.0, true},
                       Mode{"dp2_fp32_zero", 2, "--dp 2 --batch 8 --zero", 12.0, false},  // one bucket, 27264 = 213 x 128,
                       Mode{"dp2_bf16_zero", 2, "--dp 2 --batch 8 --zero --dtype bf16 --block 17 --bucket-mb 0.1", 12.0, true},
-                      // cp: ZeRO shards (and the buckets are padded) over dp x cp, here 1 x 2 (the report
-                      // once predicted with dp alone: 16 bytes a param where 12 were measured). Activations
-                      // 3% over: the ring's out and lse, which the formula does not model (train/diagnostics.cpp)
-                      Mode{"cp2_fp32_zero", 2, "--cp 2 --batch 8 --zero", 12.0, false, 0, 0.035},
+                      // cp: ZeRO shards over dp x cp (here 1 x 2); ring attention's terms (optim/ring_activations.h):
+                      // its out and lse, the zig-zag tokens ((B) peaks), its backward's buffers (peaks from here on)
+                      Mode{"cp2_fp32_zero", 2, "--cp 2 --batch 8 --zero", 12.0, false, 0, kExact},
+                      Mode{"cp2_bf16_full", 2, "--cp 2 --batch 8 --dtype bf16 --recompute full --steps 2", 18.0, false,
+                           0, kExact},
+                      Mode{"cp2_fp32_ring", 2, "--cp 2 --batch 1 --heads 8 --block 128 --steps 2", 16.0, false, 0,
+                           kExact},
+                      Mode{"cp2_bf16_selective_ring", 2,
+                           "--cp 2 --batch 1 --heads 8 --block 128 --dtype bf16 --recompute selective --steps 2", 18.0,
+                           false, 0, kExact},
                       Mode{"pp2_fp16", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16", 18.0, true,
                            8 * 16 * 32 * 2},
                       Mode{"tp2_fp32", 2, "--tp 2 --batch 16", 16.0, false},

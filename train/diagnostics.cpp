@@ -185,12 +185,12 @@ optim::BucketedParams Diagnostics::bucketed_params() const {
 
 double Diagnostics::predicted_activation_bytes() const {
   const nn::GPTConfig& cfg = c_.cfg;
-  // --cp: a rank holds T / cp tokens of each sequence. Ring attention keeps
-  // its out and lse where the fused op keeps the scores, which the formula
-  // does not model (measured within 3% at cp 2 and 4: docs/14-context-parallel.md).
+  // --cp: a rank holds T / cp tokens of each sequence; ring attention in the core's place
+  // (optim/ring_activations.h: it keeps its out and lse where the composed core keeps the scores).
   optim::ActivationCase c = optim::block_activation_case(
       cfg, a_.batch, cfg.block_size / pgm_.cp_size, pgm_.tp_size, a_.sequence_parallel,
       int64_t(element_size(parse_dtype(a_.dtype))), parallel::parse_recompute(a_.recompute));
+  c.cp = pgm_.cp_size;
   c.vocab = pgm_.tp_size > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size) : cfg.vocab_size;
   if (const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks); !moe.empty() && moe.back()->stats.forwards > 0) {
     // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h):
@@ -204,7 +204,7 @@ double Diagnostics::predicted_activation_bytes() const {
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
-  c.fused_attention = device_.is_cpu() && cfg.dropout == 0 && !nn::attention_reference_only() &&
+  c.fused_attention = device_.is_cpu() && pgm_.cp_size == 1 && cfg.dropout == 0 && !nn::attention_reference_only() &&
                       (parse_dtype(a_.dtype) == kFloat32 || parse_dtype(a_.dtype) == kFloat64);
   for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]
     for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
