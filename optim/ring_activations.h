@@ -23,9 +23,16 @@
 // hold the next K/V block [2, N, h/t] (e bytes); plus one block's
 // temporaries: 16-bit copies of k and v [b, a/t, c, hd] (c = s / 2, a
 // chunk), and at most four [b, a/t, c, c] score-shaped tensors or two and a
-// [b, a/t, c, hd] product. Measured at its last step's entry to the byte
-// (--cp 2 fp32); the block's temporaries are a bound, and this moment was
-// below (B) in every run measured (tests/test_memory_ledger.cpp's cp modes).
+// [b, a/t, c, hd] product. The peak when a s / h is large (many heads, long
+// sequences), and in full recomputation's rerun in 16-bit.
+// Measured = formula to the byte (+ the loss's scalars) on every rank of
+// tests/test_memory_ledger.cpp's and test_memory_ledger_moe.cpp's cp modes
+// and of --cp 2 (fp32, bf16, fp16; --zero, --grad-accum 2, --recompute
+// selective and full; --dp 2; --tp 2, with SP bf16 full; Llama GQA; --pp 2,
+// its last stage less a sent gradient as activation_memory.h says;
+// interleaved, ZB-H1, ZB-V) and --cp 4 (fp32, bf16), at --block 16 to 256
+// and --heads 2 to 8 (the test's cp2_fp32_ring, cp2_bf16_full and
+// cp2_bf16_selective_ring peak in the ring's backward).
 #pragma once
 
 #include "optim/activation_memory.h"
