@@ -280,6 +280,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16", 18.0, true},
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
                       Mode{"dp2_fp32_zero3", 2, "--dp 2 --batch 8 --zero 3", 8.0, true, 0, kExact},  // zero3_activations.h
+                      // and per stage: stage 0 its embedding's and block's units, the last its block's, the head's
+                      // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward)
+                      Mode{"dp2_pp2_fp32_zero3", 4, "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --steps 2", 8.0,
+                           true, 8 * 16 * 32 * 4, kExact},
+                      Mode{"dp2_pp2_bf16_zero3", 4,
+                           "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --dtype bf16 --steps 2", 9.0, true,
+                           8 * 16 * 32 * 2, kExact},
                       // the first block's rerun, beside the second block's reduce-scatter in flight
                       Mode{"dp2_bf16_zero3_full", 2, "--dp 2 --batch 8 --zero 3 --recompute full --dtype bf16", 9.0,
                            true, 0, kExact},
