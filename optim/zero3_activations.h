@@ -19,7 +19,11 @@
 //                    on, its experts' (their own unit, over expert-dp)
 //
 // At the moments where a mixture of experts (optim/moe_activations.h) or a
-// dense model peaks, on one stage holding every layer:
+// dense model peaks, on one stage holding every layer (a pipeline stage: its
+// own layers, the head's only on the last, no layer before its first block
+// but the embedding on the first; the last stage's tied wte copy is a unit of
+// its own, whose reduce-scatter is in flight at (D) in its gathered copy's
+// and .grad's place):
 //   (U) the last block's forward   its units + the head's (prefetched)
 //   (A) the loss's backward        the head's units (the loss is outside the head layer)
 //   (A), (D) the head's backward   the head's units + the last block's (prefetched);
