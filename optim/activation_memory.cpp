@@ -8,6 +8,7 @@
 
 #include "optim/activation_moments.h"
 #include "optim/moe_activations.h"
+#include "optim/ring_activations.h"
 #include "optim/split_backward.h"
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
@@ -25,7 +26,8 @@ namespace {
 ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   const double N = z.N, h = z.h, t = z.t, s = z.s, unit = z.unit, local = z.local, stats = z.stats;
   // Split over tp, per token: q, k, v, the merged heads, the softmax (the MLP's: z.mlp_mean).
-  const double split = (attention_qkv_elements(c) + h + z.a * s) / t;
+  // Under --cp the ring keeps its out and lse instead of the softmax (ring_activations.h).
+  const double split = (attention_qkv_elements(c) + h + (c.cp > 1 ? 0 : z.a * s)) / t;
   // x and h, and the norms' outputs; under SP x and h are sharded and each
   // column-parallel linear keeps the all-gathered input it made: c_attn
   // ln_1's, the MLP ln_2's (z.gathers: SwiGLU's c_gate and c_fc once each;
@@ -33,27 +35,28 @@ ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   const double replicated = c.sequence_parallel ? 2 / t + 1 + z.gathers : 4;
   ActivationPrediction p;
   // Each norm also keeps its rows' statistics: two per block.
-  p.per_block = unit * replicated + N * split * z.e + z.mlp_mean + 2 * stats;
+  p.per_block = unit * replicated + N * split * z.e + ring_kept_bytes(c, z) + z.mlp_mean + 2 * stats;
   // Recomputation (parallel/recompute.h) keeps less per block and rebuilds it
   // in backward: selective drops the attention core's softmax [b, a/t, s, s]
   // (q, k, v stay: they are its saved inputs); full keeps only the block's
   // input x (replicated, [b, s/t, h] under SP). What the rerun rebuilds is
   // added to the backward's moments below.
   z.block_kept = p.per_block - z.mlp_mean + z.mlp_bytes;  // the last block's (a capacity's rows differ by block)
-  z.scores_kept = N * z.a * s / t * z.e;
+  z.scores_kept = c.cp > 1 ? ring_kept_bytes(c, z) : N * z.a * s / t * z.e;
   if (c.recompute == parallel::Recompute::Selective) p.per_block -= z.scores_kept;
   if (c.recompute == parallel::Recompute::Full) p.per_block = local;
   // Around the blocks: the stage's output (the last block's, kept by ln_f or
   // for the pipeline's backward); the embedding's positions (s int64; none
-  // with RoPE) and, split over tp, its N local ids (int64) and mask (fp32).
-  const double embedding = c.has_embedding ? (c.rope ? 0 : 8 * s) + (c.tp > 1 ? 12 * N : 0) : 0;
+  // with RoPE; under --cp the layer's own zig-zag ones) and, split over tp, its N local ids (int64) and mask (fp32).
+  const double embedding = c.has_embedding ? (c.rope || c.cp > 1 ? 0 : 8 * s) + (c.tp > 1 ? 12 * N : 0) : 0;
   // The head: ln_f's output (gathered under SP: the linear keeps the full one),
   // ln_f's statistics, the fp32 logits the loss keeps [N, V'/t], and the
   // loss's per-row numbers in fp32 (log-sum-exp; with tp the max and the sum).
   z.logits = N * z.V / t * 4;
   z.head = c.has_head ? unit + stats + z.logits + (c.tp > 1 ? 2 : 1) * N * 4 : 0;
   p.per_micro_batch = double(c.blocks) * p.per_block + local + embedding + z.head;
-  p.tokens = 2 * double(c.batch_tokens) * 8;  // the step's ids and targets, int64, on every rank
+  // The step's ids and targets, int64, on every rank (under --cp also each micro-batch's zig-zag copies).
+  p.tokens = 2 * double(c.batch_tokens) * 8 + ring_token_bytes(c, z);
   // The head's wte gradient waits for the embedding's where one rank holds both ends of the tied wte.
   z.wte_grad = c.tied && c.has_head && c.has_embedding ? z.V / t * h * z.e : 0;
   return p;
@@ -169,7 +172,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   const double sent = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
                       double(c.element_bytes);
   ActivationPrediction p;
-  p.tokens = first.front().tokens;
+  p.tokens = 2 * double(c.batch_tokens) * 8 + ring_token_bytes(c, Sizes(c));  // every micro-batch's copies (--cp)
   std::vector<bool> ran(chunks.size(), false);  // chunk k's backward (split: its W) has run: its .grad tensors are alive
   bool sending = false;
   double kept = 0;

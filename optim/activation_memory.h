@@ -172,7 +172,7 @@
 // were the +4.7% (--tp 2 bf16, (E)) and +15.1% (SP, (F)) the formula missed;
 // now measured = formula: tests/test_memory_ledger.cpp's tp2_bf16_full and
 // tp2_sp_bf16_full, and the Llama and --heads 8 --block 64 runs above.
-// ZeRO-3's gathered units and gradients: optim/zero3_activations.h. Not modelled: dropout's masks
+// ZeRO-3's: optim/zero3_activations.h; context parallelism's ring: optim/ring_activations.h. Not modelled: dropout's masks
 // (none at p = 0); the CUDA backend (no fp32 copies; its caching allocator not measured).
 #pragma once
 
@@ -199,6 +199,7 @@ struct ActivationCase {
   bool has_embedding = false;// this rank computes the embedding (with has_head: it holds both ends of the tied wte)
   int64_t batch_tokens = 0;  // the step's global batch, rows x s: every rank samples its ids and targets
   int tp = 1;
+  int cp = 1;                // --cp: ring attention in the core's place (optim/ring_activations.h)
   bool sequence_parallel = false;
   int64_t element_bytes = 4; // the model's dtype
   bool native_bf16_gemm = false;  // bf16 GEMMs read and write bf16 (native_bf16_gemm below): no fp32 copies

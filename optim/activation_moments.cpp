@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "optim/ring_activations.h"
+
 namespace loom::optim {
 
 // The temporaries of one Linear's backward (tensor/ops_linear.cpp) at its last
@@ -146,7 +148,10 @@ double at_attention(const ActivationCase& c, const Sizes& z) {
                                        : unit / t + scores * (e + 4) + N * h / t * (4 + 4 + e);
   const double received = c.has_head ? 0 : local;  // held by the pipeline, so the residual's sum is a new tensor
   // The fused op's backward (fp32 on the CPU): its incoming gradient and dq, dk, dv, [N, h/t] each.
-  const double attention_bwd = c.fused_attention ? 4 * unit / t : std::max(softmax_bwd, matmul_bwd);
+  // Under --cp the ring's backward (ring_activations.h).
+  const double attention_bwd = c.cp > 1             ? ring_backward_bytes(c, z)
+                               : c.fused_attention ? 4 * unit / t
+                                                   : std::max(softmax_bwd, matmul_bwd);
   return -freed + local + received + attention_bwd + z.wte_grad;
 }
 
@@ -203,7 +208,8 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
   //   which the rerun shares with the kept input - and its output (replicated)
   //   is held: block_kept - local + local. At (C) the block's output gradient
   //   is held too (on a stage without the head the pipeline holds it already).
-  if (c.recompute == parallel::Recompute::Selective) m.attention += z.scores_kept + 2 * z.unit / z.t;
+  //   Under --cp the rerun is the ring's (scores_kept: its out and lse), whose moment counts the gradient.
+  if (c.recompute == parallel::Recompute::Selective) m.attention += z.scores_kept + (c.cp > 1 ? 1 : 2) * z.unit / z.t;
   if (c.recompute == parallel::Recompute::Full) {
     // A MoE block's rerun passes its (U): the head's tensors and the stage's output freed; alive the
     // block's output gradient (+ local) and the rebuilt block but x, the kept input it shares (- local).

@@ -8,6 +8,44 @@
 
 namespace loom::optim {
 
+namespace {
+
+// A pipeline stage's units (zero3_held below, the stage without the embedding, the head or both): the
+// layers the stage holds, no head layer where it has none (its last block is the last layer), and no layer
+// before its first block where it has no embedding.
+Zero3Held stage_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head) {
+  Zero3Held z;
+  z.on = true, z.prefetch = fsdp.options().prefetch;
+  const auto& units = fsdp.units();
+  const size_t n = fsdp.num_layers();
+  auto gathered = [&](size_t l) {
+    double b = 0;
+    for (size_t u : fsdp.layer_units(l)) b += double(units[u].full.nbytes());
+    return b;
+  };
+  auto reduce = [&](size_t u) { return 4.0 * double(units[u].full.numel()) * (1 + 1.0 / units[u].group->size()); };
+  const size_t blocks = n - (has_head ? 1 : 0) - (has_embedding ? 1 : 0);
+  const size_t last = n - (has_head ? 2 : 1);  // the stage's last block (if it has one)
+  if (has_head) {
+    z.head = gathered(n - 1);
+    if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);  // the head layer's own unit (ln_f)
+    for (size_t u : fsdp.layer_units(n - 1))  // the tied wte's copy: a unit of its own, after the layers'
+      if (u >= n) z.head_own += double(units[u].full.nbytes()), z.head_own_reduce += reduce(u);
+  }
+  if (has_embedding) z.first = gathered(0);
+  if (blocks == 0) return z;
+  z.last_block = gathered(last);
+  for (size_t u : fsdp.layer_units(last))
+    if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit
+  if (last >= 1) z.before_last = gathered(last - 1);  // on this stage: a block, or the embedding
+  if (blocks < 2) return z;
+  // --recompute full: the block before the last reruns beside the last block's reduce-scatter in flight.
+  z.block_reduce = reduce(last), z.earlier_block = gathered(last - 1), z.before_earlier = last >= 2 ? gathered(last - 2) : 0;
+  return z;
+}
+
+}  // namespace
+
 Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   const Zero3Held& u = c.zero3;
   // One process's .grad tensors at each moment (fp32, every layer's whose backward has run; no earlier
@@ -26,7 +64,8 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
     // the larger of the two: at.head = max(loss's, head linear's).
     const double head = u.held + u.head;
     m.head = head + std::max(0.0, at_head_linear(c, z) + next * u.last_block - at.head);
-    m.ln_f = head + next * u.last_block + g.ln_f * scale;  // + the head linear's .grad
+    m.ln_f = head + next * u.last_block +  // + the head linear's .grad, or the own unit's reduce-scatter in its place
+             (u.head_own_reduce > 0 ? u.head_own_reduce - u.head_own : g.ln_f * scale);
   }
   if (c.blocks == 0) return m;
   const double in_block = u.held + u.last_block + next * u.before_last + u.head_reduce;
@@ -44,12 +83,13 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   return m;
 }
 
-Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp) {
+Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head) {
   Zero3Held z;
   z.on = true, z.prefetch = fsdp.options().prefetch;
   const auto& units = fsdp.units();
-  const size_t n = fsdp.num_layers();  // [embedding, blocks, head]
+  const size_t n = fsdp.num_layers();  // [embedding, blocks, head], the ends only on the stages holding them
   auto bytes = [&](size_t u) { return double(units[u].full.nbytes()); };
+  if (!has_embedding || !has_head) return stage_held(fsdp, has_embedding, has_head);
   // Read by a later layer (the head, the tied wte): gathered from its forward to that layer's backward.
   std::vector<bool> held(units.size(), false);
   for (size_t u = 0; u < n; ++u)

@@ -19,7 +19,11 @@
 //                    on, its experts' (their own unit, over expert-dp)
 //
 // At the moments where a mixture of experts (optim/moe_activations.h) or a
-// dense model peaks, on one stage holding every layer:
+// dense model peaks, on one stage holding every layer (a pipeline stage: its
+// own layers, the head's only on the last, no layer before its first block
+// but the embedding on the first; the last stage's tied wte copy is a unit of
+// its own, whose reduce-scatter is in flight at (D) in its gathered copy's
+// and .grad's place):
 //   (U) the last block's forward   its units + the head's (prefetched)
 //   (A) the loss's backward        the head's units (the loss is outside the head layer)
 //   (A), (D) the head's backward   the head's units + the last block's (prefetched);
@@ -58,9 +62,13 @@ struct Zero3Held {
   // (its (dense) unit's, in the head's place), its own units gathered and the layer before it prefetched.
   double block_reduce = 0, earlier_block = 0, before_earlier = 0;
   double first = 0;  // the embedding's units (but the held ones): prefetched by the first block's backward
+  // A pipeline's last stage: the tied wte's copy is a unit of its own (fully_sharded.h's own_units), the
+  // head's one param: gathered with the head; at ln_f's backward (D) its gradient is already in its
+  // reduce-scatter ([P] + [P / dp] fp32), its .grad dropped and its params resharded.
+  double head_own = 0, head_own_reduce = 0;
 };
 
-// Read off the units of a rank holding every layer (one pipeline stage): [embedding, blocks, head].
-Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp);
+// Read off the units of a rank: [embedding, blocks, head], or a pipeline stage's part of them.
+Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding = true, bool has_head = true);
 
 }  // namespace loom::optim

@@ -145,6 +145,25 @@ TEST(ActivationFormula, CountsTheTensorsAliveAtTheBackwardsPeak) {
   EXPECT_EQ(optim::micro_batches_in_flight("1f1b", 4, 2, 0, 2), 2.5);
 }
 
+// --cp 2 (optim/ring_activations.h), fp32, V 10: b 1 and s 16 tokens a sequence on this rank (T 32), h 8,
+// a 8: N 16, a unit [16, 8] is 512 bytes, a chunk c = 8. A block keeps 16 units (no softmax), the ring's out
+// [16, 8] fp32 512 and lse [16, 8] 512, the norms' stats 256; no positions (the layer's own zig-zag ones);
+// the tokens: the step's 2 x 32 int64 512 and the micro-batch's zig-zag copies 2 x 16 int64 256. The peak
+// is the ring's backward, at its last step: of the block still kept x, ln_1's output 1024, its stats 128,
+// q, k, v 1536, out and lse 1024; alive the residual gradient 512, the head's wte gradient [10, 8] 320 and
+// the ring's: its incoming gradient 512, dq 512, D [16, 8] 512, the K/V block 1024, three dK/dV buffers
+// 3 x 1024, and one block's four [1, 8, 8, 8] score-shaped temporaries 4 x 2048.
+TEST(ActivationFormula, RingAttentionKeepsOutAndLseAndPeaksInItsBackward) {
+  optim::ActivationCase c;
+  c.micro_batch = 1, c.seq = 16, c.width = 8, c.heads = 8, c.vocab = 10, c.blocks = 1, c.has_head = true;
+  c.has_embedding = true, c.batch_tokens = 32, c.cp = 2;
+  const optim::ActivationPrediction p = optim::predict_activations(c);
+  EXPECT_DOUBLE_EQ(p.per_block, 16 * 512 + 512 + 512 + 256);
+  EXPECT_DOUBLE_EQ(p.tokens, 512 + 256);
+  EXPECT_DOUBLE_EQ(p.total, 1024 + 128 + 1536 + 1024 + 512 + 256 + 512 + 320 +
+                                (512 + 512 + 512 + 1024 + 3 * 1024 + 4 * 2048));
+}
+
 // --recompute (parallel/recompute.h) on the first test's case with 4 blocks
 // (fp32, b 2, s 4, h 8, a 2: a unit [b, s, h] is 256 bytes, a block keeps
 // 17 units and its layernorms' stats 128; the softmax [2, 2, 4, 4] is 256).
@@ -245,16 +264,29 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_fp32", 2, "--dp 2 --batch 8 --block 17 --bucket-mb 0.1", 16.0, true},
                       Mode{"dp2_fp32_zero", 2, "--dp 2 --batch 8 --zero", 12.0, false},  // one bucket, 27264 = 213 x 128,
                       Mode{"dp2_bf16_zero", 2, "--dp 2 --batch 8 --zero --dtype bf16 --block 17 --bucket-mb 0.1", 12.0, true},
-                      // cp: ZeRO shards (and the buckets are padded) over dp x cp, here 1 x 2 (the report
-                      // once predicted with dp alone: 16 bytes a param where 12 were measured). Activations
-                      // 3% over: the ring's out and lse, which the formula does not model (train/diagnostics.cpp)
-                      Mode{"cp2_fp32_zero", 2, "--cp 2 --batch 8 --zero", 12.0, false, 0, 0.035},
+                      // cp: ZeRO shards over dp x cp (here 1 x 2); ring attention's terms (optim/ring_activations.h):
+                      // its out and lse, the zig-zag tokens ((B) peaks), its backward's buffers (peaks from here on)
+                      Mode{"cp2_fp32_zero", 2, "--cp 2 --batch 8 --zero", 12.0, false, 0, kExact},
+                      Mode{"cp2_bf16_full", 2, "--cp 2 --batch 8 --dtype bf16 --recompute full --steps 2", 18.0, false,
+                           0, kExact},
+                      Mode{"cp2_fp32_ring", 2, "--cp 2 --batch 1 --heads 8 --block 128 --steps 2", 16.0, false, 0,
+                           kExact},
+                      Mode{"cp2_bf16_selective_ring", 2,
+                           "--cp 2 --batch 1 --heads 8 --block 128 --dtype bf16 --recompute selective --steps 2", 18.0,
+                           false, 0, kExact},
                       Mode{"pp2_fp16", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16", 18.0, true,
                            8 * 16 * 32 * 2},
                       Mode{"tp2_fp32", 2, "--tp 2 --batch 16", 16.0, false},
                       Mode{"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16", 18.0, true},
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
                       Mode{"dp2_fp32_zero3", 2, "--dp 2 --batch 8 --zero 3", 8.0, true, 0, kExact},  // zero3_activations.h
+                      // and per stage: stage 0 its embedding's and block's units, the last its block's, the head's
+                      // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward)
+                      Mode{"dp2_pp2_fp32_zero3", 4, "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --steps 2", 8.0,
+                           true, 8 * 16 * 32 * 4, kExact},
+                      Mode{"dp2_pp2_bf16_zero3", 4,
+                           "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --dtype bf16 --steps 2", 9.0, true,
+                           8 * 16 * 32 * 2, kExact},
                       // the first block's rerun, beside the second block's reduce-scatter in flight
                       Mode{"dp2_bf16_zero3_full", 2, "--dp 2 --batch 8 --zero 3 --recompute full --dtype bf16", 9.0,
                            true, 0, kExact},

@@ -274,15 +274,23 @@ TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
+// --cp (dropless): each rank routes its T / cp tokens; attention is the ring's, which keeps its out and lse
+// and the micro-batches' zig-zag tokens (optim/ring_activations.h), in every moment; the ring's backward is
+// not the peak here (the last block's forward (U) is in fp32), as it is in the dense ledger's cp modes.
+TEST(MoELedger, ContextParallelRanksAreTheFormulas) {
+  const RankCase cases[] = {{"moe_ledger_cp2", 2, kLaptop + " --cp 2"},
+                            {"moe_ledger_dp2_ep2_cp2_full_bf16", 4,
+                             kLaptop + " --dp 2 --ep 2 --cp 2 --batch 8 --recompute full --dtype bf16"}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
+
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 with a pipeline
-// or without reshard after forward, context parallelism
-// (ring attention, as the dense ledger's cp), a capacity factor under a schedule the walk does not follow.
+// or without reshard after forward, a capacity factor under a schedule the walk does not follow.
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {4, " --dp 2 --pp 2 --zero 3", "--memory-report with --experts 4 and --zero 3 --pp 2: "},
       {2, " --dp 2 --zero 3 --zero3-reshard-after-forward off",
        "--memory-report with --experts 4 and --zero 3 --zero3-reshard-after-forward off: "},
-      {2, " --cp 2", "--memory-report with --experts 4 and --cp 2: "},
       {2, " --pp 2 --schedule zb-h1 --capacity-factor 1.5",
        "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
       {2, " --pp 2 --recompute full --capacity-factor 1.5",

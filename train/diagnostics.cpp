@@ -185,12 +185,12 @@ optim::BucketedParams Diagnostics::bucketed_params() const {
 
 double Diagnostics::predicted_activation_bytes() const {
   const nn::GPTConfig& cfg = c_.cfg;
-  // --cp: a rank holds T / cp tokens of each sequence. Ring attention keeps
-  // its out and lse where the fused op keeps the scores, which the formula
-  // does not model (measured within 3% at cp 2 and 4: docs/14-context-parallel.md).
+  // --cp: a rank holds T / cp tokens of each sequence; ring attention in the core's place
+  // (optim/ring_activations.h: it keeps its out and lse where the composed core keeps the scores).
   optim::ActivationCase c = optim::block_activation_case(
       cfg, a_.batch, cfg.block_size / pgm_.cp_size, pgm_.tp_size, a_.sequence_parallel,
       int64_t(element_size(parse_dtype(a_.dtype))), parallel::parse_recompute(a_.recompute));
+  c.cp = pgm_.cp_size;
   c.vocab = pgm_.tp_size > 1 ? parallel::padded_vocab_size(cfg.vocab_size, pgm_.tp_size) : cfg.vocab_size;
   if (const std::vector<nn::MoE*> moe = nn::moe_layers(*m_.chunks); !moe.empty() && moe.back()->stats.forwards > 0) {
     // The routing's largest group in the last block, whose backward runs first (optim/moe_activations.h):
@@ -204,7 +204,7 @@ double Diagnostics::predicted_activation_bytes() const {
   }
   c.native_bf16_gemm = parse_dtype(a_.dtype) == kBFloat16 && optim::native_bf16_gemm(device_);
   c.batch_tokens = tokens_per_step_;
-  c.fused_attention = device_.is_cpu() && cfg.dropout == 0 && !nn::attention_reference_only() &&
+  c.fused_attention = device_.is_cpu() && pgm_.cp_size == 1 && cfg.dropout == 0 && !nn::attention_reference_only() &&
                       (parse_dtype(a_.dtype) == kFloat32 || parse_dtype(a_.dtype) == kFloat64);
   for (const parallel::LayerRange& r : m_.chunks->chunks())  // items [embedding, blocks 1..L, head]
     for (int64_t i = r.start; i < r.end; ++i) c.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
@@ -214,8 +214,13 @@ double Diagnostics::predicted_activation_bytes() const {
   c.micro_batches = micro_batches_per_step(a_, pgm_.pp_size);
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size,
                                                pgm_.pp_rank, a_.virtual_stages);
-  // ZeRO-3 on one stage: its gathered units, each unit's .grad tensors and reduce-scatter (zero3_activations.h)
-  if (dp_.fsdp && pgm_.pp_size == 1) c.zero3 = optim::zero3_held(*dp_.fsdp);
+  // ZeRO-3: the stage's gathered units, each unit's .grad tensors and reduce-scatter (zero3_activations.h);
+  // with --pp the stage's own (measured = formula: tests/test_memory_ledger.cpp's pp2 zero3 modes). Not yet
+  // with --pp: --recompute full with two blocks a stage (stage 0 +4.9% bf16, +5.5% fp32), a stage of the head
+  // alone (-10.5%), --zero3-prefetch off (one last-stage rank +3.8%, timing's), interleaved chunks (the .grad
+  // count below); experts refuse it (checks_moe.cpp: with --ep the stage's experts' units differ).
+  if (dp_.fsdp && (pgm_.pp_size == 1 || m_.chunks->num_chunks() == 1))
+    c.zero3 = optim::zero3_held(*dp_.fsdp, c.has_embedding, c.has_head);
   else if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
   if (m_.chunks->num_chunks() > 1 || a_.schedule == "zb-h1") {
     // Interleaved or split (ZB-H1's one chunk): each chunk's blocks, ends and
