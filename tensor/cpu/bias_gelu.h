@@ -2,7 +2,7 @@
 //   h [M, N] = acc + b     (rounded to T, kept for GELU's backward)
 //   y [M, N] = gelu(h)     (kernels::gelu, the readable reference)
 // where linear then gelu took two (linear's bias pass over all of h, then gelu
-// reading h back: the MLP's [B T, 4C] is 2 MB in the small GPT, a core's L2).
+// reading h back: the MLP's [B T, 4C] is 2 MB in the small GPT).
 // The same two roundings in the same order, so the bits are those of
 // gelu(linear(x, w, b)) (tests/test_fast_paths.cpp, LinearGelu). Small GPT at
 // AVX2: -0.2 ms a step (bench/README.md, issue 47).
