@@ -28,7 +28,8 @@ struct Linear : Layer {
   }
 
   // gelu(forward(x)) as one op (autograd::linear_gelu): the same graph and
-  // numbers on the CPU; on a GPU under fast kernels, one cuBLASLt call.
+  // numbers on the CPU (there the bias and GELU in one sweep after the GEMM);
+  // on a GPU under fast kernels, one cuBLASLt call.
   Tensor forward_gelu(const Tensor& x) {
     LOOM_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: input ", x.shape(), " does not end in ",
                weight.size(1), " features (weight ", weight.shape(), ")");

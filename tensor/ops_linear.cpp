@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tensor/cpu/bias_gelu.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/gemm_bf16.h"
@@ -140,13 +141,26 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return reshape(to(out, x.dtype()), with_last(x.shape(), N));
 }
 
-// The CPU runs the two ops as they are, so a model that calls linear_gelu
-// gives the bits (and the profile entries) of gelu(linear(x, w, b)).
+// On the CPU: the GEMM without its bias, then one sweep adds the bias and
+// applies GELU (cpu/bias_gelu.h) where linear's bias pass and gelu took two;
+// the bits are those of gelu(linear(x, w, b)). bf16 (its bias goes in before
+// the GEMM) and K = 0 run the two ops as they are.
 LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_linear("linear_gelu", x, w, b);
   if (x.device().is_cuda()) return cuda::linear_gelu(x, w, b);  // one cuBLASLt call under fast kernels
-  Tensor h = linear(x, w, b);
-  return {h, gelu(h)};
+  if ((x.dtype() != kFloat32 && x.dtype() != kFloat64) || x.size(-1) == 0) {
+    Tensor h = linear(x, w, b);
+    return {h, gelu(h)};
+  }
+  Tensor h = linear(x, w, Tensor());  // [..., N] = x @ wᵀ, fp32 or fp64, contiguous
+  Tensor y = empty(h.shape(), h.dtype());
+  const int64_t N = w.size(0), M = h.numel() / std::max<int64_t>(1, N);
+  profile::Scope prof("bias_gelu fwd", double(M * N), 3.0 * double(M * N) * double(element_size(h.dtype())));
+  Tensor bc = b.defined() ? contiguous(b) : Tensor();
+  LOOM_DISPATCH_COMPUTE(h.dtype(), "linear_gelu", {
+    cpu::bias_gelu(h.data<scalar_t>(), y.data<scalar_t>(), bc.defined() ? bc.data<scalar_t>() : nullptr, M, N);
+  });
+  return {h, y};
 }
 
 LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w, bool need_x, bool need_w,

@@ -117,3 +117,37 @@ TEST(LinearBias, AddedAfterTheGemmIsTheProductPlusTheBias) {
   }
   ops::set_num_threads(before);
 }
+
+// linear_gelu on the CPU: the GEMM without its bias, then one sweep adding the
+// bias and applying GELU (tensor/cpu/bias_gelu.h): h and y the same bits as
+// linear then gelu (the readable ops), fp32 and fp64, with and without a bias,
+// odd sizes (vector tails), the small GPT's fc, and two threads (rows split).
+TEST(LinearGelu, TheOneSweepGivesTheBitsOfLinearThenGelu) {
+  struct Case {
+    Shape x;
+    int64_t n;
+  };
+  const Case cases[] = {{{1, 1}, 1}, {{7, 5}, 3}, {{2, 65, 33}, 70}, {{16, 64, 128}, 512}, {{3, 200, 17}, 129}};
+  const int before = ops::get_num_threads();
+  for (int threads : {1, 2}) {
+    ops::set_num_threads(threads);
+    for (DType dt : {kFloat32, kFloat64}) {
+      for (const Case& c : cases) {
+        for (bool with_bias : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", x [..., " << c.x.back() << "], n " << c.n
+                                            << (with_bias ? ", bias" : ", no bias") << ", threads " << threads);
+          Generator g(uint64_t(c.n * 11 + threads));
+          Tensor x = randn(c.x, g, dt), w = randn({c.n, c.x.back()}, g, dt, 0.0, 0.5), b = randn({c.n}, g, dt);
+          const Tensor bias = with_bias ? b : Tensor();
+          const ops::LinearGeluResult got = ops::linear_gelu(x, w, bias);
+          const Tensor h = ops::linear(x, w, bias);
+          ASSERT_EQ(got.h.shape(), h.shape());
+          ASSERT_EQ(got.y.shape(), h.shape());
+          EXPECT_EQ(got.h.to_vector<double>(), h.to_vector<double>()) << "h";
+          EXPECT_EQ(got.y.to_vector<double>(), ops::gelu(h).to_vector<double>()) << "y";
+        }
+      }
+    }
+  }
+  ops::set_num_threads(before);
+}

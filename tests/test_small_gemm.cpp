@@ -100,11 +100,20 @@ TEST(SmallGemm, CausalSkipsGiveTheReferenceBits) {
   EXPECT_GT(zeros_before, 0);
 }
 
+// The fast transpose (8 x 8 blocks, the edges by the reference) writes every
+// element where the reference does, and nothing past cols x rows: sizes with
+// and without whole blocks, the small GPT's kᵀ (64 x 32, rows 384 apart).
 TEST(SmallGemm, TransposeIntoWritesEveryElement) {
-  const int64_t rows = 13, cols = 5, ldi = 7, ldo = 17;
-  const std::vector<float> in = random(rows * ldi, 7);
-  std::vector<float> out(size_t(cols * ldo), -1.0f);
-  cpu::transpose_into(in.data(), ldi, rows, cols, out.data(), ldo);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(out[c * ldo + r], in[r * ldi + c]);
+  for (int64_t rows : {1, 7, 8, 13, 16, 64})
+    for (int64_t cols : {1, 5, 8, 12, 32, 33}) {
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+      const int64_t ldi = rows == 64 ? 384 : cols + 3, ldo = rows + 2;
+      const std::vector<float> in = random(rows * ldi, uint64_t(rows * 100 + cols));
+      std::vector<float> out(size_t(cols * ldo), -1.0f), want(size_t(cols * ldo), -1.0f);
+      cpu::transpose_into(in.data(), ldi, rows, cols, out.data(), ldo);
+      cpu::transpose_into_reference(in.data(), ldi, rows, cols, want.data(), ldo);
+      EXPECT_EQ(out, want);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(out[c * ldo + r], in[r * ldi + c]) << r << ", " << c;
+    }
 }
