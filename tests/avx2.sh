@@ -25,7 +25,8 @@
 #     a training parity    data parallel and ZeRO-1 against one process
 # Not the whole suite again (CI's time: the normal build runs all of it).
 # -O1: the tests run at a speed near -O3's, and the kernel files compile in a
-# fraction of -O3's time.
+# fraction of -O3's time; the tests' own files at the library's -O1
+# (LOOM_TESTS_OPT empty), as this stage has always built them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -39,7 +40,7 @@ mkdir -p build-clang/.cmake/api/v1/query
 touch build-clang/.cmake/api/v1/query/codemodel-v2
 CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
   -DLOOM_NATIVE=OFF -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DCMAKE_CUDA_ARCHITECTURES=90 -DLOOM_WERROR=ON -DLOOM_WASM=OFF \
-  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${launcher[@]}" > /dev/null
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DLOOM_TESTS_OPT= "${launcher[@]}" > /dev/null
 
 tests=(test_tensor test_tensor_ops test_autograd test_nn test_fast_row_math test_fast_paths test_gemm_bf16 test_attention
        test_flash_attention test_llama_ops test_dropout test_optim test_mixed_precision test_gpt_reference test_small_gemm

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -317,7 +318,10 @@ void check_cross_entropy(double rtol, double atol) {
     EXPECT_LE(worst(lse, ref_lse, rtol, atol), 1.0);
     EXPECT_NEAR(loss / double(N), ref.loss.item<double>(), rtol * 20);
     const Tensor ref_dx = ops::cross_entropy_backward(full({}, 1.0, dtype_of<T>()), xt, tt, ref.lse, ref.count);
-    EXPECT_EQ(dx, ref_dx.template to_vector<T>());  // elementwise, the same expression: the same bits
+    // Elementwise, the same expression: the same value to a few units in the last place. (Not always the
+    // same bits: GCC contracts a * b + c into one FMA inside exp_approx at -O2 and up, where the library
+    // is compiled, and not at this file's -O0, tests/CMakeLists.txt.)
+    EXPECT_LE(worst(dx, ref_dx.template to_vector<T>(), 8 * std::numeric_limits<T>::epsilon(), 1e-300), 1.0);
   }
 }
 
