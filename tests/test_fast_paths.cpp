@@ -89,20 +89,25 @@ TEST(GemmRouting, TheSmallGptsWeightGradientsMatchTheFloat64Product) {
   ops::set_num_threads(before);
 }
 
+// x [..., k] and the output width n of the linear tests below: odd sizes (vector tails), leading dims,
+// the small GPT's fc [16, 64, 128] -> 512.
+namespace {
+struct LinearCase {
+  Shape x;
+  int64_t n;
+};
+const LinearCase kLinearCases[] = {{{1, 1}, 1}, {{7, 5}, 3}, {{2, 65, 33}, 70}, {{16, 64, 128}, 512}, {{3, 200, 17}, 129}};
+}  // namespace
+
 // linear with a bias in fp32: the GEMM with beta = 0, then the bias added to
 // each row (tensor/ops_linear.cpp): the same bits as linear without a bias plus
 // the bias, and x @ wᵀ + b in float64 to fp32 rounding; odd sizes, the small
 // GPT's fc, leading dims, and two threads (rows split between them).
 TEST(LinearBias, AddedAfterTheGemmIsTheProductPlusTheBias) {
-  struct Case {
-    Shape x;
-    int64_t n;
-  };
-  const Case cases[] = {{{1, 1}, 1}, {{7, 5}, 3}, {{2, 65, 33}, 70}, {{16, 64, 128}, 512}, {{3, 200, 17}, 129}};
   const int before = ops::get_num_threads();
   for (int threads : {1, 2}) {
     ops::set_num_threads(threads);
-    for (const Case& c : cases) {
+    for (const LinearCase& c : kLinearCases) {
       SCOPED_TRACE(::testing::Message() << "x [..., " << c.x.back() << "] in " << c.x.size() << " dims, n " << c.n
                                         << ", threads " << threads);
       Generator g(uint64_t(c.n * 7 + threads));
@@ -123,16 +128,11 @@ TEST(LinearBias, AddedAfterTheGemmIsTheProductPlusTheBias) {
 // linear then gelu (the readable ops), fp32 and fp64, with and without a bias,
 // odd sizes (vector tails), the small GPT's fc, and two threads (rows split).
 TEST(LinearGelu, TheOneSweepGivesTheBitsOfLinearThenGelu) {
-  struct Case {
-    Shape x;
-    int64_t n;
-  };
-  const Case cases[] = {{{1, 1}, 1}, {{7, 5}, 3}, {{2, 65, 33}, 70}, {{16, 64, 128}, 512}, {{3, 200, 17}, 129}};
   const int before = ops::get_num_threads();
   for (int threads : {1, 2}) {
     ops::set_num_threads(threads);
     for (DType dt : {kFloat32, kFloat64}) {
-      for (const Case& c : cases) {
+      for (const LinearCase& c : kLinearCases) {
         for (bool with_bias : {true, false}) {
           SCOPED_TRACE(::testing::Message() << dtype_name(dt) << ", x [..., " << c.x.back() << "], n " << c.n
                                             << (with_bias ? ", bias" : ", no bias") << ", threads " << threads);
