@@ -22,6 +22,11 @@ namespace loom::optim {
 
 namespace {
 
+// The step's ids and targets, int64, on every rank; under --cp also each micro-batch's zig-zag copies.
+double step_token_bytes(const ActivationCase& c, const Sizes& z) {
+  return 2 * double(c.batch_tokens) * 8 + ring_token_bytes(c, z);
+}
+
 // What one micro-batch keeps until its backward: per block and around the blocks.
 ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   const double N = z.N, h = z.h, t = z.t, s = z.s, unit = z.unit, local = z.local, stats = z.stats;
@@ -55,8 +60,7 @@ ActivationPrediction kept(const ActivationCase& c, Sizes& z) {
   z.logits = N * z.V / t * 4;
   z.head = c.has_head ? unit + stats + z.logits + (c.tp > 1 ? 2 : 1) * N * 4 : 0;
   p.per_micro_batch = double(c.blocks) * p.per_block + local + embedding + z.head;
-  // The step's ids and targets, int64, on every rank (under --cp also each micro-batch's zig-zag copies).
-  p.tokens = 2 * double(c.batch_tokens) * 8 + ring_token_bytes(c, z);
+  p.tokens = step_token_bytes(c, z);
   // The head's wte gradient waits for the embedding's where one rank holds both ends of the tied wte.
   z.wte_grad = c.tied && c.has_head && c.has_embedding ? z.V / t * h * z.e : 0;
   return p;
@@ -172,7 +176,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   const double sent = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
                       double(c.element_bytes);
   ActivationPrediction p;
-  p.tokens = 2 * double(c.batch_tokens) * 8 + ring_token_bytes(c, Sizes(c));  // every micro-batch's copies (--cp)
+  p.tokens = step_token_bytes(c, Sizes(c));  // every micro-batch's copies (--cp), not one chunk's
   std::vector<bool> ran(chunks.size(), false);  // chunk k's backward (split: its W) has run: its .grad tensors are alive
   bool sending = false;
   double kept = 0;

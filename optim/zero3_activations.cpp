@@ -8,44 +8,6 @@
 
 namespace loom::optim {
 
-namespace {
-
-// A pipeline stage's units (zero3_held below, the stage without the embedding, the head or both): the
-// layers the stage holds, no head layer where it has none (its last block is the last layer), and no layer
-// before its first block where it has no embedding.
-Zero3Held stage_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head) {
-  Zero3Held z;
-  z.on = true, z.prefetch = fsdp.options().prefetch;
-  const auto& units = fsdp.units();
-  const size_t n = fsdp.num_layers();
-  auto gathered = [&](size_t l) {
-    double b = 0;
-    for (size_t u : fsdp.layer_units(l)) b += double(units[u].full.nbytes());
-    return b;
-  };
-  auto reduce = [&](size_t u) { return 4.0 * double(units[u].full.numel()) * (1 + 1.0 / units[u].group->size()); };
-  const size_t blocks = n - (has_head ? 1 : 0) - (has_embedding ? 1 : 0);
-  const size_t last = n - (has_head ? 2 : 1);  // the stage's last block (if it has one)
-  if (has_head) {
-    z.head = gathered(n - 1);
-    if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);  // the head layer's own unit (ln_f)
-    for (size_t u : fsdp.layer_units(n - 1))  // the tied wte's copy: a unit of its own, after the layers'
-      if (u >= n) z.head_own += double(units[u].full.nbytes()), z.head_own_reduce += reduce(u);
-  }
-  if (has_embedding) z.first = gathered(0);
-  if (blocks == 0) return z;
-  z.last_block = gathered(last);
-  for (size_t u : fsdp.layer_units(last))
-    if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit
-  if (last >= 1) z.before_last = gathered(last - 1);  // on this stage: a block, or the embedding
-  if (blocks < 2) return z;
-  // --recompute full: the block before the last reruns beside the last block's reduce-scatter in flight.
-  z.block_reduce = reduce(last), z.earlier_block = gathered(last - 1), z.before_earlier = last >= 2 ? gathered(last - 2) : 0;
-  return z;
-}
-
-}  // namespace
-
 Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   const Zero3Held& u = c.zero3;
   // One process's .grad tensors at each moment (fp32, every layer's whose backward has run; no earlier
@@ -87,10 +49,12 @@ Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_em
   Zero3Held z;
   z.on = true, z.prefetch = fsdp.options().prefetch;
   const auto& units = fsdp.units();
-  const size_t n = fsdp.num_layers();  // [embedding, blocks, head], the ends only on the stages holding them
+  // [embedding, blocks, head]; a pipeline stage holds its own layers: the embedding only on the first,
+  // the head only on the last (its last block is then the last layer).
+  const size_t n = fsdp.num_layers();
+  const size_t blocks = n - (has_head ? 1 : 0) - (has_embedding ? 1 : 0), last = n - (has_head ? 2 : 1);
   auto bytes = [&](size_t u) { return double(units[u].full.nbytes()); };
-  if (!has_embedding || !has_head) return stage_held(fsdp, has_embedding, has_head);
-  // Read by a later layer (the head, the tied wte): gathered from its forward to that layer's backward.
+  // Read by a later layer (the head, the tied wte on one stage): gathered from its forward to that layer's backward.
   std::vector<bool> held(units.size(), false);
   for (size_t u = 0; u < n; ++u)
     if (fsdp.read_by_a_later_layer(u)) held[u] = true, z.held += bytes(u);
@@ -101,14 +65,21 @@ Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_em
   };
   // A unit's reduce-scatter: its flattened fp32 gradient [P] and the shard it reduces into [P / group].
   auto reduce = [&](size_t u) { return 4.0 * double(units[u].full.numel()) * (1 + 1.0 / units[u].group->size()); };
-  z.head = gathered(n - 1), z.first = gathered(0);
-  if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);
-  if (n < 3) return z;
-  z.last_block = gathered(n - 2), z.before_last = gathered(n - 3);
-  for (size_t u : fsdp.layer_units(n - 2))
-    if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit (no pipeline: no other own unit)
-  if (n < 4) return z;
-  z.block_reduce = reduce(n - 2), z.earlier_block = gathered(n - 3), z.before_earlier = gathered(n - 4);
+  if (has_embedding) z.first = gathered(0);
+  if (has_head) {
+    z.head = gathered(n - 1);
+    if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);  // the head layer's own unit (ln_f)
+    for (size_t u : fsdp.layer_units(n - 1))  // a last stage's tied wte copy: a unit of its own, after the layers'
+      if (u >= n) z.head_own += bytes(u), z.head_own_reduce += reduce(u);
+  }
+  if (blocks == 0) return z;
+  z.last_block = gathered(last);
+  for (size_t u : fsdp.layer_units(last))
+    if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit
+  if (last >= 1) z.before_last = gathered(last - 1);  // a block, or the embedding
+  if (blocks < 2) return z;
+  // --recompute full: the block before the last reruns beside the last block's reduce-scatter in flight.
+  z.block_reduce = reduce(last), z.earlier_block = gathered(last - 1), z.before_earlier = last >= 2 ? gathered(last - 2) : 0;
   return z;
 }
 
