@@ -19,6 +19,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 root=${ROOT:-/var/tmp/loom-bare-bookworm}
 out=${OUT:-out/bare}
+case $out in /*) echo "rehearse_bare.sh: OUT=$out must be a path inside the repository (the chroot sees it as /repo/OUT)" >&2; exit 2;; esac
 cuda_lib=$(dirname "$(readlink -f /usr/local/cuda/lib/libcudart.so.13 2> /dev/null || find /usr/local/cuda*/ -name 'libcudart.so.13' | head -n 1)")
 [ "$(id -u)" = 0 ] || { echo "rehearse_bare.sh: needs root (chroot and mounts)" >&2; exit 2; }
 [ -f build-gpu-bundle/loom-gpu-bundle.tar.xz ] || { echo "rehearse_bare.sh: no bundle (bash tests/cuda/build_bundle.sh first)" >&2; exit 2; }
