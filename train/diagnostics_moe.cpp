@@ -15,7 +15,9 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
   if (!routed_rows || moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches) ||
       (c.micro_batches == 1 && !rerun_rows))
     return optim::predict_activations(c).total;
-  if (c_.cfg.moe.capacity_factor > 0 && pgm_.pp_size > 1) return pipeline_rows_walk(moe, c);
+  // A pipeline stage holds several micro-batches at once, each with its own rows (reading one micro-batch's
+  // for all in flight was 0.2% over on stage 0 under --ep 2 --pp 2, a capacity more).
+  if (pgm_.pp_size > 1 && !rerun_rows) return pipeline_rows_walk(moe, c);
   // --ep or a capacity with --grad-accum: each micro-batch routes its own rows (to this rank's experts; kept
   // by the capacity), so the peak is that of the micro-batch whose rows cost most (the first one without the
   // later ones' .grad tensors).
@@ -57,11 +59,13 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
   return most;
 }
 
-// A capacity on a pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows, so this
-// adds up those in flight at each forward's (U) and each backward's moments (in_flight x one's kept, where every
-// micro-batch routes alike). 1F1B runs F_q after B_{q-k} with the k - 1 before it in flight (k = c.in_flight)
-// and B_i with i..i+k-1 in flight; AFAB every forward first (k = m). The first backward, and the forwards before
-// it, see no earlier micro-batch's .grad tensors nor a sent gradient (predict_activations' first clause).
+// A capacity or --ep on a pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows
+// (kept; received by this rank's experts), so this adds up those in flight at each forward's (U) and each
+// backward's moments (in_flight x one's kept, where every micro-batch routes alike). Under ZeRO-3 each moment
+// counts the stage's units too (zero3_activations.h), which every micro-batch gathers alike. 1F1B runs F_q
+// after B_{q-k} with the k - 1 before it in flight (k = c.in_flight) and B_i with i..i+k-1 in flight; AFAB
+// every forward first (k = m). The first backward, and the forwards before it, see no earlier micro-batch's
+// .grad tensors nor a sent gradient (predict_activations' first clause).
 double Diagnostics::pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c) const {
   const size_t m = size_t(c.micro_batches), k = size_t(c.in_flight);
   std::vector<optim::ActivationPrediction> first, later;  // [micro-batch]: alone, and after B_0
