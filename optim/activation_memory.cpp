@@ -101,6 +101,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     earlier.blocks -= 1;
     earlier.zero3.head_reduce = c.zero3.block_reduce, earlier.zero3.block_reduce = 0;
     earlier.zero3.last_block = c.zero3.earlier_block, earlier.zero3.before_last = c.zero3.before_earlier;
+    earlier.zero3.resident = c.zero3.resident_rerun;
     const ActivationPrediction e = predict_activations(earlier);
     if (e.total > p.total) p.total = e.total, p.backward_extra = e.backward_extra;
   }

@@ -52,6 +52,8 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     if (at.zero3.on && l + 1 < moe.size()) {  // ZeRO-3: beside the next block's reduce-scatter, l - 1 prefetched
       at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
       at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
+      // without reshard after forward: the embedding's and the blocks' before l - 1, gathered since their forward
+      at.zero3.resident = c.zero3.reshard_after_forward || l == 0 ? 0 : c.zero3.first + double(l - 1) * c.zero3.earlier_block;
     }
     at.zero3.block_reduce = 0;  // this walk is the earlier blocks' count
     most = std::max(most, optim::predict_activations(at).total);
