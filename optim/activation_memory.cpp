@@ -84,12 +84,17 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   // later ones run backward with its whole in-flight set): the first one's
   // .grad tensors are all alive (grad_bytes), and on a pipeline stage after
   // the first the gradient it sent back may still be in flight (an isend:
-  // whether it is depends on when the previous stage receives it).
+  // whether it is depends on when the previous stage receives it). Under
+  // ZeRO-3 every micro-batch gathers and reduce-scatters alike, its units
+  // beside each moment as in the first (the later ones' were left out: a
+  // last stage measured one [b, s, h] above the formula when that isend
+  // was still in flight at its second backward's peak).
   if (double(c.micro_batches) > c.in_flight) {
     const double alive = double(c.grad_bytes) + (c.pp_stage && !c.has_embedding ? z.local : 0);
-    p.backward_moments = std::max(p.backward_moments, std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0,
-                                                                m.ln_2, m.attention, m.rerun_collective,
-                                                                m.moe_rerun}) + alive);
+    const double later = c.zero3.on ? p.backward_moments
+                                    : std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0, m.ln_2,
+                                                m.attention, m.rerun_collective, m.moe_rerun});
+    p.backward_moments = std::max(p.backward_moments, later + alive);
     p.forward_extra += alive;
   }
   p.backward_extra = std::max(p.backward_moments, p.forward_extra);
