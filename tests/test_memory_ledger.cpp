@@ -301,11 +301,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // the first block's rerun, beside the second block's reduce-scatter in flight
                       Mode{"dp2_bf16_zero3_full", 2, "--dp 2 --batch 8 --zero 3 --recompute full --dtype bf16", 9.0,
                            true, 0, kExact},
-                      // without reshard after forward every earlier layer's units too, gathered since their forward
-                      Mode{"dp2_fp32_zero3_no_reshard_full", 2,
-                           "--dp 2 --batch 8 --zero 3 --zero3-reshard-after-forward off --layers 4 --recompute full "
-                           "--steps 2",
-                           8.0, true, 0, kExact},
+                      // without reshard after forward every earlier layer's units too, gathered since their
+                      // forward; the block before the last reruns beside each micro-batch's stage output
+                      Mode{"dp2_pp2_fp32_zero3_no_reshard_full", 4,
+                           "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --zero3-reshard-after-forward off "
+                           "--layers 6 --recompute full --steps 2",
+                           8.0, true, 8 * 16 * 32 * 4, kExact},
                       // ZeRO-2 (memory_report.h): 4 + grads + 8 / dp, grads = 4 (N + pad) / dp + 8 B, with
                       // N = 403968 (--embd 128) and B = 65536, the MLP's c_fc weight: larger than the cap
                       // (0.1 MiB, 26214 elements), a bucket of its own. ZeRO-1's grads are 4 bytes a param;

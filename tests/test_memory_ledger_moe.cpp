@@ -118,9 +118,9 @@ namespace {
 // Every rank of a run against the formula: comm (the buckets' padding) to the byte, and params and
 // grads the formula's plus that padding, to the byte: the grad buffers' (ZeRO-2's shards have theirs in
 // the grads formula) and under ZeRO the param buffers'; so params alone at ZeRO 0, grads alone at ZeRO-2.
-// The optimizer state within 1% (AdamW's step counters; a shard holding padding has less state).
-// Activations to the byte but the loss's scalars (and a pipeline send's 80-byte header), or less the
-// input gradient a stage sent (`sent`) when its isend completed first.
+// The optimizer state within 1% (AdamW's step counters; a shard holding padding has less state). Activations
+// to the byte but the loss's scalars (and a pipeline send's 80-byte header), or less the input gradient a stage
+// sent (`sent`) when its isend completed first.
 struct RankCase {
   const char* name;
   int ranks;
@@ -264,9 +264,8 @@ TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
       {"moe_ledger_dp2_zero3_full", 2, kLaptop + " --dp 2 --zero 3 --recompute full", 0, 0, 3},
       {"moe_ledger_dp2_ep2_zero3_full_bf16", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --recompute full --dtype bf16", 0, 0, 3},
       {"moe_ledger_dp2_ep2_pp2_zero3", 4, kLaptop + " --dp 2 --ep 2 --pp 2 --zero 3", 0, 16 * 32 * 64 * 4, 3, true, 2},
-      {"moe_ledger_dp2_ep2_zero3_no_reshard_full", 2,
-       kLaptop + " --dp 2 --ep 2 --zero 3 --zero3-reshard-after-forward off --layers 4 --recompute full --embd 32 --heads 2",
-       0, 0, 3}};
+      {"moe_ledger_dp2_ep2_zero3_no_reshard_full", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --zero3-reshard-after-forward "
+       "off --layers 4 --recompute full --embd 32 --heads 2", 0, 0, 3}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
@@ -286,7 +285,8 @@ TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {4, " --dp 2 --pp 2 --zero 3 --schedule zb-h1",
        "--memory-report with --experts 4 and --zero 3 --pp 2 --schedule zb-h1: "},
-      {4, " --dp 2 --pp 2 --zero 3 --recompute full", "--memory-report with --experts 4 and --zero 3 --pp 2 --recompute full: "},
+      {4, " --dp 2 --ep 2 --pp 2 --zero 3 --recompute full",
+       "--memory-report with --experts 4 and --zero 3 --pp 2 --recompute full --ep 2: "},
       {2, " --pp 2 --schedule zb-h1 --capacity-factor 1.5",
        "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
       {2, " --pp 2 --recompute full --capacity-factor 1.5",
