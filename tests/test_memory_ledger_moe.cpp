@@ -180,7 +180,7 @@ constexpr int64_t kShared = 2 * 3 * 88 * 64;
 // dispatch received, the costliest block's the peak; C 32 bf16: the unsort's backward, (K), on rank 1) and
 // --pp 2 too, where the last stage measures the formula less the gradient it sent when that isend completed
 // first (optim/activation_memory.h); with a capacity, each micro-batch in flight keeps its own rows (stage 0
-// holds two: train/diagnostics_moe.cpp's walk).
+// holds two: train/diagnostics_moe.cpp's walk), under --recompute full each one's reruns too (two blocks a stage).
 TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
   const int64_t whole = ledger("moe_ledger_ep1", kLaptop)["num_params"];
   const RankCase cases[] = {
@@ -195,7 +195,8 @@ TEST(MoELedger, ExpertParallelRanksAreTheFormulas) {
       {"moe_ledger_dp2_ep2_shared", 2, kLaptop + " --dp 2 --ep 2 --shared-experts 1", whole - kExperts / 2 + kShared},
       {"moe_ledger_dp2_ep2_capacity_wide", 2, kLaptop + " --dp 2 --ep 2 --capacity-factor 1.0 --mlp-hidden 512"},
       {"moe_ledger_pp2", 2, kLaptop + " --pp 2", 0, 16 * 32 * 64 * 4},
-      {"moe_ledger_pp2_capacity", 2, kLaptop + " --pp 2 --capacity-factor 0.8", 0, 16 * 32 * 64 * 4, 0, true},
+      {"moe_ledger_pp2_capacity_full", 2, kLaptop + " --pp 2 --capacity-factor 0.8 --recompute full --layers 4", 0,
+       16 * 32 * 64 * 4, 0, true},
       {"moe_ledger_pp2_m4_capacity", 2, kLaptop + " --pp 2 --microbatches 4 --batch 4 --capacity-factor 0.8", 0,
        4 * 32 * 64 * 4, 0, true}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
@@ -264,8 +265,8 @@ TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
       {"moe_ledger_dp2_zero3_full", 2, kLaptop + " --dp 2 --zero 3 --recompute full", 0, 0, 3},
       {"moe_ledger_dp2_ep2_zero3_full_bf16", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --recompute full --dtype bf16", 0, 0, 3},
       {"moe_ledger_dp2_ep2_pp2_zero3", 4, kLaptop + " --dp 2 --ep 2 --pp 2 --zero 3", 0, 16 * 32 * 64 * 4, 3, true, 2},
-      {"moe_ledger_dp2_ep2_zero3_no_reshard_full", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --zero3-reshard-after-forward "
-       "off --layers 4 --recompute full --embd 32 --heads 2", 0, 0, 3}};
+      {"moe_ledger_dp2_ep2_pp2_zero3_no_reshard_full", 4, kLaptop + " --dp 2 --ep 2 --pp 2 --zero 3 --recompute full "
+       "--zero3-reshard-after-forward off --layers 8 --embd 32 --heads 2 --mlp-hidden 256", 0, 16 * 32 * 32 * 4, 3, true, 2}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
@@ -280,17 +281,15 @@ TEST(MoELedger, ContextParallelRanksAreTheFormulas) {
 }
 
 // What the formula does not count yet is refused, naming the flags, before training: ZeRO-3 or a capacity factor
-// under a pipeline schedule the walk does not follow, or under a pipeline's full recomputation.
+// under a pipeline schedule the walk does not follow (zero-bubble, interleaved).
 TEST(MoELedger, WhatTheFormulaDoesNotCountIsRefused) {
   const std::tuple<int, std::string, std::string> cases[] = {
       {4, " --dp 2 --pp 2 --zero 3 --schedule zb-h1",
        "--memory-report with --experts 4 and --zero 3 --pp 2 --schedule zb-h1: "},
-      {4, " --dp 2 --ep 2 --pp 2 --zero 3 --recompute full",
-       "--memory-report with --experts 4 and --zero 3 --pp 2 --recompute full --ep 2: "},
+      {4, " --dp 2 --pp 2 --zero 3 --virtual-stages 2 --layers 4",
+       "--memory-report with --experts 4 and --zero 3 --pp 2 --virtual-stages 2: "},
       {2, " --pp 2 --schedule zb-h1 --capacity-factor 1.5",
-       "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
-      {2, " --pp 2 --recompute full --capacity-factor 1.5",
-       "--memory-report with --capacity-factor 1.5, --pp 2 and --recompute full: "}};
+       "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "}};
   for (const auto& [ranks, flags, want] : cases) {
     const Result r = train("moe_ledger_refused", ranks, kLaptop + flags + " --memory-report --steps 1", false);
     EXPECT_NE(r.status, 0) << flags;

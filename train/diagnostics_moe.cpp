@@ -26,6 +26,8 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
     optim::ActivationCase one = c;
     micro_batch_routing(moe, one, j);
     if (j == 0) one.micro_batches = 1;
+    // A pipeline stage (1F1B, AFAB): micro-batch j's backward with j..j+k-1 in flight (k = c.in_flight).
+    if (pgm_.pp_size > 1) one.in_flight = std::min(c.in_flight, double(c.micro_batches) - double(j));
     most = std::max(most, rerun_rows ? costliest_rerun(moe, one, j) : optim::predict_activations(one).total);
   }
   return most;
@@ -36,7 +38,10 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
 // go, their .grad tensors (if any) alive - and the earlier ones' inputs kept: the formula's last block of
 // l + 1 blocks (rerun_blocks_after past it). Its forward is the same count, the head's moments less than
 // the whole stage's: the costliest block's is the peak (under ep not always the last: its experts may have
-// received fewer rows). (One stage only: a pipeline with --recompute full and a capacity is refused.)
+// received fewer rows). On a pipeline stage without the head that count leaves out the output gradient the
+// stage received (held until the micro-batch's backward returns) and, in each other micro-batch in flight,
+// the inputs of the blocks past l: ((k - 1) past + 1) [b, s, h] (measured at dp 2 ep 2 pp 2, two to four
+// blocks a stage). (A pipeline with --recompute full and a capacity is refused.)
 double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c,
                                     size_t micro_batch) const {
   double most = 0;
@@ -56,7 +61,11 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
       at.zero3.resident = c.zero3.reshard_after_forward || l == 0 ? 0 : c.zero3.first + double(l - 1) * c.zero3.earlier_block;
     }
     at.zero3.block_reduce = 0;  // this walk is the earlier blocks' count
-    most = std::max(most, optim::predict_activations(at).total);
+    const double input = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
+                         double(c.element_bytes);  // [b, s, h], sharded under SP
+    const double past = double(at.rerun_blocks_after), others = at.in_flight - 1;
+    const double held = c.pp_stage && !c.has_head && past > 0 ? (others * past + 1) * input : 0;
+    most = std::max(most, optim::predict_activations(at).total + held);
   }
   return most;
 }
