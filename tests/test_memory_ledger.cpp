@@ -302,7 +302,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_bf16_zero3_full", 2, "--dp 2 --batch 8 --zero 3 --recompute full --dtype bf16", 9.0,
                            true, 0, kExact},
                       // without reshard after forward every earlier layer's units too, gathered since their
-                      // forward; the block before the last reruns beside each micro-batch's stage output
+                      // forward; the block before the last reruns beside the gradient the stage received and
+                      // the other micro-batch's last block input (optim/activation_memory.cpp)
                       Mode{"dp2_pp2_fp32_zero3_no_reshard_full", 4,
                            "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --zero3-reshard-after-forward off "
                            "--layers 6 --recompute full --steps 2",
