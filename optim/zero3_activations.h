@@ -38,9 +38,9 @@
 // is resharded only after its backward: from the last block's forward on,
 // every layer's units before it are gathered too (at (U) and the head's
 // moments the last block's and the one before's whether prefetched or not;
-// in a block's backward the one before it and all earlier ones). On one
-// stage: a pipeline's later micro-batches gather again what an earlier
-// backward resharded, which this does not follow (train/checks.cpp refuses it).
+// in a block's backward the one before it and all earlier ones). Under a
+// pipeline each micro-batch's forward gathers again what the backward before
+// it resharded, so its backward sees the same (the drain's, fewer).
 // Under --recompute full the block before the last reruns beside the last
 // block's reduce-scatter, [P_b] + [P_b / dp] fp32, far larger than the head's:
 // with one input fewer kept, its rerun is the peak (predict_activations counts

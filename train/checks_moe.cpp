@@ -85,13 +85,13 @@ void check_moe_flags(const Args& a) {
   // (zb-h1: +3.7% to +17.5%) or interleaved schedules (-0.2% to -1.6%), whose walks follow neither ZeRO-3's
   // units nor each micro-batch's rows.
   const bool walked = a.virtual_stages == 1 && (a.schedule == "1f1b" || a.schedule == "afab");
-  const std::string order = a.virtual_stages > 1 ? str("--virtual-stages ", a.virtual_stages) : "--schedule " + a.schedule;
+  const std::string order =
+      a.virtual_stages > 1 ? str("--virtual-stages ", a.virtual_stages) : "--schedule " + a.schedule;
   const std::string zero3_pp = str("--zero 3 --pp ", a.pp, " ", order);
   LOOM_CHECK(!a.memory_report || a.zero != 3 || a.pp == 1 || walked,
              "--memory-report with --experts ", a.experts, " and ", zero3_pp, ": the experts' formula is measured on "
              "one process and under --dp, --ep, ZeRO-1/2/3, --tp, --pp (ZeRO-3: 1F1B or AFAB), --cp and "
-             "recomputation (tests/test_memory_ledger_moe.cpp); drop ", zero3_pp,
-             " or --memory-report");
+             "recomputation (tests/test_memory_ledger_moe.cpp); drop ", zero3_pp, " or --memory-report");
   // --capacity-factor: each block's rows are the ones its routing kept, read from each micro-batch (nn/moe.h's
   // loads; --grad-accum: the costliest micro-batch's peak; --recompute full: the costliest block's rerun; a
   // 1F1B or AFAB pipeline: its in-flight micro-batches' own rows, walked, under --recompute full each

@@ -41,7 +41,7 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
 // received fewer rows). On a pipeline stage without the head that count leaves out the output gradient the
 // stage received (held until the micro-batch's backward returns) and, in each other micro-batch in flight,
 // the inputs of the blocks past l: ((k - 1) past + 1) [b, s, h] (measured at dp 2 ep 2 pp 2, two to four
-// blocks a stage). (A pipeline with --recompute full and a capacity is refused.)
+// blocks a stage, and with a capacity).
 double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c,
                                     size_t micro_batch) const {
   double most = 0;
@@ -58,7 +58,8 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
       at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
       at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
       // without reshard after forward: the embedding's and the blocks' before l - 1, gathered since their forward
-      at.zero3.resident = c.zero3.reshard_after_forward || l == 0 ? 0 : c.zero3.first + double(l - 1) * c.zero3.earlier_block;
+      const double before = l == 0 ? 0 : c.zero3.first + double(l - 1) * c.zero3.earlier_block;
+      at.zero3.resident = c.zero3.reshard_after_forward ? 0 : before;
     }
     at.zero3.block_reduce = 0;  // this walk is the earlier blocks' count
     const double input = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
