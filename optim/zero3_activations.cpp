@@ -19,18 +19,21 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   const double scale = z.e / 4, head_grads = g.ln_f + (c.has_head ? (c.rmsnorm ? 1 : 2) * z.h * 4 : 0);
   auto block_grads = [&](double grads) { return (grads - head_grads) * scale; };
   const double next = u.prefetch ? 1 : 0;  // the unit prefetched beside the one computing
+  // Without reshard after forward the blocks' units are all still gathered from their forward (kept).
+  const double kept = u.reshard_after_forward ? 0 : 1, ahead = next * (1 - kept);
+  const double resident = kept * (u.before_last + u.resident);
   Moments m;
-  m.forward = u.held + u.last_block + next * u.head;
+  m.forward = u.held + u.last_block + next * u.head + resident;
   if (c.has_head) {
     // (A): the loss's backward runs before the head layer's (which prefetches the last block), and (A) is
     // the larger of the two: at.head = max(loss's, head linear's).
-    const double head = u.held + u.head;
-    m.head = head + std::max(0.0, at_head_linear(c, z) + next * u.last_block - at.head);
-    m.ln_f = head + next * u.last_block +  // + the head linear's .grad, or the own unit's reduce-scatter in its place
+    const double head = u.held + u.head + resident + kept * u.last_block;
+    m.head = head + std::max(0.0, at_head_linear(c, z) + ahead * u.last_block - at.head);
+    m.ln_f = head + ahead * u.last_block +  // + the head linear's .grad, or the own unit's reduce-scatter in its place
              (u.head_own_reduce > 0 ? u.head_own_reduce - u.head_own : g.ln_f * scale);
   }
   if (c.blocks == 0) return m;
-  const double in_block = u.held + u.last_block + next * u.before_last + u.head_reduce;
+  const double in_block = u.held + u.last_block + ahead * u.before_last + resident + u.head_reduce;
   m.block = in_block + block_grads(g.block);
   m.gate = in_block + block_grads(g.gate);
   m.moe_rerun = in_block + block_grads(g.block);
@@ -47,7 +50,7 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
 
 Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head) {
   Zero3Held z;
-  z.on = true, z.prefetch = fsdp.options().prefetch;
+  z.on = true, z.prefetch = fsdp.options().prefetch, z.reshard_after_forward = fsdp.options().reshard_after_forward;
   const auto& units = fsdp.units();
   // [embedding, blocks, head]; a pipeline stage holds its own layers: the embedding only on the first,
   // the head only on the last (its last block is then the last layer).
@@ -77,6 +80,8 @@ Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_em
   for (size_t u : fsdp.layer_units(last))
     if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit
   if (last >= 1) z.before_last = gathered(last - 1);  // a block, or the embedding
+  for (size_t l = 0; !z.reshard_after_forward && l + 2 <= last; ++l)  // gathered since their forward
+    z.resident += gathered(l), z.resident_rerun += l + 3 <= last ? gathered(l) : 0;
   if (blocks < 2) return z;
   // --recompute full: the block before the last reruns beside the last block's reduce-scatter in flight.
   z.block_reduce = reduce(last), z.earlier_block = gathered(last - 1), z.before_earlier = last >= 2 ? gathered(last - 2) : 0;

@@ -34,6 +34,13 @@
 //   (E), (C), and the reruns       the same; under --ep its experts' reduce-scatter
 //                                  in the head's place, their .grad gone
 // + the held units throughout. Without prefetch no second unit is gathered.
+// Without reshard after forward (FSDP2's reshard_after_forward=False) a unit
+// is resharded only after its backward: from the last block's forward on,
+// every layer's units before it are gathered too (at (U) and the head's
+// moments the last block's and the one before's whether prefetched or not;
+// in a block's backward the one before it and all earlier ones). Under a
+// pipeline each micro-batch's forward gathers again what the backward before
+// it resharded, so its backward sees the same (the drain's, fewer).
 // Under --recompute full the block before the last reruns beside the last
 // block's reduce-scatter, [P_b] + [P_b / dp] fp32, far larger than the head's:
 // with one input fewer kept, its rerun is the peak (predict_activations counts
@@ -52,6 +59,11 @@ namespace loom::optim {
 struct Zero3Held {
   bool on = false;
   bool prefetch = true;       // the next unit gathered while this one computes
+  // --zero3-reshard-after-forward off: each layer's units stay gathered from its forward to its backward, so
+  // at every moment those of the layers before the one before the last block too (resident; under
+  // --recompute full, the earlier block's rerun: before the one before it, resident_rerun).
+  bool reshard_after_forward = true;
+  double resident = 0, resident_rerun = 0;
   double held = 0;            // units gathered through the step (the tied wte's, read by the head)
   double head = 0;            // the head layer's units (but the held ones), full, model dtype
   double last_block = 0;      // the last block's units (under --ep its experts' unit too)

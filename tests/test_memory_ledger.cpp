@@ -9,7 +9,8 @@
 // Communication buffers (the buckets' padding, memory_report.h): measured =
 // formula exactly. Activations' peak (optim/activation_memory.h): within
 // kActivationTolerance (1%), less on a pipeline's last stage the gradient
-// whose isend may have completed (Mode::sent; the measured gaps are below).
+// whose isend may have completed (Mode::sent; the measured gaps are below),
+// more by the first send's 80-byte header while it is held.
 // Interleaved 1F1B walks the rank's schedule (predict_activations_interleaved).
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
+#include "parallel/pipeline_parallel/send_release.h"
 #include "tests/train_gpt_run.h"
 
 using namespace loom;
@@ -49,9 +51,6 @@ struct Mode {
                            // an isend that may or may not have completed at the stage's peak
   double tolerance = kActivationTolerance;  // measured / formula - 1, either way; kExact for the
                                             // modes that check each term of the formula
-  double early = 0;  // ZeRO-3 under --pp: one [b, s, h] more on a last-stage rank at some runs' peak (CI's
-                     // cold run, 2026-12-07: rank 3 of dp2_pp2_bf16_zero3 +8192 B where rank 2 had +8; here
-                     // dp2_pp2_fp32_zero3's rank 3 +16384 in one run of three: a timing, not traced yet)
 };
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name << ": " << m.args; }
@@ -255,7 +254,9 @@ TEST_P(MemoryLedger, MeasuredEqualsTheFormulaOnEveryRank) {
     ASSERT_GT(act_formula, 0) << m.name;
     std::printf("[ measured ] %-20s rank %d: activations %.0f bytes, formula %.0f (%+.1f%%)\n", m.name,
                 rank["rank"].get<int>(), act, act_formula, 100 * (act / act_formula - 1));
-    EXPECT_LE(act, (act_formula + m.early) * (1 + m.tolerance)) << m.name << " rank " << rank["rank"];
+    // A pipeline's first send on a link holds its 80-byte header until it is known delivered (a timing).
+    const double header = m.sent > 0 ? parallel::kSendHeaderBytes : 0;
+    EXPECT_LE(act, (act_formula + header) * (1 + m.tolerance)) << m.name << " rank " << rank["rank"];
     EXPECT_GE(act, (act_formula - m.sent) * (1 - m.tolerance)) << m.name << " rank " << rank["rank"];
   }
 }
@@ -284,15 +285,29 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
                       Mode{"dp2_fp32_zero3", 2, "--dp 2 --batch 8 --zero 3", 8.0, true, 0, kExact},  // zero3_activations.h
                       // and per stage: stage 0 its embedding's and block's units, the last its block's, the head's
-                      // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward)
+                      // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward),
+                      // in every micro-batch (the later ones' were left out: +16384 B when the sent gradient was
+                      // still in flight at the second backward's peak, one run in eight; prefetch off +3.8%)
                       Mode{"dp2_pp2_fp32_zero3", 4, "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --steps 2", 8.0,
-                           true, 8 * 16 * 32 * 4, kExact, 8 * 16 * 32 * 4},
+                           true, 8 * 16 * 32 * 4, kExact},
                       Mode{"dp2_pp2_bf16_zero3", 4,
                            "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --dtype bf16 --steps 2", 9.0, true,
-                           8 * 16 * 32 * 2, kExact, 8 * 16 * 32 * 2},
+                           8 * 16 * 32 * 2, kExact},
+                      // a last stage of the head alone, without prefetch: its later moments were short the same way
+                      Mode{"dp2_pp2_bf16_zero3_head_stage", 4,
+                           "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --dtype bf16 --layers 1 "
+                           "--zero3-prefetch off --steps 2",
+                           9.0, true, 8 * 16 * 32 * 2, kExact},
                       // the first block's rerun, beside the second block's reduce-scatter in flight
                       Mode{"dp2_bf16_zero3_full", 2, "--dp 2 --batch 8 --zero 3 --recompute full --dtype bf16", 9.0,
                            true, 0, kExact},
+                      // without reshard after forward every earlier layer's units too, gathered since their
+                      // forward; the block before the last reruns beside the gradient the stage received and
+                      // the other micro-batch's last block input (optim/activation_memory.cpp)
+                      Mode{"dp2_pp2_fp32_zero3_no_reshard_full", 4,
+                           "--dp 2 --pp 2 --microbatches 2 --batch 8 --zero 3 --zero3-reshard-after-forward off "
+                           "--layers 6 --recompute full --steps 2",
+                           8.0, true, 8 * 16 * 32 * 4, kExact},
                       // ZeRO-2 (memory_report.h): 4 + grads + 8 / dp, grads = 4 (N + pad) / dp + 8 B, with
                       // N = 403968 (--embd 128) and B = 65536, the MLP's c_fc weight: larger than the cap
                       // (0.1 MiB, 26214 elements), a bucket of its own. ZeRO-1's grads are 4 bytes a param;

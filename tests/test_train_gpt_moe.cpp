@@ -132,8 +132,8 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--capacity-factor 1.0", "--capacity-factor tunes a mixture of experts; it needs --experts E"},
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
-      {kMoE + "--zero 3 --zero3-reshard-after-forward off --memory-report",
-       "--memory-report with --experts 4 and --zero 3 --zero3-reshard-after-forward off: "},
+      {kMoE + "--zero 3 --pp 2 --schedule zb-h1 --memory-report",
+       "--memory-report with --experts 4 and --zero 3 --pp 2 --schedule zb-h1: "},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
        "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"},
       // On a GPU, one process, --dp and --ep only (tests/cuda/); refused before any device is opened.
@@ -150,11 +150,11 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
   // A checkpoint with experts, resumed with no --experts flag: still refused under what the experts refuse.
   ASSERT_EQ(train("moe_ckpt", 1, kMoE + "--batch 4 --stop-at 1").status, 0);
   const Result resumed =
-      train("moe_refused_resume", 1, "--zero 3 --zero3-reshard-after-forward off --memory-report --resume " +
+      train("moe_refused_resume", 2, "--zero 3 --pp 2 --schedule zb-h1 --memory-report --resume " +
                                          checkpoint("moe_ckpt"), false);
   EXPECT_NE(resumed.status, 0);
   EXPECT_NE(resumed.output.find("has 4 experts per block: --memory-report with --experts 4 and --zero 3 "
-                                "--zero3-reshard-after-forward off: "),
+                                "--pp 2 --schedule zb-h1: "),
             std::string::npos) << resumed.output;
   EXPECT_EQ(resumed.output.find("| loss "), std::string::npos) << "trained before refusing:\n" << resumed.output;
 }

@@ -77,31 +77,30 @@ void check_moe_flags(const Args& a) {
   // buffers sharded over expert-dp on each tp rank), and ZeRO-3 on one stage (with --ep too: the units it
   // gathers, the unit's .grad tensors and reduce-scatter in flight at each moment, optim/zero3_activations.h;
   // with --recompute full the block before the last reruns beside the last block's reduce-scatter), and
-  // --cp, dropless (ring attention's out and lse and its backward's buffers: optim/ring_activations.h).
-  // Not yet: ZeRO-3 with --pp (the dense formula reads each stage's units, measured = formula; with experts
-  // under --ep a stage's experts' units are not yet: --dp 2 --ep 2 --pp 2 measured 0.6% to 1.4% under it) or
-  // without reshard after forward (every unit gathered until its backward, beside the activations).
-  const std::pair<std::string, bool> not_measured[] = {
-      {str("--zero 3 --pp ", a.pp), a.zero == 3 && a.pp > 1},
-      {"--zero 3 --zero3-reshard-after-forward off", a.zero == 3 && a.zero3_reshard_after_forward == "off"}};
-  for (const auto& [flag, given] : not_measured)
-    LOOM_CHECK(!a.memory_report || !given, "--memory-report with --experts ", a.experts, " and ", flag,
-               ": the experts' formula is measured on one process and under --dp, --ep, ZeRO-1/2/3 (on one stage), "
-               "--tp, --pp, --cp and recomputation (tests/test_memory_ledger_moe.cpp); drop ", flag, " or --memory-report");
+  // --cp, dropless (ring attention's out and lse and its backward's buffers: optim/ring_activations.h), and
+  // ZeRO-3 with --pp (each stage's own units; under --ep each micro-batch in flight keeps the rows its own
+  // dispatch brought: train/diagnostics_moe.cpp's walk), 1F1B or AFAB, and ZeRO-3 without reshard after
+  // forward (every earlier layer's units still gathered at each moment), under --recompute full too (each
+  // micro-batch's reruns with the micro-batches in flight at its backward). Not yet: ZeRO-3 under zero-bubble
+  // (zb-h1: +3.7% to +17.5%) or interleaved schedules (-0.2% to -1.6%), whose walks follow neither ZeRO-3's
+  // units nor each micro-batch's rows.
+  const bool walked = a.virtual_stages == 1 && (a.schedule == "1f1b" || a.schedule == "afab");
+  const std::string order =
+      a.virtual_stages > 1 ? str("--virtual-stages ", a.virtual_stages) : "--schedule " + a.schedule;
+  const std::string zero3_pp = str("--zero 3 --pp ", a.pp, " ", order);
+  LOOM_CHECK(!a.memory_report || a.zero != 3 || a.pp == 1 || walked,
+             "--memory-report with --experts ", a.experts, " and ", zero3_pp, ": the experts' formula is measured on "
+             "one process and under --dp, --ep, ZeRO-1/2/3, --tp, --pp (ZeRO-3: 1F1B or AFAB), --cp and "
+             "recomputation (tests/test_memory_ledger_moe.cpp); drop ", zero3_pp, " or --memory-report");
   // --capacity-factor: each block's rows are the ones its routing kept, read from each micro-batch (nn/moe.h's
   // loads; --grad-accum: the costliest micro-batch's peak; --recompute full: the costliest block's rerun; a
-  // 1F1B or AFAB pipeline: its in-flight micro-batches' own rows, walked; train/diagnostics_moe.cpp). Not
-  // yet: the interleaved and zero-bubble schedules' walks with each micro-batch's own rows, nor a pipeline
-  // under full recomputation (a stage's earlier block's rerun beside the gradient it received: fp32, two
-  // blocks a stage, measured one [b, s, C] above the formula without a capacity too).
-  const bool walked = a.virtual_stages == 1 && (a.schedule == "1f1b" || a.schedule == "afab");
-  const std::string schedule = a.recompute == "full" ? "--recompute full"
-                               : a.virtual_stages > 1 ? str("--virtual-stages ", a.virtual_stages)
-                                                      : "--schedule " + a.schedule;
-  LOOM_CHECK(!a.memory_report || a.capacity_factor == 0 || a.pp == 1 || (walked && a.recompute != "full"),
-             "--memory-report with --capacity-factor ", a.capacity_factor, ", --pp ", a.pp, " and ", schedule,
-             ": the formula walks each in-flight micro-batch's kept rows through 1F1B and AFAB without full "
-             "recomputation only; drop ", schedule, ", --capacity-factor or --memory-report");
+  // 1F1B or AFAB pipeline: its in-flight micro-batches' own rows, walked, under --recompute full each
+  // micro-batch's reruns beside the gradient its stage received; train/diagnostics_moe.cpp). Not yet: the
+  // interleaved and zero-bubble schedules' walks with each micro-batch's own rows.
+  LOOM_CHECK(!a.memory_report || a.capacity_factor == 0 || a.pp == 1 || walked,
+             "--memory-report with --capacity-factor ", a.capacity_factor, ", --pp ", a.pp, " and ", order,
+             ": the formula walks each in-flight micro-batch's kept rows through 1F1B and AFAB only; drop ", order,
+             ", --capacity-factor or --memory-report");
   // --ep N: N consecutive dp ranks share the experts' compute, E / N experts each (Megatron's layout).
   LOOM_CHECK(a.experts % a.ep == 0, "--ep ", a.ep, " does not divide --experts ", a.experts,
              ": each ep rank computes experts / ep of them");

@@ -215,10 +215,10 @@ double Diagnostics::predicted_activation_bytes() const {
   c.in_flight = optim::micro_batches_in_flight(a_.schedule.c_str(), c.micro_batches, pgm_.pp_size,
                                                pgm_.pp_rank, a_.virtual_stages);
   // ZeRO-3: the stage's gathered units, each unit's .grad tensors and reduce-scatter (zero3_activations.h);
-  // with --pp the stage's own (measured = formula: tests/test_memory_ledger.cpp's pp2 zero3 modes). Not yet
-  // with --pp: --recompute full with two blocks a stage (stage 0 +4.9% bf16, +5.5% fp32), a stage of the head
-  // alone (-10.5%), --zero3-prefetch off (one last-stage rank +3.8%, timing's), interleaved chunks (the .grad
-  // count below); experts refuse it (checks_moe.cpp: with --ep the stage's experts' units differ).
+  // with --pp the stage's own, in every micro-batch (measured = formula, or less the sent gradient:
+  // tests/test_memory_ledger.cpp's pp2 zero3 modes, a stage of the head alone and without prefetch too), and
+  // without reshard after forward every earlier layer's too, under --recompute full as well. Not yet with
+  // --pp: interleaved chunks (the .grad count below); experts refuse it (checks_moe.cpp).
   if (dp_.fsdp && (pgm_.pp_size == 1 || m_.chunks->num_chunks() == 1))
     c.zero3 = optim::zero3_held(*dp_.fsdp, c.has_embedding, c.has_head);
   else if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors

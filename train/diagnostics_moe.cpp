@@ -15,7 +15,9 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
   if (!routed_rows || moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches) ||
       (c.micro_batches == 1 && !rerun_rows))
     return optim::predict_activations(c).total;
-  if (c_.cfg.moe.capacity_factor > 0 && pgm_.pp_size > 1) return pipeline_rows_walk(moe, c);
+  // A pipeline stage holds several micro-batches at once, each with its own rows (reading one micro-batch's
+  // for all in flight was 0.2% over on stage 0 under --ep 2 --pp 2, a capacity more).
+  if (pgm_.pp_size > 1 && !rerun_rows) return pipeline_rows_walk(moe, c);
   // --ep or a capacity with --grad-accum: each micro-batch routes its own rows (to this rank's experts; kept
   // by the capacity), so the peak is that of the micro-batch whose rows cost most (the first one without the
   // later ones' .grad tensors).
@@ -24,6 +26,8 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
     optim::ActivationCase one = c;
     micro_batch_routing(moe, one, j);
     if (j == 0) one.micro_batches = 1;
+    // A pipeline stage (1F1B, AFAB): micro-batch j's backward with j..j+k-1 in flight (k = c.in_flight).
+    if (pgm_.pp_size > 1) one.in_flight = std::min(c.in_flight, double(c.micro_batches) - double(j));
     most = std::max(most, rerun_rows ? costliest_rerun(moe, one, j) : optim::predict_activations(one).total);
   }
   return most;
@@ -34,7 +38,10 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
 // go, their .grad tensors (if any) alive - and the earlier ones' inputs kept: the formula's last block of
 // l + 1 blocks (rerun_blocks_after past it). Its forward is the same count, the head's moments less than
 // the whole stage's: the costliest block's is the peak (under ep not always the last: its experts may have
-// received fewer rows). (One stage only: a pipeline with --recompute full and a capacity is refused.)
+// received fewer rows). On a pipeline stage without the head that count leaves out the output gradient the
+// stage received (held until the micro-batch's backward returns) and, in each other micro-batch in flight,
+// the inputs of the blocks past l: ((k - 1) past + 1) [b, s, h] (measured at dp 2 ep 2 pp 2, two to four
+// blocks a stage, and with a capacity).
 double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c,
                                     size_t micro_batch) const {
   double most = 0;
@@ -50,18 +57,27 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     if (at.zero3.on && l + 1 < moe.size()) {  // ZeRO-3: beside the next block's reduce-scatter, l - 1 prefetched
       at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
       at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
+      // without reshard after forward: the embedding's and the blocks' before l - 1, gathered since their forward
+      const double before = l == 0 ? 0 : c.zero3.first + double(l - 1) * c.zero3.earlier_block;
+      at.zero3.resident = c.zero3.reshard_after_forward ? 0 : before;
     }
     at.zero3.block_reduce = 0;  // this walk is the earlier blocks' count
-    most = std::max(most, optim::predict_activations(at).total);
+    const double input = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
+                         double(c.element_bytes);  // [b, s, h], sharded under SP
+    const double past = double(at.rerun_blocks_after), others = at.in_flight - 1;
+    const double held = c.pp_stage && !c.has_head && past > 0 ? (others * past + 1) * input : 0;
+    most = std::max(most, optim::predict_activations(at).total + held);
   }
   return most;
 }
 
-// A capacity on a pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows, so this
-// adds up those in flight at each forward's (U) and each backward's moments (in_flight x one's kept, where every
-// micro-batch routes alike). 1F1B runs F_q after B_{q-k} with the k - 1 before it in flight (k = c.in_flight)
-// and B_i with i..i+k-1 in flight; AFAB every forward first (k = m). The first backward, and the forwards before
-// it, see no earlier micro-batch's .grad tensors nor a sent gradient (predict_activations' first clause).
+// A capacity or --ep on a pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows
+// (kept; received by this rank's experts), so this adds up those in flight at each forward's (U) and each
+// backward's moments (in_flight x one's kept, where every micro-batch routes alike). Under ZeRO-3 each moment
+// counts the stage's units too (zero3_activations.h), which every micro-batch gathers alike. 1F1B runs F_q
+// after B_{q-k} with the k - 1 before it in flight (k = c.in_flight) and B_i with i..i+k-1 in flight; AFAB
+// every forward first (k = m). The first backward, and the forwards before it, see no earlier micro-batch's
+// .grad tensors nor a sent gradient (predict_activations' first clause).
 double Diagnostics::pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c) const {
   const size_t m = size_t(c.micro_batches), k = size_t(c.in_flight);
   std::vector<optim::ActivationPrediction> first, later;  // [micro-batch]: alone, and after B_0
