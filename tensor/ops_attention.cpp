@@ -19,7 +19,9 @@
 // zeros inside a block by tiles of rows (P and dS past the diagonal; scores
 // past it are not computed). The small GPT's 64 x 64 x 32 blocks ran on
 // oneDNN's sgemm at 44-59% of the FMA ceiling; on this kernel the step's
-// attention takes ~1.1-1.5 ms less (bench/README.md). One more saving: y is
+// attention takes ~1.1-1.5 ms less (bench/README.md). The forward's softmax
+// rows run on tensor/cpu/causal_softmax_rows.h (a block's rows phase by
+// phase in AVX registers, the reference kernel's bits). One more saving: y is
 // written straight into [B, T, H, hd] (heads merged), so the reshape that
 // follows is a view, not a copy; dq, dk, dv likewise, so their reshapes in
 // backward are views too.
@@ -36,6 +38,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tensor/cpu/causal_softmax_rows.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/small_gemm.h"
@@ -106,8 +109,8 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
           // S = q[r0:r1] @ k[0:r1]ᵀ, only up to the diagonal (query r0 + i sees keys 0..r0 + i)
           cpu::small_gemm<S>(m, r1, hd, {qm.p + r0 * qm.ld, qm.ld, 1}, kt.data(), T, p + r0 * T, T, false,
                              cpu::Skip::unneeded_after(r0));
-          for (int64_t t = r0; t < r1; ++t)  // in place; zeros past the diagonal, out to column T
-            kernels::causal_softmax_row(p + t * T, p + t * T, long(T), long(t + 1), S(scale));
+          // P = causal softmax of S's rows, in place; zeros past the diagonal, out to column T
+          cpu::causal_softmax_rows(p + r0 * T, p + r0 * T, T, m, T, r0 + 1, S(scale));
           // y = P @ v[0:r1]; P(i, s) == 0 for keys s > r0 + i
           cpu::small_gemm<S>(m, hd, r1, {p + r0 * T, T, 1}, vm.p, vm.ld, ym.p + r0 * ym.ld, ym.ld, false,
                              cpu::Skip::zeros_after(r0));
