@@ -19,12 +19,11 @@
 // zeros inside a block by tiles of rows (P and dS past the diagonal; scores
 // past it are not computed). The small GPT's 64 x 64 x 32 blocks ran on
 // oneDNN's sgemm at 44-59% of the FMA ceiling; on this kernel the step's
-// attention takes ~1.1-1.5 ms less (bench/README.md). The forward's softmax
-// rows run on tensor/cpu/causal_softmax_rows.h (a block's rows phase by
-// phase in AVX registers, the reference kernel's bits). One more saving: y is
-// written straight into [B, T, H, hd] (heads merged), so the reshape that
-// follows is a view, not a copy; dq, dk, dv likewise, so their reshapes in
-// backward are views too.
+// attention takes ~1.1-1.5 ms less (bench/README.md). The softmax rows run
+// on tensor/cpu/causal_softmax_rows.h (a block's rows phase by phase in AVX
+// registers). One more saving: y is written straight into [B, T, H, hd]
+// (heads merged), so the reshape that follows is a view, not a copy; dq, dk,
+// dv likewise, so their reshapes in backward are views too.
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -32,9 +31,10 @@
 //   dv[0:r1] += P[:, 0:r1]ᵀ @ dy[r0:r1];  dq[r0:r1] = dS @ k[0:r1];  dk[0:r1] += dSᵀ @ q[r0:r1]
 //
 // Numbers: each score is the same hd-long dot product, each softmax row the
-// same kernel; y's sums skip only exact zeros, so the result agrees with the
-// composition to rounding (its GEMMs may order sums differently). Threads
-// take whole (batch, head) products, so any --threads gives the same bits.
+// kernel's bits (its backward rows within their rounding); y's sums skip only
+// exact zeros, so the result agrees with the composition to rounding (its
+// GEMMs may order sums differently). Threads take whole (batch, head)
+// products, so any --threads gives the same bits.
 #include <algorithm>
 #include <vector>
 
@@ -42,7 +42,6 @@
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
 #include "tensor/cpu/small_gemm.h"
-#include "tensor/kernels/softmax.h"
 #include "tensor/profile.h"
 #include "tensor/ops.h"
 
@@ -153,10 +152,8 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
           // dP = dy[r0:r1] @ v[0:r1]ᵀ up to the diagonal (the softmax backward reads no further)
           cpu::small_gemm<S>(m, r1, hd, {dyb, dym.ld, 1}, vt.data(), T, ds.data(), r1, false,
                              cpu::Skip::unneeded_after(r0));
-          for (int64_t t = r0; t < r1; ++t) {
-            S* row = ds.data() + (t - r0) * r1;
-            kernels::causal_softmax_backward_row(row, p + t * T, row, long(r1), long(t + 1), S(scale));  // dS
-          }
+          // dS = causal softmax backward of dP's rows, in place (the scale inside)
+          cpu::causal_softmax_backward_rows(ds.data(), r1, p + r0 * T, T, ds.data(), r1, m, r1, r0 + 1, S(scale));
           // dv[0:r1] += Pᵀ @ dy[r0:r1]; key s gets nothing from the block's queries before it (Pᵀ(s, i) == 0
           // for i < s - r0), nor dk[0:r1] += dSᵀ @ q[r0:r1]; dq[r0:r1] = dS @ k[0:r1] skips keys past the diagonal
           cpu::small_gemm<S>(r1, hd, m, {p + r0 * T, 1, T}, dyb, dym.ld, dv.p, dv.ld, beta,
