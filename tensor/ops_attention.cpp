@@ -23,7 +23,10 @@
 // on tensor/cpu/causal_softmax_rows.h (a block's rows phase by phase in AVX
 // registers). One more saving: y is written straight into [B, T, H, hd]
 // (heads merged), so the reshape that follows is a view, not a copy; dq, dk,
-// dv likewise, so their reshapes in backward are views too.
+// dv likewise, so their reshapes in backward are views too. And while a
+// thread computes head i, it prefetches head i + 1's operands into L2
+// (tensor/cpu/prefetch.h; small heads only): in the step, with q, k, v and P
+// not in cache, that took ~0.3-0.7 ms of the small GPT's ~6 ms of attention.
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -41,6 +44,7 @@
 #include "tensor/cpu/causal_softmax_rows.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/prefetch.h"
 #include "tensor/cpu/small_gemm.h"
 #include "tensor/profile.h"
 #include "tensor/ops.h"
@@ -74,6 +78,14 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
              ": CPU only (on a GPU attention runs the composition in nn/attention.h), got q on ", q.device().str());
 }
 
+// Whether a thread fetches the next head's operands (q, k, v, and P or dy) into L2 while it computes
+// this head (tensor/cpu/prefetch.h): only when they are small beside L2 (512 KB on Zen 3, 1-2 MB since):
+// the small GPT's head (T 64, hd 32) is 40 KB; the medium one's (T 256, hd 64) 450 KB is not fetched.
+template <class S>
+bool prefetch_next_head(int64_t T, int64_t hd) {
+  return (3 * T * hd + T * T) * int64_t(sizeof(S)) <= 128 * 1024;
+}
+
 // Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
 Tensor rows_contiguous(const Tensor& t) { return t.stride(-1) == 1 ? t : contiguous(t); }
 
@@ -96,20 +108,34 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
   CausalAttentionResult r{merged_heads(q), empty({B, H, T, T}, q.dtype())};
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention", {
     using S = scalar_t;
+    const bool prefetch = prefetch_next_head<S>(T, hd);
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> kt(size_t(hd * T));  // kᵀ [hd, T] of one head
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), ym = head<S>(r.y, b, h);
         S* p = r.att.data<S>() + i * T * T;
+        // Head i + 1's rows of t into L2, one operand per stage of this head, in the order head i + 1 reads them.
+        const bool next = prefetch && i + 1 < i1;
+        auto ahead = [&](const Tensor& t) {
+          if (!next) return;
+          const Mat<S> n = head<S>(t, (i + 1) / H, (i + 1) % H);
+          cpu::prefetch_rows(n.p, n.ld, T, hd);
+        };
         cpu::transpose_into(km.p, km.ld, T, hd, kt.data(), T);  // kt [hd, T]
         for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+          if (r0 == 0) ahead(k);
           // S = q[r0:r1] @ k[0:r1]ᵀ, only up to the diagonal (query r0 + i sees keys 0..r0 + i)
           cpu::small_gemm<S>(m, r1, hd, {qm.p + r0 * qm.ld, qm.ld, 1}, kt.data(), T, p + r0 * T, T, false,
                              cpu::Skip::unneeded_after(r0));
+          if (r0 == 0) ahead(q);
           // P = causal softmax of S's rows, in place; zeros past the diagonal, out to column T
           cpu::causal_softmax_rows(p + r0 * T, p + r0 * T, T, m, T, r0 + 1, S(scale));
+          if (r0 == 0) {
+            ahead(v);
+            if (next) cpu::prefetch_rows(p + T * T, T, T, T);  // head i + 1's P, about to be written
+          }
           // y = P @ v[0:r1]; P(i, s) == 0 for keys s > r0 + i
           cpu::small_gemm<S>(m, hd, r1, {p + r0 * T, T, 1}, vm.p, vm.ld, ym.p + r0 * ym.ld, ym.ld, false,
                              cpu::Skip::zeros_after(r0));
@@ -136,17 +162,31 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
   if (T == 0) return g;
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention_backward", {
     using S = scalar_t;
+    const bool prefetch = prefetch_next_head<S>(T, hd);
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
       std::vector<S> vt(size_t(hd * T));      // vᵀ [hd, T] of one head
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), dym = head<S>(dy, b, h);
+        const bool next = prefetch && i + 1 < i1;
+        auto ahead = [&](const Tensor& t) {  // as in the forward
+          if (!next) return;
+          const Mat<S> n = head<S>(t, (i + 1) / H, (i + 1) % H);
+          cpu::prefetch_rows(n.p, n.ld, T, hd);
+        };
         cpu::transpose_into(vm.p, vm.ld, T, hd, vt.data(), T);
         const Mat<S> dq = head<S>(g.dq, b, h), dk = head<S>(g.dk, b, h), dv = head<S>(g.dv, b, h);
         const S* p = p_all.data<S>() + i * T * T;
+        ahead(v);
+        ahead(dy);
         for (int64_t r0 = (T - 1) / kBlock * kBlock; r0 >= 0; r0 -= kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+          if (next && r1 == T) {  // the head's first block: head i + 1's P, q, k
+            cpu::prefetch_rows(p + T * T, T, T, T);
+            ahead(q);
+            ahead(k);
+          }
           const bool beta = r1 != T;  // the last block covers every key: it starts dk and dv
           const S* dyb = dym.p + r0 * dym.ld;
           // dP = dy[r0:r1] @ v[0:r1]ᵀ up to the diagonal (the softmax backward reads no further)

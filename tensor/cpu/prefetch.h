@@ -1,0 +1,28 @@
+// Internal to tensor/: software prefetch of a block of rows into L2, for an
+// op that walks independent items and knows the next one's operands while it
+// computes this one (causal attention's heads: tensor/ops_attention.cpp).
+//
+// Why: the hardware prefetchers follow a stream once it has started; a head's
+// q, k, v are 64 short rows (128 bytes, 1,536 bytes apart inside qkv) and its
+// probabilities a fresh 16 KB, each begun cold when the head starts, so the
+// head's first products wait for memory. Asked for one head ahead, the lines
+// arrive while the current head computes (bench/README.md, issue 47).
+#pragma once
+
+#include <cstdint>
+
+namespace loom::cpu {
+
+// Every 64-byte line of rows [0, rows) x elements [0, cols) at p, rows `ld` elements apart, into L2
+// (locality 2: prefetcht1 on x86). A hint only: no fault, no effect on any value.
+template <class T>
+inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
+  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = p + r * ld;
+    for (int64_t c = 0; c < cols; c += kLine) __builtin_prefetch(row + c, 0, 2);
+    __builtin_prefetch(row + cols - 1, 0, 2);  // the last line, where the row does not start on one
+  }
+}
+
+}  // namespace loom::cpu
