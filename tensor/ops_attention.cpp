@@ -24,9 +24,9 @@
 // registers). One more saving: y is written straight into [B, T, H, hd]
 // (heads merged), so the reshape that follows is a view, not a copy; dq, dk,
 // dv likewise, so their reshapes in backward are views too. And while a
-// thread computes head i, it prefetches head i + 1's operands into L2
-// (tensor/cpu/prefetch.h; small heads only): in the step, with q, k, v and P
-// not in cache, that took ~0.3-0.7 ms of the small GPT's ~6 ms of attention.
+// thread computes head i, it prefetches head i + 1's operands and outputs into
+// L2 (tensor/cpu/prefetch.h; small heads only): in the step, where q, k, v and
+// P are not in cache, ~1 ms of the small GPT's ~6 ms of attention at AVX2.
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -78,12 +78,13 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
              ": CPU only (on a GPU attention runs the composition in nn/attention.h), got q on ", q.device().str());
 }
 
-// Whether a thread fetches the next head's operands (q, k, v, and P or dy) into L2 while it computes
-// this head (tensor/cpu/prefetch.h): only when they are small beside L2 (512 KB on Zen 3, 1-2 MB since):
-// the small GPT's head (T 64, hd 32) is 40 KB; the medium one's (T 256, hd 64) 450 KB is not fetched.
+// Whether a thread fetches the next head's operands and outputs (backward: q, k, v, dy, P, dq, dk, dv)
+// into L2 while it computes this head (tensor/cpu/prefetch.h): only when they are small beside L2 (512 KB
+// on Zen 3, 1-2 MB since): the small GPT's head (T 64, hd 32) is 72 KB; the medium one's (T 256, hd 64)
+// 720 KB is not fetched.
 template <class S>
 bool prefetch_next_head(int64_t T, int64_t hd) {
-  return (3 * T * hd + T * T) * int64_t(sizeof(S)) <= 128 * 1024;
+  return (7 * T * hd + T * T) * int64_t(sizeof(S)) <= 256 * 1024;
 }
 
 // Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
@@ -134,7 +135,8 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
           cpu::causal_softmax_rows(p + r0 * T, p + r0 * T, T, m, T, r0 + 1, S(scale));
           if (r0 == 0) {
             ahead(v);
-            if (next) cpu::prefetch_rows(p + T * T, T, T, T);  // head i + 1's P, about to be written
+            if (next) cpu::prefetch_rows(p + T * T, T, T, T);  // head i + 1's P and y, about to be written
+            ahead(r.y);
           }
           // y = P @ v[0:r1]; P(i, s) == 0 for keys s > r0 + i
           cpu::small_gemm<S>(m, hd, r1, {p + r0 * T, T, 1}, vm.p, vm.ld, ym.p + r0 * ym.ld, ym.ld, false,
@@ -182,10 +184,13 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
         ahead(dy);
         for (int64_t r0 = (T - 1) / kBlock * kBlock; r0 >= 0; r0 -= kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
-          if (next && r1 == T) {  // the head's first block: head i + 1's P, q, k
+          if (next && r1 == T) {  // the head's first block: head i + 1's P, q, k, and dq, dk, dv to be written
             cpu::prefetch_rows(p + T * T, T, T, T);
             ahead(q);
             ahead(k);
+            ahead(g.dq);
+            ahead(g.dk);
+            ahead(g.dv);
           }
           const bool beta = r1 != T;  // the last block covers every key: it starts dk and dv
           const S* dyb = dym.p + r0 * dym.ld;

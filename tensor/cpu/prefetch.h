@@ -3,10 +3,11 @@
 // computes this one (causal attention's heads: tensor/ops_attention.cpp).
 //
 // Why: the hardware prefetchers follow a stream once it has started; a head's
-// q, k, v are 64 short rows (128 bytes, 1,536 bytes apart inside qkv) and its
-// probabilities a fresh 16 KB, each begun cold when the head starts, so the
-// head's first products wait for memory. Asked for one head ahead, the lines
-// arrive while the current head computes (bench/README.md, issue 47).
+// q, k, v are 64 short rows (128 bytes, 1,536 bytes apart inside qkv), its
+// probabilities a fresh 16 KB and its outputs rows that a store must first
+// read in, each begun cold when the head starts, so the head's products wait
+// for memory. Asked for one head ahead, the lines arrive while the current
+// head computes (bench/README.md, issue 47).
 #pragma once
 
 #include <cstdint>
