@@ -76,7 +76,8 @@ double expect_backward_within_rounding(const Case& c, uint64_t seed, bool in_pla
   const std::vector<T> y = ops::causal_softmax(x, c.scale).template to_vector<T>();
   const std::vector<T> dy = randn({c.T, c.n}, g, dtype_of<T>()).template to_vector<T>();
   const std::vector<T> ref =
-      ops::causal_softmax_backward(from_vector(dy, {c.T, c.n}), from_vector(y, {c.T, c.n}), c.scale).template to_vector<T>();
+      ops::causal_softmax_backward(from_vector(dy, {c.T, c.n}), from_vector(y, {c.T, c.n}), c.scale)
+          .template to_vector<T>();
   const int64_t ld = c.n + 3;
   const T pad = T(12345);
   std::vector<T> g_in(size_t(c.T * ld), pad), y_in(size_t(c.T * ld), pad), out(size_t(c.T * ld), pad);
@@ -132,7 +133,7 @@ const std::vector<Case>& cases() {
       {40, 33, 1.0, 0.7, 64},  // more rows than keys: rows past n see all n
       {33, 48, 1.0, 0.7, 64},
       {50, 63, 3.0, 0.7, 7},
-      {65, 65, 1.0, -0.3, 64},  // a negative scale
+      {65, 65, 1.0, -0.3, 64},   // a negative scale
       {64, 64, 300.0, 1.0, 64},  // exp underflows to 0 on most values
       {1, 1, 1.0, 1.0, 1},
   };
@@ -144,8 +145,8 @@ const std::vector<Case>& cases() {
 TEST(CausalSoftmaxRows, Float32GivesTheReferenceBits) {
   for (const Case& c : cases())
     for (bool in_place : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " n=" << c.n << " spread=" << c.spread << " scale="
-                                        << c.scale << " piece=" << c.piece << (in_place ? " in place" : ""));
+      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " n=" << c.n << " spread=" << c.spread << " scale=" << c.scale
+                                        << " piece=" << c.piece << (in_place ? " in place" : ""));
       expect_reference_bits<float>(c, uint64_t(c.T * 131 + c.n), in_place);
     }
 }
@@ -161,8 +162,8 @@ TEST(CausalSoftmaxRows, BackwardIsTheReferenceWithinItsRounding) {
   double worst = 0;
   for (const Case& c : cases())
     for (bool in_place : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " n=" << c.n << " spread=" << c.spread << " scale="
-                                        << c.scale << " piece=" << c.piece << (in_place ? " in place" : ""));
+      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " n=" << c.n << " spread=" << c.spread << " scale=" << c.scale
+                                        << " piece=" << c.piece << (in_place ? " in place" : ""));
       worst = std::max(worst, expect_backward_within_rounding<float>(c, uint64_t(c.T * 7 + c.n), in_place));
     }
   std::printf("fp32 backward: worst difference %.3g of its bound\n", worst);

@@ -128,7 +128,8 @@ inline void backward_rows_by_phase(const float* dy, int64_t ld_dy, const float* 
     const float *dyr = dy + i * ld_dy, *yr = y + i * ld_y;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
     for (int64_t j = 0; j < wi; j += 16) {  // lane k += dy * y, rounded once each (no FMA), hidden lanes += 0
-      lo = _mm256_add_ps(lo, _mm256_and_ps(seen(visible, j), _mm256_mul_ps(_mm256_loadu_ps(dyr + j), _mm256_loadu_ps(yr + j))));
+      lo = _mm256_add_ps(
+          lo, _mm256_and_ps(seen(visible, j), _mm256_mul_ps(_mm256_loadu_ps(dyr + j), _mm256_loadu_ps(yr + j))));
       hi = _mm256_add_ps(hi, _mm256_and_ps(seen(visible, j + 8),
                                            _mm256_mul_ps(_mm256_loadu_ps(dyr + j + 8), _mm256_loadu_ps(yr + j + 8))));
     }
@@ -145,7 +146,8 @@ inline void backward_rows_by_phase(const float* dy, int64_t ld_dy, const float* 
     }
     const __m256 d = _mm256_set1_ps(dot[i]);
     for (int64_t j = 0; j < w[i]; j += 8) {
-      const __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(yr + j), _mm256_sub_ps(_mm256_loadu_ps(dyr + j), d)), sc);
+      const __m256 g =
+          _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(yr + j), _mm256_sub_ps(_mm256_loadu_ps(dyr + j), d)), sc);
       _mm256_storeu_ps(dxr + j, _mm256_and_ps(seen(visible, j), g));
     }
     std::fill(dxr + w[i], dxr + n, 0.0f);
@@ -155,20 +157,21 @@ inline void backward_rows_by_phase(const float* dy, int64_t ld_dy, const float* 
 }  // namespace causal_softmax_detail
 #endif
 
-void causal_softmax_rows(const float* x, float* y, int64_t ld, int64_t rows, int64_t n, int64_t visible0,
-                         float scale) {
+void causal_softmax_rows(const float* x, float* y, int64_t ld, int64_t rows, int64_t n, int64_t visible0, float scale) {
 #ifdef LOOM_CAUSAL_SOFTMAX_SIMD
   namespace d = causal_softmax_detail;
   for (int64_t i = 0; i < rows; i += d::kPhaseRows)
     d::rows_by_phase(x + i * ld, y + i * ld, ld, std::min(d::kPhaseRows, rows - i), n, visible0 + i, scale);
 #else
-  for (int64_t i = 0; i < rows; ++i) kernels::causal_softmax_row(x + i * ld, y + i * ld, long(n), long(visible0 + i), scale);
+  for (int64_t i = 0; i < rows; ++i)
+    kernels::causal_softmax_row(x + i * ld, y + i * ld, long(n), long(visible0 + i), scale);
 #endif
 }
 
 void causal_softmax_rows(const double* x, double* y, int64_t ld, int64_t rows, int64_t n, int64_t visible0,
                          double scale) {
-  for (int64_t i = 0; i < rows; ++i) kernels::causal_softmax_row(x + i * ld, y + i * ld, long(n), long(visible0 + i), scale);
+  for (int64_t i = 0; i < rows; ++i)
+    kernels::causal_softmax_row(x + i * ld, y + i * ld, long(n), long(visible0 + i), scale);
 }
 
 void causal_softmax_backward_rows(const float* dy, int64_t ld_dy, const float* y, int64_t ld_y, float* dx,
@@ -180,14 +183,16 @@ void causal_softmax_backward_rows(const float* dy, int64_t ld_dy, const float* y
                               std::min(d::kPhaseRows, rows - i), n, visible0 + i, scale);
 #else
   for (int64_t i = 0; i < rows; ++i)
-    kernels::causal_softmax_backward_row(dy + i * ld_dy, y + i * ld_y, dx + i * ld_dx, long(n), long(visible0 + i), scale);
+    kernels::causal_softmax_backward_row(dy + i * ld_dy, y + i * ld_y, dx + i * ld_dx, long(n), long(visible0 + i),
+                                         scale);
 #endif
 }
 
 void causal_softmax_backward_rows(const double* dy, int64_t ld_dy, const double* y, int64_t ld_y, double* dx,
                                   int64_t ld_dx, int64_t rows, int64_t n, int64_t visible0, double scale) {
   for (int64_t i = 0; i < rows; ++i)
-    kernels::causal_softmax_backward_row(dy + i * ld_dy, y + i * ld_y, dx + i * ld_dx, long(n), long(visible0 + i), scale);
+    kernels::causal_softmax_backward_row(dy + i * ld_dy, y + i * ld_y, dx + i * ld_dx, long(n), long(visible0 + i),
+                                         scale);
 }
 
 }  // namespace loom::cpu
