@@ -15,14 +15,18 @@
 namespace loom::cpu {
 
 // Every 64-byte line of rows [0, rows) x elements [0, cols) at p, rows `ld` elements apart, into L2
-// (locality 2: prefetcht1 on x86). A hint only: no fault, no effect on any value.
+// (locality 2: prefetcht1 on x86), each line once (rows that do not start on a line take one more).
+// A hint only: no fault, no effect on any value.
 template <class T>
 inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
-  constexpr int64_t kLine = 64 / int64_t(sizeof(T));
+  if (ld == cols) {  // contiguous: one range
+    cols *= rows;
+    rows = 1;
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    const T* row = p + r * ld;
-    for (int64_t c = 0; c < cols; c += kLine) __builtin_prefetch(row + c, 0, 2);
-    __builtin_prefetch(row + cols - 1, 0, 2);  // the last line, where the row does not start on one
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p + r * ld), end = begin + uintptr_t(cols) * sizeof(T);
+    for (uintptr_t line = begin & ~uintptr_t(63); line < end; line += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
   }
 }
 
