@@ -87,6 +87,13 @@ bool prefetch_next_head(int64_t T, int64_t hd) {
   return (7 * T * hd + T * T) * int64_t(sizeof(S)) <= 256 * 1024;
 }
 
+// Head i's rows of a [B, H, T, hd] tensor (rows contiguous) into L2.
+template <class S>
+void prefetch_head(const Tensor& t, int64_t i) {
+  const Mat<S> m = head<S>(t, i / t.size(1), i % t.size(1));
+  cpu::prefetch_rows(m.p, m.ld, t.size(2), t.size(3));
+}
+
 // Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
 Tensor rows_contiguous(const Tensor& t) { return t.stride(-1) == 1 ? t : contiguous(t); }
 
@@ -119,9 +126,7 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
         // Head i + 1's rows of t into L2, one operand per stage of this head, in the order head i + 1 reads them.
         const bool next = prefetch && i + 1 < i1;
         auto ahead = [&](const Tensor& t) {
-          if (!next) return;
-          const Mat<S> n = head<S>(t, (i + 1) / H, (i + 1) % H);
-          cpu::prefetch_rows(n.p, n.ld, T, hd);
+          if (next) prefetch_head<S>(t, i + 1);
         };
         cpu::transpose_into(km.p, km.ld, T, hd, kt.data(), T);  // kt [hd, T]
         for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
@@ -173,9 +178,7 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), dym = head<S>(dy, b, h);
         const bool next = prefetch && i + 1 < i1;
         auto ahead = [&](const Tensor& t) {  // as in the forward
-          if (!next) return;
-          const Mat<S> n = head<S>(t, (i + 1) / H, (i + 1) % H);
-          cpu::prefetch_rows(n.p, n.ld, T, hd);
+          if (next) prefetch_head<S>(t, i + 1);
         };
         cpu::transpose_into(vm.p, vm.ld, T, hd, vt.data(), T);
         const Mat<S> dq = head<S>(g.dq, b, h), dk = head<S>(g.dk, b, h), dv = head<S>(g.dv, b, h);
