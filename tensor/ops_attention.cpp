@@ -19,10 +19,14 @@
 // zeros inside a block by tiles of rows (P and dS past the diagonal; scores
 // past it are not computed). The small GPT's 64 x 64 x 32 blocks ran on
 // oneDNN's sgemm at 44-59% of the FMA ceiling; on this kernel the step's
-// attention takes ~1.1-1.5 ms less (bench/README.md). One more saving: y is
-// written straight into [B, T, H, hd] (heads merged), so the reshape that
-// follows is a view, not a copy; dq, dk, dv likewise, so their reshapes in
-// backward are views too.
+// attention takes ~1.1-1.5 ms less (bench/README.md). The softmax rows run
+// on tensor/cpu/causal_softmax_rows.h (a block's rows phase by phase in AVX
+// registers). One more saving: y is written straight into [B, T, H, hd]
+// (heads merged), so the reshape that follows is a view, not a copy; dq, dk,
+// dv likewise, so their reshapes in backward are views too. And while a
+// thread computes head i, it prefetches head i + 1's operands and outputs into
+// L2 (tensor/cpu/prefetch.h; small heads only): in the step, where q, k, v and
+// P are not in cache, ~1 ms of the small GPT's ~6 ms of attention at AVX2.
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -30,16 +34,18 @@
 //   dv[0:r1] += P[:, 0:r1]ᵀ @ dy[r0:r1];  dq[r0:r1] = dS @ k[0:r1];  dk[0:r1] += dSᵀ @ q[r0:r1]
 //
 // Numbers: each score is the same hd-long dot product, each softmax row the
-// same kernel; y's sums skip only exact zeros, so the result agrees with the
-// composition to rounding (its GEMMs may order sums differently). Threads
-// take whole (batch, head) products, so any --threads gives the same bits.
+// kernel's bits (its backward rows within their rounding); y's sums skip only
+// exact zeros, so the result agrees with the composition to rounding (its
+// GEMMs may order sums differently). Threads take whole (batch, head)
+// products, so any --threads gives the same bits.
 #include <algorithm>
 #include <vector>
 
+#include "tensor/cpu/causal_softmax_rows.h"
 #include "tensor/cpu/dispatch.h"
 #include "tensor/cpu/parallel.h"
+#include "tensor/cpu/prefetch.h"
 #include "tensor/cpu/small_gemm.h"
-#include "tensor/kernels/softmax.h"
 #include "tensor/profile.h"
 #include "tensor/ops.h"
 
@@ -72,6 +78,22 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
              ": CPU only (on a GPU attention runs the composition in nn/attention.h), got q on ", q.device().str());
 }
 
+// Whether a thread fetches the next head's operands and outputs (backward: q, k, v, dy, P, dq, dk, dv)
+// into L2 while it computes this head (tensor/cpu/prefetch.h): only when they are small beside L2 (512 KB
+// on Zen 3, 1-2 MB since): the small GPT's head (T 64, hd 32) is 72 KB; the medium one's (T 256, hd 64)
+// 720 KB is not fetched.
+template <class S>
+bool prefetch_next_head(int64_t T, int64_t hd) {
+  return (7 * T * hd + T * T) * int64_t(sizeof(S)) <= 256 * 1024;
+}
+
+// Head i's rows of a [B, H, T, hd] tensor (rows contiguous) into L2.
+template <class S>
+void prefetch_head(const Tensor& t, int64_t i) {
+  const Mat<S> m = head<S>(t, i / t.size(1), i % t.size(1));
+  cpu::prefetch_rows(m.p, m.ld, t.size(2), t.size(3));
+}
+
 // Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
 Tensor rows_contiguous(const Tensor& t) { return t.stride(-1) == 1 ? t : contiguous(t); }
 
@@ -94,20 +116,33 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
   CausalAttentionResult r{merged_heads(q), empty({B, H, T, T}, q.dtype())};
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention", {
     using S = scalar_t;
+    const bool prefetch = prefetch_next_head<S>(T, hd);
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> kt(size_t(hd * T));  // kᵀ [hd, T] of one head
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), ym = head<S>(r.y, b, h);
         S* p = r.att.data<S>() + i * T * T;
+        // Head i + 1's rows of t into L2, one operand per stage of this head, in the order head i + 1 reads them.
+        const bool next = prefetch && i + 1 < i1;
+        auto ahead = [&](const Tensor& t) {
+          if (next) prefetch_head<S>(t, i + 1);
+        };
         cpu::transpose_into(km.p, km.ld, T, hd, kt.data(), T);  // kt [hd, T]
         for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+          if (r0 == 0) ahead(k);
           // S = q[r0:r1] @ k[0:r1]ᵀ, only up to the diagonal (query r0 + i sees keys 0..r0 + i)
           cpu::small_gemm<S>(m, r1, hd, {qm.p + r0 * qm.ld, qm.ld, 1}, kt.data(), T, p + r0 * T, T, false,
                              cpu::Skip::unneeded_after(r0));
-          for (int64_t t = r0; t < r1; ++t)  // in place; zeros past the diagonal, out to column T
-            kernels::causal_softmax_row(p + t * T, p + t * T, long(T), long(t + 1), S(scale));
+          if (r0 == 0) ahead(q);
+          // P = causal softmax of S's rows, in place; zeros past the diagonal, out to column T
+          cpu::causal_softmax_rows(p + r0 * T, p + r0 * T, T, m, T, r0 + 1, S(scale));
+          if (r0 == 0) {
+            ahead(v);
+            if (next) cpu::prefetch_rows(p + T * T, T, T, T);  // head i + 1's P and y, about to be written
+            ahead(r.y);
+          }
           // y = P @ v[0:r1]; P(i, s) == 0 for keys s > r0 + i
           cpu::small_gemm<S>(m, hd, r1, {p + r0 * T, T, 1}, vm.p, vm.ld, ym.p + r0 * ym.ld, ym.ld, false,
                              cpu::Skip::zeros_after(r0));
@@ -134,26 +169,39 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
   if (T == 0) return g;
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention_backward", {
     using S = scalar_t;
+    const bool prefetch = prefetch_next_head<S>(T, hd);
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
       std::vector<S> vt(size_t(hd * T));      // vᵀ [hd, T] of one head
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), dym = head<S>(dy, b, h);
+        const bool next = prefetch && i + 1 < i1;
+        auto ahead = [&](const Tensor& t) {  // as in the forward
+          if (next) prefetch_head<S>(t, i + 1);
+        };
         cpu::transpose_into(vm.p, vm.ld, T, hd, vt.data(), T);
         const Mat<S> dq = head<S>(g.dq, b, h), dk = head<S>(g.dk, b, h), dv = head<S>(g.dv, b, h);
         const S* p = p_all.data<S>() + i * T * T;
+        ahead(v);
+        ahead(dy);
         for (int64_t r0 = (T - 1) / kBlock * kBlock; r0 >= 0; r0 -= kBlock) {
           const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0;
+          if (next && r1 == T) {  // the head's first block: head i + 1's P, q, k, and dq, dk, dv to be written
+            cpu::prefetch_rows(p + T * T, T, T, T);
+            ahead(q);
+            ahead(k);
+            ahead(g.dq);
+            ahead(g.dk);
+            ahead(g.dv);
+          }
           const bool beta = r1 != T;  // the last block covers every key: it starts dk and dv
           const S* dyb = dym.p + r0 * dym.ld;
           // dP = dy[r0:r1] @ v[0:r1]ᵀ up to the diagonal (the softmax backward reads no further)
           cpu::small_gemm<S>(m, r1, hd, {dyb, dym.ld, 1}, vt.data(), T, ds.data(), r1, false,
                              cpu::Skip::unneeded_after(r0));
-          for (int64_t t = r0; t < r1; ++t) {
-            S* row = ds.data() + (t - r0) * r1;
-            kernels::causal_softmax_backward_row(row, p + t * T, row, long(r1), long(t + 1), S(scale));  // dS
-          }
+          // dS = causal softmax backward of dP's rows, in place (the scale inside)
+          cpu::causal_softmax_backward_rows(ds.data(), r1, p + r0 * T, T, ds.data(), r1, m, r1, r0 + 1, S(scale));
           // dv[0:r1] += Pᵀ @ dy[r0:r1]; key s gets nothing from the block's queries before it (Pᵀ(s, i) == 0
           // for i < s - r0), nor dk[0:r1] += dSᵀ @ q[r0:r1]; dq[r0:r1] = dS @ k[0:r1] skips keys past the diagonal
           cpu::small_gemm<S>(r1, hd, m, {p + r0 * T, 1, T}, dyb, dym.ld, dv.p, dv.ld, beta,
