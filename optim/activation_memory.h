@@ -163,7 +163,10 @@
 // 16 at --batch 8 and 16, --layers 3, --embd 64, --heads 4, bf16, fp16;
 // --heads 8 --block 64 --batch 2 (C) bf16 and fp16; --dp 2; --tp 2 (fp32;
 // selective bf16); --tp 2 SP (fp32; selective bf16); --pp 2 fp16 (its last
-// stage the isend gap above, -2.7%). Full recomputation under tp: the
+// stage the isend gap above, -2.7%); --pp 2 --layers 4 fp32, bf16, m 4, AFAB
+// and --pp 4 --layers 8 m 4 on every stage (fp32 stage 0 peaks in its second
+// backward, one micro-batch kept and the .grad tensors alive: was +4.9%, pp 4
+// +6.3%). Full recomputation under tp: the
 // rerun's forward runs the block's collectives inside backward, so two more
 // moments: (F) the rerun's last collective, the MLP's all-reduce (SP:
 // reduce-scatter), with the rerun's block but its output, c_proj's partial
