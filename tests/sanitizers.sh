@@ -42,6 +42,10 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_BUILD_BENCH=OFF -DLOOM_CUDA=OFF -DLOOM_WASM=OFF -DLOOM_HF_VENV="$PWD/build/hf-venv" "${launcher[@]}")
 supp="$PWD/tests/lsan.supp"
 
+# Each stage runs as `timed "asan (total)" asan`, on the left of a `||`, where bash ignores set -e inside the
+# function: so every step in a stage ends with `|| return`, or a failed step would be passed over and the
+# stage would return only its last step's status (until 2026-12-07 a failed ASan single-process test or any
+# TSan case but the last left CI green).
 timed() {  # timed NAME CMD...: runs CMD, then prints "[sanitizers] NAME: N s"; CMD's exit status
   local name=$1 start=$SECONDS status=0
   shift
@@ -102,8 +106,8 @@ asan() {
                    test_memory_ledger_moe test_memory_ledger_zero_bubble test_plan_moe test_multihost)
   timed asan-configure cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DLOOM_TEST_TIMEOUT_SCALE=3 \
-    -DLOOM_TESTS_NOT_BUILT="$(IFS=';'; echo "${not_built[*]}")" -DLOOM_TESTS_OPT=-O0 >/dev/null
-  timed asan-build cmake --build build-asan -j"$jobs"
+    -DLOOM_TESTS_NOT_BUILT="$(IFS=';'; echo "${not_built[*]}")" -DLOOM_TESTS_OPT=-O0 >/dev/null || return
+  timed asan-build cmake --build build-asan -j"$jobs" || return
   # Not install_find_package: it builds a consumer program against the
   # installed (here: instrumented) libraries with the consumer's own flags, and
   # would fail to link the sanitizer runtimes; it runs in the normal suite.
@@ -181,11 +185,11 @@ asan() {
   chosen=$(grep -E " ($(IFS='|'; echo "${representative[*]}"))\$" <<<"$listing" | cut -d' ' -f1 | paste -sd, -)
   export ASAN_OPTIONS="detect_leaks=1:$asan_options"
   timed asan-ctest-single ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE 'multihost|mpi|combinations' \
-    -E "^(install_find_package|docs_check|docs_site|$catalogs)\$"
+    -E "^(install_find_package|docs_check|docs_site|$catalogs)\$" || return
   # Two 2-rank tests at once, as the normal suite runs them (tests/run_all.sh): their ranks wait on each
   # other, and the second test fills those waits. Quiet, this machine, 135 tests (2026-12-07): 481 s at
   # -j2, 411 s at -j4, all passed both ways.
-  timed asan-ctest-mpi ctest --test-dir build-asan --output-on-failure -j$((2 * jobs)) -I "0,0,0,$chosen"
+  timed asan-ctest-mpi ctest --test-dir build-asan --output-on-failure -j$((2 * jobs)) -I "0,0,0,$chosen" || return
 }
 
 tsan() {
@@ -209,8 +213,8 @@ tsan() {
   for c in "${cases[@]}"; do targets+=("${c%%:*}"); done
   # The test programs' own files at -O0, as in asan() (the library, where the threads meet, at -O1).
   timed tsan-configure cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DLOOM_TESTS_OPT=-O0 >/dev/null
-  timed tsan-build cmake --build build-tsan -j"$jobs" --target "${targets[@]}"
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DLOOM_TESTS_OPT=-O0 >/dev/null || return
+  timed tsan-build cmake --build build-tsan -j"$jobs" --target "${targets[@]}" || return
   local name rest filter bin np
   for c in "${cases[@]}"; do
     name=${c%%:*} rest=${c#*:}
@@ -222,11 +226,11 @@ tsan() {
     np=2 && [[ $name != mpi_* ]] && np=1
     echo "[sanitizers] tsan $name ($np ranks): ${c##*:}"
     if [ "$np" = 1 ]; then
-      timed "tsan-$name" env OPENBLAS_NUM_THREADS=1 timeout 600 "$bin" "${args[@]}"
+      timed "tsan-$name" env OPENBLAS_NUM_THREADS=1 timeout 600 "$bin" "${args[@]}" || return
     else
       timed "tsan-$name" env LOOM_COLLECTIVE_TIMEOUT="$([ "$name" = mpi_watchdog_slow ] && echo 2 || echo 240)" \
         OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 600 mpirun --allow-run-as-root --oversubscribe \
-        --mca btl self,vader -x TSAN_OPTIONS -x LOOM_COLLECTIVE_TIMEOUT -np 2 "$bin" "${args[@]}"
+        --mca btl self,vader -x TSAN_OPTIONS -x LOOM_COLLECTIVE_TIMEOUT -np 2 "$bin" "${args[@]}" || return
     fi
   done
 }
@@ -240,9 +244,9 @@ fuzz() {
   timed fuzz-configure cmake -S . -B build-fuzz "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ \
     -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_FUZZ=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
-    >/dev/null
+    >/dev/null || return
   local targets=(safetensors utf8 hf_config hf_index tokenizer)
-  timed fuzz-build cmake --build build-fuzz -j"$jobs" --target "${targets[@]/#/fuzz_}"
+  timed fuzz-build cmake --build build-fuzz -j"$jobs" --target "${targets[@]/#/fuzz_}" || return
   export ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   # One libFuzzer process per CPU at a time (each is one thread): the same
   # seconds of fuzzing per target in half the wall time on 2 cores (issue 51).
