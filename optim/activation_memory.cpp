@@ -105,11 +105,13 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     at.backward_moments = std::max(at.backward_moments, later + alive);
     at.forward_extra += alive;
   }
-  p.backward_extra = std::max(p.backward_moments, p.forward_extra);
-  p.total = c.in_flight * p.per_micro_batch + p.tokens + p.backward_extra;
+  auto settle = [](ActivationPrediction& a, double kept_micro_batches) {  // the peak with that many kept
+    a.backward_extra = std::max(a.backward_moments, a.forward_extra);
+    a.total = kept_micro_batches * a.per_micro_batch + a.tokens + a.backward_extra;
+  };
+  settle(p, c.in_flight);
   if (later_kept > 0 && later_kept < c.in_flight) {
-    q.backward_extra = std::max(q.backward_moments, q.forward_extra);
-    q.total = later_kept * q.per_micro_batch + q.tokens + q.backward_extra;
+    settle(q, later_kept);
     if (q.total > p.total) p.total = q.total, p.backward_extra = q.backward_extra;
   }
   // ZeRO-3 under full recomputation: the block before the last reruns with one input fewer kept, beside

@@ -67,22 +67,29 @@ inline __m256 seen(int64_t visible, int64_t j0) {
 
 constexpr int64_t kPhaseRows = 64;  // rows taken phase by phase at a time
 
+// The values a row with `visible` seen of n covers in whole blocks of 16 (0: they end inside a block, and the
+// row runs the reference).
+inline int64_t whole_blocks(int64_t visible, int64_t n) {
+  const int64_t w = std::min((visible + 15) / 16 * 16, n);
+  return w % 16 == 0 ? w : 0;
+}
+
 inline void rows_by_phase(const float* x, float* y, int64_t ld, int64_t rows, int64_t n, int64_t visible0,
                           float scale) {
   float m[kPhaseRows], inv[kPhaseRows];
   int64_t w[kPhaseRows];  // the row's values, whole blocks of 16; 0: the row ran the reference
   const __m256 sc = _mm256_set1_ps(scale), neg_inf = _mm256_set1_ps(-INFINITY);
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t visible = visible0 + i, wi = std::min((visible + 15) / 16 * 16, n);
+    const int64_t visible = visible0 + i;
     const float* xr = x + i * ld;
     float* yr = y + i * ld;
-    w[i] = wi % 16 == 0 ? wi : 0;
+    w[i] = whole_blocks(visible, n);
     if (w[i] == 0) {
       kernels::causal_softmax_row(xr, yr, long(n), long(visible), scale);
       continue;
     }
     __m256 lo = neg_inf, hi = neg_inf;
-    for (int64_t j = 0; j < wi; j += 16) {
+    for (int64_t j = 0; j < w[i]; j += 16) {
       const __m256 a = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_loadu_ps(xr + j), sc), seen(visible, j));
       const __m256 b = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_loadu_ps(xr + j + 8), sc), seen(visible, j + 8));
       _mm256_storeu_ps(yr + j, a);
@@ -122,12 +129,12 @@ inline void backward_rows_by_phase(const float* dy, int64_t ld_dy, const float* 
   float dot[kPhaseRows];
   int64_t w[kPhaseRows];
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t visible = visible0 + i, wi = std::min((visible + 15) / 16 * 16, n);
-    w[i] = wi % 16 == 0 ? wi : 0;
+    const int64_t visible = visible0 + i;
+    w[i] = whole_blocks(visible, n);
     if (w[i] == 0) continue;
     const float *dyr = dy + i * ld_dy, *yr = y + i * ld_y;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-    for (int64_t j = 0; j < wi; j += 16) {  // lane k += dy * y, rounded once each (no FMA), hidden lanes += 0
+    for (int64_t j = 0; j < w[i]; j += 16) {  // lane k += dy * y, rounded once each (no FMA), hidden lanes += 0
       lo = _mm256_add_ps(
           lo, _mm256_and_ps(seen(visible, j), _mm256_mul_ps(_mm256_loadu_ps(dyr + j), _mm256_loadu_ps(yr + j))));
       hi = _mm256_add_ps(hi, _mm256_and_ps(seen(visible, j + 8),
