@@ -122,6 +122,7 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
     earlier.zero3.head_reduce = c.zero3.block_reduce, earlier.zero3.block_reduce = 0;
     earlier.zero3.last_block = c.zero3.earlier_block, earlier.zero3.before_last = c.zero3.before_earlier;
     earlier.zero3.resident = c.zero3.resident_rerun;
+    earlier.zero3.pending_reduce = 0;  // an interleaved chunk's deferred one: waited for at the last block's
     const ActivationPrediction e = predict_activations(earlier);
     // On a pipeline stage without the head one block fewer leaves out the output gradient the stage received
     // (held until this micro-batch's backward returns) and each other micro-batch's last block input: in
@@ -186,15 +187,19 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   // backward's temporaries the first time and later (with its own .grad
   // tensors alive). Not a pipeline stage: the gradient in flight is counted below.
   std::vector<ActivationPrediction> first, later;
-  for (const ChunkActivations& k : chunks) {
+  // ZeRO-3: with an earlier backward's reduce-scatter still in flight (pending_reduce, zero3_activations.h).
+  auto alone = [&](const ChunkActivations& k, int64_t micro_batches, bool pp_stage, double pending_reduce = 0) {
     ActivationCase one = c;
     one.blocks = k.blocks, one.has_head = k.has_head, one.has_embedding = k.has_embedding, one.grad_bytes = k.grad_bytes;
-    one.in_flight = 1, one.micro_batches = 1, one.pp_stage = false;
-    first.push_back(predict_activations(one));
-    one.pp_stage = true;  // held until W: the chunk's input and its gradient (all but the first virtual stage)
-    first.back().held_until_w = predict_activations(one).held_until_w;
-    one.micro_batches = 2, one.pp_stage = false;
-    later.push_back(predict_activations(one));
+    if (k.zero3.on) one.zero3 = k.zero3, one.zero3.pending_reduce = pending_reduce;
+    one.in_flight = 1, one.micro_batches = micro_batches, one.pp_stage = pp_stage;
+    return predict_activations(one);
+  };
+  for (const ChunkActivations& k : chunks) {
+    first.push_back(alone(k, 1, false));
+    // held until W: the chunk's input and its gradient (all but the first virtual stage)
+    first.back().held_until_w = alone(k, 1, true).held_until_w;
+    later.push_back(alone(k, 2, false));
   }
   // The input gradient an earlier backward sent (any chunk but the first
   // virtual stage's): an isend that may still be in flight, [b s h] (/ t under SP).
@@ -204,7 +209,8 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   p.tokens = step_token_bytes(c, Sizes(c));  // every micro-batch's copies (--cp), not one chunk's
   std::vector<bool> ran(chunks.size(), false);  // chunk k's backward (split: its W) has run: its .grad tensors are alive
   bool sending = false;
-  double kept = 0;
+  double kept = 0, pending = 0;  // ZeRO-3: a deferred reduce-scatter in flight
+  std::vector<bool> gathered(chunks.size(), false);  // ZeRO-3: chunk k's units gathered since its forward
   const std::vector<parallel::ScheduledOp> order = chunk_order(schedule, pp, stage, int(chunks.size()), c.micro_batches);
   const bool split = std::any_of(order.begin(), order.end(), [](const auto& op) { return op.kind == 'W'; });
   // The V's turn (its last rank): chunk 1's input is chunk 0's output, detached
@@ -252,6 +258,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     if (header > 0) let_go[size_t(release[i])] += header;
     if (op.kind == 'F') {
       kept += first[k].per_micro_batch + header, now = 'F';
+      gathered[k] = true;
       continue;
     }
     if (op.kind == 'W') {  // a split backward: W's first dW is a candidate peak, then W frees what B left it
@@ -266,13 +273,20 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
       continue;
     }
     // Split: B's own temporaries; the gradient it sends is the stage input's, held until W.
-    double extra = split ? first[k].split_extra : (ran[k] ? later[k] : first[k]).backward_extra + (sending ? sent : 0);
+    const double own = (pending > 0 ? alone(chunks[k], ran[k] ? 2 : 1, false, pending) : (ran[k] ? later : first)[k])
+                           .backward_extra;
+    double extra = split ? first[k].split_extra : own + (sending ? sent : 0);
+    // ZeRO-3: the other chunks' units gathered since their forward (zero3_activations.h's `between`).
+    for (size_t j = 0; j < chunks.size(); ++j) extra += j != k && gathered[j] ? chunks[j].zero3.between : 0;
     for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] && (split || j != k) ? double(chunks[j].grad_bytes) : 0;
     candidate(extra, k == 0 ? op.mb : -1);
     kept -= first[k].per_micro_batch - header, now = '-';
     if (held && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
     if (split) kept += first[k].held_until_w, now = 'H';
     else ran[k] = true;
+    // A chunk's last micro-batch syncs (interleaved_schedule.cpp), deferring its last reduce-scatter's wait.
+    pending = !split && op.mb + 1 == c.micro_batches ? chunks[k].zero3.last_reduce : 0;
+    gathered[k] = false;  // resharded by their reduce-scatters
     sending = sending || !chunks[k].has_embedding;
   }
   p.total += p.tokens;

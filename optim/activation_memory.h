@@ -277,6 +277,7 @@ struct ChunkActivations {
   bool has_head = false;      // the last virtual stage
   bool has_embedding = false; // the first virtual stage
   int64_t grad_bytes = 0;     // its params' .grad tensors, when there is no main_grad buffer (else 0)
+  Zero3Held zero3;            // ZeRO-3: the chunk's own units (optim/zero3_activations.h; `on` false without)
 };
 
 // Interleaved 1F1B (--virtual-stages > 1). No one in-flight count fits: the

@@ -27,13 +27,17 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   if (c.has_head) {
     // (A): the loss's backward runs before the head layer's (which prefetches the last block), and (A) is
     // the larger of the two: at.head = max(loss's, head linear's).
-    const double head = u.held + u.head + resident + kept * u.last_block;
+    // An earlier backward's deferred reduce-scatter, until the first of the head's own launches (the tied wte
+    // copy's, after the head linear's backward; else ln_f's, after (D)).
+    const double head = u.held + u.head + resident + kept * u.last_block + u.pending_reduce;
     m.head = head + std::max(0.0, at_head_linear(c, z) + ahead * u.last_block - at.head);
     m.ln_f = head + ahead * u.last_block +  // + the head linear's .grad, or the own unit's reduce-scatter in its place
-             (u.head_own_reduce > 0 ? u.head_own_reduce - u.head_own : g.ln_f * scale);
+             (u.head_own_reduce > 0 ? u.head_own_reduce - u.head_own - u.pending_reduce : g.ln_f * scale);
   }
   if (c.blocks == 0) return m;
-  const double in_block = u.held + u.last_block + ahead * u.before_last + resident + u.head_reduce;
+  // Without the head the deferred reduce-scatter waits for the last block's own.
+  const double in_block = u.held + u.last_block + ahead * u.before_last + resident + u.head_reduce +
+                          (c.has_head ? 0 : u.pending_reduce);
   m.block = in_block + block_grads(g.block);
   m.gate = in_block + block_grads(g.gate);
   m.moe_rerun = in_block + block_grads(g.block);
@@ -48,18 +52,20 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   return m;
 }
 
-Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head) {
+Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head,
+                     size_t first_layer, size_t end_layer) {
   Zero3Held z;
   z.on = true, z.prefetch = fsdp.options().prefetch, z.reshard_after_forward = fsdp.options().reshard_after_forward;
   const auto& units = fsdp.units();
-  // [embedding, blocks, head]; a pipeline stage holds its own layers: the embedding only on the first,
-  // the head only on the last (its last block is then the last layer).
-  const size_t n = fsdp.num_layers();
-  const size_t blocks = n - (has_head ? 1 : 0) - (has_embedding ? 1 : 0), last = n - (has_head ? 2 : 1);
+  // [embedding, blocks, head], or a pipeline stage's (or an interleaved chunk's) part of them: the embedding
+  // only on the first, the head only on the last (its last block is then the last layer). Prefetch stays
+  // inside a chunk, so its first layer has none before it.
+  const size_t n = std::min(end_layer, fsdp.num_layers()), f = first_layer;
+  const size_t blocks = n - f - (has_head ? 1 : 0) - (has_embedding ? 1 : 0), last = n - (has_head ? 2 : 1);
   auto bytes = [&](size_t u) { return double(units[u].full.nbytes()); };
   // Read by a later layer (the head, the tied wte on one stage): gathered from its forward to that layer's backward.
   std::vector<bool> held(units.size(), false);
-  for (size_t u = 0; u < n; ++u)
+  for (size_t u = f; u < n; ++u)
     if (fsdp.read_by_a_later_layer(u)) held[u] = true, z.held += bytes(u);
   auto gathered = [&](size_t l) {
     double b = 0;
@@ -68,23 +74,32 @@ Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_em
   };
   // A unit's reduce-scatter: its flattened fp32 gradient [P] and the shard it reduces into [P / group].
   auto reduce = [&](size_t u) { return 4.0 * double(units[u].full.numel()) * (1 + 1.0 / units[u].group->size()); };
-  if (has_embedding) z.first = gathered(0);
+  const size_t own = fsdp.num_layers();  // the units past the layers' own (a tied wte copy, --ep's experts)
+  if (has_embedding) z.first = gathered(f);
+  // The one the chunk's backward launches last, left in flight by a deferred sync: its first layer's own unit
+  // (a head's ln_f, whose gradient comes after the tied wte copy's; the embedding's chunk syncs last of all).
+  if (!units[f].params.empty()) z.last_reduce = reduce(f);
+  // Gathered from the chunk's forward to its backward (fully_sharded.cpp's after_forward): without reshard after
+  // forward every layer's units; with it the rank's last layer's, whose backward was once the next thing to run.
+  for (size_t l = z.reshard_after_forward ? n - 1 : f; l < n && n > f; ++l)
+    z.between += !z.reshard_after_forward || n == own ? gathered(l) : 0;
   if (has_head) {
     z.head = gathered(n - 1);
     if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);  // the head layer's own unit (ln_f)
     for (size_t u : fsdp.layer_units(n - 1))  // a last stage's tied wte copy: a unit of its own, after the layers'
-      if (u >= n) z.head_own += bytes(u), z.head_own_reduce += reduce(u);
+      if (u >= own) z.head_own += bytes(u), z.head_own_reduce += reduce(u);
   }
   if (blocks == 0) return z;
   z.last_block = gathered(last);
   for (size_t u : fsdp.layer_units(last))
-    if (u >= n) z.experts_reduce = reduce(u);  // --ep: the experts' own unit
-  if (last >= 1) z.before_last = gathered(last - 1);  // a block, or the embedding
-  for (size_t l = 0; !z.reshard_after_forward && l + 2 <= last; ++l)  // gathered since their forward
+    if (u >= own) z.experts_reduce = reduce(u);  // --ep: the experts' own unit
+  if (last >= f + 1) z.before_last = gathered(last - 1);  // a block, or the embedding
+  for (size_t l = f; !z.reshard_after_forward && l + 2 <= last; ++l)  // gathered since their forward
     z.resident += gathered(l), z.resident_rerun += l + 3 <= last ? gathered(l) : 0;
   if (blocks < 2) return z;
   // --recompute full: the block before the last reruns beside the last block's reduce-scatter in flight.
-  z.block_reduce = reduce(last), z.earlier_block = gathered(last - 1), z.before_earlier = last >= 2 ? gathered(last - 2) : 0;
+  z.block_reduce = reduce(last), z.earlier_block = gathered(last - 1),
+  z.before_earlier = last >= f + 2 ? gathered(last - 2) : 0;
   return z;
 }
 

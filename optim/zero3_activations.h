@@ -45,8 +45,21 @@
 // block's reduce-scatter, [P_b] + [P_b / dp] fp32, far larger than the head's:
 // with one input fewer kept, its rerun is the peak (predict_activations counts
 // both; was +1.6% fp32, +15.7% bf16 under the measurement, dense, dp 2).
+// Interleaved 1F1B (--virtual-stages, predict_activations_interleaved's walk): each chunk counts its own
+// units as a stage would (prefetch stays inside a chunk), and two things cross chunks: (1) a chunk's units
+// gathered from its forward to its backward (`between`: the rank's last layer's, which after_forward keeps;
+// without reshard after forward all of them) stand beside the other chunks' backwards in between; (2) a
+// chunk's last micro-batch syncs under defer_grad_sync, so its last reduce-scatter (its first layer's own
+// unit) is still in flight through the next backward until that one launches its first (pending_reduce).
+// Measured = formula (or less the one sent gradient) on every rank of --dp 2 --pp 2 --virtual-stages 2
+// --layers 4, m 2 and 4, fp32 and bf16, prefetch off, reshard after forward off (and --layers 8),
+// --recompute selective and full (and --layers 8, bf16). Without `between` stage 0 measured +5.8% above
+// (m 4; reshard off, --layers 8: +3.0%); counting the deferred reduce-scatter in the earlier block's rerun
+// too (the last block's own waited for it) put the formula 9.7% (fp32), 18% (bf16) above stage 1.
 // Measured = formula: tests/test_memory_ledger_moe.cpp's ZeRO-3 runs.
 #pragma once
+
+#include <cstddef>
 
 namespace loom::parallel {
 class FullyShardedDataParallel;
@@ -78,9 +91,17 @@ struct Zero3Held {
   // head's one param: gathered with the head; at ln_f's backward (D) its gradient is already in its
   // reduce-scatter ([P] + [P / dp] fp32), its .grad dropped and its params resharded.
   double head_own = 0, head_own_reduce = 0;
+  // An interleaved pipeline (--virtual-stages): a chunk's backward that syncs (its last micro-batch's) defers
+  // the wait for its last reduce-scatter, its first layer's (last_reduce), to the next backward's first
+  // reduce-scatter. Beside that backward's moments until then: pending_reduce ([P] + [P / dp] fp32 or 0).
+  double last_reduce = 0, pending_reduce = 0;
+  // The chunk's units gathered from its forward to its backward: beside the other chunks' backwards in between.
+  double between = 0;
 };
 
-// Read off the units of a rank: [embedding, blocks, head], or a pipeline stage's part of them.
-Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding = true, bool has_head = true);
+// Read off the units of a rank: [embedding, blocks, head], or a pipeline stage's part of them; of an
+// interleaved rank, one chunk's: its layers [first_layer, end_layer) of the rank's.
+Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding = true, bool has_head = true,
+                     size_t first_layer = 0, size_t end_layer = size_t(-1));
 
 }  // namespace loom::optim

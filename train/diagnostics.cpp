@@ -217,8 +217,9 @@ double Diagnostics::predicted_activation_bytes() const {
   // ZeRO-3: the stage's gathered units, each unit's .grad tensors and reduce-scatter (zero3_activations.h);
   // with --pp the stage's own, in every micro-batch (measured = formula, or less the sent gradient:
   // tests/test_memory_ledger.cpp's pp2 zero3 modes, a stage of the head alone and without prefetch too), and
-  // without reshard after forward every earlier layer's too, under --recompute full as well. Not yet with
-  // --pp: interleaved chunks (the .grad count below); experts refuse it (checks_moe.cpp).
+  // without reshard after forward every earlier layer's too, under --recompute full as well. Interleaved:
+  // each chunk's own units, walked below (tests/test_memory_ledger.cpp's v2 zero3 modes); experts refuse it
+  // (checks_moe.cpp).
   if (dp_.fsdp && (pgm_.pp_size == 1 || m_.chunks->num_chunks() == 1))
     c.zero3 = optim::zero3_held(*dp_.fsdp, c.has_embedding, c.has_head);
   else if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
@@ -231,17 +232,21 @@ double Diagnostics::predicted_activation_bytes() const {
     for (const parallel::LayerRange& r : m_.chunks->chunks()) {
       optim::ChunkActivations k;
       params.emplace_back();
+      const size_t first = layer;
       for (int64_t i = r.start; i < r.end; ++i, ++layer) {
         k.blocks += (i >= 1 && i <= cfg.n_layer) ? 1 : 0;
         for (const Tensor& t : m_.chunks->layers()[layer]->parameters()) params.back().push_back(t);
       }
       k.has_embedding = r.start == 0, k.has_head = r.end == cfg.num_layers();
+      // ZeRO-3, interleaved 1F1B: each chunk's own units (its layers of the rank's); no .grad outlives its unit.
+      if (dp_.fsdp && m_.chunks->num_chunks() > 1 && a_.schedule == "1f1b")
+        k.zero3 = optim::zero3_held(*dp_.fsdp, k.has_embedding, k.has_head, first, layer);
       chunks.push_back(k);
     }
     // One .grad per tensor: a V's stage 0 holds the tied wte in both chunks.
     // It is the last chunk's (the head's W runs before the embedding's).
     std::set<const TensorImpl*> counted;
-    for (size_t k = chunks.size(); k-- > 0 && !dp_.bucket;)
+    for (size_t k = chunks.size(); k-- > 0 && !dp_.bucket && !chunks[k].zero3.on;)
       for (const Tensor& t : params[k])
         if (counted.insert(t.impl()).second) chunks[k].grad_bytes += 4 * t.numel();
     return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size, pgm_.pp_rank, a_.schedule).total;
