@@ -263,8 +263,7 @@ ActivationPrediction predict_activations(const ActivationCase& c);
 ActivationCase block_activation_case(const nn::GPTConfig& cfg, int64_t micro_batch, int64_t seq, int tp,
                                      bool sequence_parallel, int64_t element_bytes, parallel::Recompute recompute);
 
-// 1F1B, AFAB or interleaved: micro-batches a pipeline rank keeps at its peak
-// (for interleaved an average over its chunks: the planner's estimate).
+// 1F1B, AFAB or interleaved: micro-batches a pipeline rank keeps at its peak (interleaved: the chunks' average).
 double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int pp, int stage, int virtual_stages);
 
 // A rank's order over its chunks: interleaved 1F1B's, a V's ("zb-v", "dualpipev"), or ZB-H1's (one chunk).
@@ -280,21 +279,21 @@ struct ChunkActivations {
   Zero3Held zero3;            // ZeRO-3: the chunk's own units (optim/zero3_activations.h; `on` false without)
 };
 
-// Interleaved 1F1B (--virtual-stages > 1). No one in-flight count fits: the
-// chunks hold different numbers of micro-batches at each moment, and only one
-// of them has the head. So this walks the rank's own schedule
-// (parallel::interleaved_order): a forward of chunk k adds k's per-micro-batch
-// bytes, a backward is a candidate peak (everything kept, plus k's backward
-// temporaries, plus the .grad tensors of the chunks whose backward has run)
-// and then frees them. c gives the shapes, dtype, tp and the step's tokens;
-// its blocks, head, embedding, in_flight and grad_bytes are the chunks'.
-// Like predict_activations, one input gradient sent by an earlier backward
-// counts as in flight. The result's per_micro_batch is what all the chunks
-// keep at the peak; per_block is not set. schedule "zb-h1" (one chunk), "zb-v"
-// or "dualpipev" walks that order instead (chunk_order): a B is a candidate
-// peak with B's own temporaries (split_extra), then trades the micro-batch's
-// kept bytes for what it holds until its W (held_until_w), which W frees.
+// Interleaved 1F1B (--virtual-stages > 1; optim/pipeline_activations.cpp). No one in-flight count fits: the
+// chunks hold different numbers of micro-batches at each moment, and only one of them has the head. So this
+// walks the rank's own schedule (parallel::interleaved_order): a forward of chunk k adds k's per-micro-batch
+// bytes (a MoE block's forward (U) is a candidate peak), a backward is a candidate peak (everything kept,
+// plus k's backward temporaries, plus the .grad tensors of the chunks whose backward has run; under ZeRO-3
+// the other chunks' units still gathered) and then frees them. c gives the shapes, dtype, tp and the step's
+// tokens; its blocks, head, embedding, in_flight and grad_bytes are the chunks'. Like predict_activations,
+// one input gradient sent by an earlier backward counts as in flight. The result's per_micro_batch is what
+// all the chunks keep at the peak; per_block is not set. schedule "zb-h1" (one chunk), "zb-v" or
+// "dualpipev" walks that order instead (chunk_order): a B is a candidate peak with B's own temporaries
+// (split_extra), then trades the micro-batch's kept bytes for what it holds until its W (held_until_w),
+// which W frees. routed ([chunk][micro-batch], or null): c with the rows that micro-batch's routing kept
+// (a capacity) or sent this rank's experts (--ep) in the chunk's MoE blocks (train/diagnostics_moe.cpp).
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
-                                                     int pp, int stage, const std::string& schedule = "1f1b");
+                                                     int pp, int stage, const std::string& schedule = "1f1b",
+                                                     const std::vector<std::vector<ActivationCase>>* routed = nullptr);
 
 }  // namespace loom::optim

@@ -309,8 +309,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"cp2_bf16_selective_ring", 2,
                            "--cp 2 --batch 1 --heads 8 --block 128 --dtype bf16 --recompute selective --steps 2", 18.0,
                            false, 0, kExact},
-                      // cp 4: a middle step of the ring's backward also holds the next K/V block
-                      Mode{"cp4_fp32_ring", 4, "--cp 4 --batch 1 --heads 8 --block 128 --steps 2", 16.0, false, 0,
+                      // cp 4: a middle step of the ring's backward also holds the next K/V block (the buckets
+                      // padded to a multiple of dp x cp x 64 = 256 elements)
+                      Mode{"cp4_fp32_ring", 4, "--cp 4 --batch 1 --heads 8 --block 128 --steps 2", 16.0, true, 0,
                            kExact},
                       Mode{"pp2_fp16", 2, "--pp 2 --microbatches 2 --batch 8 --dtype fp16", 18.0, true,
                            8 * 16 * 32 * 2},

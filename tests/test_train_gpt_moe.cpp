@@ -132,8 +132,16 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--capacity-factor 1.0", "--capacity-factor tunes a mixture of experts; it needs --experts E"},
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
+      // --memory-report's formula (tests/test_memory_ledger_moe.cpp): the experts under the zero-bubble schedules
+      // (no MoE block's split backward walked), interleaved --recompute full with --ep or a capacity
       {kMoE + "--zero 3 --pp 2 --schedule zb-h1 --memory-report",
        "--memory-report with --experts 4 and --zero 3 --pp 2 --schedule zb-h1: "},
+      {kMoE + "--pp 2 --schedule zb-h1 --capacity-factor 1.5 --memory-report",
+       "--memory-report with --capacity-factor 1.5, --pp 2 and --schedule zb-h1: "},
+      {kMoE + "--pp 2 --schedule zb-v --virtual-stages 2 --layers 4 --memory-report",
+       "--memory-report with --experts 4 and --schedule zb-v: "},
+      {kMoE + "--dp 2 --ep 2 --pp 2 --virtual-stages 2 --layers 4 --recompute full --memory-report",
+       "--memory-report with --experts 4, --ep 2, --virtual-stages 2 and --recompute full: "},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
        "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"},
       // On a GPU, one process, --dp and --ep only (tests/cuda/); refused before any device is opened.
