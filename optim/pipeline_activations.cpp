@@ -143,9 +143,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
       continue;
     }
     if (op.kind == 'W') {  // a split backward: W's first dW is a candidate peak, then W frees what B left it
-      double extra = f.w_extra;
-      for (size_t j = 0; j < chunks.size(); ++j) extra += ran[j] ? double(chunks[j].grad_bytes) : 0;
-      candidate(extra, -1);
+      candidate(f.w_extra + beside, -1);
       kept -= f.held_until_w, now = '-';
       const auto it = gradient_release.find({op.mb, op.chunk});
       if (it != gradient_release.end() && size_t(it->second) > i)

@@ -81,8 +81,8 @@ Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_em
   if (!units[f].params.empty()) z.last_reduce = reduce(f);
   // Gathered from the chunk's forward to its backward (fully_sharded.cpp's after_forward): without reshard after
   // forward every layer's units; with it the rank's last layer's, whose backward was once the next thing to run.
-  for (size_t l = z.reshard_after_forward ? n - 1 : f; l < n && n > f; ++l)
-    z.between += !z.reshard_after_forward || n == own ? gathered(l) : 0;
+  for (size_t l = f; l < n && !z.reshard_after_forward; ++l) z.between += gathered(l);
+  if (z.reshard_after_forward && n == own && n > f) z.between = gathered(n - 1);
   if (has_head) {
     z.head = gathered(n - 1);
     if (!units[n - 1].params.empty()) z.head_reduce = reduce(n - 1);  // the head layer's own unit (ln_f)
