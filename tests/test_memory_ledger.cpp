@@ -359,8 +359,8 @@ INSTANTIATE_TEST_SUITE_P(
                            false, 8 * 16 * 32 * 4},
                       // ZeRO-3, interleaved: each chunk's units; stage 0's second chunk (the rank's last layer)
                       // stays gathered from its forward to its backward, beside the first chunk's backwards
-                      // (+5.8% when left out); under --recompute full the earlier block's rerun no longer holds
-                      // the deferred reduce-scatter (+18% on stage 1 when it did)
+                      // (stage 0 measured 5.8% above the formula without it); under --recompute full the earlier
+                      // block's rerun no longer holds the deferred reduce-scatter (the formula was 18% above stage 1)
                       Mode{"dp2_pp2_v2_fp32_zero3", 4,
                            "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 4 --zero 3 --steps 2",
                            8.0, true, 4 * 16 * 32 * 4, kExact},
