@@ -95,11 +95,11 @@ void prefetch_head(const Tensor& t, int64_t i) {
 }
 
 // Rows [r0, r1) of head i's [T, hd] matrix of a [B, H, T, hd] tensor into L2 (r1 clamped to T).
-template <class S>
+template <class S, bool kWrite = false>
 void prefetch_head_rows(const Tensor& t, int64_t i, int64_t r0, int64_t r1) {
   const Mat<S> m = head<S>(t, i / t.size(1), i % t.size(1));
   r1 = std::min(r1, t.size(2));
-  if (r0 < r1) cpu::prefetch_rows(m.p + r0 * m.ld, m.ld, r1 - r0, t.size(3));
+  if (r0 < r1) cpu::prefetch_rows<kWrite>(m.p + r0 * m.ld, m.ld, r1 - r0, t.size(3));
 }
 
 // Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
@@ -137,8 +137,8 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
         if (n != i) prefetch_head<S>(k, n);
         prefetch_head_rows<S>(q, n, n0, n1);
         prefetch_head_rows<S>(v, n, n0, n1);
-        cpu::prefetch_rows(r.att.data<S>() + n * T * T + n0 * T, T, std::min(n1, T) - n0, T);
-        prefetch_head_rows<S>(r.y, n, n0, n1);
+        cpu::prefetch_rows<true>(r.att.data<S>() + n * T * T + n0 * T, T, std::min(n1, T) - n0, T);
+        prefetch_head_rows<S, true>(r.y, n, n0, n1);
       };
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
@@ -210,10 +210,10 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
         prefetch_head_rows<S>(dy, n, n0, n1);
         cpu::prefetch_rows(p_all.data<S>() + n * T * T + n0 * T, T, n1 - n0, n1);
         prefetch_head_rows<S>(q, n, n0, n1);
-        prefetch_head_rows<S>(g.dq, n, n0, n1);
+        prefetch_head_rows<S, true>(g.dq, n, n0, n1);
         if (n != i) {
-          prefetch_head<S>(g.dv, n);
-          prefetch_head<S>(g.dk, n);
+          prefetch_head_rows<S, true>(g.dv, n, 0, T);
+          prefetch_head_rows<S, true>(g.dk, n, 0, T);
         }
       };
       for (int64_t i = i0; i < i1; ++i) {
