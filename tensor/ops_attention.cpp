@@ -196,25 +196,25 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
       std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
       std::vector<S> vt(size_t(hd * T));      // vᵀ [hd, T] of one head
       // Heads too large for the next head's prefetch: the next block's rows (blocks run backwards), dy, P, q
-      // and dq (to be written); after a head's first block, head i + 1's v (its transpose comes first), k, dk
-      // and dv (its last block covers every key) and its last block's rows.
+      // and dq (to be written); after a head's first block, head i + 1's last block's rows. Head i + 1's v (its
+      // transpose comes first), k, dk and dv (its last block covers every key) go one block earlier: this
+      // head's last block (r0 = 0) is its smallest, too short to fetch them in.
       const int64_t last0 = (T - 1) / kBlock * kBlock;
       auto next_block = [&](int64_t i, int64_t r0) {
         if (prefetch) return;
-        if (r0 == 0 && i + 1 >= i1) return;
-        const int64_t n = r0 > 0 ? i : i + 1, n0 = r0 > 0 ? r0 - kBlock : last0, n1 = std::min(T, n0 + kBlock);
-        if (n != i) {
-          prefetch_head<S>(v, n);
-          prefetch_head<S>(k, n);
+        const bool next_head = i + 1 < i1;
+        if (next_head && r0 == std::min(kBlock, last0)) {
+          prefetch_head<S>(v, i + 1);
+          prefetch_head<S>(k, i + 1);
+          prefetch_head_rows<S, true>(g.dv, i + 1, 0, T);
+          prefetch_head_rows<S, true>(g.dk, i + 1, 0, T);
         }
+        if (r0 == 0 && !next_head) return;
+        const int64_t n = r0 > 0 ? i : i + 1, n0 = r0 > 0 ? r0 - kBlock : last0, n1 = std::min(T, n0 + kBlock);
         prefetch_head_rows<S>(dy, n, n0, n1);
         cpu::prefetch_rows(p_all.data<S>() + n * T * T + n0 * T, T, n1 - n0, n1);
         prefetch_head_rows<S>(q, n, n0, n1);
         prefetch_head_rows<S, true>(g.dq, n, n0, n1);
-        if (n != i) {
-          prefetch_head_rows<S, true>(g.dv, n, 0, T);
-          prefetch_head_rows<S, true>(g.dk, n, 0, T);
-        }
       };
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
