@@ -27,6 +27,9 @@
 // thread computes head i, it prefetches head i + 1's operands and outputs into
 // L2 (tensor/cpu/prefetch.h; small heads only): in the step, where q, k, v and
 // P are not in cache, ~1 ms of the small GPT's ~6 ms of attention at AVX2.
+// Larger heads (the medium GPT's 720 KB) fetch the next block's rows instead,
+// and the next head's whole k, v (and dk, dv) a block ahead: the medium step's
+// attention at AVX2 ~66-88 -> ~59-80 ms (bench/README.md, issue 47).
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:

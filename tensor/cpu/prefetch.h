@@ -1,6 +1,7 @@
 // Internal to tensor/: software prefetch of a block of rows into L2, for an
 // op that walks independent items and knows the next one's operands while it
-// computes this one (causal attention's heads: tensor/ops_attention.cpp).
+// computes this one (causal attention's heads, or a large head's next block
+// of rows: tensor/ops_attention.cpp).
 //
 // Why: the hardware prefetchers follow a stream once it has started; a head's
 // q, k, v are 64 short rows (128 bytes, 1,536 bytes apart inside qkv), its
