@@ -7,8 +7,8 @@
 // dependent chain (x^3, exp_approx's polynomial, the division), ~35 vector
 // instructions of which few are independent; GCC's loop runs one vector of 8
 // at a time, so the core overlaps consecutive vectors only as far as its
-// schedulers reach, and at AVX2 the medium GPT's GELU ran at ~2 cycles a
-// value, below what its arithmetic needs. Here 4 vectors (32 values) go
+// schedulers reach: at AVX2, ~2.5 cycles a value (~20 a vector of 8), about
+// twice what its arithmetic needs. Here 4 vectors (32 values) go
 // statement by statement, so four chains are always in flight. Outside loom
 // (one thread, 64 rows of 1536 in L1, Zen 4 held to AVX2): forward 71 -> 63 us,
 // backward 96 -> 78 us (bench/README.md, issue 47).
