@@ -103,6 +103,12 @@ namespace {
 bool gelu_runs(const Tensor& x) {
   return x.device().is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && x.is_contiguous();
 }
+// n values over the math threads in runs that start at multiples of cpu::kGeluRunStep (the same bits at any
+// thread count): run(begin, end).
+template <class Run>
+void gelu_split(int64_t n, const Run& run) {
+  cpu::parallel_chunks(n, cpu::kElementwiseGrain, cpu::kGeluRunStep, run);
+}
 }  // namespace
 
 Tensor gelu(const Tensor& x) {
@@ -113,7 +119,7 @@ Tensor gelu(const Tensor& x) {
     LOOM_DISPATCH_COMPUTE(x.dtype(), "gelu", {
       const scalar_t* xp = x.data<scalar_t>();
       scalar_t* o = out.data<scalar_t>();
-      cpu::parallel_for(n, cpu::kElementwiseGrain, [&](int64_t b, int64_t e) { cpu::gelu_run(xp + b, o + b, e - b); });
+      gelu_split(n, [&](int64_t b, int64_t e) { cpu::gelu_run(xp + b, o + b, e - b); });
     });
     return out;
   }
@@ -128,8 +134,7 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
     LOOM_DISPATCH_COMPUTE(x.dtype(), "gelu_backward", {
       const scalar_t *g = grad.data<scalar_t>(), *xp = x.data<scalar_t>();
       scalar_t* o = out.data<scalar_t>();
-      cpu::parallel_for(n, cpu::kElementwiseGrain,
-                        [&](int64_t b, int64_t e) { cpu::gelu_backward_run(g + b, xp + b, o + b, e - b); });
+      gelu_split(n, [&](int64_t b, int64_t e) { cpu::gelu_backward_run(g + b, xp + b, o + b, e - b); });
     });
     return out;
   }

@@ -143,4 +143,21 @@ TEST(GeluVec, OpsOnContiguousTensorsMatchTheStridedLoop) {
   }
 }
 
+// The ops split their runs at multiples of cpu::kGeluRunStep: the same bits at 1 and 2 threads (in every build,
+// GCC's -O1 included, where the two paths round apart). 65573 values: split at multiples of 16 (parallel_for's
+// edges), the second thread would start at 32784, inside a step of 32; and the last 5 values are a tail.
+TEST(GeluVec, OpsGiveTheSameBitsAtOneAndTwoThreads) {
+  const int before = ops::get_num_threads();
+  Generator gen(11);
+  const Tensor x = ops::mul(randn({65573}, gen), 3.0), g = randn({65573}, gen);
+  auto once = [&](int threads) {
+    ops::set_num_threads(threads);
+    return std::vector<std::vector<float>>{ops::gelu(x).to_vector<float>(), ops::gelu_backward(g, x).to_vector<float>()};
+  };
+  const auto one = once(1), two = once(2);
+  ops::set_num_threads(before);
+  EXPECT_EQ(one[0], two[0]) << "gelu";
+  EXPECT_EQ(one[1], two[1]) << "gelu_backward";
+}
+
 }  // namespace

@@ -16,6 +16,7 @@ namespace gelu_vec_detail {
 
 constexpr int kVecs = 4;  // vectors in flight
 constexpr int64_t kStep = 8 * kVecs;
+static_assert(kStep == kGeluRunStep);
 inline __m256 splat(float x) { return _mm256_set1_ps(x); }
 
 // kernels::exp_approx (tensor/kernels/exp.h) on kVecs vectors in place, statement by statement.

@@ -28,6 +28,11 @@
 
 namespace loom::cpu {
 
+// Values go 32 at a time (4 vectors of 8), the reference takes a run's last n % 32. A run split at multiples
+// of this gives every value the path it had in the whole run, so any split (threads) gives the same bits even
+// where the two paths round apart (a GCC -O0/-O1 library: tests/test_gelu_vec.cpp).
+constexpr int64_t kGeluRunStep = 32;
+
 // y[j] = kernels::gelu(x[j]), j < n; y may be x. fp64 (gradient checks) runs the reference.
 void gelu_run(const float* x, float* y, int64_t n);
 void gelu_run(const double* x, double* y, int64_t n);
