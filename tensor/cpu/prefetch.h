@@ -18,7 +18,8 @@ namespace loom::cpu {
 // Every 64-byte line of rows [0, rows) x elements [0, cols) at p, rows `ld` elements apart, into L2
 // (locality 2: prefetcht1 on x86), each line once (rows that do not start on a line take one more).
 // A hint only: no fault, no effect on any value.
-// kWrite: the lines are about to be written (prefetchw: fetched for ownership, so the store need not ask again).
+// kWrite: the lines are about to be written (prefetchw: fetched for ownership, so the store need not ask again;
+// where the build's ISA lacks PRFCHW, x86-64-v3 among them, the compiler emits the read prefetch instead).
 template <bool kWrite = false, class T>
 inline void prefetch_rows(const T* p, int64_t ld, int64_t rows, int64_t cols) {
   if (ld == cols) {  // contiguous: one range
