@@ -27,6 +27,9 @@
 // thread computes head i, it prefetches head i + 1's operands and outputs into
 // L2 (tensor/cpu/prefetch.h; small heads only): in the step, where q, k, v and
 // P are not in cache, ~1 ms of the small GPT's ~6 ms of attention at AVX2.
+// Larger heads (the medium GPT's 720 KB) fetch the next block's rows instead,
+// and the next head's whole k, v (and dk, dv) a block ahead: the medium step's
+// attention at AVX2 ~66-88 -> ~59-80 ms (bench/README.md, issue 47).
 //
 // Backward, per block, in reverse order so the last block (which sees every
 // key) starts dk and dv and the earlier ones add onto their first r1 rows:
@@ -94,6 +97,14 @@ void prefetch_head(const Tensor& t, int64_t i) {
   cpu::prefetch_rows(m.p, m.ld, t.size(2), t.size(3));
 }
 
+// Rows [r0, r1) of head i's [T, hd] matrix of a [B, H, T, hd] tensor into L2 (r1 clamped to T).
+template <class S, bool kWrite = false>
+void prefetch_head_rows(const Tensor& t, int64_t i, int64_t r0, int64_t r1) {
+  const Mat<S> m = head<S>(t, i / t.size(1), i % t.size(1));
+  r1 = std::min(r1, t.size(2));
+  if (r0 < r1) cpu::prefetch_rows<kWrite>(m.p + r0 * m.ld, m.ld, r1 - r0, t.size(3));
+}
+
 // Inner dim contiguous, as the GEMMs need (a [B, T, H, hd] view of qkv is).
 Tensor rows_contiguous(const Tensor& t) { return t.stride(-1) == 1 ? t : contiguous(t); }
 
@@ -119,6 +130,19 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
     const bool prefetch = prefetch_next_head<S>(T, hd);
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> kt(size_t(hd * T));  // kᵀ [hd, T] of one head
+      // Heads too large for that (the medium GPT's, 720 KB): the next block's rows instead, while this block
+      // computes: q, the keys' v rows it newly sees, P and y (to be written); after a head's last block, head
+      // i + 1's k (its transpose comes first) and its first block's rows.
+      auto next_block = [&](int64_t i, int64_t r1) {
+        if (prefetch) return;
+        if (r1 >= T && i + 1 >= i1) return;
+        const int64_t n = r1 < T ? i : i + 1, n0 = r1 < T ? r1 : 0, n1 = n0 + kBlock;
+        if (n != i) prefetch_head<S>(k, n);
+        prefetch_head_rows<S>(q, n, n0, n1);
+        prefetch_head_rows<S>(v, n, n0, n1);
+        cpu::prefetch_rows<true>(r.att.data<S>() + n * T * T + n0 * T, T, std::min(n1, T) - n0, T);
+        prefetch_head_rows<S, true>(r.y, n, n0, n1);
+      };
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), ym = head<S>(r.y, b, h);
@@ -135,6 +159,7 @@ CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, c
           // S = q[r0:r1] @ k[0:r1]ᵀ, only up to the diagonal (query r0 + i sees keys 0..r0 + i)
           cpu::small_gemm<S>(m, r1, hd, {qm.p + r0 * qm.ld, qm.ld, 1}, kt.data(), T, p + r0 * T, T, false,
                              cpu::Skip::unneeded_after(r0));
+          next_block(i, r1);
           if (r0 == 0) ahead(q);
           // P = causal softmax of S's rows, in place; zeros past the diagonal, out to column T
           cpu::causal_softmax_rows(p + r0 * T, p + r0 * T, T, m, T, r0 + 1, S(scale));
@@ -173,6 +198,27 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
     cpu::parallel_for_tasks(B * H, [&](int64_t i0, int64_t i1) {
       std::vector<S> ds(size_t(kBlock * T));  // dP, then dS, of one block: [m, r1]
       std::vector<S> vt(size_t(hd * T));      // vᵀ [hd, T] of one head
+      // Heads too large for the next head's prefetch: the next block's rows (blocks run backwards), dy, P, q
+      // and dq (to be written); after a head's first block, head i + 1's last block's rows. Head i + 1's v (its
+      // transpose comes first), k, dk and dv (its last block covers every key) go one block earlier: this
+      // head's last block (r0 = 0) is its smallest, too short to fetch them in.
+      const int64_t last0 = (T - 1) / kBlock * kBlock;
+      auto next_block = [&](int64_t i, int64_t r0) {
+        if (prefetch) return;
+        const bool next_head = i + 1 < i1;
+        if (next_head && r0 == std::min(kBlock, last0)) {
+          prefetch_head<S>(v, i + 1);
+          prefetch_head<S>(k, i + 1);
+          prefetch_head_rows<S, true>(g.dv, i + 1, 0, T);
+          prefetch_head_rows<S, true>(g.dk, i + 1, 0, T);
+        }
+        if (r0 == 0 && !next_head) return;
+        const int64_t n = r0 > 0 ? i : i + 1, n0 = r0 > 0 ? r0 - kBlock : last0, n1 = std::min(T, n0 + kBlock);
+        prefetch_head_rows<S>(dy, n, n0, n1);
+        cpu::prefetch_rows(p_all.data<S>() + n * T * T + n0 * T, T, n1 - n0, n1);
+        prefetch_head_rows<S>(q, n, n0, n1);
+        prefetch_head_rows<S, true>(g.dq, n, n0, n1);
+      };
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const Mat<S> qm = head<S>(q, b, h), km = head<S>(k, b, h), vm = head<S>(v, b, h), dym = head<S>(dy, b, h);
@@ -202,6 +248,7 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
                              cpu::Skip::unneeded_after(r0));
           // dS = causal softmax backward of dP's rows, in place (the scale inside)
           cpu::causal_softmax_backward_rows(ds.data(), r1, p + r0 * T, T, ds.data(), r1, m, r1, r0 + 1, S(scale));
+          next_block(i, r0);
           // dv[0:r1] += Pᵀ @ dy[r0:r1]; key s gets nothing from the block's queries before it (Pᵀ(s, i) == 0
           // for i < s - r0), nor dk[0:r1] += dSᵀ @ q[r0:r1]; dq[r0:r1] = dS @ k[0:r1] skips keys past the diagonal
           cpu::small_gemm<S>(r1, hd, m, {p + r0 * T, 1, T}, dyb, dym.ld, dv.p, dv.ld, beta,

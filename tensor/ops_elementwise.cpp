@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tensor/cpu/dispatch.h"
+#include "tensor/cpu/gelu_vec.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cuda/cuda_ops.h"
 #include "tensor/kernels/gelu.h"
@@ -96,8 +97,47 @@ Tensor pow(const Tensor& x, double p) {
 Tensor relu(const Tensor& x) {
   return unary("relu", U::Relu, 0, x, [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
 }
-Tensor gelu(const Tensor& x) { return unary("gelu", U::Gelu, 0, x, [](auto v) { return kernels::gelu(v); }); }
+// GELU and its backward on the CPU, fp32/fp64, contiguous (the MLP's [B T, 4C]): cpu/gelu_vec.h's runs, which
+// linear_gelu's epilogue also runs, so that gelu(linear(x)) and linear_gelu agree in any build.
+namespace {
+bool gelu_runs(const Tensor& x) {
+  return x.device().is_cpu() && (x.dtype() == kFloat32 || x.dtype() == kFloat64) && x.is_contiguous();
+}
+// n values over the math threads in runs that start at multiples of cpu::kGeluRunStep (the same bits at any
+// thread count): run(begin, end).
+template <class Run>
+void gelu_split(int64_t n, const Run& run) {
+  cpu::parallel_chunks(n, cpu::kElementwiseGrain, cpu::kGeluRunStep, run);
+}
+}  // namespace
+
+Tensor gelu(const Tensor& x) {
+  if (gelu_runs(x)) {
+    const int64_t n = x.numel();
+    profile::Scope prof("gelu", double(n), 2.0 * double(n) * double(element_size(x.dtype())));
+    Tensor out = empty(x.shape(), x.dtype());
+    LOOM_DISPATCH_COMPUTE(x.dtype(), "gelu", {
+      const scalar_t* xp = x.data<scalar_t>();
+      scalar_t* o = out.data<scalar_t>();
+      gelu_split(n, [&](int64_t b, int64_t e) { cpu::gelu_run(xp + b, o + b, e - b); });
+    });
+    return out;
+  }
+  return unary("gelu", U::Gelu, 0, x, [](auto v) { return kernels::gelu(v); });
+}
 Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
+  if (gelu_runs(x) && grad.device().is_cpu() && grad.dtype() == x.dtype() && grad.shape() == x.shape() &&
+      grad.is_contiguous()) {
+    const int64_t n = x.numel();
+    profile::Scope prof("gelu_backward", double(n), 3.0 * double(n) * double(element_size(x.dtype())));
+    Tensor out = empty(x.shape(), x.dtype());
+    LOOM_DISPATCH_COMPUTE(x.dtype(), "gelu_backward", {
+      const scalar_t *g = grad.data<scalar_t>(), *xp = x.data<scalar_t>();
+      scalar_t* o = out.data<scalar_t>();
+      gelu_split(n, [&](int64_t b, int64_t e) { cpu::gelu_backward_run(g + b, xp + b, o + b, e - b); });
+    });
+    return out;
+  }
   return binary("gelu_backward", B::GeluBackward, grad, x,
                 [](auto g, auto v) { return kernels::gelu_backward(g, v); });
 }

@@ -44,7 +44,7 @@ CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAK
 
 tests=(test_tensor test_tensor_ops test_autograd test_nn test_fast_row_math test_fast_paths test_gemm_bf16 test_attention
        test_flash_attention test_llama_ops test_dropout test_optim test_mixed_precision test_gpt_reference test_small_gemm
-       test_llama_reference test_causal_softmax_rows test_train_gpt_parallel)
+       test_llama_reference test_causal_softmax_rows test_gelu_vec test_train_gpt_parallel)
 # What docs_check runs (the chapters' ```sh check blocks: train_gpt, loom_plan, autograd_demo and three
 # benchmarks), and every benchmark.
 programs=(train_gpt loom_plan autograd_demo)

@@ -48,12 +48,16 @@ Outputs run(const Qkv& in, bool fused, uint64_t seed) {
 }  // namespace
 
 // T = 1, inside one block (5, 64), just past it (65), three blocks the last
-// one partial (130), and a longer head (T = 200, hd = 16); fp32 and fp64.
+// one partial (130), a longer head (T = 200, hd = 16), and heads too large
+// for the next head's prefetch (T = 260, 5 blocks, 3 heads: the op fetches
+// the next block's rows instead, and the next head's after a head's last);
+// fp32 and fp64.
 TEST(CausalAttention, MatchesTheCompositionForwardAndBackward) {
   struct Case {
     int64_t B, H, T, hd;
   };
-  const Case cases[] = {{2, 3, 1, 4}, {2, 3, 5, 8}, {1, 2, 64, 32}, {2, 2, 65, 8}, {1, 3, 130, 12}, {1, 1, 200, 16}};
+  const Case cases[] = {{2, 3, 1, 4}, {2, 3, 5, 8}, {1, 2, 64, 32}, {2, 2, 65, 8}, {1, 3, 130, 12}, {1, 1, 200, 16},
+                        {1, 3, 260, 16}};
   for (DType dt : {kFloat32, kFloat64}) {
     const double tol = dt == kFloat32 ? 2e-6 : 1e-13;
     for (const Case& c : cases)
