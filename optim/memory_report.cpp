@@ -6,6 +6,7 @@
 
 #include "autograd/variable.h"
 #include "optim/distributed_optimizer.h"
+#include "parallel/pipeline_parallel/interleaved_schedule.h"
 
 namespace loom::optim {
 
@@ -162,21 +163,40 @@ MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataPar
 int64_t zero3_gathered_elements(const Zero3Units& u) {
   const size_t n = u.numel.size();
   auto same_chunk = [&](size_t a, size_t b) { return u.chunk.empty() || u.chunk[a] == u.chunk[b]; };
+  auto beside_held = [&](size_t l) {
+    return u.beside_held.empty() || u.beside_held[u.chunk.empty() ? 0 : size_t(u.chunk[l])];
+  };
   int64_t all = 0;
   for (int64_t p : u.numel) all += p;
   if (!u.reshard_after_forward || n == 0) return all;  // every unit gathered until its backward
-  // Held through the step, then two adjacent units of the others (one computing, the next prefetched).
-  const size_t first = u.first_held ? 1 : 0, end = u.last_held && n > first + 1 ? n - 1 : n;
-  int64_t held = (first ? u.numel.front() : 0) + (end < n ? u.numel.back() : 0), beside = 0;
-  for (size_t l = first; l < end; ++l) {
-    const bool next = u.prefetch && l + 1 < end && same_chunk(l, l + 1);
-    beside = std::max(beside, u.numel[l] + (next ? u.numel[l + 1] : 0));
+  // Held through the step, then two adjacent units of the others (one computing, the next prefetched):
+  // any two while the last unit is not held; beside it, those of the chunks that run while it waits.
+  const size_t first = u.first_held ? 1 : 0;
+  const bool last_held = u.last_held && n > first + 1;
+  auto pair = [&](size_t l, size_t end) {
+    return u.numel[l] + (u.prefetch && l + 1 < end && same_chunk(l, l + 1) ? u.numel[l + 1] : 0);
+  };
+  int64_t apart = 0, beside = 0;
+  for (size_t l = first; l < n; ++l) apart = std::max(apart, pair(l, n));
+  for (size_t l = first; last_held && l + 1 < n; ++l)
+    if (beside_held(l)) beside = std::max(beside, pair(l, n - 1));
+  return (first ? u.numel.front() : 0) + std::max(apart, last_held ? u.numel.back() + beside : 0);
+}
+
+std::vector<bool> zero3_chunks_beside_held(int pp, int pp_rank, int v, int micro_batches) {
+  std::vector<bool> beside(size_t(v), false);
+  bool held = false;  // the last chunk's last unit, gathered since its forward
+  for (const parallel::ScheduledOp& op : parallel::interleaved_order(pp, pp_rank, v, micro_batches)) {
+    const bool last = op.chunk == v - 1;
+    if (last && op.kind == 'B') held = false;  // its own backward computes it first, then reshards it
+    if (held) beside[size_t(op.chunk)] = true;
+    if (last && op.kind == 'F') held = true;  // the rank's last layer: not resharded after forward
   }
-  return held + beside;
+  return beside;
 }
 
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
-                                              bool forwards_in_a_row) {
+                                              const std::vector<bool>& beside_held) {
   const int64_t b = int64_t(element_size(dtype));
   // P_u, over the unit's own group: dp (x cp), or for --ep's experts their expert-dp group.
   auto group = [&](size_t k) { return int64_t(fsdp.units()[k].group ? fsdp.units()[k].group->size() : 1); };
@@ -195,7 +215,8 @@ MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataPa
     u.numel.push_back(n);
     u.chunk.push_back(int(fsdp.chunk_of(l)));
   }
-  u.first_held = fsdp.read_by_a_later_layer(0), u.last_held = forwards_in_a_row;
+  u.first_held = fsdp.read_by_a_later_layer(0), u.beside_held = beside_held;
+  u.last_held = std::find(beside_held.begin(), beside_held.end(), true) != beside_held.end();
   u.prefetch = fsdp.options().prefetch, u.reshard_after_forward = fsdp.options().reshard_after_forward;
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
   MemoryPrediction p{shard * b, shard * 4, int64_t(owned * double(main_bytes + 8))};

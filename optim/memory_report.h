@@ -120,7 +120,12 @@ int64_t predict_zero2_grad_bytes(const BucketedParams& b);
 //               only at the end of backward); under a pipeline the stage's last
 //               unit when forwards run in a row (never resharded after forward,
 //               it waits for its backward while the next micro-batch's forward
-//               gathers the others)
+//               gathers the others). Interleaved, only the chunks that run while
+//               it waits (zero3_chunks_beside_held) have their pairs beside it:
+//               (P_first + max(max_l (P_l + P_l+1), P_last + max_l in those
+//               chunks (P_l + P_l+1))) x b. At m = pp every forward comes first:
+//               stage 0's first chunk runs all its forwards before the last
+//               chunk's and all its backwards after them, so its own pair is its peak
 MemoryBreakdown measure_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp,
                                              const MixedPrecisionOptimizer& opt, int64_t peak_during_step,
                                              int64_t live_before_step);
@@ -132,15 +137,24 @@ struct Zero3Units {
   std::vector<int> chunk;      // [unit] its model chunk (interleaved pipeline); empty: one chunk
   bool first_held = false;     // a later layer reads the first unit (the head's tied wte)
   bool last_held = false;      // forwards run in a row: the last unit waits gathered for its backward
+  std::vector<bool> beside_held;  // [chunk] its units are gathered while the last unit waits; empty: every chunk's
   bool prefetch = true, reshard_after_forward = true;
 };
 int64_t zero3_gathered_elements(const Zero3Units& u);
+// Interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h), pp rank
+// pp_rank of v chunks, m micro-batches: [chunk] whether a forward or backward of
+// it runs while the rank's last unit waits, gathered, for its backward - from a
+// forward of the last chunk (v - 1) to that chunk's next backward, which
+// reshards it. pp 2, v 2, m 2, rank 0: F0.0 F1.0 F0.1 [F1.1] B0.1 B1.1 B0.0
+// B1.0 -> {false, true}; m 4: F0.0 F1.0 F0.1 [F1.1 F2.0] B0.1 ... -> {true, true}.
+std::vector<bool> zero3_chunks_beside_held(int pp, int pp_rank, int v, int micro_batches);
 
-// forwards_in_a_row: this stage runs two or more micro-batches' forwards
-// before their backwards (a pipeline's warm-up, or AFAB), so its last unit,
-// never resharded after forward, stays gathered beside the others' pairs.
+// beside_held: [chunk] whether its units are gathered while the stage's last
+// unit, never resharded after forward, waits for its backward - every chunk when
+// the stage runs two or more micro-batches' forwards before their backwards (a
+// pipeline's warm-up, or AFAB), interleaved zero3_chunks_beside_held's; empty: never.
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
-                                              bool forwards_in_a_row = false);
+                                              const std::vector<bool>& beside_held = {});
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
 // the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),

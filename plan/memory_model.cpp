@@ -135,6 +135,12 @@ RankMemory memory_on_stage(const ModelShape& m, const Grid& g, const Batch& b, i
     // forwards in a row on all but the model's last stage (1F1B's warm-up), on every one under AFAB.
     u.first_held = !m.llama && has_embedding && items.back() == m.layers + 1;
     u.last_held = g.pp > 1 && b.micro_batches >= 2 && (g.schedule == "afab" || items.back() != m.layers + 1);
+    // Interleaved 1F1B: the chunks that run while the last unit waits, walked through this rank's order.
+    const bool interleaved = g.pp > 1 && g.virtual_stages > 1 && g.schedule == "1f1b";
+    if (interleaved && b.micro_batches >= 2 && b.micro_batches % g.pp == 0) {
+      u.beside_held = optim::zero3_chunks_beside_held(g.pp, stage, g.virtual_stages, int(b.micro_batches));
+      u.last_held = std::find(u.beside_held.begin(), u.beside_held.end(), true) != u.beside_held.end();
+    }
     r.gathered = optim::zero3_gathered_elements(u) * int64_t(dtype_bytes(g.dtype));
   }
   if (g.zero == 2) {  // + the two scratches (the header) of each buffer: under --ep the experts' own too

@@ -364,6 +364,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"dp2_pp2_v2_fp32_zero3", 4,
                            "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 4 --zero 3 --steps 2",
                            8.0, true, 4 * 16 * 32 * 4, kExact},
+                      // m = pp: every forward first, so stage 0's last unit waits beside its own chunk alone
+                      // (zero3_chunks_beside_held): comm is the first chunk's pair (the formula was 1.9x above)
+                      Mode{"dp2_pp2_v2_fp32_zero3_m2", 4, "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --batch 8 "
+                           "--layers 4 --zero 3 --steps 2", 8.0, true, 8 * 16 * 32 * 4, kExact},
                       Mode{"dp2_pp2_v2_bf16_zero3_full", 4,
                            "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 8 --zero 3 --dtype bf16 "
                            "--recompute full --steps 2",

@@ -510,8 +510,10 @@ TEST(PlanMemory, Zero3AddsTheEmbeddingUnitAndTwoNeighbouringUnits) {
 // a pair. Llama (untied), and GPT-2 whose tied wte is a unit of its own on
 // each stage, gathered with the layer that reads it (the head's copy on the
 // last stage). The planner against a run's --memory-json, every rank, to the
-// byte (dp 2 pads nothing here).
-static void expect_zero3_pipeline_plan(bool llama) {
+// byte (dp 2 pads nothing here). Interleaved at m = pp every forward runs
+// first: stage 0's last unit waits beside its own chunk alone, so its first
+// chunk's pair is the peak (optim::zero3_chunks_beside_held).
+static void expect_zero3_pipeline_plan(bool llama, int virtual_stages = 1) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom_plan_z3pp_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   {
@@ -522,7 +524,9 @@ static void expect_zero3_pipeline_plan(bool llama) {
   const std::string cmd = "timeout -k 5 120 env LOOM_COLLECTIVE_TIMEOUT=60 " + std::string(LOOM_MPIEXEC) +
                           " --allow-run-as-root --oversubscribe -np 4 " + LOOM_TRAIN_GPT +
                           " --steps 2 --block 16 --layers 4 --heads 2 --embd 64 --batch 4 --eval-every 0 --sample 0"
-                          " --arch " + std::string(llama ? "llama" : "gpt2") + " --dp 2 --pp 2 --microbatches 2 --zero 3 --memory-json " + json +
+                          " --arch " + std::string(llama ? "llama" : "gpt2") +
+                          " --dp 2 --pp 2 --microbatches 2 --zero 3 --virtual-stages " + std::to_string(virtual_stages) +
+                          " --memory-json " + json +
                           " --data " + (dir / "corpus.txt").string() + " 2>&1";
   const loom::test::Exec run = loom::test::run_command(cmd);
   ASSERT_EQ(run.status, 0) << run.output;
@@ -545,17 +549,22 @@ static void expect_zero3_pipeline_plan(bool llama) {
   ASSERT_FALSE(vocab_match.empty()) << run.output;
   ModelShape m{4, 64, 2, std::stoll(vocab_match[1]), 16, llama, llama ? 2 : 0, 0};
   Grid g = grid(2, 2, 1);
-  g.zero = 3;
+  g.zero = 3, g.virtual_stages = virtual_stages;
   for (int r = 0; r < 4; ++r) {
     const RankMemory planned = memory_on_stage(m, g, Batch{4, 2}, r / 2);
     EXPECT_EQ(measured[size_t(r)], planned.gathered) << (llama ? "llama" : "gpt2") << ", rank " << r;
   }
-  EXPECT_GT(measured[0], measured[2]) << "stage 0 holds its last unit beside a pair";
+  if (virtual_stages == 1) {
+    EXPECT_GT(measured[0], measured[2]) << "stage 0 holds its last unit beside a pair";
+  } else {  // stage 0: the embedding and a block; stage 1: its first chunk's two blocks
+    EXPECT_LT(measured[0], measured[2]) << "interleaved, m = pp: stage 0's last unit is not beside a pair";
+  }
 }
 
 TEST(PlanAgainstRun, Zero3GatheredUnitsUnderAPipelineAreThePlans) {
   expect_zero3_pipeline_plan(/*llama=*/true);
   expect_zero3_pipeline_plan(/*llama=*/false);
+  expect_zero3_pipeline_plan(/*llama=*/false, /*virtual_stages=*/2);
 }
 
 TEST(PlanMemory, Zero3DoublesTheParamAllGathers) {

@@ -85,7 +85,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
         dp_.fsdp ? optim::measure_memory_fully_sharded(*dp_.fsdp, opt_, peak_, live_before_)
                  : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, dp_.zero, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
-        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), forwards_in_a_row())
+        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), chunks_beside_held_unit())
                  : optim::predict_memory_moe(m_.chunks->num_parameters() - expert_params(), expert_params(),
                                              parse_dtype(a_.dtype), sync_ranks(), expert_parallel_ranks(), a_.zero);
     if (dp_.bucket) {  // the buckets' padding; ZeRO-2's grads are the shards and the scratches (memory_report.h)
@@ -170,11 +170,14 @@ int Diagnostics::expert_parallel_ranks() const { return pgm_.ep_size; }
 // part of every sequence, so its gradient is partial too: process_group_manager.h's dp_cp_group).
 int Diagnostics::sync_ranks() const { return pgm_.dp_cp_group().size(); }
 
-bool Diagnostics::forwards_in_a_row() const {
-  // Of the chunk holding this rank's last layer: AFAB, every stage; 1F1B (and
-  // interleaved), every chunk but the model's last, in its warm-up.
-  if (pgm_.pp_size == 1 || micro_batches_per_step(a_, pgm_.pp_size) < 2) return false;
-  return a_.schedule == "afab" || !m_.chunks->is_last_stage();
+std::vector<bool> Diagnostics::chunks_beside_held_unit() const {
+  // Forwards in a row: AFAB, every stage; 1F1B, every stage but the model's last, in its warm-up.
+  // Interleaved, the chunks that run between a forward of the rank's last chunk and its next backward.
+  const int m = micro_batches_per_step(a_, pgm_.pp_size), v = int(m_.chunks->num_chunks());
+  if (pgm_.pp_size == 1 || m < 2) return {};
+  if (v > 1 && a_.schedule == "1f1b") return optim::zero3_chunks_beside_held(pgm_.pp_size, pgm_.pp_rank, v, m);
+  const bool in_a_row = a_.schedule == "afab" || !m_.chunks->is_last_stage();
+  return in_a_row ? std::vector<bool>(size_t(v), true) : std::vector<bool>{};
 }
 
 optim::BucketedParams Diagnostics::bucketed_params() const {

@@ -52,8 +52,8 @@ class Diagnostics {
   int64_t expert_params() const;
   int expert_parallel_ranks() const;
   int sync_ranks() const;
-  // The chunk holding this rank's last layer runs two or more forwards before their backwards (ZeRO-3's working set).
-  bool forwards_in_a_row() const;
+  // [chunk] its units are gathered while this rank's last layer waits for its backward (ZeRO-3's working set).
+  std::vector<bool> chunks_beside_held_unit() const;
   double predicted_activation_bytes() const;
   double costliest_micro_batch(const optim::ActivationCase& c) const;
   void micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
