@@ -29,6 +29,24 @@ double embedding_held(const ActivationCase& c, const Sizes& z) {
   return c.has_embedding ? z.unit + (c.rope ? 0 : z.s * z.h * z.e) : 0;
 }
 
+// ZeRO-3: B's j-th block before the last meets the same moments with j more blocks' units gathered (none is
+// resharded before W) and j blocks' kept bytes traded for what each holds until W, the unit prefetched
+// beside it the layer before (the embedding's, or none, before the stage's first block). Where a block's
+// units outweigh what its B lets go of, the first blocks peak (--layers 8, --pp 2, fp32: 2.6% above the last's).
+double zero3_earlier_blocks(const ActivationCase& c, const Sizes& z) {
+  const Zero3Held& u = c.zero3;
+  if (!u.on || !u.reshard_after_forward) return 0;  // without reshard every unit is gathered from the forward on
+  // What a block keeps until its B (selective recomputation: without the attention's scores) less what it holds.
+  const double kept = z.block_kept - (c.recompute == parallel::Recompute::Selective ? z.scores_kept : 0);
+  const double next = u.prefetch ? 1 : 0, let_go = kept - block_held(c, z);
+  double most = 0;
+  for (int64_t j = 1; j < c.blocks; ++j) {
+    const double before = j + 1 == c.blocks ? u.first : u.last_block;  // the layer before block j's
+    most = std::max(most, double(j) * (u.last_block - let_go) + next * (before - u.before_last));
+  }
+  return most;
+}
+
 }  // namespace
 
 double held_until_w(const ActivationCase& c, const Sizes& z) {
@@ -41,6 +59,8 @@ double held_until_w(const ActivationCase& c, const Sizes& z) {
 double split_backward_extra(const ActivationCase& c, const Sizes& z, const Moments& m) {
   const double N = z.N, h = z.h, t = z.t, F = z.F, e = z.e, Nv = N * z.V / t;
   const double head = head_held(c, z);
+  // ZeRO-3: the units B has gathered at each moment (zero3_activations.h; none without it).
+  const Zero3InB units = c.zero3.on ? zero3_in_b(c.zero3, c.has_head) : Zero3InB{};
   double extra = 0;
   if (c.has_head) {
     // (A) the loss's gradient of the logits while they live, as unsplit; then
@@ -50,7 +70,7 @@ double split_backward_extra(const ActivationCase& c, const Sizes& z, const Momen
     const double dx = e == 4 || z.native ? e * N * h : 4 * Nv + (4 + e) * N * h;
     const double head_linear = -(z.logits + (c.tp > 1 ? 2 : 1) * N * 4) + Nv * e + dx;
     // (D) ln_f's backward: as unsplit, with its output (the head's X) and the head's dY still held.
-    extra = std::max({loss_grad, head_linear, m.ln_f + z.unit + Nv * e});
+    extra = std::max({loss_grad + units.loss, head_linear + units.head, m.ln_f + z.unit + Nv * e + units.head});
   }
   // The embedding alone (a V's first chunk): B reads the received output
   // gradient, which is also the token embedding's dY (the sum passes it on),
@@ -75,8 +95,11 @@ double split_backward_extra(const ActivationCase& c, const Sizes& z, const Momen
   // (B') SwiGLU's product backward: as unsplit, with the product (c_proj's X) held.
   const double mlp = z.gathers * z.unit + N * F / t * e + (c.swiglu ? 2 : 1) * N * F / t * e;
   const double at_attention = mlp + N * h / t * e + norm_vectors(c) * h * e + (c.has_head ? z.local : 0);
-  return std::max({extra, m.block - dw + head, at_gelu, c.swiglu ? m.gate + head + N * F / t * e : 0.0, m.ln_2 + head + mlp,
-                   m.attention + head + at_attention, m.rerun_collective + head});
+  const double in_block = head + units.block;  // beside each block moment: the head's held bytes, ZeRO-3's units
+  const double last = std::max({m.block - dw + in_block, c.swiglu ? 0.0 : at_gelu + units.block,
+                                c.swiglu ? m.gate + in_block + N * F / t * e : 0.0, m.ln_2 + in_block + mlp,
+                                m.attention + in_block + at_attention, m.rerun_collective + in_block});
+  return std::max(extra, last + zero3_earlier_blocks(c, z));
 }
 
 double weight_pass_extra(const ActivationCase& c, const Sizes& z) {

@@ -52,6 +52,18 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   return m;
 }
 
+Zero3InB zero3_in_b(const Zero3Held& u, bool has_head) {
+  // As zero3_at's, without the .grad tensors and reduce-scatters; without reshard after forward the earlier
+  // layers' units are still gathered from their forward (resident, and the one before the last block).
+  const double kept = u.reshard_after_forward ? 0 : 1, ahead = (u.prefetch ? 1 : 0) * (1 - kept);
+  const double resident = kept * (u.before_last + u.resident), head = has_head ? u.head : 0;
+  Zero3InB b;
+  b.loss = u.held + head + resident + kept * u.last_block;
+  b.head = b.loss + ahead * u.last_block;
+  b.block = u.held + head + u.last_block + ahead * u.before_last + resident;
+  return b;
+}
+
 Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding, bool has_head,
                      size_t first_layer, size_t end_layer) {
   Zero3Held z;

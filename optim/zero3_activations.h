@@ -99,6 +99,23 @@ struct Zero3Held {
   double between = 0;
 };
 
+// ZB-H1's split backward (optim/split_backward.h): B makes no .grad and launches no reduce-scatter (W
+// does, and reshards each unit then), so every unit B gathers stays gathered through B: at its head moments
+// the head's units (and, once the head layer's backward began, the last block's prefetched), at its last
+// block's moments the head's beside the last block's and the one before's (prefetched); each earlier block
+// adds its own (split_backward.cpp's zero3_earlier_blocks). Measured = formula (but the loss's 8 bytes) on
+// every rank of --dp 2 --pp 2 (and --pp 3), fp32 and bf16, m 2 and 4, --layers 2, 4, 6 and 8, prefetch
+// off, reshard after forward off, Llama, --recompute selective (tests/test_memory_ledger_zero_bubble.cpp);
+// without these terms stage 0 measured 7.7% above the formula (--layers 2, fp32), 7.4% below it (bf16, m 4,
+// --layers 4, where the formula counted fp32 .grad tensors instead). W's candidate counts no units: B, which
+// ends with every unit of the stage gathered, measured above W's first dW on every stage.
+struct Zero3InB {
+  double loss = 0;   // (A) the loss's backward, before the head layer's
+  double head = 0;   // the head linear's and ln_f's
+  double block = 0;  // the last block's moments
+};
+Zero3InB zero3_in_b(const Zero3Held& u, bool has_head);
+
 // Read off the units of a rank: [embedding, blocks, head], or a pipeline stage's part of them; of an
 // interleaved rank, one chunk's: its layers [first_layer, end_layer) of the rank's.
 Zero3Held zero3_held(const parallel::FullyShardedDataParallel& fsdp, bool has_embedding = true, bool has_head = true,

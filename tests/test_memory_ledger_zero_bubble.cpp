@@ -40,6 +40,22 @@ TEST(SplitBackwardFormula, HoldsEachLinearsXAndDYUntilW) {
   EXPECT_DOUBLE_EQ(head.held_until_w, 256 + 320 + 64 + 512);
 }
 
+// ZeRO-3 (optim/zero3_activations.h's zero3_in_b): B reshards nothing, so a stage of the head alone (--pp 2
+// --layers 1) holds the head's units (ln_f's, the tied wte copy's) through B's head moments: measured =
+// formula with them, 2760 bytes (1.9%) under it without (bf16, m 4). The ledger below runs no such stage, so
+// the count itself: with H bytes of head units, B's peak rises by H whichever head moment it is, the head
+// linear's B (V 10) or, with a vocabulary large enough, the loss's gradient of the logits (V 1000).
+TEST(SplitBackwardFormula, Zero3HoldsTheHeadsUnitsThroughB) {
+  for (int64_t vocab : {10, 1000}) {
+    optim::ActivationCase c;
+    c.micro_batch = 2, c.seq = 4, c.width = 8, c.heads = 2, c.vocab = vocab, c.blocks = 0, c.has_head = true;
+    c.pp_stage = true, c.batch_tokens = 8;
+    const double without = optim::predict_activations(c).split_extra, H = 1e6;
+    c.zero3.on = true, c.zero3.head = H;
+    EXPECT_DOUBLE_EQ(optim::predict_activations(c).split_extra, without + H) << "V " << vocab;
+  }
+}
+
 namespace {
 
 struct ZbRun {
@@ -87,7 +103,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ZbRun{"zbh1_pp2_m8_b4", 2, "--pp 2 --schedule zb-h1 --microbatches 8 --batch 4"},
                       ZbRun{"zbh1_pp3_m4_b2", 3, "--pp 3 --schedule zb-h1 --microbatches 4 --batch 2"},
                       // Llama's blocks: SwiGLU's product (c_proj's X) held through its backward's moment
-                      ZbRun{"zbh1_llama_pp2", 2, "--arch llama --pp 2 --schedule zb-h1 --microbatches 4 --batch 2"}),
+                      ZbRun{"zbh1_llama_pp2", 2, "--arch llama --pp 2 --schedule zb-h1 --microbatches 4 --batch 2"},
+                      // ZeRO-3 (optim/zero3_activations.h's zero3_in_b): B reshards nothing, so each stage's
+                      // units gathered so far stand beside B's moments; with 3 blocks a stage its first blocks'
+                      // moments peak (bf16: without the units the formula was 7.4% above stage 0 at m 4,
+                      // --layers 4; without the earlier blocks 1.5% below it here)
+                      ZbRun{"zbh1_dp2_pp2_bf16_zero3", 4,
+                            "--dp 2 --pp 2 --schedule zb-h1 --microbatches 4 --batch 8 --zero 3 --layers 6 "
+                            "--dtype bf16"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The V (zb-v, dualpipev). Stage 0 holds both ends, and the tied wte is one

@@ -222,7 +222,8 @@ double Diagnostics::predicted_activation_bytes() const {
   // tests/test_memory_ledger.cpp's pp2 zero3 modes, a stage of the head alone and without prefetch too), and
   // without reshard after forward every earlier layer's too, under --recompute full as well. Interleaved:
   // each chunk's own units, walked below (tests/test_memory_ledger.cpp's v2 zero3 modes; the experts' too,
-  // test_memory_ledger_moe.cpp). Under a V it is refused (checks.cpp), with experts under ZB-H1 too (checks_moe.cpp).
+  // test_memory_ledger_moe.cpp). ZB-H1: the stage's units through B, walked below (test_memory_ledger_zero_bubble.cpp).
+  // Under a V it is refused (checks.cpp), with experts under ZB-H1 too (checks_moe.cpp).
   if (dp_.fsdp && (pgm_.pp_size == 1 || m_.chunks->num_chunks() == 1))
     c.zero3 = optim::zero3_held(*dp_.fsdp, c.has_embedding, c.has_head);
   else if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors
@@ -241,8 +242,9 @@ double Diagnostics::predicted_activation_bytes() const {
         for (const Tensor& t : m_.chunks->layers()[layer]->parameters()) params.back().push_back(t);
       }
       k.has_embedding = r.start == 0, k.has_head = r.end == cfg.num_layers();
-      // ZeRO-3, interleaved 1F1B: each chunk's own units (its layers of the rank's); no .grad outlives its unit.
-      if (dp_.fsdp && m_.chunks->num_chunks() > 1 && a_.schedule == "1f1b")
+      // ZeRO-3, interleaved 1F1B: each chunk's own units (its layers of the rank's); ZB-H1: the stage's. No
+      // .grad outlives its unit.
+      if (dp_.fsdp && ((m_.chunks->num_chunks() > 1 && a_.schedule == "1f1b") || a_.schedule == "zb-h1"))
         k.zero3 = optim::zero3_held(*dp_.fsdp, k.has_embedding, k.has_head, first, layer);
       chunks.push_back(k);
     }
