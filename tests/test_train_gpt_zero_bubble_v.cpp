@@ -136,10 +136,13 @@ TEST(TrainGptZeroBubbleV, RefusesWhatItDoesNotRun) {
         Case{1, "--dp 2 --pp 2 --zero 3 --schedule dualpipev --virtual-stages 2 --microbatches 4 --memory-report",
              "--memory-report with --zero 3 and --schedule dualpipev: the activation formula does not walk ZeRO-3's "
              "units through a V's chunks yet"},
-        // nor ZB-H1's B under full recomputation (its reruns)
-        Case{1, "--dp 2 --pp 2 --zero 3 --schedule zb-h1 --microbatches 2 --recompute full --memory-report",
-             "--memory-report with --zero 3, --schedule zb-h1 and --recompute full: the activation formula does not "
-             "walk the split backward's reruns yet"}}) {
+        // nor, at any ZeRO level, what full recomputation or sequence parallelism keeps through B
+        Case{1, "--pp 2 --schedule zb-h1 --microbatches 2 --recompute full --memory-report",
+             "--memory-report with --schedule zb-h1 and --recompute full: the activation formula's walk of the split "
+             "backward does not count what --recompute full keeps through B yet"},
+        Case{1, "--pp 2 --tp 2 --sequence-parallel --schedule zb-v --virtual-stages 2 --microbatches 2 --memory-report",
+             "--memory-report with --schedule zb-v and --sequence-parallel: the activation formula's walk of the "
+             "split backward does not count what --sequence-parallel keeps through B yet"}}) {
     Result r = train("refused", c.ranks, c.args, /*save=*/false);
     EXPECT_NE(r.status, 0) << c.args;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
