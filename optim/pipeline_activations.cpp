@@ -108,13 +108,13 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   // (send_release.h): an input gradient whose W comes first is the send's
   // alone from W to there, and the first send on each link holds its header
   // from its op to there (let_go[j]: the bytes let go of at op j's start).
+  // Only the split schedules' sends are held so (ZB-H1, ZB-V, DualPipeV; not the interleaved 1F1B's).
   const parallel::ChunkLayout layout = parallel::schedule_chunk_layout(schedule);
-  const bool held = split;  // ZB-H1, ZB-V, DualPipeV: their sends are held (the interleaved 1F1B's are not)
   std::vector<int> release;
   std::vector<double> let_go(order.size() + 1, 0);
   std::set<std::pair<char, int>> links;  // (kind, chunk) of the sends so far: one link each
   std::map<std::pair<int, int>, int> gradient_release;  // (mb, chunk) -> its B's send's release
-  if (held) {
+  if (split) {
     std::vector<std::vector<parallel::ScheduledOp>> orders;
     for (int s = 0; s < pp; ++s) orders.push_back(chunk_order(schedule, pp, s, int(chunks.size()), c.micro_batches));
     release = parallel::send_release_points(orders, stage, layout);
@@ -126,7 +126,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     const ActivationPrediction &f = first[k][mb], &l = later[k][mb];  // the chunk's, this micro-batch's rows
     char& now = state[size_t(op.mb)][std::min<size_t>(k, 1)];
     // Posted after the op's compute: the first send on a link also holds its header.
-    const bool first_on_link = held && release[i] >= 0 && links.insert({op.kind, op.chunk}).second;
+    const bool first_on_link = split && release[i] >= 0 && links.insert({op.kind, op.chunk}).second;
     const double header = first_on_link ? parallel::kSendHeaderBytes : 0;
     if (header > 0) let_go[size_t(release[i])] += header;
     // Beside chunk k's op: the other chunks' ZeRO-3 units gathered since their forward (zero3_activations.h's
@@ -157,7 +157,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     const double own = b.backward_extra == b.forward_extra ? b.backward_moments : b.backward_extra;
     candidate((split ? f.split_extra : own + (sending ? sent : 0)) + beside, k == 0 ? op.mb : -1);
     kept -= f.per_micro_batch - header, now = '-';
-    if (held && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
+    if (split && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
     if (split) kept += f.held_until_w, now = 'H';
     else ran[k] = true;
     // A chunk's last micro-batch syncs (interleaved_schedule.cpp), deferring its last reduce-scatter's wait.

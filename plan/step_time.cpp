@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "parallel/pipeline_parallel/partition.h"
 #include "plan/moe_model.h"
 
 namespace loom::plan {
@@ -92,7 +93,7 @@ StepPlan plan_step(const ModelShape& m, const Grid& g, const Batch& b, const Mac
   // ZB-V and DualPipeV idle (p - 1) chunk slots, each F / 2 with the same even split: fill = (p - 1) / v
   // above, and the same F + transfers.
   double t_fill = t_sum;
-  if (g.schedule.starts_with("zb") || g.schedule == "dualpipev")
+  if (parallel::schedule_splits_backward(g.schedule))
     for (const StagePlan& sp : s.stages) t_fill -= sp.compute.backward_s;
   s.pipeline_s = mb * t_max + fill * t_fill / g.pp;
   s.bubble_s = fill * t_fill / g.pp;

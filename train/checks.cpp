@@ -158,7 +158,7 @@ void validate(const Args& a) {
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
-  if (a.schedule.starts_with("zb") || v_shape) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
+  if (parallel::schedule_splits_backward(a.schedule)) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
     LOOM_CHECK(a.pp >= 2, "--schedule ", a.schedule, " orders a pipeline's backwards; it needs --pp >= 2 (got --pp ",
                a.pp, ")");
     LOOM_CHECK(a.device == "cpu", "--schedule ", a.schedule, " with --device ", a.device,
@@ -227,7 +227,7 @@ void validate(const Args& a) {
   // --layers 4, 10-17% on zb-v's and dualpipev's last stage; --zero 3 +42%), and the sequence-parallel gathers
   // B keeps (--tp 2 --sequence-parallel bf16: +3.0% to +5.3% under zb-h1 and zb-v). --tp without sequence
   // parallelism measured within 0.2% of it, --cp and selective recomputation equal to it.
-  const bool split_backward = a.schedule.starts_with("zb") || a.schedule == "dualpipev";
+  const bool split_backward = parallel::schedule_splits_backward(a.schedule);
   for (const auto& [flag, given] : {std::pair<std::string, bool>{"--recompute full", a.recompute == "full"},
                                     std::pair<std::string, bool>{"--sequence-parallel", a.sequence_parallel}})
     LOOM_CHECK(!a.memory_report || !split_backward || !given, "--memory-report with --schedule ", a.schedule, " and ",

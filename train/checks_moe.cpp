@@ -14,6 +14,7 @@
 // (tests/test_train_gpt_expert_hsdp.cpp), tp and pp together, and pp with
 // ZeRO-3 (tests/test_train_gpt_expert_pipeline_grid.cpp). On a GPU: one
 // process, --dp and --ep (tests/cuda/test_cuda_train_gpt_moe.cpp, test_cuda_train_gpt_parallel.cpp).
+#include "parallel/pipeline_parallel/partition.h"
 #include "train/args.h"
 
 namespace loom::train {
@@ -87,7 +88,7 @@ void check_moe_flags(const Args& a) {
   // whose walk counts no MoE block's split backward (dropless zb-h1 measured +11.5% above the formula on its last
   // stage, ZeRO-3 +3.7% to +17.5%, --ep 2 +14.7%, zb-v -2.0%), and interleaved --recompute full with --ep or a
   // capacity (each block's rerun with its own rows is walked through 1F1B and AFAB only: +2.2%, -2.0%).
-  const bool zero_bubble = a.schedule.starts_with("zb") || a.schedule == "dualpipev";
+  const bool zero_bubble = parallel::schedule_splits_backward(a.schedule);
   const std::string order =
       a.virtual_stages > 1 && !zero_bubble ? str("--virtual-stages ", a.virtual_stages) : "--schedule " + a.schedule;
   const std::string zero3_pp = str("--zero 3 --pp ", a.pp, " ", order);

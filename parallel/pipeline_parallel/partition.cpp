@@ -50,6 +50,10 @@ ChunkLayout schedule_chunk_layout(const std::string& schedule) {
   return schedule == "zb-v" || schedule == "dualpipev" ? ChunkLayout::V : ChunkLayout::Interleaved;
 }
 
+bool schedule_splits_backward(const std::string& schedule) {
+  return schedule == "zb-h1" || schedule_chunk_layout(schedule) == ChunkLayout::V;
+}
+
 StagePartition partition_uniform(int64_t num_items, int pp_size, int num_chunks, ChunkLayout layout) {
   check_sizes("partition_uniform", num_items, pp_size, num_chunks);
   // n items over k parts: every part gets n / k, and the first n % k parts one

@@ -39,6 +39,9 @@ using StagePartition = std::vector<std::vector<LayerRange>>;
 enum class ChunkLayout { Interleaved, V };
 // The layout a --schedule runs on: V for "zb-v" and "dualpipev", else Interleaved.
 ChunkLayout schedule_chunk_layout(const std::string& schedule);
+// Whether a --schedule splits each backward into B (input gradient) and W (weights'): the zero-bubble
+// ones, "zb-h1", "zb-v" and "dualpipev".
+bool schedule_splits_backward(const std::string& schedule);
 
 // Equal parts by count: every virtual stage gets num_items / (pp_size × num_chunks)
 // layers, and the first num_items % (pp_size × num_chunks) of them one more

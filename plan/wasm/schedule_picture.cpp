@@ -53,7 +53,7 @@ std::string schedule_picture(const Grid& g, const Batch& b, const StepPlan& s) {
     for (const ScheduledOp& op : ops) {
       // The zero-bubble schedules split each backward into B (input gradient) and W (weights'), equal
       // halves (step_time.cpp).
-      const bool split = g.schedule == "zb-h1" || g.schedule == "zb-v" || g.schedule == "dualpipev";
+      const bool split = parallel::schedule_splits_backward(g.schedule);
       const double len = op.kind == 'F' ? fwd : split ? bwd / 2 : bwd;
       stages[size_t(st)].push_back({op.kind, op.mb, 0, len, op.chunk});
     }
