@@ -99,6 +99,12 @@ TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
   for (const Tensor& p : parts) sizes.push_back(p.size(dim));
   auto node = std::make_shared<FunctionNode>(
       "SplitBackward", [shape = x.shape(), dtype = x.dtype(), device = x.device(), sizes, dim](const TensorList& g) {
+        // The parts' gradients already side by side in one buffer (causal attention's dq, dk, dv): that
+        // buffer is x's gradient, no copy.
+        if (g.size() == sizes.size()) {
+          Tensor whole = ops::cat_view(g, dim);
+          if (whole.defined() && whole.shape() == shape && whole.dtype() == dtype) return TensorList{whole};
+        }
         Tensor gx = empty(shape, dtype, device);
         int64_t at = 0;
         for (size_t i = 0; i < sizes.size(); ++i) {

@@ -163,6 +163,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& idx);
 Tensor scatter_add(const Shape& shape, int64_t dim, const Tensor& idx, const Tensor& src);
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+// The view of one storage that cat(xs, dim) would equal, when xs already sit
+// side by side there along dim (the same strides, each starting where the one
+// before ends, the whole not overlapping itself); an undefined Tensor when not.
+// split's backward uses it: attention writes dq, dk, dv into one buffer laid
+// out as qkv, so qkv's gradient needs no copy.
+Tensor cat_view(const std::vector<Tensor>& xs, int64_t dim);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim);  // views
 Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
 

@@ -23,7 +23,8 @@
 // on tensor/cpu/causal_softmax_rows.h (a block's rows phase by phase in AVX
 // registers). One more saving: y is written straight into [B, T, H, hd]
 // (heads merged), so the reshape that follows is a view, not a copy; dq, dk,
-// dv likewise, so their reshapes in backward are views too. And while a
+// dv likewise, side by side in one [B, T, 3, H, hd] buffer, so their reshapes
+// in backward are views too and so is the gradient of qkv they make up. And while a
 // thread computes head i, it prefetches head i + 1's operands and outputs into
 // L2 (tensor/cpu/prefetch.h; small heads only): in the step, where q, k, v and
 // P are not in cache, ~1 ms of the small GPT's ~6 ms of attention at AVX2.
@@ -114,6 +115,19 @@ Tensor merged_heads(const Tensor& like) {
   return transpose(empty({s[0], s[2], s[1], s[3]}, like.dtype()), 1, 2);
 }
 
+// dq, dk, dv [B, H, T, hd] stored as one [B, T, 3, H, hd] buffer: heads merged, and the three side by side
+// as c_attn's output qkv [B, T, 3C] holds q, k and v. split's backward then finds them neighbours and hands
+// the buffer on as qkv's gradient (ops::cat_view) instead of copying three [B, T, C] into one (the medium
+// GPT step's ~4.5 ms at AVX2, issue 47). Any other layout downstream (RoPE, grouped kv heads) copies as before.
+CausalAttentionGrads packed_grads(const Tensor& like) {
+  const Shape& s = like.shape();
+  Tensor buf = empty({s[0], s[2], 3, s[1], s[3]}, like.dtype());
+  auto part = [&](int64_t j) {  // [B, T, 1, H, hd] -> [B, T, H, hd] -> [B, H, T, hd]
+    return transpose(squeeze(narrow(buf, 2, j, 1), 2), 1, 2);
+  };
+  return {part(0), part(1), part(2)};
+}
+
 }  // namespace
 
 CausalAttentionResult causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
@@ -190,7 +204,7 @@ CausalAttentionGrads causal_attention_backward(const Tensor& dy_in, const Tensor
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), hd = q.size(3);
   LOOM_CHECK(p_all.shape() == Shape({B, H, T, T}), "causal_attention_backward: att ", p_all.shape(),
              " is not [B, H, T, T] for q ", q.shape());
-  CausalAttentionGrads g{merged_heads(q), merged_heads(q), merged_heads(q)};
+  CausalAttentionGrads g = packed_grads(q);
   if (T == 0) return g;
   LOOM_DISPATCH_COMPUTE(q.dtype(), "causal_attention_backward", {
     using S = scalar_t;

@@ -213,6 +213,37 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   return make_view(x, sh, x.strides(), x.offset() + start * x.strides()[size_t(dim)]);
 }
 
+Tensor cat_view(const std::vector<Tensor>& xs, int64_t dim) {
+  if (xs.empty() || !xs[0].defined()) return Tensor();
+  const Tensor& first = xs[0];
+  dim = wrap("cat_view", dim, first.dim());
+  const size_t d = size_t(dim);
+  int64_t total = 0;
+  for (const Tensor& x : xs) {
+    if (!x.defined() || x.storage() != first.storage() || x.dtype() != first.dtype() ||
+        x.strides() != first.strides() || x.dim() != first.dim())
+      return Tensor();
+    for (size_t e = 0; e < size_t(x.dim()); ++e)
+      if (e != d && x.shape()[e] != first.shape()[e]) return Tensor();
+    if (x.offset() != first.offset() + total * first.strides()[d]) return Tensor();  // not where the last ended
+    total += x.shape()[d];
+  }
+  Shape sh = first.shape();
+  sh[d] = total;
+  // No element twice: taken from the smallest stride up, each dim's stride must clear the extent of those
+  // inside it (split's parts of a [B, T, 3C] tensor do; a dim whose stride the longer view runs into does not).
+  std::vector<size_t> order;
+  for (size_t e = 0; e < sh.size(); ++e)
+    if (sh[e] > 1) order.push_back(e);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return first.strides()[a] < first.strides()[b]; });
+  int64_t extent = 1;  // elements spanned by the dims so far
+  for (size_t e : order) {
+    if (first.strides()[e] < extent) return Tensor();
+    extent = first.strides()[e] * (sh[e] - 1) + extent;
+  }
+  return make_view(first, sh, first.strides(), first.offset());
+}
+
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
   dim = wrap("unsqueeze", dim, x.dim() + 1);
   Shape sh = x.shape(), st = x.strides();

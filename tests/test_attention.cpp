@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -20,6 +22,7 @@
 #include "nn/attention.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+#include "tensor/profile.h"
 #include "attention_inputs.h"
 #include "relative_error.h"
 
@@ -121,6 +124,34 @@ TEST(CausalAttention, BitIdenticalAtOneAndTwoThreads) {
   auto one = once(1), two = once(2);
   ops::set_num_threads(before);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "result " << i;
+}
+
+// q, k, v split from one [B, T, 3C] projection (as the module makes them): the op writes dq, dk, dv side by
+// side in one buffer laid out as qkv, so split's backward hands that buffer on as qkv's gradient (no copy in
+// the whole backward), and it equals the composition's gradient of qkv.
+TEST(CausalAttention, QkvsGradientIsTheBackwardsOwnBufferNotACopy) {
+  const int64_t B = 2, H = 3, T = 70, hd = 8;
+  auto grad_of_qkv = [&](bool fused, std::map<std::string, profile::Entry>* prof) {
+    Generator g(31);
+    Tensor qkv = autograd::set_requires_grad(randn({B, T, 3 * H * hd}, g));
+    TensorList parts = autograd::split(qkv, H * hd, 2);
+    auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
+    Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+    Tensor y = fused ? autograd::causal_attention(q, k, v, 0.35)
+                     : autograd::matmul(autograd::causal_softmax(autograd::matmul(q, autograd::transpose(k, -2, -1)),
+                                                                 0.35), v);
+    Tensor w = randn(y.shape(), g);
+    Tensor loss = autograd::sum(autograd::mul(y, w));
+    if (prof) profile::start();
+    autograd::backward(loss);
+    if (prof) *prof = profile::stop();
+    return autograd::grad(qkv);
+  };
+  std::map<std::string, profile::Entry> prof;
+  Tensor got = grad_of_qkv(true, &prof), ref = grad_of_qkv(false, nullptr);
+  EXPECT_EQ(prof.count("copy"), 0u) << prof["copy"].calls << " copies in the backward";
+  EXPECT_EQ(prof.count("attention bwd"), 1u);  // the profile saw the backward
+  EXPECT_LE(relative_error(got, ref), 1e-5);
 }
 
 // The module runs the fused op on CPU fp32 and the composition with attention

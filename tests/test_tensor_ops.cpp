@@ -510,6 +510,37 @@ TEST(Joining, SplitThenCatRestoresTheTensor) {
   EXPECT_EQ(ops::cat(ops::split(x, 2, 1), 1).to_vector<float>(), x.to_vector<float>());
 }
 
+// cat_view: split's parts back as one view of their storage, equal to cat and sharing its memory; parts that
+// are not neighbours (a gap, the wrong order, another storage, or elements that a longer view would visit twice)
+// give an undefined tensor, so the caller copies (cat).
+TEST(Joining, CatViewOfNeighboursIsTheirStorageAndElseUndefined) {
+  Tensor x = counting({3, 2, 6});
+  std::vector<Tensor> parts = ops::split(x, 2, 2);  // [3, 2, 2] each, rows 6 apart
+  Tensor whole = ops::cat_view(parts, 2);
+  ASSERT_TRUE(whole.defined());
+  EXPECT_EQ(whole.shape(), x.shape());
+  EXPECT_EQ(whole.to_vector<float>(), ops::cat(parts, 2).to_vector<float>());
+  EXPECT_EQ(whole.storage(), x.storage());
+  EXPECT_EQ(whole.data<float>(), x.data<float>());
+  // Two of the three: the view of the first four columns.
+  Tensor front = ops::cat_view({parts[0], parts[1]}, 2);
+  ASSERT_TRUE(front.defined());
+  EXPECT_EQ(front.to_vector<float>(), ops::narrow(x, 2, 0, 4).to_vector<float>());
+  // A gap, the wrong order, another storage, another dim.
+  EXPECT_FALSE(ops::cat_view({parts[0], parts[2]}, 2).defined());
+  EXPECT_FALSE(ops::cat_view({parts[1], parts[0]}, 2).defined());
+  EXPECT_FALSE(ops::cat_view({parts[0], ops::clone(parts[1])}, 2).defined());
+  EXPECT_FALSE(ops::cat_view({parts[0], parts[1]}, 1).defined());
+  // Rows of an expanded tensor share their elements: the [2, 3] view would hold each twice.
+  Tensor row = ops::expand(ops::unsqueeze(counting({3}), 0), {2, 3});
+  EXPECT_FALSE(ops::cat_view(ops::split(row, 1, 1), 1).defined());
+  // Neighbours along a dim whose stride is smaller than another's extent would overlap: [2, 2] blocks of a
+  // [4] vector read with strides (1, 1).
+  Tensor v = counting({4});
+  Tensor a = ops::unsqueeze(ops::narrow(v, 0, 0, 2), 1), b = ops::unsqueeze(ops::narrow(v, 0, 1, 2), 1);
+  EXPECT_FALSE(ops::cat_view({a, b}, 1).defined());
+}
+
 // ---- cross_entropy ----------------------------------------------------------------
 
 TEST(CrossEntropy, IsTheMeanOfMinusLogSoftmaxAtTheTarget) {
