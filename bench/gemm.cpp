@@ -22,7 +22,8 @@
 // Two small shapes, 64x32x64 (q kᵀ of the small GPT's attention) and
 // 64x64x32 (att @ v), show the fixed cost of one call.
 //
-// Usage: bench_gemm [--quick]     (--quick: fewer repeats, for a smoke run)
+// Usage: bench_gemm [--quick] [--shape MxKxN]...   (--quick: fewer repeats, for a smoke run; --shape: that
+// product as NN, NT, TN and TT instead of the default cases, e.g. a GPT's linear layers: bench/README.md)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -81,12 +82,29 @@ struct Column {
 };
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  const int repeats = quick ? 3 : 10;
+  bool quick = false;
   struct Case { int64_t M, K, N; bool ta, tb; };
+  std::vector<Case> shapes;  // --shape MxKxN: that product as NN, NT, TN and TT instead of the default cases
+  for (int i = 1; i < argc; ++i) {
+    long long M = 0, K = 0, N = 0;
+    char end = 0;
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%lldx%lldx%lld%c", &M, &K, &N, &end) == 3 && M > 0 && K > 0 && N > 0) {
+      for (int t = 0; t < 4; ++t) shapes.push_back({M, K, N, t >= 2, t % 2 == 1});
+      ++i;
+    } else {
+      std::fprintf(stderr, "bench_gemm: unknown or malformed argument '%s' (usage: bench_gemm [--quick] "
+                   "[--shape MxKxN]..., M, K, N positive)\n", argv[i]);
+      return 2;
+    }
+  }
+  const int repeats = quick ? 3 : 10;
   std::vector<Case> cases = {{64, 32, 64, false, true}, {64, 64, 32, false, false}, {512, 512, 512, false, false}};
   for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1024, 1024, 1024}, {2048, 768, 3072}})
     for (int t = 0; t < 4; ++t) cases.push_back({M, K, N, t >= 2, t % 2 == 1});
+  if (!shapes.empty()) cases = shapes;
   std::vector<Column> columns = {{"onednn", "onednn", "fp32", loom::kFloat32, false},
                                  {"openblas", "openblas", "fp32", loom::kFloat32, false},
                                  {"bf16", "onednn", "bf16", loom::kBFloat16, true},
