@@ -24,10 +24,11 @@
 // registers). One more saving: y is written straight into [B, T, H, hd]
 // (heads merged), so the reshape that follows is a view, not a copy; dq, dk,
 // dv likewise, side by side in one [B, T, 3, H, hd] buffer, so their reshapes
-// in backward are views too and so is the gradient of qkv they make up. And while a
-// thread computes head i, it prefetches head i + 1's operands and outputs into
-// L2 (tensor/cpu/prefetch.h; small heads only): in the step, where q, k, v and
-// P are not in cache, ~1 ms of the small GPT's ~6 ms of attention at AVX2.
+// in backward are views too, and so is the gradient of qkv they make up (no
+// copy: packed_grads below). And while a thread computes head i, it
+// prefetches head i + 1's operands and outputs into L2 (tensor/cpu/prefetch.h;
+// small heads only): in the step, where q, k, v and P are not in cache, ~1 ms
+// of the small GPT's ~6 ms of attention at AVX2.
 // Larger heads (the medium GPT's 720 KB) fetch the next block's rows instead,
 // and the next head's whole k, v (and dk, dv) a block ahead: the medium step's
 // attention at AVX2 ~66-88 -> ~59-80 ms (bench/README.md, issue 47).
