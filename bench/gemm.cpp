@@ -22,8 +22,9 @@
 // Two small shapes, 64x32x64 (q kᵀ of the small GPT's attention) and
 // 64x64x32 (att @ v), show the fixed cost of one call.
 //
-// Usage: bench_gemm [--quick] [--shape MxKxN]...   (--quick: fewer repeats, for a smoke run; --shape: that
-// product as NN, NT, TN and TT instead of the default cases, e.g. a GPT's linear layers: bench/README.md)
+// Usage: bench_gemm [--quick] [--cold] [--shape MxKxN]...   (--quick: fewer repeats, for a smoke run;
+// --cold: the caches evicted before each timed product; --shape: that product as NN, NT, TN and TT instead
+// of the default cases, e.g. a GPT's linear layers: bench/README.md)
 #include <immintrin.h>
 
 #include <algorithm>
@@ -52,6 +53,15 @@ double median(std::vector<double> v) {
 // ---- GEMM through loom ------------------------------------------------------------------
 struct Stats { double best, median; };
 
+// --cold: before each timed product, 64 MB written a cache line at a time, so that A and B come from memory
+// as they do in a training step (each linear's operands last touched a layer or more earlier), not from a
+// cache warmed by the run before.
+bool g_cold = false;
+void evict_caches() {
+  static std::vector<float> junk(size_t(16) << 20);
+  for (size_t i = 0; i < junk.size(); i += 16) junk[i] += 1.0f;
+}
+
 // C [M, N] = op(A) @ op(B) in `dtype`; a transposed operand is stored transposed and viewed back.
 Stats time_matmul(int64_t M, int64_t K, int64_t N, bool ta, bool tb, loom::DType dtype, int repeats) {
   loom::Generator gen(0);
@@ -64,6 +74,7 @@ Stats time_matmul(int64_t M, int64_t K, int64_t N, bool ta, bool tb, loom::DType
   auto start = Clock::now();
   // At least `repeats` runs, and keep going up to ~0.5 s for the smaller shapes.
   for (int r = 0; r < repeats || (seconds_since(start) < 0.5 && r < 20000); ++r) {
+    if (g_cold) evict_caches();
     auto t0 = Clock::now();
     loom::Tensor c = loom::ops::matmul(a, b);
     gflops.push_back(flops / seconds_since(t0) / 1e9);
@@ -90,12 +101,14 @@ int main(int argc, char** argv) {
     char end = 0;
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--cold") == 0) {
+      g_cold = true;
     } else if (std::strcmp(argv[i], "--shape") == 0 && i + 1 < argc &&
                std::sscanf(argv[i + 1], "%lldx%lldx%lld%c", &M, &K, &N, &end) == 3 && M > 0 && K > 0 && N > 0) {
       for (int t = 0; t < 4; ++t) shapes.push_back({M, K, N, t >= 2, t % 2 == 1});
       ++i;
     } else {
-      std::fprintf(stderr, "bench_gemm: unknown or malformed argument '%s' (usage: bench_gemm [--quick] "
+      std::fprintf(stderr, "bench_gemm: unknown or malformed argument '%s' (usage: bench_gemm [--quick] [--cold] "
                    "[--shape MxKxN]..., M, K, N positive)\n", argv[i]);
       return 2;
     }
@@ -128,6 +141,7 @@ int main(int argc, char** argv) {
   double load = 0;
   std::ifstream("/proc/loadavg") >> load;
   std::printf("1-min load average %.2f (anything else running lowers both the GEMM and the ceiling)\n", load);
+  if (g_cold) std::printf("--cold: 64 MB written before each timed product (operands from memory)\n");
   std::printf("%-7s %-14s %-3s %8s %8s", "threads", "M x K x N", "op", "ceiling", "bf16 ceil");
   for (const Column& c : columns) std::printf(" | %-13s %6s %6s %6s", c.name.c_str(), "best", "median", "best%");
   std::printf("   (GF/s; %% of the column's ceiling)\n");

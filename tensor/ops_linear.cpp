@@ -196,6 +196,8 @@ LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w
     r.dw = to(r.dw, w.dtype());
   }
   if (need_b) {  // db [N]: column sums of g in double, rounded once
+    // Its own line in the profile: a pass over g that reads memory, not a GEMM's flops.
+    profile::Scope bias_prof("linear bwd bias", double(M * N), double(M * N) * double(element_size(od)));
     Tensor acc = empty({N}, kFloat64);
     LOOM_DISPATCH_FLOAT(od, "linear_backward", { column_sums(g2.data<scalar_t>(), M, N, acc.data<double>()); });
     r.db = to(acc, x.dtype());
