@@ -76,6 +76,7 @@ namespace {
 // The kind an op's profile name belongs to, for the summary.
 const char* kind_of(const std::string& name) {
   auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  if (starts("linear bwd bias")) return "elementwise, sums";  // the bias gradient's column sums, no product
   if (starts("linear") || starts("matmul")) return "GEMM";
   if (name.find("attention") != std::string::npos) return "attention";
   if (starts("layer_norm") || starts("rms_norm")) return "norms";
