@@ -173,7 +173,7 @@ LinearGrads linear_backward(const Tensor& grad, const Tensor& x, const Tensor& w
   const int64_t pm = grad.numel() / std::max<int64_t>(1, grad.size(-1)), pn = grad.size(-1), pk = w.size(1);
   const double products = double(need_x) + double(need_w);  // dx = g @ w and dw = gᵀ @ x: 2MKN flops each
   profile::Scope prof([&] { return "linear bwd " + profile::shape(pm, pk, pn); },
-                      2.0 * products * double(pm * pk * pn),  // the bias's sums count in their own scope below
+                      2.0 * products * double(pm * pk * pn),  // the CPU bias sums: their own scope below
                       products * double(pm * pk + pk * pn + pm * pn) * double(element_size(x.dtype())));
   if (x.device().is_cuda()) return cuda::linear_backward(grad, x, w, need_x, need_w, need_b);
   check_device_supported("linear_backward", x.device());
