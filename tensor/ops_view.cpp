@@ -220,9 +220,8 @@ Tensor cat_view(const std::vector<Tensor>& xs, int64_t dim) {
   const size_t d = size_t(dim);
   int64_t total = 0;
   for (const Tensor& x : xs) {
-    if (!x.defined() || x.storage() != first.storage() || x.dtype() != first.dtype() ||
-        x.strides() != first.strides() || x.dim() != first.dim())
-      return Tensor();
+    if (!x.defined() || x.storage() != first.storage() || x.dtype() != first.dtype() || x.strides() != first.strides())
+      return Tensor();  // (equal strides: equal dims too)
     for (size_t e = 0; e < size_t(x.dim()); ++e)
       if (e != d && x.shape()[e] != first.shape()[e]) return Tensor();
     if (x.offset() != first.offset() + total * first.strides()[d]) return Tensor();  // not where the last ended

@@ -22,6 +22,7 @@ namespace loom::test {
 
 struct Qkv {
   Tensor q, k, v;
+  Tensor qkv;  // strided: the [B, T, 3 H hd] leaf q, k, v are views of (undefined when dense)
 };
 
 // q, k, v [B, H, T, hd] as leaves. strided: views of one [B, T, 3 H hd]
@@ -31,12 +32,12 @@ inline Qkv make_qkv(int64_t B, int64_t H, int64_t T, int64_t hd, DType dtype, bo
   if (!strided) {
     auto leaf = [&] { return autograd::set_requires_grad(randn({B, H, T, hd}, g, dtype)); };
     Tensor q = leaf(), k = leaf(), v = leaf();
-    return {q, k, v};
+    return {q, k, v, Tensor()};
   }
   Tensor qkv = autograd::set_requires_grad(randn({B, T, 3 * H * hd}, g, dtype));
   autograd::TensorList parts = autograd::split(qkv, H * hd, 2);
   auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
-  return {heads(parts[0]), heads(parts[1]), heads(parts[2])};
+  return {heads(parts[0]), heads(parts[1]), heads(parts[2]), qkv};
 }
 
 // An attention path: q, k, v [B, H, T, hd] and the scale -> out [B, H, T, hd].

@@ -39,12 +39,14 @@ using loom::test::gradcheck;
 
 namespace {
 
+// The composition the fused op replaces (nn/attention.h writes it out).
+Tensor composition(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
+  return autograd::matmul(autograd::causal_softmax(autograd::matmul(q, autograd::transpose(k, -2, -1)), scale), v);
+}
+
 // The fused op or the composition it replaces.
 Outputs run(const Qkv& in, bool fused, uint64_t seed) {
-  if (fused) return run_attention(in, autograd::causal_attention, seed);
-  return run_attention(in, [](const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
-    return autograd::matmul(autograd::causal_softmax(autograd::matmul(q, autograd::transpose(k, -2, -1)), scale), v);
-  }, seed);
+  return run_attention(in, fused ? loom::test::AttentionPath(autograd::causal_attention) : composition, seed);
 }
 
 
@@ -130,22 +132,15 @@ TEST(CausalAttention, BitIdenticalAtOneAndTwoThreads) {
 // side in one buffer laid out as qkv, so split's backward hands that buffer on as qkv's gradient (no copy in
 // the whole backward), and it equals the composition's gradient of qkv.
 TEST(CausalAttention, QkvsGradientIsTheBackwardsOwnBufferNotACopy) {
-  const int64_t B = 2, H = 3, T = 70, hd = 8;
-  auto grad_of_qkv = [&](bool fused, std::map<std::string, profile::Entry>* prof) {
-    Generator g(31);
-    Tensor qkv = autograd::set_requires_grad(randn({B, T, 3 * H * hd}, g));
-    TensorList parts = autograd::split(qkv, H * hd, 2);
-    auto heads = [&](const Tensor& t) { return autograd::transpose(autograd::reshape(t, {B, T, H, hd}), 1, 2); };
-    Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-    Tensor y = fused ? autograd::causal_attention(q, k, v, 0.35)
-                     : autograd::matmul(autograd::causal_softmax(autograd::matmul(q, autograd::transpose(k, -2, -1)),
-                                                                 0.35), v);
-    Tensor w = randn(y.shape(), g);
-    Tensor loss = autograd::sum(autograd::mul(y, w));
+  auto grad_of_qkv = [](bool fused, std::map<std::string, profile::Entry>* prof) {
+    Qkv in = make_qkv(2, 3, 70, 8, kFloat32, /*strided=*/true, 31);
+    Tensor y = (fused ? autograd::causal_attention : composition)(in.q, in.k, in.v, 0.35);
+    Generator g(32);
+    Tensor loss = autograd::sum(autograd::mul(y, randn(y.shape(), g)));
     if (prof) profile::start();
     autograd::backward(loss);
     if (prof) *prof = profile::stop();
-    return autograd::grad(qkv);
+    return autograd::grad(in.qkv);
   };
   std::map<std::string, profile::Entry> prof;
   Tensor got = grad_of_qkv(true, &prof), ref = grad_of_qkv(false, nullptr);

@@ -91,7 +91,7 @@ TEST(FlashAttention, HalfInputsAreNearerTheExactAnswerThanTheComposition) {
     Qkv in = make_qkv(c.B, c.H, c.T, c.hd, dt, true, 7);
     Qkv in64{autograd::set_requires_grad(ops::to(ops::contiguous(in.q), kFloat64)),
              autograd::set_requires_grad(ops::to(ops::contiguous(in.k), kFloat64)),
-             autograd::set_requires_grad(ops::to(ops::contiguous(in.v), kFloat64))};
+             autograd::set_requires_grad(ops::to(ops::contiguous(in.v), kFloat64)), Tensor()};
     Tensor o = nn::attend(in64.q, in64.k, in64.v, nullptr);
     Generator g(5);
     Tensor w = ops::to(randn(o.shape(), g, dt), kFloat64);  // run()'s w, in float64
