@@ -158,7 +158,8 @@ void validate(const Args& a) {
     LOOM_CHECK(m % a.pp == 0, "--virtual-stages ", a.virtual_stages, ": interleaved 1F1B needs --microbatches a "
                "multiple of --pp (Megatron's rule), got ", m, " micro-batches for pp ", a.pp);
   }
-  if (parallel::schedule_splits_backward(a.schedule)) {  // zero bubble (parallel/pipeline_parallel/zero_bubble_schedule.h)
+  // Zero bubble: B and W split (parallel/pipeline_parallel/zero_bubble_schedule.h).
+  if (parallel::schedule_splits_backward(a.schedule)) {
     LOOM_CHECK(a.pp >= 2, "--schedule ", a.schedule, " orders a pipeline's backwards; it needs --pp >= 2 (got --pp ",
                a.pp, ")");
     LOOM_CHECK(a.device == "cpu", "--schedule ", a.schedule, " with --device ", a.device,
