@@ -18,6 +18,10 @@ double linear_backward_temporaries(double M, double K, double n, double e, bool 
   return 4 * M * n + e * M * K + 4 * M * K + (4 + e) * n * K;
 }
 
+double linear_dx_temporaries(double M, double K, double n, double e, bool native) {
+  return e == 4 || native ? e * M * K : 4 * M * n + 4 * M * K + e * M * K;
+}
+
 namespace {
 
 // The temporaries of a norm's backward (tensor/ops_nn.cpp, ops_llama.cpp)

@@ -66,6 +66,9 @@ double at_head_linear(const ActivationCase& c, const Sizes& z);
 // gradient [M, n] counted by the caller): fp32 or native bf16 dx and dW;
 // other 16-bit on fp32 copies (activation_moments.cpp says which).
 double linear_backward_temporaries(double M, double K, double n, double e, bool bias, bool native);
+// Its dx alone (a split backward's B; W makes dW): fp32 or native bf16 dx [M, K]; other 16-bit the
+// gradient's fp32 copy [M, n] and dx in fp32 and rounded.
+double linear_dx_temporaries(double M, double K, double n, double e, bool native);
 
 // One block's attention: the k and v width, whether repeat_kv copies, and q,
 // k, v's kept elements per token (before / t).

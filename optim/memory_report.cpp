@@ -168,7 +168,9 @@ int64_t zero3_gathered_elements(const Zero3Units& u) {
   };
   int64_t all = 0;
   for (int64_t p : u.numel) all += p;
-  if (!u.reshard_after_forward || n == 0) return all;  // every unit gathered until its backward
+  // Every unit gathered until its backward; or (zero bubble) until its W, which the stage's first one runs after
+  // the last B has gathered them all.
+  if (!u.reshard_after_forward || u.split_backward || n == 0) return all;
   // Held through the step, then two adjacent units of the others (one computing, the next prefetched):
   // any two while the last unit is not held; beside it, those of the chunks that run while it waits.
   const size_t first = u.first_held ? 1 : 0;
@@ -196,7 +198,7 @@ std::vector<bool> zero3_chunks_beside_held(int pp, int pp_rank, int v, int micro
 }
 
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
-                                              const std::vector<bool>& beside_held) {
+                                              const std::vector<bool>& beside_held, bool split_backward) {
   const int64_t b = int64_t(element_size(dtype));
   // P_u, over the unit's own group: dp (x cp), or for --ep's experts their expert-dp group.
   auto group = [&](size_t k) { return int64_t(fsdp.units()[k].group ? fsdp.units()[k].group->size() : 1); };
@@ -218,6 +220,7 @@ MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataPa
   u.first_held = fsdp.read_by_a_later_layer(0), u.beside_held = beside_held;
   u.last_held = std::find(beside_held.begin(), beside_held.end(), true) != beside_held.end();
   u.prefetch = fsdp.options().prefetch, u.reshard_after_forward = fsdp.options().reshard_after_forward;
+  u.split_backward = split_backward;
   const int64_t main_bytes = dtype == kFloat32 ? 0 : 4;
   MemoryPrediction p{shard * b, shard * 4, int64_t(owned * double(main_bytes + 8))};
   p.comm = zero3_gathered_elements(u) * b;

@@ -114,7 +114,9 @@ int64_t predict_zero2_grad_bytes(const BucketedParams& b);
 //               the step + the two largest adjacent units of the others (one
 //               computing, the next prefetched): (held + max_l (P_l + P_l+1)) x b;
 //               without prefetch (held + max_l P_l) x b, and without reshard
-//               after forward every unit: sum_u P_u x b. A pipeline's tied wte,
+//               after forward every unit: sum_u P_u x b, as under ZB-H1, whose B
+//               reshards none (W reduce-scatters them; measured = this on both
+//               stages, dense and with experts). A pipeline's tied wte,
 //               a unit of its own, counts with the layer that reads it. Held: the embedding
 //               unit when the head reads its tied wte (its gradient is whole
 //               only at the end of backward); under a pipeline the stage's last
@@ -139,6 +141,7 @@ struct Zero3Units {
   bool last_held = false;      // forwards run in a row: the last unit waits gathered for its backward
   std::vector<bool> beside_held;  // [chunk] its units are gathered while the last unit waits; empty: every chunk's
   bool prefetch = true, reshard_after_forward = true;
+  bool split_backward = false;  // ZB-H1: B reshards nothing (W's reduce-scatters do), so all are gathered at once
 };
 int64_t zero3_gathered_elements(const Zero3Units& u);
 // Interleaved 1F1B (parallel/pipeline_parallel/interleaved_schedule.h), pp rank
@@ -153,8 +156,9 @@ std::vector<bool> zero3_chunks_beside_held(int pp, int pp_rank, int v, int micro
 // unit, never resharded after forward, waits for its backward - every chunk when
 // the stage runs two or more micro-batches' forwards before their backwards (a
 // pipeline's warm-up, or AFAB), interleaved zero3_chunks_beside_held's; empty: never.
+// split_backward: ZB-H1 (its B gathers every unit of the stage and reshards none).
 MemoryPrediction predict_memory_fully_sharded(const parallel::FullyShardedDataParallel& fsdp, DType dtype,
-                                              const std::vector<bool>& beside_held = {});
+                                              const std::vector<bool>& beside_held = {}, bool split_backward = false);
 
 // One line per rank, gathered to world rank 0 (collective over world); returns
 // the table on rank 0, "" elsewhere. json: also the same ledger as JSON (rank 0),

@@ -26,28 +26,53 @@ struct MoESizes {
 // unsort's indices (the combine's index_select backward has run; 8 bytes more alive, measured). Each
 // expert done frees its 4 [M_j, I]; after the first, its input's gradient [R, C] is being summed, and
 // the last frees the experts' output gradient [R, C].
-double local_experts_backward(const ActivationCase& c, const MoESizes& z, double base) {
+//
+// split (zero bubble's B, optim/split_backward.h): each linear makes its dx only and holds its X and dY
+// until W, so an expert's product (w2's X) outlives its backward, which peaks with w2's dx and the
+// product's two gradients (3 e M_j I, or w2's dx temporaries); each expert done frees its gate, silu and
+// up but holds w1's and w3's dY (1 [M_j, I] less); the output gradient [R, C] stays (w2's dY); W makes
+// the .grad tensors. On one process (no all-to-all, no unsort) the groups are the last block's.
+double local_experts_backward(const ActivationCase& c, const MoESizes& z, double base, bool split = false) {
   const std::vector<int64_t>& g = c.moe_local_groups;  // [E / ep] rows per local expert
   const double R = std::accumulate(g.begin(), g.end(), 0.0);  // the rows this rank's experts received
+  const bool ep = c.moe_ep > 1;
   // (K) before them, the unsort's backward (index_add into [R, C]): the combine's gradient [R, C], brought
   // home by its all-to-all, and index_add's sum [R, C] fp32; 16-bit adds on an fp32 copy of the source and
   // rounds the sum into a new tensor (the peak of dp 2 ep 2 bf16's rerun, --recompute full).
-  const double unsort = base + z.e * R * z.C + 4 * R * z.C + (z.e == 4 ? 0 : 4 * R * z.C + z.e * R * z.C);
-  base -= 8 * (R - 1);
+  const double unsort =
+      ep ? base + z.e * R * z.C + 4 * R * z.C + (z.e == 4 ? 0 : 4 * R * z.C + z.e * R * z.C) : base;
+  if (ep) base -= 8 * (R - 1);
   const bool native = c.native_bf16_gemm && c.element_bytes == 2;
   // Under ZeRO-3 each expert's .grad tensors stay until the experts' unit is reduce-scattered, after the
   // last: its w2's by its product's backward, and all three of each expert done before it.
-  const double matrix_grad = c.zero3.on ? z.e * z.I * z.C : 0;
+  const double matrix_grad = c.zero3.on && !split ? z.e * z.I * z.C : 0;
   double freed = 0, best = std::max(base, unsort);
   for (size_t j = g.size(); j-- > 0;) {
-    const bool first = j + 1 == g.size(), last = j == 0;
+    const bool first = j + 1 == g.size(), last = j == 0 && !split;
     const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? z.e * R * z.C : 0), M_j = double(g[j]);
+    if (split) {
+      best = std::max({best, alive + 3 * z.e * M_j * z.I, alive + linear_dx_temporaries(M_j, z.I, z.C, z.e, native)});
+      freed += z.e * M_j * z.I;
+      continue;
+    }
     best = std::max({best, alive + 2 * z.e * M_j * z.I + matrix_grad,
                      alive + linear_backward_temporaries(M_j, z.I, z.C, z.e, false, native)});
     freed += 4 * z.e * M_j * z.I - 3 * matrix_grad;
   }
   return best;
 }
+
+// (M) unpermute's backward: the weighting's (each slot's row's gradient, the product for the weights'
+// gradient, its float64 sum and result), or index_select's (index_add: its source in fp32 - a copy for
+// 16-bit - its fp32 sum over the rows + a zero row, rounded into a new tensor for 16-bit).
+double unpermute_backward(const MoESizes& z) {
+  const double NkC = z.N * z.k * z.C, rows = (z.M + 1) * z.C;
+  return std::max(2 * z.e * NkC + (8 + z.e) * z.N * z.k, 4 * NkC + 4 * rows + (z.e == 4 ? 0 : z.e * rows));
+}
+
+// What unpermute's backward has freed when the experts' begins: its input [M + 1, C], the slots [N, k, C]
+// and an int64 [N k] index (M = N k dropless; with a capacity M is the kept rows, the slots N k still).
+double experts_base(const MoESizes& z) { return -z.e * ((z.M + 1) * z.C + z.N * z.k * z.C) - 8 * z.N * z.k; }
 
 // The shared experts' SwiGLU (nn/mlp.h, tp's cut of it): gate, silu, up and their product [b s, S I / t]
 // each; under sequence parallelism c_gate and c_fc each keep ln_2's output gathered [b s, C] too.
@@ -76,18 +101,30 @@ double moe_kept_bytes(const ActivationCase& c, bool last_block) {
   return router + indices + rows + shared_kept_bytes(c, z);
 }
 
+double moe_held_until_w(const ActivationCase& c, bool output_gradient) {
+  const MoESizes z(c, /*mean=*/true);
+  const double R = c.moe_ep > 1 ? c.moe_received_rows : z.M;  // the rows this rank's experts computed
+  // The router's gate: its dY, the logits' gradient [N, E] (X is ln_2's output, the caller's).
+  const double gate = z.e * z.N * z.E;
+  // Each expert's w1 and w3: X its rows (views of the permuted [R, C]), dY [R_j, I] each; w2: X the
+  // product [R_j, I], dY [R_j, C], views of the experts' output gradient: on one process unpermute's
+  // [M + 1, C] (its zero row's too), under ep the unsort's [R, C].
+  const double experts = z.e * (2 * R * z.C + (c.moe_ep > 1 ? 0 : z.C) + 3 * R * z.I);
+  if (c.moe_shared_experts == 0) return gate + experts;
+  // The shared experts, a dense SwiGLU cut over tp: c_gate's and c_fc's X (ln_2's output, gathered under
+  // SP: 2 copies) and dY [b s, S I / t] each; c_proj's X, the product [b s, S I / t], and dY [b s, C], the
+  // block's output gradient (counted here if output_gradient).
+  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
+  const double gathered = c.sequence_parallel && c.tp > 1 ? 2 * z.e * tokens * z.C : 0;
+  return gate + experts + gathered + z.e * tokens * (3 * F + (output_gradient ? z.C : 0));
+}
+
 double moe_backward_bytes(const ActivationCase& c) {
   const MoESizes z(c);
-  // (M) unpermute's backward: the weighting's (each slot's row's gradient, the product for the weights'
-  // gradient, its float64 sum and result), or index_select's (index_add: its source in fp32 - a copy for
-  // 16-bit - its fp32 sum over the rows + a zero row, rounded into a new tensor for 16-bit)
-  const double NkC = z.N * z.k * z.C, rows = (z.M + 1) * z.C;
-  const double unpermute = std::max(2 * z.e * NkC + (8 + z.e) * z.N * z.k,
-                                    4 * NkC + 4 * rows + (z.e == 4 ? 0 : z.e * rows));
+  const double unpermute = unpermute_backward(z);
   const double group = double(c.moe_largest_group);
-  // (X) after unpermute's backward has freed its input [M + 1, C], the slots [N, k, C] and an int64 [N k]
-  // index (M = N k dropless; with a capacity M is the kept rows, the slots N k still)
-  const double base = -z.e * ((z.M + 1) * z.C + z.N * z.k * z.C) - 8 * z.N * z.k;
+  // (X) after unpermute's backward
+  const double base = experts_base(z);
   const double experts = c.moe_ep > 1 ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
   if (c.moe_shared_experts == 0) return std::max(unpermute, experts);
   // The shared experts' backward runs first (the sum's second input): their c_proj's and their product's,
@@ -102,6 +139,26 @@ double moe_backward_bytes(const ActivationCase& c) {
   const double product = 2 * z.e * tokens * F + grad;
   const double after = -shared_kept_bytes(c, z) + z.e * z.N * z.C + 3 * grad;
   return std::max({c_proj, product, unpermute + after, experts + after});
+}
+
+double moe_split_backward_bytes(const ActivationCase& c) {
+  const MoESizes z(c);
+  // On one process the experts' output gradient is a view of unpermute's [M + 1, C], which w2's
+  // backward frees at the one-process (X) above; split, each w2 holds it until W.
+  const double held = c.moe_ep > 1 ? 0 : z.e * (z.M + 1) * z.C;
+  const double routed = std::max(unpermute_backward(z), local_experts_backward(c, z, experts_base(z) + held, true));
+  if (c.moe_shared_experts == 0) return routed;
+  // The shared experts first, as moe_backward_bytes', split: c_proj's B makes its dx alone, and its X, the
+  // product, outlives the product's backward (3 [b s, S I / t]); once done their gate, silu and up are
+  // freed, the product and c_gate's and c_fc's dY held, their input gradient [N, C] waiting for the routed
+  // one's. No .grad tensors: W makes them.
+  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
+  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
+  const double c_proj = linear_dx_temporaries(tokens, F, z.C, z.e, native);
+  const double product = 3 * z.e * tokens * F;
+  const double gathered = c.sequence_parallel && c.tp > 1 ? 2 * z.e * tokens * z.C : 0;
+  const double after = -shared_kept_bytes(c, z) + gathered + 3 * z.e * tokens * F + z.e * z.N * z.C;
+  return std::max({c_proj, product, routed + after});
 }
 
 double moe_forward_bytes(const ActivationCase& c) {

@@ -121,10 +121,36 @@
 // can peak, and under a pipeline the micro-batches in flight each keep their own
 // rows: train/diagnostics_moe.cpp walks both (one process fp32, where the first
 // block's rerun peaks; pp 2 at m 2 and 4, to the byte on stage 0, its last stage
-// as a pipeline's). The interleaved and zero-bubble walks read one micro-batch's
-// rows: train/checks_moe.cpp refuses a capacity under them. ZeRO-3's bytes beside
+// as a pipeline's). The interleaved and zero-bubble walks read each micro-batch's
+// own rows too (train/diagnostics_moe.cpp's chunk_rows). ZeRO-3's bytes beside
 // these: optim/zero3_activations.h (and, under ep, the (X) walk above counts each
 // expert's .grad tensors, kept until the experts' unit is reduce-scattered).
+//
+// A split backward (zero bubble: optim/split_backward.h). B makes each linear's
+// dx only; its X and dY wait for W. What a MoE block's linears hold from B to W,
+// R the rows this rank's experts computed (M on one process):
+//   the router's gate    X ln_2's output (the caller's)  dY the logits' gradient [N, E]
+//   w1, w3 of expert j   X its rows [R_j, C] (views of the permuted rows)  dY [R_j, I] each
+//   w2 of expert j       X the product [R_j, I]  dY [R_j, C], a view of the experts'
+//                        output gradient: unpermute's [M + 1, C] (its zero row too)
+//                        on one process, the unsort's [R, C] under ep
+//   the shared experts   as a dense SwiGLU's (c_proj's dY: the block's output gradient)
+// B's moments in the block: (M) as unsplit; then (X) walked expert by expert in
+// the order backward takes them (the last first), each at its product's backward
+// with w2's dx and the product's two gradients, the product itself held (3 e R_j I),
+// or at w2's dx temporaries; each expert done frees its gate, silu and up but holds
+// w1's and w3's dY (net e R_j I freed); the experts' output gradient stays until W
+// (on one process the (X) above had freed it: e (M + 1) C more); no .grad tensors.
+// With shared experts their B comes first: c_proj's dx, then the product's backward
+// with the product held (3 [b s, S I / t]), then the routed moments beside what they
+// hold. The walk reads each micro-batch's last block's groups (train/diagnostics_moe.cpp),
+// since B is the peak of one micro-batch, not of their mean. Measured = formula to the
+// byte, but the loss's 8 bytes, on every rank (tests/test_memory_ledger_moe.cpp's zero-bubble
+// runs): zb-h1 pp 2 and 3, fp32 and bf16, I 88 and 512, E 4 and 8, k 1 and 2,
+// --layers 2-6, --shared-experts 1 and 2, --capacity-factor 0.8 and 1.0, dp 2 ep 2,
+// tp 2, ZeRO-3 (with ep, I 512 and shared experts too), zb-v and dualpipev at pp 2
+// and 3 (with ep, shared experts and a capacity). Under ep with I 512 the formula is
+// 8 bytes above the measurement on two ranks (the loss's scalars elsewhere).
 #pragma once
 
 #include "optim/activation_memory.h"
@@ -138,6 +164,15 @@ double moe_kept_bytes(const ActivationCase& c, bool last_block = false);
 // The MoE block's backward at its peak above what is kept: the larger of (M) and (X) (and, with shared
 // experts, of their backward's, which runs first).
 double moe_backward_bytes(const ActivationCase& c);
+
+// Under a split backward (zero bubble, optim/split_backward.h): what the MoE block's linears hold from B
+// to W, the router's and the experts' X and dY (the blocks' mean rows), ln_2's output left to the caller,
+// and the shared experts' (their c_proj's dY, the block's output gradient, only if output_gradient).
+double moe_held_until_w(const ActivationCase& c, bool output_gradient = true);
+
+// B's MoE moments under a split backward: (M), then (X) walked over moe_local_groups (this rank's experts'
+// rows in the last block; all the experts' on one process), with what the experts' linears hold for W.
+double moe_split_backward_bytes(const ActivationCase& c);
 
 // (U)'s temporaries: the last block's forward at unpermute's weighted sum, above what it keeps.
 double moe_forward_bytes(const ActivationCase& c);

@@ -92,11 +92,14 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   const bool turn = split && chunks.size() == 2 && stage == pp - 1 &&
                     parallel::schedule_chunk_layout(schedule) == parallel::ChunkLayout::V;
   std::vector<std::array<char, 2>> state(size_t(c.micro_batches), {'-', '-'});
+  // Chunk 1's input gradient waits for chunk 0's B: past chunk 1's W (whose held bytes counted it) it is
+  // alone, a [b s h] more until that B starts (whose moments count the gradient received).
+  std::vector<bool> waiting(size_t(c.micro_batches), false);
   auto twice = [&](int in_b) {  // in_b: the micro-batch whose chunk 0 runs B now (its moments hold the gradient)
     double n = 0;
     for (size_t i = 0; turn && i < state.size(); ++i) {
       const char c0 = state[i][0], c1 = state[i][1];
-      n += (c0 == 'F' && c1 != '-') + ((c0 == 'H' || int(i) == in_b) && c1 == 'H');
+      n += (c0 == 'F' && c1 != '-') + ((c0 == 'H' || int(i) == in_b) && c1 == 'H') - (waiting[i] && c1 == '-');
     }
     return n * sent;
   };
@@ -138,7 +141,9 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     if (op.kind == 'F') {
       kept += f.per_micro_batch + header, now = 'F';
       // A MoE block's forward (U), before the chunk's output exists: this micro-batch's rows.
-      if (!split && f.forward_extra > 0) candidate((ran[k] ? l : f).forward_extra + (sending ? sent : 0) + beside, -1);
+      // (Split: the .grad tensors of its W's are `beside`, and its sends are let go of at their release.)
+      if (f.forward_extra > 0)
+        candidate(split ? f.forward_extra + beside : (ran[k] ? l : f).forward_extra + (sending ? sent : 0) + beside, -1);
       gathered[k] = true;
       continue;
     }
@@ -151,6 +156,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
       ran[k] = true;
       continue;
     }
+    if (turn) waiting[size_t(op.mb)] = k == 1;  // chunk 1's B makes it; chunk 0's B takes it
     // Split: B's own temporaries; the gradient it sends is the stage input's, held until W.
     const ActivationPrediction b = pending > 0 ? alone(k, mb, ran[k] ? 2 : 1, false, pending) : ran[k] ? l : f;
     // (U) is its forward's candidate above, not its backward's

@@ -12,11 +12,14 @@ double norm_vectors(const ActivationCase& c) { return c.rmsnorm ? 1 : 2; }  // a
 double block_held(const ActivationCase& c, const Sizes& z) {
   const double N = z.N, h = z.h, t = z.t, F = z.F, e = z.e;
   const double mlp_inputs = c.swiglu ? 2 : 1;  // c_gate and c_fc, or c_fc
-  // X: ln_1's output, ln_2's (as the MLP keeps it), the merged heads, gelu's output (SwiGLU: the product).
-  const double x = z.unit + z.gathers * z.unit + N * (h + F) / t * e;
-  // dY: c_attn's [N, (h + 2 kv)/t], attn.c_proj's and mlp.c_proj's [N, h], c_fc's (and c_gate's) [N, F/t].
-  const double dy = N * (h + 2 * kv_width(c)) / t * e + 2 * z.unit + mlp_inputs * N * F / t * e;
-  return x + dy + 2 * norm_vectors(c) * h * e;
+  // The attention's X: ln_1's output and the merged heads; its dY: c_attn's [N, (h + 2 kv)/t], attn.c_proj's [N, h].
+  const double attention = z.unit + N * h / t * e + N * (h + 2 * kv_width(c)) / t * e + z.unit;
+  // The MLP's X: ln_2's output (as the MLP keeps it; a MoE block's router reads it), gelu's output
+  // (SwiGLU: the product); its dY: c_fc's (and c_gate's) [N, F/t], mlp.c_proj's [N, h]. A MoE block's
+  // router and experts in their place (moe_activations.h).
+  const double mlp = z.gathers * z.unit + (c.moe_experts > 0 ? moe_held_until_w(c)
+                                                             : N * F / t * e + mlp_inputs * N * F / t * e + z.unit);
+  return attention + mlp + 2 * norm_vectors(c) * h * e;
 }
 
 // The head's: its linear's X (ln_f's output) and dY (the logits' gradient, [N, V'/t]), ln_f's gradients.
@@ -93,9 +96,19 @@ double split_backward_extra(const ActivationCase& c, const Sizes& z, const Momen
   // block's output gradient (ln_f's dx: mlp.c_proj's dY; a received one the
   // unsplit count already holds).
   // (B') SwiGLU's product backward: as unsplit, with the product (c_proj's X) held.
-  const double mlp = z.gathers * z.unit + N * F / t * e + (c.swiglu ? 2 : 1) * N * F / t * e;
+  // A MoE block's router and experts in the MLP's place (moe_activations.h).
+  const double mlp = z.gathers * z.unit + (c.moe_experts > 0 ? moe_held_until_w(c, /*output_gradient=*/false)
+                                                             : N * F / t * e + (c.swiglu ? 2 : 1) * N * F / t * e);
   const double at_attention = mlp + N * h / t * e + norm_vectors(c) * h * e + (c.has_head ? z.local : 0);
   const double in_block = head + units.block;  // beside each block moment: the head's held bytes, ZeRO-3's units
+  if (c.moe_experts > 0) {
+    // The MoE block's (M) and (X), split (moe_activations.h), in (B)'s place: the head's tensors and the
+    // stage's output freed, the block's output gradient alive.
+    const double moe = -(c.has_head ? z.head + z.local : 0) + z.local + moe_split_backward_bytes(c) + z.wte_grad;
+    const double last = std::max({moe + in_block, m.ln_2 + in_block + mlp, m.attention + in_block + at_attention,
+                                  m.rerun_collective + in_block});
+    return std::max(extra, last + zero3_earlier_blocks(c, z));
+  }
   const double last = std::max({m.block - dw + in_block, c.swiglu ? 0.0 : at_gelu + units.block,
                                 c.swiglu ? m.gate + in_block + N * F / t * e : 0.0, m.ln_2 + in_block + mlp,
                                 m.attention + in_block + at_attention, m.rerun_collective + in_block});

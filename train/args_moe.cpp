@@ -60,6 +60,7 @@ void apply_moe_flags(nn::GPTConfig& cfg, const Args& a, const std::string& sourc
     if (cfg.moe.experts > 0) {  // the model's experts, though no --experts was given: what they refuse, still refused
       Args b = a;
       b.arch = "llama", b.experts = cfg.moe.experts, b.experts_per_token = cfg.moe.experts_per_token;
+      b.shared_experts = cfg.moe.shared_experts;
       try {
         check_moe_flags(b);
       } catch (const Error& e) {

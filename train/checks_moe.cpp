@@ -84,30 +84,12 @@ void check_moe_flags(const Args& a) {
   // forward (every earlier layer's units still gathered at each moment), under --recompute full too (each
   // micro-batch's reruns with the micro-batches in flight at its backward), and interleaved 1F1B (--virtual-stages:
   // predict_activations_interleaved's walk, each chunk's micro-batches with their own rows and, under ZeRO-3, the
-  // chunk's own units, optim/zero3_activations.h). Not yet: the zero-bubble schedules (zb-h1, zb-v, dualpipev),
-  // whose walk counts no MoE block's split backward (dropless zb-h1 measured +11.5% above the formula on its last
-  // stage, ZeRO-3 +3.7% to +17.5%, --ep 2 +14.7%, zb-v -2.0%), and interleaved --recompute full with --ep or a
-  // capacity (each block's rerun with its own rows is walked through 1F1B and AFAB only: +2.2%, -2.0%).
+  // chunk's own units, optim/zero3_activations.h), and the zero-bubble schedules (zb-h1, zb-v, dualpipev: the
+  // experts' linears' X and dY held from B to W, B's experts walked one by one with each micro-batch's own rows,
+  // optim/moe_activations.h; with --ep, a capacity, shared experts, --tp and ZeRO-3 too). Not yet: interleaved
+  // --recompute full with --ep or a capacity (each block's rerun with its own rows is walked through 1F1B and
+  // AFAB only: +2.2%, -2.0%).
   const bool zero_bubble = parallel::schedule_splits_backward(a.schedule);
-  const std::string order =
-      a.virtual_stages > 1 && !zero_bubble ? str("--virtual-stages ", a.virtual_stages) : "--schedule " + a.schedule;
-  const std::string zero3_pp = str("--zero 3 --pp ", a.pp, " ", order);
-  LOOM_CHECK(!a.memory_report || a.zero != 3 || a.pp == 1 || !zero_bubble,
-             "--memory-report with --experts ", a.experts, " and ", zero3_pp, ": the experts' formula is measured on "
-             "one process and under --dp, --ep, ZeRO-1/2/3, --tp, --pp (1F1B, AFAB, interleaved), --cp and "
-             "recomputation (tests/test_memory_ledger_moe.cpp); drop ", zero3_pp, " or --memory-report");
-  // --capacity-factor: each block's rows are the ones its routing kept, read from each micro-batch (nn/moe.h's
-  // loads; --grad-accum: the costliest micro-batch's peak; --recompute full: the costliest block's rerun; a
-  // 1F1B or AFAB pipeline: its in-flight micro-batches' own rows, walked, under --recompute full each
-  // micro-batch's reruns beside the gradient its stage received; interleaved: each chunk's micro-batches' own;
-  // train/diagnostics_moe.cpp).
-  LOOM_CHECK(!a.memory_report || a.capacity_factor == 0 || a.pp == 1 || !zero_bubble,
-             "--memory-report with --capacity-factor ", a.capacity_factor, ", --pp ", a.pp, " and ", order,
-             ": the formula walks each in-flight micro-batch's kept rows through 1F1B, AFAB and interleaved 1F1B "
-             "only; drop ", order, ", --capacity-factor or --memory-report");
-  LOOM_CHECK(!a.memory_report || a.pp == 1 || !zero_bubble, "--memory-report with --experts ", a.experts, " and ",
-             order, ": the formula's zero-bubble walk counts no MoE block's split backward yet (the experts' "
-             "inputs and gradients held from B to W); drop ", order, " or --memory-report");
   const bool routed_rows = a.ep > 1 || a.capacity_factor > 0;
   const std::string rows = a.ep > 1 ? str("--ep ", a.ep) : str("--capacity-factor ", a.capacity_factor);
   LOOM_CHECK(!a.memory_report || a.virtual_stages == 1 || zero_bubble || a.recompute != "full" || !routed_rows,

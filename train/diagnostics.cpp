@@ -85,7 +85,8 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
         dp_.fsdp ? optim::measure_memory_fully_sharded(*dp_.fsdp, opt_, peak_, live_before_)
                  : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, dp_.zero, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
-        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), chunks_beside_held_unit())
+        dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), chunks_beside_held_unit(),
+                                                       split_backward())
                  : optim::predict_memory_moe(m_.chunks->num_parameters() - expert_params(), expert_params(),
                                              parse_dtype(a_.dtype), sync_ranks(), expert_parallel_ranks(), a_.zero);
     if (dp_.bucket) {  // the buckets' padding; ZeRO-2's grads are the shards and the scratches (memory_report.h)
@@ -223,7 +224,8 @@ double Diagnostics::predicted_activation_bytes() const {
   // without reshard after forward every earlier layer's too, under --recompute full as well. Interleaved:
   // each chunk's own units, walked below (tests/test_memory_ledger.cpp's v2 zero3 modes; the experts' too,
   // test_memory_ledger_moe.cpp). ZB-H1: the stage's units through B, walked below (test_memory_ledger_zero_bubble.cpp).
-  // Under a V it is refused (checks.cpp), with experts under ZB-H1 too (checks_moe.cpp).
+  // Under a V it is refused (checks.cpp). With experts, B's experts are walked one by one with each
+  // micro-batch's own rows (chunk_rows, optim/moe_activations.h; test_memory_ledger_moe.cpp's zero-bubble runs).
   if (dp_.fsdp && (pgm_.pp_size == 1 || m_.chunks->num_chunks() == 1))
     c.zero3 = optim::zero3_held(*dp_.fsdp, c.has_embedding, c.has_head);
   else if (!dp_.bucket) c.grad_bytes = 4 * m_.chunks->num_parameters();  // backward allocates fp32 .grad tensors

@@ -3,6 +3,7 @@
 // rank's experts (--ep), and the micro-batch among them whose rows cost most (optim/moe_activations.h).
 #include <algorithm>
 
+#include "parallel/pipeline_parallel/partition.h"
 #include "train/diagnostics.h"
 
 namespace loom::train {
@@ -107,7 +108,8 @@ double Diagnostics::pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const o
 // all put stage 0 of --dp 2 --ep 2 --pp 2 --virtual-stages 2 0.25% off either way). Empty: all alike.
 std::vector<std::vector<optim::ActivationCase>> Diagnostics::chunk_rows(const optim::ActivationCase& c) const {
   const std::vector<nn::MoE*> all = nn::moe_layers(*m_.chunks);
-  const bool routed_rows = pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0;
+  // A split backward (zero bubble) walks each B's last block expert by expert: that micro-batch's groups.
+  const bool routed_rows = pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0 || split_backward();
   if (!routed_rows || all.empty() || all.back()->stats.loads.size() != size_t(c.micro_batches)) return {};
   std::vector<std::vector<optim::ActivationCase>> rows;
   size_t layer = 0;
@@ -133,7 +135,10 @@ void Diagnostics::micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::A
     }
   }
   if (pgm_.ep_size > 1) received_rows(moe, c, j);
+  else if (split_backward()) c.moe_local_groups = moe.back()->stats.loads.at(j);  // every expert is this rank's
 }
+
+bool Diagnostics::split_backward() const { return parallel::schedule_splits_backward(a_.schedule); }
 
 // Expert parallelism: the rows each of this rank's experts computed in micro-batch j of the step, from
 // every rank of its ep group (collective over ep): per block R, averaged over the blocks (what they
