@@ -90,9 +90,13 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   ActivationPrediction q = p;  // the later backward, where it keeps fewer than the first
   if (later_kept > 0) {
     const double alive = double(c.grad_bytes) + (c.pp_stage && !c.has_embedding ? z.local : 0);
+    // (A MoE block's experts walk counts each expert's new .grad tensors: a later backward sums into them.)
+    ActivationCase accumulating = c;
+    accumulating.grad_bytes = 0;
+    const Moments n = c.moe_experts > 0 && c.grad_bytes > 0 ? backward_moments(accumulating, z) : m;
     const double later = c.zero3.on ? p.backward_moments
-                                    : std::max({m.head, m.ln_f, m.block, c.swiglu ? m.gate : 0.0, m.ln_2,
-                                                m.attention, m.rerun_collective, m.moe_rerun});
+                                    : std::max({n.head, n.ln_f, n.block, c.swiglu ? n.gate : 0.0, n.ln_2,
+                                                n.attention, n.rerun_collective, n.moe_rerun});
     ActivationPrediction& at = later_kept < c.in_flight ? q : p;
     at.backward_moments = std::max(at.backward_moments, later + alive);
     at.forward_extra += alive;

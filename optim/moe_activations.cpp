@@ -20,18 +20,23 @@ struct MoESizes {
         router(c.element_bytes == 2 ? 4 : e) {}
 };
 
-// (X) under ep: the local experts' backward, the last one first (cat's backward), each a candidate at
+// (X) walked: this rank's experts' backward, the last one first (cat's backward), each a candidate at
 // its SwiGLU's product backward (2 e M_j I) and at its w2's backward (its temporaries: 16-bit GEMMs on
-// fp32 copies make this the larger). base: what (X) has freed by then, less the 8 R bytes of the
-// unsort's indices (the combine's index_select backward has run; 8 bytes more alive, measured). Each
-// expert done frees its 4 [M_j, I]; after the first, its input's gradient [R, C] is being summed, and
-// the last frees the experts' output gradient [R, C].
+// fp32 copies make this the larger). base: what (X) has freed by then; under ep less the 8 R bytes of
+// the unsort's indices (the combine's index_select backward has run; 8 bytes more alive, measured).
+// Each expert done frees its 4 [M_j, I]; after the first, its input's gradient [R, C] is being summed,
+// and the last frees the experts' output gradient, of which each w2's dY was a view: under ep the
+// unsort's [R, C], on one process unpermute's [M + 1, C] (R = M there). The .grad tensors: under
+// ZeRO-3 each expert's stay (the model's dtype) until its unit is reduce-scattered, after the last;
+// without a main_grad buffer (fp32 .grad) for the rest of backward: its w2's by its product's
+// backward, and all three of each expert done before it (on one process at I 512 they were the 0.8%
+// the largest group's count alone missed).
 //
 // split (zero bubble's B, optim/split_backward.h): each linear makes its dx only and holds its X and dY
 // until W, so an expert's product (w2's X) outlives its backward, which peaks with w2's dx and the
 // product's two gradients (3 e M_j I, or w2's dx temporaries); each expert done frees its gate, silu and
-// up but holds w1's and w3's dY (1 [M_j, I] less); the output gradient [R, C] stays (w2's dY); W makes
-// the .grad tensors. On one process (no all-to-all, no unsort) the groups are the last block's.
+// up but holds w1's and w3's dY (1 [M_j, I] less); the output gradient stays (w2's dY); W makes the
+// .grad tensors.
 double local_experts_backward(const ActivationCase& c, const MoESizes& z, double base, bool split = false) {
   const std::vector<int64_t>& g = c.moe_local_groups;  // [E / ep] rows per local expert
   const double R = std::accumulate(g.begin(), g.end(), 0.0);  // the rows this rank's experts received
@@ -41,15 +46,14 @@ double local_experts_backward(const ActivationCase& c, const MoESizes& z, double
   // rounds the sum into a new tensor (the peak of dp 2 ep 2 bf16's rerun, --recompute full).
   const double unsort =
       ep ? base + z.e * R * z.C + 4 * R * z.C + (z.e == 4 ? 0 : 4 * R * z.C + z.e * R * z.C) : base;
-  if (ep) base -= 8 * (R - 1);
+  const double output_grad = ep ? z.e * R * z.C : z.e * (z.M + 1) * z.C;
+  base += ep ? -8 * (R - 1) : output_grad;  // (under ep the unsort's count has it)
   const bool native = c.native_bf16_gemm && c.element_bytes == 2;
-  // Under ZeRO-3 each expert's .grad tensors stay until the experts' unit is reduce-scattered, after the
-  // last: its w2's by its product's backward, and all three of each expert done before it.
-  const double matrix_grad = c.zero3.on && !split ? z.e * z.I * z.C : 0;
+  const double matrix_grad = split ? 0 : c.zero3.on ? z.e * z.I * z.C : c.grad_bytes > 0 ? 4 * z.I * z.C : 0;
   double freed = 0, best = std::max(base, unsort);
   for (size_t j = g.size(); j-- > 0;) {
     const bool first = j + 1 == g.size(), last = j == 0 && !split;
-    const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? z.e * R * z.C : 0), M_j = double(g[j]);
+    const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? output_grad : 0), M_j = double(g[j]);
     if (split) {
       best = std::max({best, alive + 3 * z.e * M_j * z.I, alive + linear_dx_temporaries(M_j, z.I, z.C, z.e, native)});
       freed += z.e * M_j * z.I;
@@ -125,7 +129,8 @@ double moe_backward_bytes(const ActivationCase& c) {
   const double group = double(c.moe_largest_group);
   // (X) after unpermute's backward
   const double base = experts_base(z);
-  const double experts = c.moe_ep > 1 ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
+  // Walked where the routing's groups are known (the runs' own); the largest alone otherwise (the planner's).
+  const double experts = !c.moe_local_groups.empty() ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
   if (c.moe_shared_experts == 0) return std::max(unpermute, experts);
   // The shared experts' backward runs first (the sum's second input): their c_proj's and their product's,
   // as a dense SwiGLU's (B) and (B'), with c_proj's .grad tensor where there is no main_grad buffer. Then
@@ -143,10 +148,7 @@ double moe_backward_bytes(const ActivationCase& c) {
 
 double moe_split_backward_bytes(const ActivationCase& c) {
   const MoESizes z(c);
-  // On one process the experts' output gradient is a view of unpermute's [M + 1, C], which w2's
-  // backward frees at the one-process (X) above; split, each w2 holds it until W.
-  const double held = c.moe_ep > 1 ? 0 : z.e * (z.M + 1) * z.C;
-  const double routed = std::max(unpermute_backward(z), local_experts_backward(c, z, experts_base(z) + held, true));
+  const double routed = std::max(unpermute_backward(z), local_experts_backward(c, z, experts_base(z), true));
   if (c.moe_shared_experts == 0) return routed;
   // The shared experts first, as moe_backward_bytes', split: c_proj's B makes its dx alone, and its X, the
   // product, outlives the product's backward (3 [b s, S I / t]); once done their gate, silu and up are

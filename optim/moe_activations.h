@@ -35,10 +35,13 @@
 //       product's two gradients [M_g, I] each, the product freed, less what
 //       unpermute's backward freed by then (its [M + 1, C] input, the
 //       slots [N, k, C], an int64 [M] index): e (2 M_g I - 2 M C - C) - 8 M.
-//       Measured on one layer with E = 1; with several experts and the
-//       experts' .grad tensors (fp32, one process) the formula is 0.8% under
-//       the measurement at I = 512 (the gradients of the experts processed
-//       first are not counted): an approximation where I >> C.
+//       Measured on one layer with E = 1. With several experts it is walked
+//       expert by expert over the routing's groups (the run's own, each
+//       micro-batch's: local_experts_backward in moe_activations.cpp), with
+//       each expert's .grad tensors (fp32 without a main_grad buffer, the
+//       model's dtype under ZeRO-3) and the experts' output gradient alive
+//       until the last: the largest group alone (what the planner reads)
+//       was 0.8% under the measurement at I = 512, one process.
 // Measured = formula to the byte (+ the loss's scalars) on --layers 1-2, --embd
 // 32 and 64, --batch 8 and 16, k 1 and 2, E 4 and 8, fp32, bf16, fp16, and
 // --grad-accum 2 (tests/test_memory_ledger_moe.cpp).

@@ -1,6 +1,7 @@
 // --memory-report's activation formula for a mixture of experts, from the routing's counts (nn/moe.h's
 // RoutingStats::loads, one [E] per forward): the rows each micro-batch kept (a capacity) and sent to this
-// rank's experts (--ep), and the micro-batch among them whose rows cost most (optim/moe_activations.h).
+// rank's experts (--ep), each expert's rows in its last block (the experts' backward is walked expert by
+// expert, dropless too), and the micro-batch among them whose rows cost most (optim/moe_activations.h).
 #include <algorithm>
 
 #include "parallel/pipeline_parallel/partition.h"
@@ -13,7 +14,8 @@ double Diagnostics::costliest_micro_batch(const optim::ActivationCase& c) const 
   const bool routed_rows = pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0;
   // Full recomputation with a capacity or --ep: each block's rerun rebuilds it with its own rows (kept; received).
   const bool rerun_rows = routed_rows && c.recompute == parallel::Recompute::Full;
-  if (!routed_rows || moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches) ||
+  // Dropless too, each micro-batch's experts' backward is walked with its own groups (moe_activations.h's (X)).
+  if (moe.empty() || moe.back()->stats.loads.size() != size_t(c.micro_batches) ||
       (c.micro_batches == 1 && !rerun_rows))
     return optim::predict_activations(c).total;
   // A pipeline stage holds several micro-batches at once, each with its own rows (reading one micro-batch's
@@ -54,7 +56,7 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     at.moe_last_rows = 0;
     for (int64_t g : kept) at.moe_last_rows += double(g);
     at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
-    if (pgm_.ep_size > 1) at.moe_local_groups = local_groups(*moe[l], micro_batch);
+    at.moe_local_groups = pgm_.ep_size > 1 ? local_groups(*moe[l], micro_batch) : kept;
     if (at.zero3.on && l + 1 < moe.size()) {  // ZeRO-3: beside the next block's reduce-scatter, l - 1 prefetched
       at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
       at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
@@ -72,8 +74,8 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
   return most;
 }
 
-// A capacity or --ep on a pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows
-// (kept; received by this rank's experts), so this adds up those in flight at each forward's (U) and each
+// A pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows (kept by a capacity;
+// received by this rank's experts under --ep; dropless, each its own groups at its backward), so this adds up those in flight at each forward's (U) and each
 // backward's moments (in_flight x one's kept, where every micro-batch routes alike). Under ZeRO-3 each moment
 // counts the stage's units too (zero3_activations.h), which every micro-batch gathers alike. 1F1B runs F_q
 // after B_{q-k} with the k - 1 before it in flight (k = c.in_flight) and B_i with i..i+k-1 in flight; AFAB
@@ -102,15 +104,15 @@ double Diagnostics::pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const o
   return most + first.front().tokens;
 }
 
-// A capacity or --ep on an interleaved pipeline: [chunk][micro-batch] c with the rows that micro-batch kept
-// (sent this rank's experts) in the chunk's own MoE blocks, for predict_activations_interleaved's walk, where
-// each micro-batch keeps its own from its forward to its backward (reading the rank's last micro-batch's for
-// all put stage 0 of --dp 2 --ep 2 --pp 2 --virtual-stages 2 0.25% off either way). Empty: all alike.
+// An interleaved or zero-bubble pipeline: [chunk][micro-batch] c with the rows that micro-batch kept (a
+// capacity; sent this rank's experts, --ep) and its groups in the chunk's own MoE blocks, for
+// predict_activations_interleaved's walk, where each micro-batch keeps its own from its forward to its
+// backward (reading the rank's last micro-batch's for all put stage 0 of --dp 2 --ep 2 --pp 2
+// --virtual-stages 2 0.25% off either way) and walks its own experts' backward. Empty: no experts.
 std::vector<std::vector<optim::ActivationCase>> Diagnostics::chunk_rows(const optim::ActivationCase& c) const {
   const std::vector<nn::MoE*> all = nn::moe_layers(*m_.chunks);
-  // A split backward (zero bubble) walks each B's last block expert by expert: that micro-batch's groups.
-  const bool routed_rows = pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0 || split_backward();
-  if (!routed_rows || all.empty() || all.back()->stats.loads.size() != size_t(c.micro_batches)) return {};
+  // Dropless too: each backward walks its last block's experts with that micro-batch's groups.
+  if (all.empty() || all.back()->stats.loads.size() != size_t(c.micro_batches)) return {};
   std::vector<std::vector<optim::ActivationCase>> rows;
   size_t layer = 0;
   for (const parallel::LayerRange& r : m_.chunks->chunks()) {
@@ -124,7 +126,8 @@ std::vector<std::vector<optim::ActivationCase>> Diagnostics::chunk_rows(const op
 }
 
 // The rows micro-batch j of the step routed: with a capacity, those each block kept of this rank's slots
-// (their mean over the blocks and the last block's); under ep, those its experts received.
+// (their mean over the blocks and the last block's); under ep, those its experts received; and the last
+// block's groups, each of this rank's experts' rows (dropless too: the (X) walk's).
 void Diagnostics::micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t j) const {
   if (c_.cfg.moe.capacity_factor > 0) {
     c.moe_kept_rows = 0;
@@ -135,7 +138,7 @@ void Diagnostics::micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::A
     }
   }
   if (pgm_.ep_size > 1) received_rows(moe, c, j);
-  else if (split_backward()) c.moe_local_groups = moe.back()->stats.loads.at(j);  // every expert is this rank's
+  else c.moe_local_groups = moe.back()->stats.loads.at(j);  // the last block's groups: every expert is this rank's
 }
 
 bool Diagnostics::split_backward() const { return parallel::schedule_splits_backward(a_.schedule); }
