@@ -68,7 +68,8 @@ ActivationPrediction predict_activations(const ActivationCase& c) {
   p.backward_moments = std::max({m.head + g.head, m.ln_f + g.ln_f, m.block + g.block,
                                  c.swiglu ? m.gate + g.gate : 0.0, m.ln_2 + g.ln_2, m.attention + g.attention,
                                  m.rerun_collective + g.rerun_collective,
-                                 m.moe_rerun != 0 ? m.moe_rerun + g.block : 0.0});
+                                 m.moe_rerun != 0 ? m.moe_rerun + g.block : 0.0,
+                                 g.unit_reduce != 0 ? m.unit_reduce + g.unit_reduce : 0.0});
   // A mixture of experts: the last block's forward, at unpermute's sum, before the stage's output and
   // the head's tensors exist (optim/moe_activations.h; one process: this rank has the head).
   p.forward_extra = c.moe_experts > 0 && c.blocks > 0 ? moe_forward_bytes(c) - z.head - z.local + g.forward : 0;

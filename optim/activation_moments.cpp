@@ -203,6 +203,11 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
     m.ln_2 = at_ln_2(c, z);
   }
   m.rerun_collective = at_rerun_collective(c, z);
+  // (R) ZeRO-3: the last block's backward done - its kept bytes, the head's and the stage's output let go, its
+  // input gradient alive (and on a stage without the head the received one, held by the pipeline) - when its
+  // unit's last gradient comes (zero3_activations.h counts the unit's bytes).
+  if (c.zero3.on && c.blocks > 0)
+    m.unit_reduce = -freed_head(c, z) - z.block_kept + z.local + (c.has_head ? 0 : z.local) + z.wte_grad;
   // The last block's backward runs inside its rerun (autograd/checkpoint.h),
   // which holds the rerun's output and the gradient it came with until its
   // backward ends. Selective: at (C) the core's rerun has rebuilt the

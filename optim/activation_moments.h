@@ -49,6 +49,7 @@ struct Moments {
   double head = 0, ln_f = 0, block = 0, gate = 0, attention = 0, ln_2 = 0, rerun_collective = 0;
   double moe_rerun = 0;  // (U) again, in full recomputation's rerun of the last MoE block (moe_activations.h)
   double forward = 0;    // (U) the last MoE block's forward (ZeRO-3's units then; its own bytes: moe_forward_bytes)
+  double unit_reduce = 0;  // (R) ZeRO-3: the last block's unit flattened for its reduce-scatter (zero3_activations.h)
 };
 
 // Each moment's bytes above what is kept (Sizes::block_kept and the head's

@@ -49,6 +49,29 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   const double past_experts = u.experts_reduce > 0 ? in_block - u.head_reduce + u.experts_reduce - experts : in_block;
   m.ln_2 = past_experts + block_grads(g.ln_2);
   m.attention = past_experts + block_grads(g.attention);
+  // (R) its unit's reduce-scatter launched (the head's waited for first): beside the unit's params, all its
+  // .grad tensors (the model's dtype) and its flattened fp32 gradient [P], allocated before they are copied in
+  // and dropped. Under --ep the experts' unit went earlier, in the head's reduce-scatter's place (not counted).
+  // (R') The block before the last, at its c_attn's backward (the block's last large gradient): its params and
+  // .grad tensors but ln_1's beside the last block's reduce-scatter still in flight ([P] + [P / dp] fp32), the
+  // larger where that shard outweighs a block's activations (dense, --embd 256 --batch 2: 8.3% under without
+  // it). Of the activations: both blocks' kept bytes let go but what c_attn's backward still reads or makes -
+  // the block's input and ln_1's output and statistics, qkv's gradient [N, (h + 2 kv)/t] (c_attn's dY), its
+  // dx and the bias's float64 column sums (its dW and bias gradient are the .grad tensors) - and the residual's
+  // gradient (and a received one).
+  if (u.experts_reduce == 0) {
+    m.unit_reduce = u.held + u.last_block + ahead * u.before_last + resident + u.last_block + 4 * u.last_block / z.e;
+    if (u.block_reduce > 0) {
+      const double n = (z.h + 2 * kv_width(c)) / z.t, bias = c.bias && c.tp == 1 ? 1 : 0;
+      const double c_attn = linear_backward_temporaries(z.N, z.h, n, z.e, bias > 0, z.native) - z.e * n * z.h -
+                            bias * z.e * n;
+      const double activations = at.unit_reduce - z.block_kept + z.local + z.unit + z.stats + z.N * n * z.e + c_attn;
+      const double ln_1 = (c.rmsnorm ? 1 : 2) * z.h * z.e;
+      const double units = u.held + u.earlier_block + ahead * u.before_earlier +
+                           kept * (u.before_earlier + u.resident_rerun) + u.earlier_block - ln_1 + u.block_reduce;
+      m.unit_reduce = std::max(m.unit_reduce, activations + units - at.unit_reduce);
+    }
+  }
   return m;
 }
 

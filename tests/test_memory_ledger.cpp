@@ -319,6 +319,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tp2_sp_bf16", 2, "--tp 2 --sequence-parallel --batch 16 --dtype bf16", 18.0, true},
                       Mode{"dp2_tp2_bf16_zero", 4, "--dp 2 --tp 2 --batch 8 --dtype bf16 --zero", 12.0, true},
                       Mode{"dp2_fp32_zero3", 2, "--dp 2 --batch 8 --zero 3", 8.0, true, 0, kExact},  // zero3_activations.h
+                      // Wide units at few tokens, where a unit outweighs a block's activations: the peak is (R) the
+                      // last block's flattened gradient beside its .grad tensors, or with three blocks (R') the one
+                      // before it, beside the last block's reduce-scatter still in flight (27% and 32% under the
+                      // formula without them)
+                      Mode{"dp2_fp32_zero3_wide_units", 2, "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4", 8.0, true,
+                           0, kExact},
+                      Mode{"dp2_fp32_zero3_wide_units_l3", 2, "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4 --layers 3",
+                           8.0, true, 0, kExact},
                       // and per stage: stage 0 its embedding's and block's units, the last its block's, the head's
                       // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward),
                       // in every micro-batch (the later ones' were left out: +16384 B when the sent gradient was

@@ -264,6 +264,13 @@ TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
       // I 512, one micro-batch: (X) walked with each expert's .grad tensors alive until the block's unit is
       // reduce-scattered (the largest group alone: 0.5% and 1.4% over)
       {"moe_ledger_dp2_zero3_wide", 2, kLaptop + " --dp 2 --zero 3 --mlp-hidden 512", 0, 0, 3},
+      // I 512 at few tokens a micro-batch: a block's unit (its experts in it) outweighs its activations, and the
+      // peak is (R), the last block's flattened gradient beside its .grad tensors (15% under without it; with
+      // --pp 2 on stage 0 the received gradient too)
+      {"moe_ledger_dp2_zero3_wide_accum_k1", 2,
+       kLaptop + " --dp 2 --zero 3 --mlp-hidden 512 --batch 4 --grad-accum 4 --experts-per-token 1", 0, 0, 3},
+      {"moe_ledger_dp2_pp2_zero3_wide", 4, kLaptop + " --dp 2 --pp 2 --microbatches 4 --batch 4 --mlp-hidden 512 --zero 3",
+       0, 4 * 32 * 64 * 4, 3, true, 2},
       {"moe_ledger_dp2_ep2_zero3_shared_bf16", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --shared-experts 2 --dtype bf16",
        0, 0, 3},
       {"moe_ledger_dp2_zero3_capacity_accum", 2, kLaptop + " --dp 2 --zero 3 --capacity-factor 0.8 --batch 8 --grad-accum 2",
