@@ -18,6 +18,10 @@ double linear_backward_temporaries(double M, double K, double n, double e, bool 
   return 4 * M * n + e * M * K + 4 * M * K + (4 + e) * n * K;
 }
 
+double block_kept_now(const ActivationCase& c, const Sizes& z) {
+  return z.block_kept - (c.recompute == parallel::Recompute::Selective ? z.scores_kept : 0);
+}
+
 double linear_dx_temporaries(double M, double K, double n, double e, bool native) {
   return e == 4 || native ? e * M * K : 4 * M * n + 4 * M * K + e * M * K;
 }
@@ -205,9 +209,10 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
   m.rerun_collective = at_rerun_collective(c, z);
   // (R) ZeRO-3: the last block's backward done - its kept bytes, the head's and the stage's output let go, its
   // input gradient alive (and on a stage without the head the received one, held by the pipeline) - when its
-  // unit's last gradient comes (zero3_activations.h counts the unit's bytes).
-  if (c.zero3.on && c.blocks > 0)
-    m.unit_reduce = -freed_head(c, z) - z.block_kept + z.local + (c.has_head ? 0 : z.local) + z.wte_grad;
+  // unit's last gradient comes (zero3_activations.h counts the unit's bytes). Not counted under full
+  // recomputation, whose checkpoint holds the block's input through it.
+  if (c.zero3.on && c.blocks > 0 && c.recompute != parallel::Recompute::Full)
+    m.unit_reduce = -freed_head(c, z) - block_kept_now(c, z) + z.local + (c.has_head ? 0 : z.local) + z.wte_grad;
   // The last block's backward runs inside its rerun (autograd/checkpoint.h),
   // which holds the rerun's output and the gradient it came with until its
   // backward ends. Selective: at (C) the core's rerun has rebuilt the

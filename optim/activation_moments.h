@@ -67,6 +67,10 @@ double at_head_linear(const ActivationCase& c, const Sizes& z);
 // gradient [M, n] counted by the caller): fp32 or native bf16 dx and dW;
 // other 16-bit on fp32 copies (activation_moments.cpp says which).
 double linear_backward_temporaries(double M, double K, double n, double e, bool bias, bool native);
+// What one block keeps until its backward (the last block's, without recomputation; selective: less the
+// softmax).
+double block_kept_now(const ActivationCase& c, const Sizes& z);
+
 // Its dx alone (a split backward's B; W makes dW): fp32 or native bf16 dx [M, K]; other 16-bit the
 // gradient's fp32 copy [M, n] and dx in fp32 and rounded.
 double linear_dx_temporaries(double M, double K, double n, double e, bool native);

@@ -143,7 +143,7 @@
 // with w2's dx and the product's two gradients, the product itself held (3 e R_j I),
 // or at w2's dx temporaries; each expert done frees its gate, silu and up but holds
 // w1's and w3's dY (net e R_j I freed); the experts' output gradient stays until W
-// (on one process the (X) above had freed it: e (M + 1) C more); no .grad tensors.
+// (the unsplit walk frees it at the last expert); no .grad tensors.
 // With shared experts their B comes first: c_proj's dx, then the product's backward
 // with the product held (3 [b s, S I / t]), then the routed moments beside what they
 // hold. The walk reads each micro-batch's last block's groups (train/diagnostics_moe.cpp),

@@ -59,13 +59,14 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   // the block's input and ln_1's output and statistics, qkv's gradient [N, (h + 2 kv)/t] (c_attn's dY), its
   // dx and the bias's float64 column sums (its dW and bias gradient are the .grad tensors) - and the residual's
   // gradient (and a received one).
-  if (u.experts_reduce == 0) {
+  if (u.experts_reduce == 0 && c.recompute != parallel::Recompute::Full) {
     m.unit_reduce = u.held + u.last_block + ahead * u.before_last + resident + u.last_block + 4 * u.last_block / z.e;
     if (u.block_reduce > 0) {
       const double n = (z.h + 2 * kv_width(c)) / z.t, bias = c.bias && c.tp == 1 ? 1 : 0;
       const double c_attn = linear_backward_temporaries(z.N, z.h, n, z.e, bias > 0, z.native) - z.e * n * z.h -
                             bias * z.e * n;
-      const double activations = at.unit_reduce - z.block_kept + z.local + z.unit + z.stats + z.N * n * z.e + c_attn;
+      const double activations =
+          at.unit_reduce - block_kept_now(c, z) + z.local + z.unit + z.stats + z.N * n * z.e + c_attn;
       const double ln_1 = (c.rmsnorm ? 1 : 2) * z.h * z.e;
       const double units = u.held + u.earlier_block + ahead * u.before_earlier +
                            kept * (u.before_earlier + u.resident_rerun) + u.earlier_block - ln_1 + u.block_reduce;

@@ -46,9 +46,11 @@
 // (R) and (R') peak where a unit outweighs a block's activations: wide blocks at
 // few tokens (--embd 256 --batch 2: the formula was 27% under without (R), 32%
 // with three blocks without (R'); a mixture of experts at I 512 and 128 tokens
-// a micro-batch, 15%). Measured = formula in fp32 and in bf16 at (R); bf16 (R')
-// is 0.47% under the measurement (dp 2, --embd 256 --batch 2 --layers 3: what
-// the formula misses there is not found yet).
+// a micro-batch, 15%). Measured = formula in fp32 (and --recompute selective)
+// and in bf16 at (R); bf16 (R') is 0.47% under the measurement (dp 2, --embd
+// 256 --batch 2 --layers 3: what the formula misses there is not found yet).
+// Under --recompute full neither is counted yet (the checkpoint holds the
+// block's input through them; the same run 4.7% under the measurement).
 // Without reshard after forward (FSDP2's reshard_after_forward=False) a unit
 // is resharded only after its backward: from the last block's forward on,
 // every layer's units before it are gathered too (at (U) and the head's
