@@ -74,8 +74,9 @@ TEST(MoELedger, ExpertStateIsShardedOverTheExpertDpGroup) {
 // the laptop config and its variants - (U) the last block's forward is the fp32 peak, (M) unpermute's
 // backward the bf16 one, and --grad-accum 2 adds the first micro-batch's .grad tensors to (U); with
 // wide experts (I 512 against C 64) (X), walked expert by expert with each one's .grad tensors (the
-// largest group alone was -0.28% here, +0.82% on the default corpus). --recompute full: the last block's forward runs again inside its backward, its
-// (U) with the whole block rebuilt beside the kept inputs (optim/activation_moments.cpp's moe_rerun).
+// largest group alone was -0.28% here, +0.82% on the default corpus). --recompute full: the last
+// block's forward runs again inside its backward, its (U) with the whole block rebuilt beside the kept
+// inputs (optim/activation_moments.cpp's moe_rerun).
 // --shared-experts (a SwiGLU of width S I beside the routed experts, nn/moe.h): S 1 peaks at (S), the sum
 // of the routed and shared outputs in the last block's forward; S 2 in the shared experts' product
 // backward, which runs before the routed experts' (with c_proj's .grad tensor alive).
