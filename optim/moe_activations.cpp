@@ -130,7 +130,8 @@ double moe_backward_bytes(const ActivationCase& c) {
   // (X) after unpermute's backward
   const double base = experts_base(z);
   // Walked where the routing's groups are known (the runs' own); the largest alone otherwise (the planner's).
-  const double experts = !c.moe_local_groups.empty() ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
+  const double experts =
+      !c.moe_local_groups.empty() ? local_experts_backward(c, z, base) : base + 2 * z.e * group * z.I;
   if (c.moe_shared_experts == 0) return std::max(unpermute, experts);
   // The shared experts' backward runs first (the sum's second input): their c_proj's and their product's,
   // as a dense SwiGLU's (B) and (B'), with c_proj's .grad tensor where there is no main_grad buffer. Then

@@ -142,8 +142,8 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
       kept += f.per_micro_batch + header, now = 'F';
       // A MoE block's forward (U), before the chunk's output exists: this micro-batch's rows.
       // (Split: the .grad tensors of its W's are `beside`, and its sends are let go of at their release.)
-      if (f.forward_extra > 0)
-        candidate(split ? f.forward_extra + beside : (ran[k] ? l : f).forward_extra + (sending ? sent : 0) + beside, -1);
+      const double unsplit = (ran[k] ? l : f).forward_extra + (sending ? sent : 0);
+      if (f.forward_extra > 0) candidate((split ? f.forward_extra : unsplit) + beside, -1);
       gathered[k] = true;
       continue;
     }

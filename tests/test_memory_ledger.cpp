@@ -325,8 +325,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // formula without them)
                       Mode{"dp2_fp32_zero3_wide_units", 2, "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4", 8.0, true,
                            0, kExact},
-                      Mode{"dp2_fp32_zero3_wide_units_l3", 2, "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4 --layers 3",
-                           8.0, true, 0, kExact},
+                      Mode{"dp2_fp32_zero3_wide_units_l3", 2,
+                           "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4 --layers 3", 8.0, true, 0, kExact},
                       // and per stage: stage 0 its embedding's and block's units, the last its block's, the head's
                       // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward),
                       // in every micro-batch (the later ones' were left out: +16384 B when the sent gradient was

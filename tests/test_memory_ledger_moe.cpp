@@ -212,8 +212,9 @@ TEST(MoELedger, GradAccumPeaksInItsCostliestMicroBatch) {
   const RankCase cases[] = {{"moe_ledger_dp2_ep2_accum", 2, kLaptop + " --dp 2 --ep 2 --batch 4 --grad-accum 4"},
                             {"moe_ledger_capacity_accum", 1, kLaptop + " --capacity-factor 0.8 --batch 4 --grad-accum 4"},
                             {"moe_ledger_wide_accum", 1, kLaptop + " --mlp-hidden 512 --batch 4 --grad-accum 4"},
-                            {"moe_ledger_pp2_wide", 2, kLaptop + " --pp 2 --microbatches 4 --batch 4 --layers 4 --mlp-hidden 512",
-                             0, 4 * 32 * 64 * 4, 0, true}};
+                            {"moe_ledger_pp2_wide", 2,
+                             kLaptop + " --pp 2 --microbatches 4 --batch 4 --layers 4 --mlp-hidden 512", 0,
+                             4 * 32 * 64 * 4, 0, true}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 
@@ -270,8 +271,9 @@ TEST(MoELedger, ZeroThreeRanksAreTheFormulas) {
       // --pp 2 on stage 0 the received gradient too)
       {"moe_ledger_dp2_zero3_wide_accum_k1", 2,
        kLaptop + " --dp 2 --zero 3 --mlp-hidden 512 --batch 4 --grad-accum 4 --experts-per-token 1", 0, 0, 3},
-      {"moe_ledger_dp2_pp2_zero3_wide", 4, kLaptop + " --dp 2 --pp 2 --microbatches 4 --batch 4 --mlp-hidden 512 --zero 3",
-       0, 4 * 32 * 64 * 4, 3, true, 2},
+      {"moe_ledger_dp2_pp2_zero3_wide", 4,
+       kLaptop + " --dp 2 --pp 2 --microbatches 4 --batch 4 --mlp-hidden 512 --zero 3", 0, 4 * 32 * 64 * 4, 3, true,
+       2},
       {"moe_ledger_dp2_ep2_zero3_shared_bf16", 2, kLaptop + " --dp 2 --ep 2 --zero 3 --shared-experts 2 --dtype bf16",
        0, 0, 3},
       {"moe_ledger_dp2_zero3_capacity_accum", 2, kLaptop + " --dp 2 --zero 3 --capacity-factor 0.8 --batch 8 --grad-accum 2",

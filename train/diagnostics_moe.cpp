@@ -75,8 +75,9 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
 }
 
 // A pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows (kept by a capacity;
-// received by this rank's experts under --ep; dropless, each its own groups at its backward), so this adds up those in flight at each forward's (U) and each
-// backward's moments (in_flight x one's kept, where every micro-batch routes alike). Under ZeRO-3 each moment
+// received by this rank's experts under --ep; dropless, each its own groups at its backward), so this adds
+// up those in flight at each forward's (U) and each backward's moments (in_flight x one's kept, where every
+// micro-batch routes alike). Under ZeRO-3 each moment
 // counts the stage's units too (zero3_activations.h), which every micro-batch gathers alike. 1F1B runs F_q
 // after B_{q-k} with the k - 1 before it in flight (k = c.in_flight) and B_i with i..i+k-1 in flight; AFAB
 // every forward first (k = m). The first backward, and the forwards before it, see no earlier micro-batch's
