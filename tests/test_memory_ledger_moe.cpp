@@ -7,34 +7,12 @@
 // with --shared-experts and --capacity-factor too.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "optim/memory_report.h"
 #include "optim/moe_activations.h"
-#include "tests/train_gpt_run.h"
+#include "tests/memory_ledger_moe.h"
 
 using namespace loom;
 using namespace loom::test;
-
-namespace {
-
-// Every rank's ledger of a run on `ranks` processes: [rank]{row: {measured, predicted}}.
-nlohmann::json ledgers(const std::string& name, int ranks, const std::string& flags) {
-  const std::string json = (work_dir() / (name + ".memory.json")).string();
-  const Result r = train(name, ranks, flags + " --memory-report --memory-json " + json + " --steps 1", false);
-  EXPECT_EQ(r.status, 0) << r.output;
-  std::ifstream f(json);
-  return nlohmann::json::parse(f)["ranks"];
-}
-nlohmann::json ledger(const std::string& name, const std::string& flags) { return ledgers(name, 1, flags)[0]; }
-
-const std::string kLaptop = "--arch llama --experts 4 --experts-per-token 2 --mlp-hidden 88 --layers 2 --heads 4 "
-                            "--embd 64 --block 32 --batch 16";
-
-}  // namespace
 
 // N = 16 x 32 = 512 tokens, k 2: M = 1024 rows, E 4, I 88, C 64, fp32:
 //   router   probs 4 x 512 x 4 + picked 4 x 1024 + their sum 4 x 512 + weights 4 x 1024 = 18,432
@@ -113,58 +91,6 @@ TEST(MoELedger, ParamsGradsOptimizerAndActivationsAreTheFormulas) {
   }
 }
 
-namespace {
-
-// Every rank of a run against the formula: comm (the buckets' padding) to the byte, and params and
-// grads the formula's plus that padding, to the byte: the grad buffers' (ZeRO-2's shards have theirs in
-// the grads formula) and under ZeRO the param buffers'; so params alone at ZeRO 0, grads alone at ZeRO-2.
-// The optimizer state within 1% (AdamW's step counters; a shard holding padding has less state). Activations
-// to the byte but the loss's scalars (and a pipeline send's 80-byte header), or less the input gradient a stage
-// sent (`sent`) when its isend completed first.
-struct RankCase {
-  const char* name;
-  int ranks;
-  std::string flags;
-  int64_t params = 0;  // each rank's (0: not checked)
-  double sent = 0;     // a pipeline's: the input gradient a stage sent, counted, gone when its isend completed first
-  int zero = 0;        // --zero
-  // A capacity or --ep under --pp 2: with the sent gradient let go, another micro-batch's moment (its own rows)
-  // can be a last-stage rank's peak, anywhere from the formula less that gradient up to the formula (timing's:
-  // seen -32768, -26208; dp 2 ep 2 pp 2 ZeRO-3: -98192, the first micro-batch's forward, on one rank of two).
-  bool sent_or_less = false;
-  int last_stage_ranks = 1;  // the last ranks, those of the last stage (pp is the grid's outermost axis)
-};
-
-void expect_every_rank_is_the_formula(const RankCase& c) {
-  const nlohmann::json ranks = ledgers(c.name, c.ranks, c.flags);
-  ASSERT_EQ(int(ranks.size()), c.ranks) << c.name;
-  for (const nlohmann::json& r : ranks) {
-    const std::string where = std::string(c.name) + " rank " + std::to_string(r["rank"].get<int>());
-    if (c.params > 0) { EXPECT_EQ(r["num_params"].get<int64_t>(), c.params) << where; }
-    auto beyond = [&](const char* row) { return r[row]["measured"].get<int64_t>() - r[row]["predicted"].get<int64_t>(); };
-    const int64_t comm = r["comm"]["predicted"];
-    EXPECT_EQ(r["comm"]["measured"].get<int64_t>(), comm) << where << " comm";
-    if (c.zero == 3) {  // the shards, their padding in the formula; comm the gathered working set
-      EXPECT_EQ(beyond("params"), 0) << where << " params";
-      EXPECT_EQ(beyond("grads"), 0) << where << " grads";
-    } else {
-      EXPECT_EQ(beyond("params") + beyond("grads"), comm) << where << " params and grads beyond the formula";
-    }
-    if (c.zero == 0) { EXPECT_EQ(beyond("params"), 0) << where << " params"; }
-    if (c.zero == 2) { EXPECT_EQ(beyond("grads"), 0) << where << " grads"; }
-    EXPECT_NEAR(r["optimizer"]["measured"].get<double>() / r["optimizer"]["predicted"].get<double>(), 1.0, 0.01)
-        << where << " optimizer";
-    const double measured = r["activations"]["measured"], predicted = r["activations"]["predicted"];
-    std::printf("[ measured ] %s: activations %.0f measured, %.0f formula (%+.3f%%)\n", where.c_str(), measured,
-                predicted, 100 * (measured / predicted - 1));
-    const double off = std::min(std::abs(measured / predicted - 1), std::abs((measured + c.sent) / predicted - 1));
-    const bool between = c.sent_or_less && r["rank"].get<int>() >= c.ranks - c.last_stage_ranks &&
-                         measured >= predicted - c.sent && measured <= predicted * (1 + 1e-4);
-    EXPECT_TRUE(off < 1e-4 || between) << where;
-  }
-}
-
-}  // namespace
 
 // An expert: w1, w3 [88, 64] and w2 [64, 88]; 2 layers of 4: an ep rank holds half of them.
 constexpr int64_t kExperts = 2 * 4 * 3 * 88 * 64;
@@ -309,53 +235,5 @@ TEST(MoELedger, InterleavedChunksKeepEachMicroBatchsRows) {
   const RankCase cases[] = {{"moe_ledger_pp2_v2_m4_capacity", 2, v2 + " --capacity-factor 0.8", 0, 4 * 32 * 64 * 4},
                             {"moe_ledger_dp2_ep2_pp2_v2_zero3_bf16", 4, v2 + " --dp 2 --ep 2 --zero 3 --dtype bf16", 0,
                              4 * 32 * 64 * 2, 3, true, 4}};
-  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
-}
-
-// The zero-bubble schedules (B and W apart, optim/split_backward.h): N = 4 x 32 = 128 tokens, k 2, M = 256 rows, E 4,
-// I 88, C 64, fp32. Held by the MoE block's linears from B to W (optim/moe_activations.h's split table): the gate's dY
-// [128, 4] 2048; the experts' rows [256, 64] (w1's and w3's X), their output gradient [257, 64] (w2's dY, unpermute's
-// zero row too), w1's and w3's dY and w2's X [256, 88] each: 4 x (16384 + 16448 + 3 x 22528) = 401,664.
-TEST(MoEActivations, SplitBackwardHoldsTheExpertsXAndDYUntilW) {
-  optim::ActivationCase c;
-  c.micro_batch = 4, c.seq = 32, c.width = 64, c.mlp_hidden = 88, c.element_bytes = 4;
-  c.moe_experts = 4, c.moe_experts_per_token = 2;
-  EXPECT_DOUBLE_EQ(optim::moe_held_until_w(c), 2048 + 401664);
-  // B's (X) walk over the groups [70, 60, 66, 60], the last expert first. Its base: unpermute's backward has freed
-  // 4 x (257 x 64 + 256 x 64) + 8 x 256, and the output gradient [257, 64] stays (w2's dY): -67,584. Expert 3 at its
-  // product's backward: w2's dx and the product's two gradients, the product held, 3 x 4 x 60 x 88 = 63,360: -4,224.
-  // The later ones lose 4 x 88 x M_j per expert done and gain the summed input gradient [256, 64]: less. So (M), the
-  // weighting's backward 2 x 4 x 256 x 64 + 12 x 256 = 134,144, is B's MoE peak.
-  c.moe_local_groups = {70, 60, 66, 60};
-  EXPECT_DOUBLE_EQ(optim::moe_split_backward_bytes(c), 134144);
-  // I 512: expert 3's moment, -67,584 + 3 x 4 x 60 x 512 = 301,056; then expert 2 (66 rows) after expert 3 freed
-  // 4 x 60 x 512: -67,584 - 122,880 + 65,536 + 405,504 = 280,576, and so on down.
-  c.mlp_hidden = 512;
-  EXPECT_DOUBLE_EQ(optim::moe_split_backward_bytes(c), 301056);
-  // Backward takes expert 0 first if it comes last: 70 rows, -67,584 + 3 x 4 x 70 x 512 = 362,496.
-  c.moe_local_groups = {60, 66, 60, 70};
-  EXPECT_DOUBLE_EQ(optim::moe_split_backward_bytes(c), 362496);
-}
-
-// The zero-bubble schedules (zb-h1, zb-v, dualpipev; optim/split_backward.h): each micro-batch's MoE linears hold
-// their X and dY from B to W, and B walks the last block's experts one by one with that micro-batch's own groups
-// (train/diagnostics_moe.cpp's chunk_rows). Where the peak is: the forward (U) with a micro-batch held until W
-// (m 4, I 88; the output gradient's zero row was the last stage's missing 256 bytes a block), B's (X) (I 512: the
-// mean groups were 0.9% under), the shared experts' backward first, ZeRO-3's units beside B; under a V the last
-// stage's forward with a micro-batch's chunk-1 input gradient waiting for its chunk-0 B (one [b, s, h] the walk had
-// let go of at chunk 1's W: +0.67%). Every rank to the byte but the loss's scalars.
-TEST(MoELedger, ZeroBubbleHoldsTheExpertsUntilW) {
-  const std::string zb = kLaptop + " --pp 2 --microbatches 4 --batch 4 --schedule ";
-  const RankCase cases[] = {
-      {"moe_ledger_zbh1", 2, zb + "zb-h1"},
-      {"moe_ledger_zbh1_wide_bf16", 2, zb + "zb-h1 --mlp-hidden 512 --dtype bf16"},
-      {"moe_ledger_zbh1_wide_e8", 2, zb + "zb-h1 --mlp-hidden 512 --experts 8"},
-      {"moe_ledger_zbh1_shared2", 2, zb + "zb-h1 --shared-experts 2"},
-      {"moe_ledger_zbh1_capacity", 2, zb + "zb-h1 --capacity-factor 0.8"},
-      {"moe_ledger_zbh1_dp2_ep2_wide", 4, zb + "zb-h1 --dp 2 --ep 2 --mlp-hidden 512"},
-      {"moe_ledger_zbh1_dp2_zero3_wide", 4, zb + "zb-h1 --dp 2 --zero 3 --mlp-hidden 512 --layers 4", 0, 0, 3},
-      {"moe_ledger_zbv", 2, zb + "zb-v --virtual-stages 2"},
-      {"moe_ledger_dualpipev_wide", 2, zb + "dualpipev --virtual-stages 2 --mlp-hidden 512"},
-      {"moe_ledger_zbv_dp2_ep2", 4, zb + "zb-v --virtual-stages 2 --dp 2 --ep 2"}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }

@@ -5,14 +5,16 @@
 // loss's fp32 scalars (4-12 bytes), on every stage.
 // Without the term the last stage measured 1.04 MiB against 0.85 (the
 // default model, pp 4, m 4, b 2): each deferred W kept its X and dY, which
-// the count of 1F1B's micro-batches did not have.
+// the count of 1F1B's micro-batches did not have. At the end, a mixture of
+// experts under the same schedules (issue 45).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "optim/activation_memory.h"
+#include "optim/moe_activations.h"
 #include "optim/split_backward.h"
-#include "tests/train_gpt_run.h"
+#include "tests/memory_ledger_moe.h"
 
 using namespace loom;
 using namespace loom::test;
@@ -139,3 +141,52 @@ INSTANTIATE_TEST_SUITE_P(
                       ZbRun{"zbv_pp4_m8_b2", 4, "--pp 4 --layers 6 --virtual-stages 2 --schedule zb-v --microbatches 8 --batch 2"},
                       ZbRun{"dpv_pp4_m8_b2", 4, "--pp 4 --layers 6 --virtual-stages 2 --schedule dualpipev --microbatches 8 --batch 2"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// A mixture of experts (nn/moe.h, optim/moe_activations.h's split table; the ledger of tests/memory_ledger_moe.h).
+// The zero-bubble schedules (B and W apart, optim/split_backward.h): N = 4 x 32 = 128 tokens, k 2, M = 256 rows, E 4,
+// I 88, C 64, fp32. Held by the MoE block's linears from B to W (optim/moe_activations.h's split table): the gate's dY
+// [128, 4] 2048; the experts' rows [256, 64] (w1's and w3's X), their output gradient [257, 64] (w2's dY, unpermute's
+// zero row too), w1's and w3's dY and w2's X [256, 88] each: 4 x (16384 + 16448 + 3 x 22528) = 401,664.
+TEST(MoEActivations, SplitBackwardHoldsTheExpertsXAndDYUntilW) {
+  optim::ActivationCase c;
+  c.micro_batch = 4, c.seq = 32, c.width = 64, c.mlp_hidden = 88, c.element_bytes = 4;
+  c.moe_experts = 4, c.moe_experts_per_token = 2;
+  EXPECT_DOUBLE_EQ(optim::moe_held_until_w(c), 2048 + 401664);
+  // B's (X) walk over the groups [70, 60, 66, 60], the last expert first. Its base: unpermute's backward has freed
+  // 4 x (257 x 64 + 256 x 64) + 8 x 256, and the output gradient [257, 64] stays (w2's dY): -67,584. Expert 3 at its
+  // product's backward: w2's dx and the product's two gradients, the product held, 3 x 4 x 60 x 88 = 63,360: -4,224.
+  // The later ones lose 4 x 88 x M_j per expert done and gain the summed input gradient [256, 64]: less. So (M), the
+  // weighting's backward 2 x 4 x 256 x 64 + 12 x 256 = 134,144, is B's MoE peak.
+  c.moe_local_groups = {70, 60, 66, 60};
+  EXPECT_DOUBLE_EQ(optim::moe_split_backward_bytes(c), 134144);
+  // I 512: expert 3's moment, -67,584 + 3 x 4 x 60 x 512 = 301,056; then expert 2 (66 rows) after expert 3 freed
+  // 4 x 60 x 512: -67,584 - 122,880 + 65,536 + 405,504 = 280,576, and so on down.
+  c.mlp_hidden = 512;
+  EXPECT_DOUBLE_EQ(optim::moe_split_backward_bytes(c), 301056);
+  // Backward takes expert 0 first if it comes last: 70 rows, -67,584 + 3 x 4 x 70 x 512 = 362,496.
+  c.moe_local_groups = {60, 66, 60, 70};
+  EXPECT_DOUBLE_EQ(optim::moe_split_backward_bytes(c), 362496);
+}
+
+// The zero-bubble schedules (zb-h1, zb-v, dualpipev; optim/split_backward.h): each micro-batch's MoE linears hold
+// their X and dY from B to W, and B walks the last block's experts one by one with that micro-batch's own groups
+// (train/diagnostics_moe.cpp's chunk_rows). Where the peak is: the forward (U) with a micro-batch held until W
+// (m 4, I 88; the output gradient's zero row was the last stage's missing 256 bytes a block), B's (X) (I 512: the
+// mean groups were 0.9% under), the shared experts' backward first, ZeRO-3's units beside B; under a V the last
+// stage's forward with a micro-batch's chunk-1 input gradient waiting for its chunk-0 B (one [b, s, h] the walk had
+// let go of at chunk 1's W: +0.67%). Every rank to the byte but the loss's scalars.
+TEST(MoELedger, ZeroBubbleHoldsTheExpertsUntilW) {
+  const std::string zb = kLaptop + " --pp 2 --microbatches 4 --batch 4 --schedule ";
+  const RankCase cases[] = {
+      {"moe_ledger_zbh1", 2, zb + "zb-h1"},
+      {"moe_ledger_zbh1_wide_bf16", 2, zb + "zb-h1 --mlp-hidden 512 --dtype bf16"},
+      {"moe_ledger_zbh1_wide_e8", 2, zb + "zb-h1 --mlp-hidden 512 --experts 8"},
+      {"moe_ledger_zbh1_shared2", 2, zb + "zb-h1 --shared-experts 2"},
+      {"moe_ledger_zbh1_capacity", 2, zb + "zb-h1 --capacity-factor 0.8"},
+      {"moe_ledger_zbh1_dp2_ep2_wide", 4, zb + "zb-h1 --dp 2 --ep 2 --mlp-hidden 512"},
+      {"moe_ledger_zbh1_dp2_zero3_wide", 4, zb + "zb-h1 --dp 2 --zero 3 --mlp-hidden 512 --layers 4", 0, 0, 3},
+      {"moe_ledger_zbv", 2, zb + "zb-v --virtual-stages 2"},
+      {"moe_ledger_dualpipev_wide", 2, zb + "dualpipev --virtual-stages 2 --mlp-hidden 512"},
+      {"moe_ledger_zbv_dp2_ep2", 4, zb + "zb-v --virtual-stages 2 --dp 2 --ep 2"}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
