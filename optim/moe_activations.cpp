@@ -11,13 +11,19 @@ namespace {
 
 // M: the rows the routing kept, N k dropless; with a capacity (--capacity-factor) the routing's own
 // count, the blocks' mean for what the blocks keep (`mean`), else the last block's, whose moments peak.
+// The shared experts' SwiGLU (nn/mlp.h, tp's cut of it) runs over the b s tokens of a tp rank (tokens), S I / t
+// wide (shared_F); under sequence parallelism c_gate and c_fc each keep ln_2's output gathered [b s, C] (gathered).
 struct MoESizes {
   double N, k, M, E, I, C, e, router;  // router: the router's element bytes (fp32 for 16-bit models)
+  bool native;                         // bf16 GEMMs without fp32 copies
+  double tokens, shared_F, gathered;
   explicit MoESizes(const ActivationCase& c, bool mean = false)
       : N(double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1)), k(double(c.moe_experts_per_token)),
         M(mean ? (c.moe_kept_rows > 0 ? c.moe_kept_rows : N * k) : (c.moe_last_rows > 0 ? c.moe_last_rows : N * k)),
         E(double(c.moe_experts)), I(double(c.mlp_hidden)), C(double(c.width)), e(double(c.element_bytes)),
-        router(c.element_bytes == 2 ? 4 : e) {}
+        router(c.element_bytes == 2 ? 4 : e), native(c.native_bf16_gemm && c.element_bytes == 2),
+        tokens(double(c.micro_batch * c.seq)), shared_F(double(c.moe_shared_experts) * I / double(c.tp)),
+        gathered(c.sequence_parallel && c.tp > 1 ? 2 * e * tokens * C : 0) {}
 };
 
 // (X) walked: this rank's experts' backward, the last one first (cat's backward), each a candidate at
@@ -48,19 +54,19 @@ double local_experts_backward(const ActivationCase& c, const MoESizes& z, double
       ep ? base + z.e * R * z.C + 4 * R * z.C + (z.e == 4 ? 0 : 4 * R * z.C + z.e * R * z.C) : base;
   const double output_grad = ep ? z.e * R * z.C : z.e * (z.M + 1) * z.C;
   base += ep ? -8 * (R - 1) : output_grad;  // (under ep the unsort's count has it)
-  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
   const double matrix_grad = split ? 0 : c.zero3.on ? z.e * z.I * z.C : c.grad_bytes > 0 ? 4 * z.I * z.C : 0;
   double freed = 0, best = std::max(base, unsort);
   for (size_t j = g.size(); j-- > 0;) {
     const bool first = j + 1 == g.size(), last = j == 0 && !split;
     const double alive = base - freed + (first ? 0 : z.e * R * z.C) - (last ? output_grad : 0), M_j = double(g[j]);
     if (split) {
-      best = std::max({best, alive + 3 * z.e * M_j * z.I, alive + linear_dx_temporaries(M_j, z.I, z.C, z.e, native)});
+      best = std::max(
+          {best, alive + 3 * z.e * M_j * z.I, alive + linear_dx_temporaries(M_j, z.I, z.C, z.e, z.native)});
       freed += z.e * M_j * z.I;
       continue;
     }
     best = std::max({best, alive + 2 * z.e * M_j * z.I + matrix_grad,
-                     alive + linear_backward_temporaries(M_j, z.I, z.C, z.e, false, native)});
+                     alive + linear_backward_temporaries(M_j, z.I, z.C, z.e, false, z.native)});
     freed += 4 * z.e * M_j * z.I - 3 * matrix_grad;
   }
   return best;
@@ -78,12 +84,9 @@ double unpermute_backward(const MoESizes& z) {
 // and an int64 [N k] index (M = N k dropless; with a capacity M is the kept rows, the slots N k still).
 double experts_base(const MoESizes& z) { return -z.e * ((z.M + 1) * z.C + z.N * z.k * z.C) - 8 * z.N * z.k; }
 
-// The shared experts' SwiGLU (nn/mlp.h, tp's cut of it): gate, silu, up and their product [b s, S I / t]
-// each; under sequence parallelism c_gate and c_fc each keep ln_2's output gathered [b s, C] too.
+// The shared experts' kept tensors: gate, silu, up and their product [b s, S I / t] each, and the gathered inputs.
 double shared_kept_bytes(const ActivationCase& c, const MoESizes& z) {
-  if (c.moe_shared_experts == 0) return 0;
-  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
-  return z.e * tokens * (4 * F + (c.sequence_parallel && c.tp > 1 ? 2 * z.C : 0));
+  return c.moe_shared_experts == 0 ? 0 : 4 * z.e * z.tokens * z.shared_F + z.gathered;
 }
 
 }  // namespace
@@ -118,9 +121,7 @@ double moe_held_until_w(const ActivationCase& c, bool output_gradient) {
   // The shared experts, a dense SwiGLU cut over tp: c_gate's and c_fc's X (ln_2's output, gathered under
   // SP: 2 copies) and dY [b s, S I / t] each; c_proj's X, the product [b s, S I / t], and dY [b s, C], the
   // block's output gradient (counted here if output_gradient).
-  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
-  const double gathered = c.sequence_parallel && c.tp > 1 ? 2 * z.e * tokens * z.C : 0;
-  return gate + experts + gathered + z.e * tokens * (3 * F + (output_gradient ? z.C : 0));
+  return gate + experts + z.gathered + z.e * z.tokens * (3 * z.shared_F + (output_gradient ? z.C : 0));
 }
 
 double moe_backward_bytes(const ActivationCase& c) {
@@ -137,11 +138,10 @@ double moe_backward_bytes(const ActivationCase& c) {
   // as a dense SwiGLU's (B) and (B'), with c_proj's .grad tensor where there is no main_grad buffer. Then
   // the routed moments above, with the shared experts' tensors freed, their input gradient [N, C] waiting
   // for the routed one's and (no main_grad buffer) their three .grad tensors alive.
-  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
+  const double tokens = z.tokens, F = z.shared_F;
   // one matrix's .grad: fp32 without a main_grad buffer, the model's dtype under ZeRO-3 (until its unit's reduce)
   const double grad = c.grad_bytes > 0 ? 4 * F * z.C : c.zero3.on ? z.e * F * z.C : 0;
-  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
-  const double c_proj = linear_backward_temporaries(tokens, F, z.C, z.e, false, native);
+  const double c_proj = linear_backward_temporaries(tokens, F, z.C, z.e, false, z.native);
   const double product = 2 * z.e * tokens * F + grad;
   const double after = -shared_kept_bytes(c, z) + z.e * z.N * z.C + 3 * grad;
   return std::max({c_proj, product, unpermute + after, experts + after});
@@ -155,12 +155,10 @@ double moe_split_backward_bytes(const ActivationCase& c) {
   // product, outlives the product's backward (3 [b s, S I / t]); once done their gate, silu and up are
   // freed, the product and c_gate's and c_fc's dY held, their input gradient [N, C] waiting for the routed
   // one's. No .grad tensors: W makes them.
-  const double tokens = double(c.micro_batch * c.seq), F = double(c.moe_shared_experts) * z.I / double(c.tp);
-  const bool native = c.native_bf16_gemm && c.element_bytes == 2;
-  const double c_proj = linear_dx_temporaries(tokens, F, z.C, z.e, native);
-  const double product = 3 * z.e * tokens * F;
-  const double gathered = c.sequence_parallel && c.tp > 1 ? 2 * z.e * tokens * z.C : 0;
-  const double after = -shared_kept_bytes(c, z) + gathered + 3 * z.e * tokens * F + z.e * z.N * z.C;
+  const double held = z.gathered + 3 * z.e * z.tokens * z.shared_F;  // c_gate's and c_fc's X and dY, the product
+  const double c_proj = linear_dx_temporaries(z.tokens, z.shared_F, z.C, z.e, z.native);
+  const double product = 3 * z.e * z.tokens * z.shared_F;
+  const double after = -shared_kept_bytes(c, z) + held + z.e * z.N * z.C;
   return std::max({c_proj, product, routed + after});
 }
 
@@ -183,7 +181,7 @@ double moe_forward_bytes(const ActivationCase& c) {
   // reduce-scatter and its result [N, C]); 16-bit reduces in fp32 buffers ([b s, C], SP's result [N, C]),
   // fp32 SP lays the result back out [N, C].
   const bool sp = c.sequence_parallel;
-  const double T = double(c.micro_batch * c.seq), local = z.e * z.N * z.C;
+  const double T = z.tokens, local = z.e * z.N * z.C;
   const double collective = held + local + 2 * z.e * T * z.C + (sp ? local : 0) +
                             (z.e == 4 ? (sp ? local : 0) : 4 * T * z.C + (sp ? 4 * z.N * z.C : 0));
   return std::max({unpermute, sum, collective});

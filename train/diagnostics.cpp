@@ -20,6 +20,7 @@
 #include "parallel/expert_parallel/routing_sync.h"
 #include "optim/activation_memory.h"
 #include "optim/memory_report.h"
+#include "parallel/pipeline_parallel/partition.h"
 #include "parallel/teach/symptoms.h"
 #include "parallel/tensor_parallel/gpt.h"
 #include "parallel/tensor_parallel/shard_map.h"
@@ -86,7 +87,7 @@ void Diagnostics::step_done(int64_t step, double loss, double lr, const optim::S
                  : optim::measure_memory(m_.chunks->parameters(), dp_.bucket, dp_.zero, opt_, peak_, live_before_);
     optim::MemoryPrediction predicted =
         dp_.fsdp ? optim::predict_memory_fully_sharded(*dp_.fsdp, parse_dtype(a_.dtype), chunks_beside_held_unit(),
-                                                       split_backward())
+                                                       parallel::schedule_splits_backward(a_.schedule))
                  : optim::predict_memory_moe(m_.chunks->num_parameters() - expert_params(), expert_params(),
                                              parse_dtype(a_.dtype), sync_ranks(), expert_parallel_ranks(), a_.zero);
     if (dp_.bucket) {  // the buckets' padding; ZeRO-2's grads are the shards and the scratches (memory_report.h)

@@ -62,7 +62,6 @@ class Diagnostics {
   double costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c, size_t micro_batch) const;
   void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
   std::vector<int64_t> local_groups(nn::MoE& layer, size_t micro_batch) const;
-  bool split_backward() const;  // a zero-bubble schedule: B and W apart
 
   const Args& a_;
   const Device device_;  // where the model lives: its memory is what the report and the log count

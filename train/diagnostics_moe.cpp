@@ -4,7 +4,6 @@
 // expert, dropless too), and the micro-batch among them whose rows cost most (optim/moe_activations.h).
 #include <algorithm>
 
-#include "parallel/pipeline_parallel/partition.h"
 #include "train/diagnostics.h"
 
 namespace loom::train {
@@ -142,7 +141,6 @@ void Diagnostics::micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::A
   else c.moe_local_groups = moe.back()->stats.loads.at(j);  // the last block's groups: every expert is this rank's
 }
 
-bool Diagnostics::split_backward() const { return parallel::schedule_splits_backward(a_.schedule); }
 
 // Expert parallelism: the rows each of this rank's experts computed in micro-batch j of the step, from
 // every rank of its ep group (collective over ep): per block R, averaged over the blocks (what they
