@@ -279,6 +279,15 @@ struct ChunkActivations {
   Zero3Held zero3;            // ZeRO-3: the chunk's own units (optim/zero3_activations.h; `on` false without)
 };
 
+// One micro-batch of a pipeline chunk with its own rows (train/diagnostics_moe.cpp's chunk_rows): the case, and
+// under --recompute full with a capacity or --ep each of the chunk's MoE blocks rerun with that block's rows, as
+// the last of the chunk's blocks less rerun_blocks_after (the blocks past it done: their inputs let go, their
+// .grad tensors alive). reruns is empty otherwise.
+struct RoutedRows {
+  ActivationCase rows;
+  std::vector<ActivationCase> reruns;
+};
+
 // Interleaved 1F1B (--virtual-stages > 1; optim/pipeline_activations.cpp). No one in-flight count fits: the
 // chunks hold different numbers of micro-batches at each moment, and only one of them has the head. So this
 // walks the rank's own schedule (parallel::interleaved_order): a forward of chunk k adds k's per-micro-batch
@@ -291,9 +300,10 @@ struct ChunkActivations {
 // "dualpipev" walks that order instead (chunk_order): a B is a candidate peak with B's own temporaries
 // (split_extra), then trades the micro-batch's kept bytes for what it holds until its W (held_until_w),
 // which W frees. routed ([chunk][micro-batch], or null): c with the rows that micro-batch's routing kept
-// (a capacity) or sent this rank's experts (--ep) in the chunk's MoE blocks (train/diagnostics_moe.cpp).
+// (a capacity) or sent this rank's experts (--ep) in the chunk's MoE blocks (train/diagnostics_moe.cpp); with
+// reruns, a backward's temporaries are its costliest block's rerun.
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
                                                      int pp, int stage, const std::string& schedule = "1f1b",
-                                                     const std::vector<std::vector<ActivationCase>>* routed = nullptr);
+                                                     const std::vector<std::vector<RoutedRows>>* routed = nullptr);
 
 }  // namespace loom::optim

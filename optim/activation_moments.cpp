@@ -224,10 +224,10 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
   //   is held too (on a stage without the head the pipeline holds it already).
   //   Under --cp the rerun is the ring's (scores_kept: its out and lse), whose moment counts the gradient.
   if (c.recompute == parallel::Recompute::Selective) m.attention += z.scores_kept + (c.cp > 1 ? 1 : 2) * z.unit / z.t;
-  if (c.recompute == parallel::Recompute::Full) {
+  if (c.recompute == parallel::Recompute::Full && c.blocks > 0) {  // (a chunk of the head alone reruns none)
     // A MoE block's rerun passes its (U): the head's tensors and the stage's output freed; alive the
     // block's output gradient (+ local) and the rebuilt block but x, the kept input it shares (- local).
-    if (c.moe_experts > 0 && c.blocks > 0)
+    if (c.moe_experts > 0)
       m.moe_rerun = -freed_head(c, z) + z.wte_grad + z.block_kept + moe_forward_bytes(c);
     m.block += z.block_kept, m.attention += z.block_kept + (c.has_head ? z.local : 0);
     if (c.swiglu) m.gate += z.block_kept;
@@ -259,7 +259,8 @@ Moments grads_at(const ActivationCase& c, const Sizes& z) {
   g.ln_2 = grads_kept && c.blocks > 0  // (E): the MLP's weights (and biases) too
       ? g.block + 4 * (mlp_matrices * h * F / t + (c.bias ? mlp_columns * F / t + (c.tp > 1 ? 0 : h) : 0))
       : 0;
-  if (grads_kept && c.moe_experts > 0) {  // the router's and every expert's instead; none at the MoE's own peak
+  // The router's and every expert's instead; none at the MoE's own peak (a chunk of the head alone: none).
+  if (grads_kept && c.moe_experts > 0 && c.blocks > 0) {
     g.gate = g.block;
     g.ln_2 = g.block + 4 * (double(c.moe_experts) * (h + 3 * h * F) + 3 * h * F_shared);
   }

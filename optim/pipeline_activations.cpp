@@ -51,16 +51,19 @@ double micro_batches_in_flight(const char* schedule, int64_t micro_batches, int 
 
 ActivationPrediction predict_activations_interleaved(const ActivationCase& c, const std::vector<ChunkActivations>& chunks,
                                                      int pp, int stage, const std::string& schedule,
-                                                     const std::vector<std::vector<ActivationCase>>* routed) {
+                                                     const std::vector<std::vector<RoutedRows>>* routed) {
   // Each chunk as a stage of its own: its bytes per micro-batch, and its
   // backward's temporaries the first time and later (with its own .grad
   // tensors alive). Not a pipeline stage: the gradient in flight is counted below.
   // [chunk][micro-batch] (one micro-batch stands for all unless routed gives each its own rows).
   std::vector<std::vector<ActivationPrediction>> first(chunks.size()), later(chunks.size());
   // ZeRO-3: with an earlier backward's reduce-scatter still in flight (pending_reduce, zero3_activations.h).
-  auto alone = [&](size_t k, size_t mb, int64_t micro_batches, bool pp_stage, double pending_reduce = 0) {
-    ActivationCase one = routed ? (*routed)[k][mb] : c;
-    one.blocks = chunks[k].blocks, one.has_head = chunks[k].has_head, one.has_embedding = chunks[k].has_embedding;
+  // rerun: under --recompute full with routed rows, that block's rerun (its blocks: the chunk's less those past it).
+  auto alone = [&](size_t k, size_t mb, int64_t micro_batches, bool pp_stage, double pending_reduce = 0,
+                   const ActivationCase* rerun = nullptr) {
+    ActivationCase one = rerun ? *rerun : routed ? (*routed)[k][mb].rows : c;
+    one.blocks = chunks[k].blocks - (rerun ? rerun->rerun_blocks_after : 0);
+    one.has_head = chunks[k].has_head, one.has_embedding = chunks[k].has_embedding;
     one.grad_bytes = chunks[k].grad_bytes;
     if (chunks[k].zero3.on) one.zero3 = chunks[k].zero3, one.zero3.pending_reduce = pending_reduce;
     one.in_flight = 1, one.micro_batches = micro_batches, one.pp_stage = pp_stage;
@@ -77,6 +80,27 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   // virtual stage's): an isend that may still be in flight, [b s h] (/ t under SP).
   const double sent = double(c.micro_batch * c.seq) / (c.sequence_parallel ? c.tp : 1) * double(c.width) *
                       double(c.element_bytes);
+  // A backward's temporaries above all that is kept ((U) is its forward's candidate, not its backward's).
+  auto own = [](const ActivationPrediction& b) {
+    return b.backward_extra == b.forward_extra ? b.backward_moments : b.backward_extra;
+  };
+  // --recompute full with routed rows (train/diagnostics_moe.cpp's costliest_rerun, walked here): each block l of
+  // chunk k reruns with its own rows while micro-batch mb keeps the inputs of blocks up to l only (those past it
+  // are done: past x [b s h] fewer); on a chunk without the head the output gradient it received stays beside
+  // block l's own (+ [b s h] where l is not the last). The costliest block's (the rows differ by block: a capacity
+  // keeps, --ep receives, each its own). A forward's (U) of block l, with as many inputs kept, is less than its
+  // rerun's, which holds the rebuilt block too.
+  auto rerun_extra = [&](size_t k, size_t mb, int64_t micro_batches, const ActivationPrediction& whole) {
+    double most = own(whole);
+    if (!routed) return most;
+    for (const ActivationCase& rerun : (*routed)[k][mb].reruns) {
+      const ActivationPrediction r = alone(k, mb, micro_batches, false, 0, &rerun);
+      const double past = whole.per_micro_batch - r.per_micro_batch;
+      const double received = !chunks[k].has_head && rerun.rerun_blocks_after > 0 ? sent : 0;
+      most = std::max(most, own(r) - past + received);
+    }
+    return most;
+  };
   ActivationPrediction p;
   p.tokens = predict_activations(c).tokens;  // every micro-batch's copies (--cp), not one chunk's
   std::vector<bool> ran(chunks.size(), false);  // chunk k's backward (split: its W) has run: its .grad tensors are alive
@@ -159,9 +183,8 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     if (turn) waiting[size_t(op.mb)] = k == 1;  // chunk 1's B makes it; chunk 0's B takes it
     // Split: B's own temporaries; the gradient it sends is the stage input's, held until W.
     const ActivationPrediction b = pending > 0 ? alone(k, mb, ran[k] ? 2 : 1, false, pending) : ran[k] ? l : f;
-    // (U) is its forward's candidate above, not its backward's
-    const double own = b.backward_extra == b.forward_extra ? b.backward_moments : b.backward_extra;
-    candidate((split ? f.split_extra : own + (sending ? sent : 0)) + beside, k == 0 ? op.mb : -1);
+    const double unsplit = rerun_extra(k, mb, ran[k] ? 2 : 1, b) + (sending ? sent : 0);
+    candidate((split ? f.split_extra : unsplit) + beside, k == 0 ? op.mb : -1);
     kept -= f.per_micro_batch - header, now = '-';
     if (split && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];
     if (split) kept += f.held_until_w, now = 'H';

@@ -51,6 +51,11 @@ struct Mode {
                            // an isend that may or may not have completed at the stage's peak
   double tolerance = kActivationTolerance;  // measured / formula - 1, either way; kExact for the
                                             // modes that check each term of the formula
+  // Interleaved with m = pp (every forward first): a send is let go of once a later send finds it delivered
+  // (pipeline_channels.h), so on the last stage a second gradient can still be alive at the peak, one
+  // [b s h] above the formula's one in flight (dp2_pp2_v2_fp32_zero3_m2: on one last-stage rank in 4 of
+  // 30 runs, 2026-12-07; letting go of delivered sends at each op made it 6 of 25, so it is not only that).
+  double second_send = 0;
 };
 
 void PrintTo(const Mode& m, std::ostream* os) { *os << m.name << ": " << m.args; }
@@ -287,7 +292,7 @@ TEST_P(MemoryLedger, MeasuredEqualsTheFormulaOnEveryRank) {
                 rank["rank"].get<int>(), act, act_formula, 100 * (act / act_formula - 1));
     // A pipeline's first send on a link holds its 80-byte header until it is known delivered (a timing).
     const double header = m.sent > 0 ? parallel::kSendHeaderBytes : 0;
-    EXPECT_LE(act, (act_formula + header) * (1 + m.tolerance)) << m.name << " rank " << rank["rank"];
+    EXPECT_LE(act, (act_formula + header + m.second_send) * (1 + m.tolerance)) << m.name << " rank " << rank["rank"];
     EXPECT_GE(act, (act_formula - m.sent) * (1 - m.tolerance)) << m.name << " rank " << rank["rank"];
   }
 }
@@ -375,7 +380,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // m = pp: every forward first, so stage 0's last unit waits beside its own chunk alone
                       // (zero3_chunks_beside_held): comm is the first chunk's pair (the formula was 1.9x above)
                       Mode{"dp2_pp2_v2_fp32_zero3_m2", 4, "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --batch 8 "
-                           "--layers 4 --zero 3 --steps 2", 8.0, true, 8 * 16 * 32 * 4, kExact},
+                           "--layers 4 --zero 3 --steps 2", 8.0, true, 8 * 16 * 32 * 4, kExact, 8 * 16 * 32 * 4},
                       Mode{"dp2_pp2_v2_bf16_zero3_full", 4,
                            "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 8 --zero 3 --dtype bf16 "
                            "--recompute full --steps 2",

@@ -237,3 +237,38 @@ TEST(MoELedger, InterleavedChunksKeepEachMicroBatchsRows) {
                              4 * 32 * 64 * 2, 3, true, 4}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
+
+// Interleaved 1F1B under --recompute full: each chunk's blocks rerun with their own rows (a capacity's kept, --ep's
+// received), the costliest block's (optim/pipeline_activations.cpp's reruns). Four layers over pp 2 x 2 chunks put
+// two blocks in stage 1's first chunk and none in its last (the head alone), eight layers two in every chunk. With
+// the last block's rows alone the capacity's stage 1 was 0.85% above the formula, --ep's last stage 1.03%; the
+// head's chunk, counted as rerunning a block, put dropless experts' stage 1 2.3% (k 2) and 6.0% (k 1) below it.
+// Every stage sends gradients, so each rank may measure up to one sent gradient below the formula (timing). A
+// chunk without the head keeps the gradient it received beside an earlier block's rerun (+ [b s h]: exact on
+// stage 0 of the ep run, one sent gradient below it without; a sent gradient is as large, so this run cannot
+// tell them apart on stage 1).
+TEST(MoELedger, InterleavedFullRecomputationRerunsEachBlockWithItsOwnRows) {
+  const std::string v2 = kLaptop + " --pp 2 --virtual-stages 2 --layers 4 --microbatches 4 --batch 4 --recompute full";
+  const double sent = 4 * 32 * 64 * 4;
+  const RankCase cases[] = {{"moe_ledger_pp2_v2_full_k1", 2, v2 + " --experts-per-token 1", 0, sent, 0, true, 2},
+                            {"moe_ledger_pp2_v2_full_capacity", 2, v2 + " --capacity-factor 0.8", 0, sent, 0, true, 2},
+                            {"moe_ledger_pp2_v2_full_capacity_l8", 2, v2 + " --capacity-factor 0.8 --layers 8", 0,
+                             sent, 0, true, 2},
+                            {"moe_ledger_dp2_ep2_pp2_v2_full", 4, v2 + " --dp 2 --ep 2", 0, sent, 0, true, 4}};
+  for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
+}
+
+// A pipeline chunk of the head alone (blocks 0) reruns no block under --recompute full: its backward's moments
+// are the dense head's, experts or not (they were counted as a MoE block's rerun and its experts' .grad tensors).
+TEST(MoEActivations, AChunkOfTheHeadAloneRerunsNoBlock) {
+  optim::ActivationCase c;
+  c.micro_batch = 4, c.seq = 32, c.width = 64, c.heads = 4, c.vocab = 40, c.mlp_hidden = 88, c.element_bytes = 4;
+  c.swiglu = c.rmsnorm = c.rope = true, c.bias = false, c.tied = true, c.has_head = true, c.blocks = 0;
+  c.recompute = parallel::Recompute::Full, c.grad_bytes = 10496;
+  const optim::ActivationPrediction dense = optim::predict_activations(c);
+  c.moe_experts = 4, c.moe_experts_per_token = 2;
+  const optim::ActivationPrediction experts = optim::predict_activations(c);
+  EXPECT_GT(dense.backward_moments, 0);
+  EXPECT_DOUBLE_EQ(experts.backward_moments, dense.backward_moments);
+  EXPECT_DOUBLE_EQ(experts.total, dense.total);
+}

@@ -257,7 +257,7 @@ double Diagnostics::predicted_activation_bytes() const {
     for (size_t k = chunks.size(); k-- > 0 && !dp_.bucket && !chunks[k].zero3.on;)
       for (const Tensor& t : params[k])
         if (counted.insert(t.impl()).second) chunks[k].grad_bytes += 4 * t.numel();
-    const std::vector<std::vector<optim::ActivationCase>> routed = chunk_rows(c);  // a capacity or --ep
+    const std::vector<std::vector<optim::RoutedRows>> routed = chunk_rows(c);  // a capacity or --ep
     return optim::predict_activations_interleaved(c, chunks, pgm_.pp_size, pgm_.pp_rank, a_.schedule,
                                                   routed.empty() ? nullptr : &routed)
         .total;

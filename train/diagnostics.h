@@ -58,8 +58,10 @@ class Diagnostics {
   double costliest_micro_batch(const optim::ActivationCase& c) const;
   void micro_batch_routing(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
   double pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c) const;
-  std::vector<std::vector<optim::ActivationCase>> chunk_rows(const optim::ActivationCase& c) const;
+  std::vector<std::vector<optim::RoutedRows>> chunk_rows(const optim::ActivationCase& c) const;
   double costliest_rerun(const std::vector<nn::MoE*>& moe, const optim::ActivationCase& c, size_t micro_batch) const;
+  optim::ActivationCase rerun_case(const std::vector<nn::MoE*>& moe, size_t block, const optim::ActivationCase& c,
+                                   size_t micro_batch) const;
   void received_rows(const std::vector<nn::MoE*>& moe, optim::ActivationCase& c, size_t micro_batch) const;
   std::vector<int64_t> local_groups(nn::MoE& layer, size_t micro_batch) const;
 

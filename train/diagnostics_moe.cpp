@@ -48,14 +48,8 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
                                     size_t micro_batch) const {
   double most = 0;
   for (size_t l = 0; l < moe.size(); ++l) {
-    optim::ActivationCase at = c;
-    const std::vector<int64_t>& kept = moe[l]->stats.loads.at(micro_batch);  // [E] rows block l kept
-    at.rerun_blocks_after = int64_t(moe.size() - 1 - l);
+    optim::ActivationCase at = rerun_case(moe, l, c, micro_batch);
     at.blocks = c.blocks - at.rerun_blocks_after;
-    at.moe_last_rows = 0;
-    for (int64_t g : kept) at.moe_last_rows += double(g);
-    at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
-    at.moe_local_groups = pgm_.ep_size > 1 ? local_groups(*moe[l], micro_batch) : kept;
     if (at.zero3.on && l + 1 < moe.size()) {  // ZeRO-3: beside the next block's reduce-scatter, l - 1 prefetched
       at.zero3.head_reduce = c.zero3.block_reduce, at.zero3.last_block = c.zero3.earlier_block;
       at.zero3.before_last = l == 0 ? c.zero3.first : c.zero3.earlier_block;
@@ -71,6 +65,21 @@ double Diagnostics::costliest_rerun(const std::vector<nn::MoE*>& moe, const opti
     most = std::max(most, optim::predict_activations(at).total + held);
   }
   return most;
+}
+
+// Block l of `moe` (a stage's, or a chunk's) rerun with micro-batch j's rows - kept by a capacity, received by
+// this rank's experts under --ep - as the last block, those past it done (rerun_blocks_after; the caller sets
+// blocks).
+optim::ActivationCase Diagnostics::rerun_case(const std::vector<nn::MoE*>& moe, size_t l,
+                                              const optim::ActivationCase& c, size_t j) const {
+  optim::ActivationCase at = c;
+  const std::vector<int64_t>& kept = moe[l]->stats.loads.at(j);  // [E] rows block l kept
+  at.rerun_blocks_after = int64_t(moe.size() - 1 - l);
+  at.moe_last_rows = 0;
+  for (int64_t g : kept) at.moe_last_rows += double(g);
+  at.moe_largest_group = *std::max_element(kept.begin(), kept.end());
+  at.moe_local_groups = pgm_.ep_size > 1 ? local_groups(*moe[l], j) : kept;
+  return at;
 }
 
 // A pipeline stage (1F1B, AFAB): the micro-batches in flight each keep their own rows (kept by a capacity;
@@ -109,18 +118,25 @@ double Diagnostics::pipeline_rows_walk(const std::vector<nn::MoE*>& moe, const o
 // predict_activations_interleaved's walk, where each micro-batch keeps its own from its forward to its
 // backward (reading the rank's last micro-batch's for all put stage 0 of --dp 2 --ep 2 --pp 2
 // --virtual-stages 2 0.25% off either way) and walks its own experts' backward. Empty: no experts.
-std::vector<std::vector<optim::ActivationCase>> Diagnostics::chunk_rows(const optim::ActivationCase& c) const {
+std::vector<std::vector<optim::RoutedRows>> Diagnostics::chunk_rows(const optim::ActivationCase& c) const {
   const std::vector<nn::MoE*> all = nn::moe_layers(*m_.chunks);
   // Dropless too: each backward walks its last block's experts with that micro-batch's groups.
   if (all.empty() || all.back()->stats.loads.size() != size_t(c.micro_batches)) return {};
-  std::vector<std::vector<optim::ActivationCase>> rows;
+  // Full recomputation with a capacity or --ep: each block's rerun with its own rows (costliest_rerun's).
+  const bool rerun_rows =
+      (pgm_.ep_size > 1 || c_.cfg.moe.capacity_factor > 0) && c.recompute == parallel::Recompute::Full;
+  std::vector<std::vector<optim::RoutedRows>> rows;
   size_t layer = 0;
   for (const parallel::LayerRange& r : m_.chunks->chunks()) {
     std::vector<nn::MoE*> moe;  // the chunk's, in order
     for (int64_t i = r.start; i < r.end; ++i, ++layer)
       for (nn::MoE* l : nn::moe_layers(*m_.chunks->layers()[layer])) moe.push_back(l);
-    rows.emplace_back(size_t(c.micro_batches), c);
-    for (size_t j = 0; j < rows.back().size() && !moe.empty(); ++j) micro_batch_routing(moe, rows.back()[j], j);
+    rows.emplace_back(size_t(c.micro_batches), optim::RoutedRows{c, {}});
+    for (size_t j = 0; j < rows.back().size() && !moe.empty(); ++j) {
+      micro_batch_routing(moe, rows.back()[j].rows, j);
+      for (size_t l = 0; rerun_rows && l < moe.size(); ++l)
+        rows.back()[j].reruns.push_back(rerun_case(moe, l, rows.back()[j].rows, j));
+    }
   }
   return rows;
 }
