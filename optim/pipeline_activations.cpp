@@ -66,6 +66,17 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     one.has_head = chunks[k].has_head, one.has_embedding = chunks[k].has_embedding;
     one.grad_bytes = chunks[k].grad_bytes;
     if (chunks[k].zero3.on) one.zero3 = chunks[k].zero3, one.zero3.pending_reduce = pending_reduce;
+    // ZeRO-3: block l's rerun (l before the chunk's last) runs beside the next block's reduce-scatter with its
+    // own units and l - 1's (prefetched; the chunk's embedding before its first block) gathered, as
+    // costliest_rerun maps a stage's; the walk over the blocks replaces predict_activations' own count of the
+    // block before the last.
+    if (rerun && one.zero3.on) {
+      const Zero3Held& z = chunks[k].zero3;
+      if (rerun->rerun_blocks_after > 0)
+        one.zero3.head_reduce = z.block_reduce, one.zero3.last_block = z.earlier_block,
+        one.zero3.before_last = one.blocks == 1 ? z.first : z.earlier_block;
+      one.zero3.block_reduce = 0;
+    }
     one.in_flight = 1, one.micro_batches = micro_batches, one.pp_stage = pp_stage;
     return predict_activations(one);
   };
@@ -88,15 +99,19 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
   // chunk k reruns with its own rows while micro-batch mb keeps the inputs of blocks up to l only (those past it
   // are done: past x [b s h] fewer); on a chunk without the head the output gradient it received stays beside
   // block l's own (+ [b s h] where l is not the last). The costliest block's (the rows differ by block: a capacity
-  // keeps, --ep receives, each its own). A forward's (U) of block l, with as many inputs kept, is less than its
-  // rerun's, which holds the rebuilt block too.
-  auto rerun_extra = [&](size_t k, size_t mb, int64_t micro_batches, const ActivationPrediction& whole) {
-    double most = own(whole);
-    if (!routed) return most;
+  // keeps, --ep receives, each its own), in place of the whole chunk's count, which reads the last block's rows
+  // for every block (under ZeRO-3 that put stage 1 of --dp 2 --ep 2 --layers 8 a block's reduce-scatter above
+  // the measurement). A forward's (U) of block l, with as many inputs kept, is less than its rerun's, which
+  // holds the rebuilt block too.
+  auto rerun_extra = [&](size_t k, size_t mb, int64_t micro_batches, const ActivationPrediction& whole,
+                         double pending_reduce) {
+    if (!routed || (*routed)[k][mb].reruns.empty()) return own(whole);
+    double most = 0;
     for (const ActivationCase& rerun : (*routed)[k][mb].reruns) {
-      const ActivationPrediction r = alone(k, mb, micro_batches, false, 0, &rerun);
+      const bool last = rerun.rerun_blocks_after == 0;  // a deferred reduce-scatter is waited for at the last's
+      const ActivationPrediction r = alone(k, mb, micro_batches, false, last ? pending_reduce : 0, &rerun);
       const double past = whole.per_micro_batch - r.per_micro_batch;
-      const double received = !chunks[k].has_head && rerun.rerun_blocks_after > 0 ? sent : 0;
+      const double received = !chunks[k].has_head && !last ? sent : 0;
       most = std::max(most, own(r) - past + received);
     }
     return most;
@@ -183,7 +198,7 @@ ActivationPrediction predict_activations_interleaved(const ActivationCase& c, co
     if (turn) waiting[size_t(op.mb)] = k == 1;  // chunk 1's B makes it; chunk 0's B takes it
     // Split: B's own temporaries; the gradient it sends is the stage input's, held until W.
     const ActivationPrediction b = pending > 0 ? alone(k, mb, ran[k] ? 2 : 1, false, pending) : ran[k] ? l : f;
-    const double unsplit = rerun_extra(k, mb, ran[k] ? 2 : 1, b) + (sending ? sent : 0);
+    const double unsplit = rerun_extra(k, mb, ran[k] ? 2 : 1, b, pending) + (sending ? sent : 0);
     candidate((split ? f.split_extra : unsplit) + beside, k == 0 ? op.mb : -1);
     kept -= f.per_micro_batch - header, now = '-';
     if (split && release[i] >= 0) gradient_release[{op.mb, op.chunk}] = release[i];

@@ -243,6 +243,8 @@ TEST(MoELedger, InterleavedChunksKeepEachMicroBatchsRows) {
 // two blocks in stage 1's first chunk and none in its last (the head alone), eight layers two in every chunk. With
 // the last block's rows alone the capacity's stage 1 was 0.85% above the formula, --ep's last stage 1.03%; the
 // head's chunk, counted as rerunning a block, put dropless experts' stage 1 2.3% (k 2) and 6.0% (k 1) below it.
+// Under ZeRO-3 each earlier block's rerun sits beside the next block's reduce-scatter; the whole chunk's count,
+// taken beside the blocks' own, put --ep's stage 1 a block's reduce-scatter (100,608 bytes, 4.1%) below it.
 // Every stage sends gradients, so each rank may measure up to one sent gradient below the formula (timing). A
 // chunk without the head keeps the gradient it received beside an earlier block's rerun (+ [b s h]: exact on
 // stage 0 of the ep run, one sent gradient below it without; a sent gradient is as large, so this run cannot
@@ -254,7 +256,12 @@ TEST(MoELedger, InterleavedFullRecomputationRerunsEachBlockWithItsOwnRows) {
                             {"moe_ledger_pp2_v2_full_capacity", 2, v2 + " --capacity-factor 0.8", 0, sent, 0, true, 2},
                             {"moe_ledger_pp2_v2_full_capacity_l8", 2, v2 + " --capacity-factor 0.8 --layers 8", 0,
                              sent, 0, true, 2},
-                            {"moe_ledger_dp2_ep2_pp2_v2_full", 4, v2 + " --dp 2 --ep 2", 0, sent, 0, true, 4}};
+                            {"moe_ledger_dp2_ep2_pp2_v2_full", 4, v2 + " --dp 2 --ep 2", 0, sent, 0, true, 4},
+                            {"moe_ledger_dp2_ep2_pp2_v2_full_zero3_l8", 4, v2 + " --dp 2 --ep 2 --zero 3 --layers 8", 0,
+                             sent, 3, true, 4},
+                            {"moe_ledger_dp2_pp2_v2_full_zero3_capacity_bf16_l8", 4,
+                             v2 + " --dp 2 --zero 3 --layers 8 --capacity-factor 0.8 --dtype bf16", 0, sent / 2, 3,
+                             true, 4}};
   for (const RankCase& c : cases) expect_every_rank_is_the_formula(c);
 }
 

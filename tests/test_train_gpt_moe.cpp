@@ -133,9 +133,11 @@ TEST(TrainGptMoE, WhatIsNotEqualToOneProcessYetIsRefusedBeforeTraining) {
       {"--router-aux-loss-coef 0.01", "--router-aux-loss-coef tunes a mixture of experts"},
       {kMoE + "--experts-per-token 5", "--experts-per-token 5 is more than --experts 4"},
       // --memory-report's formula (tests/test_memory_ledger_moe.cpp): interleaved --recompute full with --ep or a
-      // capacity under ZeRO-3
-      {kMoE + "--dp 2 --ep 2 --pp 2 --virtual-stages 2 --layers 4 --recompute full --zero 3 --memory-report",
-       "--memory-report with --experts 4, --ep 2, --virtual-stages 2, --recompute full and --zero 3: "},
+      // capacity under ZeRO-3 without reshard after forward
+      {kMoE + "--dp 2 --ep 2 --pp 2 --virtual-stages 2 --layers 4 --recompute full --zero 3 "
+              "--zero3-reshard-after-forward off --memory-report",
+       "--memory-report with --experts 4, --ep 2, --virtual-stages 2, --recompute full, --zero 3 and "
+       "--zero3-reshard-after-forward off: "},
       {kMoE + "--router-bias-update-rate 0.01 --export-hf " + (work_dir() / "moe_bias_hf").string(),
        "--export-hf with --router-bias-update-rate 0.01: transformers' MixtralForCausalLM routes without a bias"},
       // On a GPU, one process, --dp and --ep only (tests/cuda/); refused before any device is opened.
