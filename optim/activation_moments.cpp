@@ -209,10 +209,14 @@ Moments backward_moments(const ActivationCase& c, const Sizes& z) {
   m.rerun_collective = at_rerun_collective(c, z);
   // (R) ZeRO-3: the last block's backward done - its kept bytes, the head's and the stage's output let go, its
   // input gradient alive (and on a stage without the head the received one, held by the pipeline) - when its
-  // unit's last gradient comes (zero3_activations.h counts the unit's bytes). Not counted under full
-  // recomputation, whose checkpoint holds the block's input through it.
-  if (c.zero3.on && c.blocks > 0 && c.recompute != parallel::Recompute::Full)
-    m.unit_reduce = -freed_head(c, z) - block_kept_now(c, z) + z.local + (c.has_head ? 0 : z.local) + z.wte_grad;
+  // unit's last gradient comes (zero3_activations.h counts the unit's bytes). Under full recomputation the
+  // checkpoint's input stays kept and the rebuilt block is let go; alive are the rerun's output and the
+  // gradient it came with (on a stage without the head the received one), which the checkpoint holds until
+  // its backward ends, and the input gradient: 3 [b, s, h].
+  if (c.zero3.on && c.blocks > 0)
+    m.unit_reduce = c.recompute == parallel::Recompute::Full
+                        ? -freed_head(c, z) + 3 * z.local + z.wte_grad
+                        : -freed_head(c, z) - block_kept_now(c, z) + z.local + (c.has_head ? 0 : z.local) + z.wte_grad;
   // The last block's backward runs inside its rerun (autograd/checkpoint.h),
   // which holds the rerun's output and the gradient it came with until its
   // backward ends. Selective: at (C) the core's rerun has rebuilt the

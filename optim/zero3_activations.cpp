@@ -58,15 +58,20 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
   // it). Of the activations: both blocks' kept bytes let go but what c_attn's backward still reads or makes -
   // the block's input and ln_1's output and statistics, qkv's gradient [N, (h + 2 kv)/t] (c_attn's dY), its
   // dx and the bias's float64 column sums (its dW and bias gradient are the .grad tensors) - and the residual's
-  // gradient (and a received one).
-  if (u.experts_reduce == 0 && c.recompute != parallel::Recompute::Full) {
+  // gradient (and a received one). Under --recompute full (the checkpoint's count, activation_moments.cpp): at
+  // (R') the last block's kept input is let go, and alive, as (R)'s 3 [b, s, h], the earlier block's rerun
+  // output, the gradient it came with and the residual's gradient; on a stage without the head also the
+  // gradient the stage received, held by the pipeline.
+  if (u.experts_reduce == 0) {
     m.unit_reduce = u.held + u.last_block + ahead * u.before_last + resident + u.last_block + 4 * u.last_block / z.e;
     if (u.block_reduce > 0) {
       const double n = (z.h + 2 * kv_width(c)) / z.t, bias = c.bias && c.tp == 1 ? 1 : 0;
       const double c_attn = linear_backward_temporaries(z.N, z.h, n, z.e, bias > 0, z.native) - z.e * n * z.h -
                             bias * z.e * n;
-      const double activations =
-          at.unit_reduce - block_kept_now(c, z) + z.local + z.unit + z.stats + z.N * n * z.e + c_attn;
+      const double reads = z.unit + z.stats + z.N * n * z.e + c_attn;  // what c_attn's backward reads and makes
+      const double activations = c.recompute == parallel::Recompute::Full
+                                     ? at.unit_reduce - z.local + (c.has_head ? 0 : z.local) + reads
+                                     : at.unit_reduce - block_kept_now(c, z) + z.local + reads;
       const double ln_1 = (c.rmsnorm ? 1 : 2) * z.h * z.e;
       const double units = u.held + u.earlier_block + ahead * u.before_earlier +
                            kept * (u.before_earlier + u.resident_rerun) + u.earlier_block - ln_1 + u.block_reduce;

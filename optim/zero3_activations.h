@@ -46,13 +46,20 @@
 // (R) and (R') peak where a unit outweighs a block's activations: wide blocks at
 // few tokens (--embd 256 --batch 2: the formula was 27% under without (R), 32%
 // with three blocks without (R'); a mixture of experts at I 512 and 128 tokens
-// a micro-batch, 15%). Measured = formula in fp32 (and --recompute selective)
-// and in bf16 at (R); bf16 (R') is 0.47% under the measurement (dp 2, --embd
-// 256 --batch 2 --layers 3: what the formula misses there is not found yet).
-// Under --recompute full neither is counted yet (the checkpoint holds the
-// block's input, the rerun's output and its gradient through them, which is
-// not worked out): the same runs are 4.7% (3 blocks) and 16.5% (2 blocks)
-// under the measurement, as they were before (R) and (R') existed.
+// a micro-batch, 15%). Under --recompute full the block's kept input stays
+// (the checkpoint's), the rebuilt block is let go by (R), and three [b, s, h]
+// are alive: the rerun's output and the gradient it came with (the checkpoint
+// holds both until its backward ends) and the input gradient just made; at
+// (R') the last block's input is let go, and of those the earlier block's
+// rerun output and gradient and the residual's gradient, and on a stage
+// without the head the received gradient, held by the pipeline. Measured =
+// formula in fp32 (and --recompute selective and full: 2, 3 and 4 blocks,
+// Llama, prefetch off, reshard after forward off, --pp 2 with 2 and 3 blocks
+// a stage, interleaved; without these the full runs were 19.8% (2 blocks)
+// and 4.9% (3 blocks) under the measurement) and in bf16 at (R); bf16 (R')
+// is 0.48% under it, with or without --recompute full (dp 2, --embd 256
+// --batch 2 --layers 3: 47,104 bytes, as large as an fp32 [V, h], the tied
+// wte's shape; what holds it there is not found yet).
 // Without reshard after forward (FSDP2's reshard_after_forward=False) a unit
 // is resharded only after its backward: from the last block's forward on,
 // every layer's units before it are gathered too (at (U) and the head's

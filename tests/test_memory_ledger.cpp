@@ -332,6 +332,18 @@ INSTANTIATE_TEST_SUITE_P(
                            0, kExact},
                       Mode{"dp2_fp32_zero3_wide_units_l3", 2,
                            "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4 --layers 3", 8.0, true, 0, kExact},
+                      // the same under --recompute full: (R) with the checkpoint's input, the rerun's output, its
+                      // gradient and the input gradient; (R') with the last block's input let go, and on stage 0 of
+                      // a pipeline the gradient it received (19.8%, 4.9% and 0.22% under the formula without them)
+                      Mode{"dp2_fp32_zero3_wide_units_full", 2,
+                           "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4 --recompute full", 8.0, true, 0, kExact},
+                      Mode{"dp2_fp32_zero3_wide_units_full_l3", 2,
+                           "--dp 2 --zero 3 --batch 2 --embd 256 --heads 4 --layers 3 --recompute full", 8.0, true, 0,
+                           kExact},
+                      Mode{"dp2_pp2_fp32_zero3_wide_units_full_l6", 4,
+                           "--dp 2 --pp 2 --microbatches 4 --zero 3 --batch 2 --embd 256 --heads 4 --layers 6 "
+                           "--recompute full --steps 2",
+                           8.0, true, 2 * 16 * 256 * 4, kExact},
                       // and per stage: stage 0 its embedding's and block's units, the last its block's, the head's
                       // and the tied wte copy's own unit (whose reduce-scatter is in flight at ln_f's backward),
                       // in every micro-batch (the later ones' were left out: +16384 B when the sent gradient was
