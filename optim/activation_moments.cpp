@@ -26,17 +26,13 @@ double linear_dx_temporaries(double M, double K, double n, double e, bool native
   return e == 4 || native ? e * M * K : 4 * M * n + 4 * M * K + e * M * K;
 }
 
-namespace {
-
-// The temporaries of a norm's backward (tensor/ops_nn.cpp, ops_llama.cpp)
-// over R rows of width h. fp32: dx [R, h], dweight (and dbias) [h]. 16-bit:
-// fp32 copies of the gradient, x and the weight, dx, dweight (and dbias) in
-// fp32 and each rounded, all alive when it returns. RMSNorm has no bias.
 double norm_backward_temporaries(double R, double h, double e, bool rmsnorm) {
   const double vectors = rmsnorm ? 1 : 2;  // dweight (and dbias)
   if (e == 4) return 4 * R * h + vectors * 4 * h;
   return (12 + e) * R * h + (4 + vectors * (4 + e)) * h;
 }
+
+namespace {
 
 }  // namespace
 

@@ -67,6 +67,11 @@ double at_head_linear(const ActivationCase& c, const Sizes& z);
 // gradient [M, n] counted by the caller): fp32 or native bf16 dx and dW;
 // other 16-bit on fp32 copies (activation_moments.cpp says which).
 double linear_backward_temporaries(double M, double K, double n, double e, bool bias, bool native);
+// The temporaries of a norm's backward (tensor/ops_nn.cpp, ops_llama.cpp)
+// over R rows of width h. fp32: dx [R, h], dweight (and dbias) [h]. 16-bit:
+// fp32 copies of the gradient, x and the weight, dx, dweight (and dbias) in
+// fp32 and each rounded, all alive when it returns. RMSNorm has no bias.
+double norm_backward_temporaries(double R, double h, double e, bool rmsnorm);
 // What one block keeps until its backward (the last block's, without recomputation; selective: less the
 // softmax).
 double block_kept_now(const ActivationCase& c, const Sizes& z);

@@ -68,7 +68,12 @@ Moments zero3_at(const ActivationCase& c, const Sizes& z, const Moments& at) {
       const double n = (z.h + 2 * kv_width(c)) / z.t, bias = c.bias && c.tp == 1 ? 1 : 0;
       const double c_attn = linear_backward_temporaries(z.N, z.h, n, z.e, bias > 0, z.native) - z.e * n * z.h -
                             bias * z.e * n;
-      const double reads = z.unit + z.stats + z.N * n * z.e + c_attn;  // what c_attn's backward reads and makes
+      // What c_attn's backward reads and makes (ln_1's output, qkv's gradient, its temporaries), or then ln_1's
+      // (its incoming gradient, c_attn's dx, and its own temporaries: in 16-bit fp32 copies, the larger where the
+      // GEMMs read bf16 natively); the block's input and ln_1's statistics beside either.
+      const double incoming = c.sequence_parallel ? z.local : z.unit;
+      const double reads = z.stats + std::max(z.unit + z.N * n * z.e + c_attn,
+                                              incoming + norm_backward_temporaries(z.Ns, z.h, z.e, c.rmsnorm));
       const double activations = c.recompute == parallel::Recompute::Full
                                      ? at.unit_reduce - z.local + (c.has_head ? 0 : z.local) + reads
                                      : at.unit_reduce - block_kept_now(c, z) + z.local + reads;

@@ -39,9 +39,9 @@
 //                                  block's activations let go but its input
 //                                  gradient (and a received one)
 //   (R') the block before it,      its units + the one before's, its .grad tensors
-//        at its c_attn's backward  but ln_1's, the last block's reduce-scatter
-//                                  still in flight; of the activations, what
-//                                  c_attn's backward reads and makes
+//        at its c_attn's (or then  but ln_1's, the last block's reduce-scatter
+//        ln_1's) backward          still in flight; of the activations, what
+//                                  that backward reads and makes
 // + the held units throughout. Without prefetch no second unit is gathered.
 // (R) and (R') peak where a unit outweighs a block's activations: wide blocks at
 // few tokens (--embd 256 --batch 2: the formula was 27% under without (R), 32%
@@ -53,13 +53,13 @@
 // (R') the last block's input is let go, and of those the earlier block's
 // rerun output and gradient and the residual's gradient, and on a stage
 // without the head the received gradient, held by the pipeline. Measured =
-// formula in fp32 (and --recompute selective and full: 2, 3 and 4 blocks,
-// Llama, prefetch off, reshard after forward off, --pp 2 with 2 and 3 blocks
-// a stage, interleaved; without these the full runs were 19.8% (2 blocks)
-// and 4.9% (3 blocks) under the measurement) and in bf16 at (R); bf16 (R')
-// is 0.48% under it, with or without --recompute full (dp 2, --embd 256
-// --batch 2 --layers 3: 47,104 bytes, as large as an fp32 [V, h], the tied
-// wte's shape; what holds it there is not found yet).
+// formula in fp32 and bf16 (and --recompute selective and full: 2, 3 and 4
+// blocks, Llama, prefetch off, reshard after forward off, --pp 2 with 2 and
+// 3 blocks a stage, interleaved, bf16 GEMMs native or through fp32; without
+// these the full runs were 19.8% (2 blocks) and 4.9% (3 blocks) under the
+// measurement). In 16-bit with native GEMMs (R')'s peak is a step later, at
+// ln_1's backward, whose fp32 copies outweigh c_attn's bf16 temporaries
+// (0.48% under without it: dp 2, --embd 256 --batch 2 --layers 3).
 // Without reshard after forward (FSDP2's reshard_after_forward=False) a unit
 // is resharded only after its backward: from the last block's forward on,
 // every layer's units before it are gathered too (at (U) and the head's
