@@ -398,6 +398,20 @@ INSTANTIATE_TEST_SUITE_P(
                       // (zero3_chunks_beside_held): comm is the first chunk's pair (the formula was 1.9x above)
                       Mode{"dp2_pp2_v2_fp32_zero3_m2", 4, "--dp 2 --pp 2 --virtual-stages 2 --microbatches 2 --batch 8 "
                            "--layers 4 --zero 3 --steps 2", 8.0, true, 8 * 16 * 32 * 4, kExact, 8 * 16 * 32 * 4},
+                      // ... beside tp (+ full recomputation, bf16), context parallelism and HSDP (8 ranks): each
+                      // chunk's units sharded over their own groups
+                      Mode{"dp2_tp2_pp2_v2_bf16_zero3_full", 8,
+                           "--dp 2 --tp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 4 --zero 3 "
+                           "--recompute full --dtype bf16 --steps 2",
+                           9.0, true, 4 * 16 * 32 * 2, kExact},
+                      Mode{"dp2_cp2_pp2_v2_fp32_zero3", 8,
+                           "--dp 2 --cp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 4 --zero 3 "
+                           "--steps 2",
+                           4.0, true, 4 * 8 * 32 * 4, kExact},
+                      Mode{"hsdp_dp4_shard2_pp2_v2_fp32_zero3_full", 8,
+                           "--dp 4 --dp-shard 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 4 "
+                           "--zero 3 --recompute full --steps 2",
+                           8.0, true, 4 * 16 * 32 * 4, kExact},
                       Mode{"dp2_pp2_v2_bf16_zero3_full", 4,
                            "--dp 2 --pp 2 --virtual-stages 2 --microbatches 4 --batch 4 --layers 8 --zero 3 --dtype bf16 "
                            "--recompute full --steps 2",
