@@ -32,10 +32,6 @@ double norm_backward_temporaries(double R, double h, double e, bool rmsnorm) {
   return (12 + e) * R * h + (4 + vectors * (4 + e)) * h;
 }
 
-namespace {
-
-}  // namespace
-
 // What one block's attention keeps of q, k and v, in elements per token
 // (before / t). c_attn's output [N, h + 2 kv] is kept while any of q, k, v is
 // a view of it; RoPE makes new q and k ([N, h], [N, kv]); repeat_kv makes new

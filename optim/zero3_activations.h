@@ -80,8 +80,8 @@
 // Measured = formula (or less the one sent gradient) on every rank of --dp 2 --pp 2 --virtual-stages 2
 // --layers 4, m 2 and 4, fp32 and bf16, prefetch off, reshard after forward off (and --layers 8),
 // --recompute selective and full (and --layers 8, bf16), and at 8 ranks beside --tp 2 (full recomputation
-// in bf16; sequence parallelism), --cp 2 and HSDP (--dp 4 --dp-shard 2). Without `between` stage 0 measured +5.8% above
-// (m 4; reshard off, --layers 8: +3.0%); counting the deferred reduce-scatter in the earlier block's rerun
+// in bf16; sequence parallelism), --cp 2 and HSDP (--dp 4 --dp-shard 2). Without `between` stage 0 measured
+// +5.8% above (m 4; reshard off, --layers 8: +3.0%); counting the deferred reduce-scatter in the earlier block's rerun
 // too (the last block's own waited for it) put the formula 9.7% (fp32), 18% (bf16) above stage 1.
 // Measured = formula: tests/test_memory_ledger_moe.cpp's ZeRO-3 runs.
 #pragma once
