@@ -1,4 +1,4 @@
-// A pipeline rank's activation peak, walked through its own schedule (activation_memory.h's
+// A pipeline rank's activation peak, walked through its own schedule (pipeline_activations.h's
 // predict_activations_interleaved): interleaved 1F1B, ZB-H1 and the V's, each chunk's micro-batches
 // counted by predict_activations and added up op by op.
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "optim/activation_memory.h"
+#include "optim/pipeline_activations.h"
 #include "parallel/pipeline_parallel/dualpipev_schedule.h"
 #include "parallel/pipeline_parallel/interleaved_schedule.h"
 #include "parallel/pipeline_parallel/send_release.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "optim/activation_memory.h"
+#include "optim/pipeline_activations.h"
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/partition.h"
 #include "parallel/model_chunks.h"

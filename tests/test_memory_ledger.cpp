@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optim/activation_memory.h"
+#include "optim/pipeline_activations.h"
 #include "optim/memory_report.h"
 #include "parallel/pipeline_parallel/send_release.h"
 #include "tests/train_gpt_run.h"

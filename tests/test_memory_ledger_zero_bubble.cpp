@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "optim/activation_memory.h"
+#include "optim/pipeline_activations.h"
 #include "optim/moe_activations.h"
 #include "optim/split_backward.h"
 #include "tests/memory_ledger_moe.h"

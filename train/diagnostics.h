@@ -10,6 +10,7 @@
 
 #include "nn/moe.h"
 #include "optim/activation_memory.h"
+#include "optim/pipeline_activations.h"
 #include "optim/memory_report.h"
 #include "optim/mixed_precision_optimizer.h"
 #include "parallel/data_parallel/wrap.h"
